@@ -1,1 +1,3 @@
-//! placeholder
+//! verisample: turn a visual-QA dataset into verified training data with a VLM.
+
+pub mod record;

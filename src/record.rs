@@ -1,0 +1,138 @@
+//! The records that flow between stages: rows read from an input dataset, per-row errors,
+//! and the `qa` entries written to the three output splits of SPEC §7.
+//!
+//! These types are the contract between the dataset reader/writer (`dataset`), the cleaning
+//! passes (`clean`), the decisions (`verify`, `judge`, `route`) and the pipeline. They hold
+//! plain data only: no I/O, no model.
+
+use serde::{Deserialize, Serialize};
+
+/// The HF `Image()` feature: `struct<bytes: binary, path: string>`, both nullable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ImageRef {
+    /// The encoded file (PNG/JPEG/…), unchanged.
+    pub bytes: Option<Vec<u8>>,
+    /// The file name or relative path the image came from.
+    pub path: Option<String>,
+}
+
+/// One question about an image with its official reference answer (SPEC §2 `qa` entry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct QaItem {
+    /// The user text, byte-identical to what the model receives (SPEC §4).
+    pub question: String,
+    /// The official reference answer.
+    pub answer: String,
+    /// Where the item came from (a source image hash or path), used by the provenance check.
+    pub source: Option<String>,
+    /// Any other fields of the input `qa` struct, carried through as JSON.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One decoded input row: one image and its questions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct InputRow {
+    /// The parquet file the row came from.
+    pub source_file: String,
+    /// 0-based row index inside `source_file`.
+    pub row_index: usize,
+    /// The image; after reading, `bytes` is always filled (a `path`-only image is resolved
+    /// inside the dataset folder by the reader).
+    pub image: ImageRef,
+    /// The questions about this image.
+    pub qa: Vec<QaItem>,
+    /// Hex SHA-256 of `image.bytes` as stored in the input, if present.
+    pub image_sha256: Option<String>,
+    /// Benchmark family (e.g. `OrandCar`), if present.
+    pub family: Option<String>,
+    /// Unknown extra columns, carried through into `clean_meta`.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A per-row problem: the run goes on, and the row is reported in `errors.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowError {
+    /// Input file the row came from.
+    pub file: String,
+    /// 0-based row index in `file`, when known (`None` for a whole-file error).
+    pub row: Option<usize>,
+    /// The field at fault (`image.bytes`, `qa`, `qa[0].question`, …).
+    pub field: String,
+    /// A human-readable message.
+    pub message: String,
+}
+
+/// Which of the three per-family splits of SPEC §7 a row belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SplitKind {
+    /// `<Family>_RS_think`: accepted, with the reasoning trace.
+    Think,
+    /// `<Family>_RS_nothink`: accepted, without the reasoning trace.
+    NoThink,
+    /// `<Family>_rejected`: the official ground truth and what the model said instead.
+    Rejected,
+}
+
+impl SplitKind {
+    /// All kinds in output order.
+    pub const ALL: [SplitKind; 3] = [SplitKind::Think, SplitKind::NoThink, SplitKind::Rejected];
+
+    /// The split name for `family`, e.g. `OrandCar_RS_think`.
+    pub fn split_name(self, family: &str) -> String {
+        match self {
+            SplitKind::Think => format!("{family}_RS_think"),
+            SplitKind::NoThink => format!("{family}_RS_nothink"),
+            SplitKind::Rejected => format!("{family}_rejected"),
+        }
+    }
+}
+
+/// A `qa` entry of an accepted split (`_RS_think` / `_RS_nothink`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedQa {
+    /// Byte-identical prompt text.
+    pub question: String,
+    /// The model's own verified output: the text that passed the verifier, or the judged answer.
+    pub answer: String,
+    /// The original reference answer.
+    pub org_answer: String,
+    /// The reasoning trace; `Some` only in `_RS_think`.
+    pub think: Option<String>,
+    /// How it was accepted: `verifier:<name>:<variant>` (e.g. `verifier:alnum:first_line`) or `judge`.
+    pub accepted_by: String,
+    /// The judge's verdict when the judge accepted it (`CORRECT`), else `None`.
+    pub judge_verdict: Option<String>,
+}
+
+/// A `qa` entry of the `_rejected` split.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectedQa {
+    /// Byte-identical prompt text.
+    pub question: String,
+    /// The official ground truth.
+    pub answer: String,
+    /// What the model said instead (its answer after the reasoning, untrimmed of nothing).
+    pub wrong_vlm: String,
+    /// Why: `wrong_answer`, `judge_unsure`, `judge_numbers_disagree`, `no_answer`, `truncated`,
+    /// `unusable_reference`, ….
+    pub reason: String,
+    /// The judge's parsed verdict (`CORRECT`/`WRONG`/`UNSURE`), if the judge ran.
+    pub judge_verdict: Option<String>,
+    /// The judge's raw generated text, if the judge ran.
+    pub judge_raw: Option<String>,
+}
+
+/// One output row: one image with the `qa` entries of this image that landed in one split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputRow<Q> {
+    /// The original image, unchanged bytes.
+    pub image: ImageRef,
+    /// The entries of this image that landed in this split (never empty).
+    pub qa: Vec<Q>,
+    /// Per-row provenance and the cleaning policy that admitted it, as a JSON object string.
+    pub clean_meta: String,
+    /// Hex SHA-256 of the image bytes.
+    pub image_sha256: String,
+}
