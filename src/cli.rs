@@ -36,23 +36,25 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Build an input dataset (HF parquet) from images plus a labels JSONL.
+    // Each variant takes its help (about, long about, examples) from its `*Args` struct, so the
+    // variants carry no doc comments (clap would let them override the struct's long help).
+    #[allow(missing_docs)]
     Prepare(PrepareArgs),
-    /// Show schema, row count and the first rows of an input or output dataset.
+    #[allow(missing_docs)]
     Inspect(InspectArgs),
-    /// Sample, verify, judge and write the three splits per family.
+    #[allow(missing_docs)]
     Run(RunArgs),
-    /// Recompute every accept/reject decision of an output from its stored splits.
+    #[allow(missing_docs)]
     Verify(VerifyArgs),
-    /// Check one prediction against one reference with a string verifier.
+    #[allow(missing_docs)]
     Check(CheckArgs),
-    /// Merge the outputs of several shard runs into one output.
+    #[allow(missing_docs)]
     Merge(MergeArgs),
-    /// Measure engine throughput (prefill/decode tokens per second).
+    #[allow(missing_docs)]
     Bench(BenchArgs),
 }
 
-/// `verisample prepare`.
+/// Build an input dataset (HF parquet) from images plus a labels JSONL.
 #[derive(Debug, Args)]
 #[command(
     group(ArgGroup::new("source").required(true).args(["labels", "jsonl"])),
@@ -67,7 +69,7 @@ Output: OUT/data/<split>-00000-of-0000N.parquet with columns image{bytes,path} (
 qa[{question, answer, source = image sha256}], image_sha256, family and provenance columns; \
 row groups of at most 100 rows.",
     after_help = "Examples:\n  \
-verisample prepare --labels ../shared/data/orand-car-a/labels.jsonl --family OrandCar --split train --out orand-train\n  \
+verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
 verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input"
 )]
 pub struct PrepareArgs {
@@ -97,7 +99,7 @@ pub struct PrepareArgs {
     pub max_shard_mib: u64,
 }
 
-/// `verisample inspect`.
+/// Show schema, row count and the first rows of an input or output dataset.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Show what a dataset holds: per split, the Arrow schema, whether the `huggingface` \
@@ -114,14 +116,14 @@ pub struct InspectArgs {
     pub rows: usize,
 }
 
-/// `verisample run` (issue 6).
+/// Sample, verify, judge and write the three splits per family.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Run the whole job: read the input dataset, clean it, prompt the model with its own \
 chat template (reasoning on), decode greedily in batches, verify each answer, judge the rejected \
 ones, and write OUT/data/<Family>_{RS_think,RS_nothink,rejected}-*.parquet, OUT/README.md and \
 OUT/run.json. Without arguments it runs the embedded default model on the bundled sample.",
-    after_help = "Example:\n  verisample run --model ~/models/Qwen2-VL-2B-Instruct --input orand-train --out verisample-out"
+    after_help = "Example:\n  verisample run --model ~/models/Qwen2-VL-2B-Instruct --input orand --out verisample-out"
 )]
 pub struct RunArgs {
     /// Model directory (config.json, safetensors, tokenizer, chat template).
@@ -144,7 +146,7 @@ pub struct RunArgs {
     pub limit: Option<usize>,
 }
 
-/// `verisample verify` (issue 3).
+/// Recompute every accept/reject decision of an output from its stored splits.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Recompute every accept/reject decision of an output directory from its stored splits \
@@ -156,7 +158,7 @@ pub struct VerifyArgs {
     pub out: PathBuf,
 }
 
-/// `verisample check` (issue 3).
+/// Check one prediction against one reference with a string verifier.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Check one prediction against one reference with a string verifier and print which \
@@ -173,7 +175,7 @@ pub struct CheckArgs {
     pub verifier: String,
 }
 
-/// `verisample merge` (issue 6).
+/// Merge the outputs of several shard runs into one output.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Merge the output directories of several shard runs (one per GPU or machine) into \
@@ -189,7 +191,7 @@ pub struct MergeArgs {
     pub inputs: Vec<PathBuf>,
 }
 
-/// `verisample bench` (issue 5).
+/// Measure engine throughput (prefill/decode tokens per second).
 #[derive(Debug, Args)]
 #[command(
     long_about = "Measure the engine: prefill and decode tokens per second for a model on a device at \

@@ -1,6 +1,7 @@
 //! The `verisample` binary: parse arguments, set up logging, run, map the result to an exit
 //! code (0 ok, 1 error, 2 usage / not implemented).
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -16,7 +17,7 @@ fn init_tracing(verbose: u8, quiet: bool) {
         (false, _) => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).try_init();
 }
 
 fn main() -> ExitCode {
