@@ -32,7 +32,11 @@ pub struct AtomicError {
 
 impl AtomicError {
     fn new(op: &'static str, path: &Path, source: io::Error) -> Self {
-        Self { op, path: path.to_path_buf(), source }
+        Self {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -58,7 +62,11 @@ impl AtomicFile {
         let name = dest
             .file_name()
             .ok_or_else(|| {
-                AtomicError::new("name", &dest, io::Error::other("destination has no file name"))
+                AtomicError::new(
+                    "name",
+                    &dest,
+                    io::Error::other("destination has no file name"),
+                )
             })?
             .to_string_lossy()
             .into_owned();
@@ -69,7 +77,11 @@ impl AtomicFile {
             .create_new(true)
             .open(&tmp)
             .map_err(|e| AtomicError::new("create", &tmp, e))?;
-        Ok(Self { tmp, dest, file: Some(BufWriter::new(file)) })
+        Ok(Self {
+            tmp,
+            dest,
+            file: Some(BufWriter::new(file)),
+        })
     }
 
     /// The final path this file will have after [`AtomicFile::commit`].
@@ -82,12 +94,20 @@ impl AtomicFile {
     /// Errors: any of those steps failing; the temporary file is then removed.
     pub fn commit(mut self) -> Result<PathBuf, AtomicError> {
         let Some(buf) = self.file.take() else {
-            return Err(AtomicError::new("commit", &self.dest, io::Error::other("already closed")));
+            return Err(AtomicError::new(
+                "commit",
+                &self.dest,
+                io::Error::other("already closed"),
+            ));
         };
-        let file = buf.into_inner().map_err(|e| AtomicError::new("write", &self.tmp, e.into_error()))?;
-        file.sync_all().map_err(|e| AtomicError::new("fsync", &self.tmp, e))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| AtomicError::new("write", &self.tmp, e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| AtomicError::new("fsync", &self.tmp, e))?;
         drop(file);
-        std::fs::rename(&self.tmp, &self.dest).map_err(|e| AtomicError::new("rename", &self.dest, e))?;
+        std::fs::rename(&self.tmp, &self.dest)
+            .map_err(|e| AtomicError::new("rename", &self.dest, e))?;
         sync_parent_dir(&self.dest)?;
         Ok(self.dest.clone())
     }
@@ -123,7 +143,8 @@ impl Drop for AtomicFile {
 /// Errors: any I/O step failing; `dest` is then unchanged.
 pub fn write_atomic(dest: impl AsRef<Path>, bytes: &[u8]) -> Result<PathBuf, AtomicError> {
     let mut f = AtomicFile::create(dest)?;
-    f.write_all(bytes).map_err(|e| AtomicError::new("write", &f.tmp, e))?;
+    f.write_all(bytes)
+        .map_err(|e| AtomicError::new("write", &f.tmp, e))?;
     f.commit()
 }
 
@@ -147,7 +168,8 @@ pub fn sync_parent_dir(path: &Path) -> Result<(), AtomicError> {
     };
     if cfg!(unix) {
         let d = File::open(&dir).map_err(|e| AtomicError::new("open dir", &dir, e))?;
-        d.sync_all().map_err(|e| AtomicError::new("fsync dir", &dir, e))?;
+        d.sync_all()
+            .map_err(|e| AtomicError::new("fsync dir", &dir, e))?;
     }
     Ok(())
 }
@@ -158,7 +180,11 @@ mod tests {
 
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v

@@ -248,11 +248,31 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Prepare(a) => run_prepare(a),
         Command::Inspect(a) => run_inspect(a),
-        Command::Run(_) => Err(NotImplemented { command: "run", issue: 6 }.into()),
-        Command::Verify(_) => Err(NotImplemented { command: "verify", issue: 3 }.into()),
-        Command::Check(_) => Err(NotImplemented { command: "check", issue: 3 }.into()),
-        Command::Merge(_) => Err(NotImplemented { command: "merge", issue: 6 }.into()),
-        Command::Bench(_) => Err(NotImplemented { command: "bench", issue: 5 }.into()),
+        Command::Run(_) => Err(NotImplemented {
+            command: "run",
+            issue: 6,
+        }
+        .into()),
+        Command::Verify(_) => Err(NotImplemented {
+            command: "verify",
+            issue: 3,
+        }
+        .into()),
+        Command::Check(_) => Err(NotImplemented {
+            command: "check",
+            issue: 3,
+        }
+        .into()),
+        Command::Merge(_) => Err(NotImplemented {
+            command: "merge",
+            issue: 6,
+        }
+        .into()),
+        Command::Bench(_) => Err(NotImplemented {
+            command: "bench",
+            issue: 5,
+        }
+        .into()),
     }
 }
 
@@ -262,7 +282,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     if let Some(f) = &a.family {
         if !is_valid_family_name(f) {
-            return Err(usage(format!("--family {f:?}: use letters, digits and _ only (it becomes part of split names)")));
+            return Err(usage(format!(
+                "--family {f:?}: use letters, digits and _ only (it becomes part of split names)"
+            )));
         }
     }
     if a.max_shard_mib == 0 {
@@ -270,12 +292,17 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     }
     let split = a.split.clone().unwrap_or_else(|| "train".to_string());
     if !is_valid_split_name(&split) {
-        return Err(usage(format!("--split {split:?}: a split name must match ^\\w+(\\.\\w+)*$")));
+        return Err(usage(format!(
+            "--split {split:?}: a split name must match ^\\w+(\\.\\w+)*$"
+        )));
     }
     let source = match (a.labels, a.jsonl) {
         (Some(labels), None) => {
             if !labels.is_file() {
-                return Err(usage(format!("--labels {}: no such file", labels.display())));
+                return Err(usage(format!(
+                    "--labels {}: no such file",
+                    labels.display()
+                )));
             }
             let Some(family) = a.family.as_deref() else {
                 return Err(usage("--labels needs --family (e.g. --family OrandCar)"));
@@ -284,16 +311,31 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
                 (Some(q), _) if q.trim().is_empty() => return Err(usage("--question is empty")),
                 (Some(q), _) => q,
                 (None, Some(q)) => q.to_string(),
-                (None, None) => return Err(usage(format!("family {family} has no built-in question: pass --question"))),
+                (None, None) => {
+                    return Err(usage(format!(
+                        "family {family} has no built-in question: pass --question"
+                    )))
+                }
             };
             let images = match a.images {
                 Some(d) => d,
-                None => labels.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), PathBuf::from),
+                None => labels
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map_or_else(|| PathBuf::from("."), PathBuf::from),
             };
             if !images.is_dir() {
-                return Err(usage(format!("--images {}: no such folder", images.display())));
+                return Err(usage(format!(
+                    "--images {}: no such folder",
+                    images.display()
+                )));
             }
-            PrepareSource::Labels { labels, images, question, split_filter: a.split }
+            PrepareSource::Labels {
+                labels,
+                images,
+                question,
+                split_filter: a.split,
+            }
         }
         (None, Some(jsonl)) => {
             if !jsonl.is_file() {
@@ -303,8 +345,17 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
         }
         _ => return Err(usage("give exactly one of --labels or --jsonl")),
     };
-    let shard = ShardOptions { max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024), rows_per_group: MAX_ROWS_PER_GROUP };
-    Ok(PrepareOptions { source, family: a.family, out: a.out, split, shard })
+    let shard = ShardOptions {
+        max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024),
+        rows_per_group: MAX_ROWS_PER_GROUP,
+    };
+    Ok(PrepareOptions {
+        source,
+        family: a.family,
+        out: a.out,
+        split,
+        shard,
+    })
 }
 
 fn run_prepare(a: PrepareArgs) -> anyhow::Result<()> {
@@ -348,14 +399,22 @@ mod tests {
     fn exit_codes() {
         assert_eq!(exit_code(&Ok(())), 0);
         assert_eq!(exit_code(&Err(usage("x"))), 2);
-        assert_eq!(exit_code(&Err(NotImplemented { command: "run", issue: 6 }.into())), 2);
+        assert_eq!(
+            exit_code(&Err(NotImplemented {
+                command: "run",
+                issue: 6
+            }
+            .into())),
+            2
+        );
         assert_eq!(exit_code(&Err(anyhow::anyhow!("io"))), 1);
     }
 
     #[test]
     fn prepare_validation() {
         let parse = |args: &[&str]| -> anyhow::Result<PrepareOptions> {
-            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args)).map_err(|e| anyhow::anyhow!(e.to_string()))?;
+            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args))
+                .map_err(|e| anyhow::anyhow!(e.to_string()))?;
             match cli.command {
                 Command::Prepare(a) => prepare_options(a),
                 _ => unreachable!(),
@@ -365,10 +424,17 @@ mod tests {
         let labels = dir.path().join("labels.jsonl");
         std::fs::write(&labels, "").unwrap();
         let l = labels.to_str().unwrap();
-        let ok = parse(&["--labels", l, "--family", "OrandCar", "--split", "val", "--out", "o"]).unwrap();
+        let ok = parse(&[
+            "--labels", l, "--family", "OrandCar", "--split", "val", "--out", "o",
+        ])
+        .unwrap();
         assert_eq!(ok.split, "val");
         match ok.source {
-            PrepareSource::Labels { question, split_filter, .. } => {
+            PrepareSource::Labels {
+                question,
+                split_filter,
+                ..
+            } => {
                 assert_eq!(question, crate::family::ORAND_CAR_QUESTION);
                 assert_eq!(split_filter.as_deref(), Some("val"));
             }
@@ -376,11 +442,35 @@ mod tests {
         }
         for (args, want) in [
             (vec!["--labels", l, "--out", "o"], "needs --family"),
-            (vec!["--labels", l, "--family", "Other", "--out", "o"], "no built-in question"),
-            (vec!["--labels", l, "--family", "Or-and", "--out", "o"], "--family"),
-            (vec!["--labels", "/nonexistent.jsonl", "--family", "OrandCar", "--out", "o"], "no such file"),
-            (vec!["--labels", l, "--family", "OrandCar", "--split", "a b", "--out", "o"], "split name"),
-            (vec!["--labels", l, "--jsonl", l, "--out", "o"], "cannot be used with"),
+            (
+                vec!["--labels", l, "--family", "Other", "--out", "o"],
+                "no built-in question",
+            ),
+            (
+                vec!["--labels", l, "--family", "Or-and", "--out", "o"],
+                "--family",
+            ),
+            (
+                vec![
+                    "--labels",
+                    "/nonexistent.jsonl",
+                    "--family",
+                    "OrandCar",
+                    "--out",
+                    "o",
+                ],
+                "no such file",
+            ),
+            (
+                vec![
+                    "--labels", l, "--family", "OrandCar", "--split", "a b", "--out", "o",
+                ],
+                "split name",
+            ),
+            (
+                vec!["--labels", l, "--jsonl", l, "--out", "o"],
+                "cannot be used with",
+            ),
         ] {
             let e = parse(&args).unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");

@@ -20,7 +20,10 @@ pub struct FamilySpec {
 }
 
 /// Every family this build knows by name. Others may still be used with an explicit question.
-pub const KNOWN_FAMILIES: &[FamilySpec] = &[FamilySpec { name: ORAND_CAR, question: Some(ORAND_CAR_QUESTION) }];
+pub const KNOWN_FAMILIES: &[FamilySpec] = &[FamilySpec {
+    name: ORAND_CAR,
+    question: Some(ORAND_CAR_QUESTION),
+}];
 
 /// Look up a known family by exact name.
 pub fn family_spec(name: &str) -> Option<&'static FamilySpec> {
@@ -45,13 +48,25 @@ mod tests {
         assert!(ORAND_CAR_QUESTION.ends_with("Answer in short without any other content."));
         assert_eq!(ORAND_CAR_QUESTION.len(), 157);
         assert!(!ORAND_CAR_QUESTION.contains('\n'));
-        assert_eq!(family_spec("OrandCar").and_then(|f| f.question), Some(ORAND_CAR_QUESTION));
+        assert_eq!(
+            family_spec("OrandCar").and_then(|f| f.question),
+            Some(ORAND_CAR_QUESTION)
+        );
         assert_eq!(family_spec("orandcar"), None);
     }
 
     #[test]
     fn family_names() {
-        for (name, ok) in [("OrandCar", true), ("IIIT5K", true), ("a_b", true), ("", false), ("a-b", false), ("a.b", false), ("a b", false), ("é", false)] {
+        for (name, ok) in [
+            ("OrandCar", true),
+            ("IIIT5K", true),
+            ("a_b", true),
+            ("", false),
+            ("a-b", false),
+            ("a.b", false),
+            ("a b", false),
+            ("é", false),
+        ] {
             assert_eq!(is_valid_family_name(name), ok, "{name:?}");
         }
     }

@@ -17,7 +17,10 @@ fn unimplemented_commands_exit_2_with_their_issue() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "no fake output for {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.trim(), format!("`{}` is not implemented yet (issue {issue})", args[0]));
+        assert_eq!(
+            err.trim(),
+            format!("`{}` is not implemented yet (issue {issue})", args[0])
+        );
     }
 }
 
@@ -25,17 +28,39 @@ fn unimplemented_commands_exit_2_with_their_issue() {
 fn usage_errors_exit_2_and_help_has_examples() {
     let out = bin().args(["prepare", "--out", "o"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = bin().args(["prepare", "--labels", "/nonexistent/labels.jsonl", "--family", "OrandCar", "--out", "o"]).output().unwrap();
+    let out = bin()
+        .args([
+            "prepare",
+            "--labels",
+            "/nonexistent/labels.jsonl",
+            "--family",
+            "OrandCar",
+            "--out",
+            "o",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
-    let out = bin().args(["inspect", "/nonexistent/dir"]).output().unwrap();
+    let out = bin()
+        .args(["inspect", "/nonexistent/dir"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    for cmd in ["prepare", "inspect", "run", "verify", "check", "merge", "bench"] {
+    for cmd in [
+        "prepare", "inspect", "run", "verify", "check", "merge", "bench",
+    ] {
         let out = bin().args([cmd, "--help"]).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{cmd}");
         let help = String::from_utf8_lossy(&out.stdout);
-        assert!(help.contains("Example"), "{cmd} --help has no example:\n{help}");
-        assert!(help.contains(&format!("verisample {cmd}")), "{cmd}:\n{help}");
+        assert!(
+            help.contains("Example"),
+            "{cmd} --help has no example:\n{help}"
+        );
+        assert!(
+            help.contains(&format!("verisample {cmd}")),
+            "{cmd}:\n{help}"
+        );
     }
 }
 

@@ -14,7 +14,10 @@ use verisample::record::InputRow;
 use dataset_util::{bin, png, shared_data};
 
 fn read_all(spec: &Path) -> Vec<InputRow> {
-    InputReader::open(spec.to_str().unwrap()).unwrap().map(|r| r.unwrap_or_else(|e| panic!("{e:?}"))).collect()
+    InputReader::open(spec.to_str().unwrap())
+        .unwrap()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e:?}")))
+        .collect()
 }
 
 #[test]
@@ -30,7 +33,10 @@ fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let by_file: HashMap<String, &serde_json::Value> = labels.iter().map(|v| (v["file"].as_str().unwrap().to_string(), v)).collect();
+    let by_file: HashMap<String, &serde_json::Value> = labels
+        .iter()
+        .map(|v| (v["file"].as_str().unwrap().to_string(), v))
+        .collect();
     let tmp = tempfile::tempdir().unwrap();
     let mut total = 0;
     for (split, want_rows) in [("train", 1080), ("val", 78)] {
@@ -42,9 +48,18 @@ fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
             .arg(&out)
             .output()
             .unwrap();
-        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
         let listed = String::from_utf8(st.stdout).unwrap();
-        assert_eq!(listed.trim(), out.join(format!("data/{split}-00000-of-00001.parquet")).display().to_string());
+        assert_eq!(
+            listed.trim(),
+            out.join(format!("data/{split}-00000-of-00001.parquet"))
+                .display()
+                .to_string()
+        );
 
         let rows = read_all(&out);
         assert_eq!(rows.len(), want_rows, "{split}");
@@ -56,19 +71,37 @@ fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
             assert!(bytes == original.as_slice(), "{file}: image bytes differ");
             let sha = sha256_hex(&original);
             assert_eq!(r.image_sha256.as_deref(), Some(sha.as_str()), "{file}");
-            assert_eq!(r.image.path.as_deref(), Path::new(file).file_name().and_then(|n| n.to_str()));
+            assert_eq!(
+                r.image.path.as_deref(),
+                Path::new(file).file_name().and_then(|n| n.to_str())
+            );
             assert_eq!(r.family.as_deref(), Some("OrandCar"));
             assert_eq!(r.qa.len(), 1);
             assert_eq!(r.qa[0].question, ORAND_CAR_QUESTION);
             assert_eq!(r.qa[0].answer, label["label"].as_str().unwrap());
             assert_eq!(r.qa[0].source.as_deref(), Some(sha.as_str()));
             assert_eq!(r.extra["split"], serde_json::json!(split));
-            assert_eq!(r.extra["width"], serde_json::json!(label["width"].to_string()));
-            assert_eq!(r.extra["digits"].as_str().map(|s| serde_json::from_str::<serde_json::Value>(s).unwrap()), Some(label["digits"].clone()));
+            assert_eq!(
+                r.extra["width"],
+                serde_json::json!(label["width"].to_string())
+            );
+            assert_eq!(
+                r.extra["digits"]
+                    .as_str()
+                    .map(|s| serde_json::from_str::<serde_json::Value>(s).unwrap()),
+                Some(label["digits"].clone())
+            );
         }
         // Row groups of at most 100 rows.
-        let f = SerializedFileReader::new(std::fs::File::open(out.join(format!("data/{split}-00000-of-00001.parquet"))).unwrap()).unwrap();
-        assert!(f.metadata().row_groups().iter().all(|g| g.num_rows() <= 100));
+        let f = SerializedFileReader::new(
+            std::fs::File::open(out.join(format!("data/{split}-00000-of-00001.parquet"))).unwrap(),
+        )
+        .unwrap();
+        assert!(f
+            .metadata()
+            .row_groups()
+            .iter()
+            .all(|g| g.num_rows() <= 100));
         assert_eq!(f.metadata().num_row_groups(), want_rows.div_ceil(100));
         total += rows.len();
     }
@@ -92,23 +125,56 @@ fn prepare_generic_jsonl_groups_questions_per_image() {
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let st = bin().args(["-q", "prepare", "--jsonl"]).arg(src.join("qa.jsonl")).args(["--family", "Mine", "--out"]).arg(&out).output().unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(src.join("qa.jsonl"))
+        .args(["--family", "Mine", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let rows = read_all(&out);
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].image.bytes.as_deref(), Some(a.as_slice()));
-    assert_eq!(rows[0].qa.iter().map(|q| (q.question.as_str(), q.answer.as_str())).collect::<Vec<_>>(), [("Q1", "A1"), ("Q3", "A3")]);
+    assert_eq!(
+        rows[0]
+            .qa
+            .iter()
+            .map(|q| (q.question.as_str(), q.answer.as_str()))
+            .collect::<Vec<_>>(),
+        [("Q1", "A1"), ("Q3", "A3")]
+    );
     assert_eq!(rows[1].image.bytes.as_deref(), Some(b.as_slice()));
-    assert_eq!(rows[1].qa[0].extra.get("topic"), Some(&serde_json::json!("x")));
-    assert_eq!(rows[0].qa[0].extra.get("topic"), Some(&serde_json::Value::Null));
+    assert_eq!(
+        rows[1].qa[0].extra.get("topic"),
+        Some(&serde_json::json!("x"))
+    );
+    assert_eq!(
+        rows[0].qa[0].extra.get("topic"),
+        Some(&serde_json::Value::Null)
+    );
     assert_eq!(rows[1].family.as_deref(), Some("Mine"));
 
     // inspect shows the rows with decoded sizes and a verified hash.
-    let ins = bin().args(["inspect", "--rows", "1"]).arg(&out).output().unwrap();
+    let ins = bin()
+        .args(["inspect", "--rows", "1"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(ins.status.success());
     let text = String::from_utf8(ins.stdout).unwrap();
     assert!(text.contains("== train (1 file(s))"), "{text}");
-    assert!(text.contains(&format!("image: {} bytes, 5x4 Png, path \"a.png\"", a.len())), "{text}");
+    assert!(
+        text.contains(&format!(
+            "image: {} bytes, 5x4 Png, path \"a.png\"",
+            a.len()
+        )),
+        "{text}"
+    );
     assert!(text.contains("(matches the bytes)"), "{text}");
     assert!(text.contains("huggingface metadata: yes"), "{text}");
     assert!(text.contains("  rows: 2\n"), "{text}");
@@ -121,10 +187,23 @@ fn prepare_refuses_images_outside_the_folder() {
     let src = tmp.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(tmp.path().join("outside.png"), png(2, 2, 0)).unwrap();
-    std::fs::write(src.join("labels.jsonl"), "{\"file\": \"../outside.png\", \"label\": \"1\"}\n").unwrap();
-    let st = bin().args(["prepare", "--labels"]).arg(src.join("labels.jsonl")).args(["--family", "OrandCar", "--out"]).arg(tmp.path().join("o")).output().unwrap();
+    std::fs::write(
+        src.join("labels.jsonl"),
+        "{\"file\": \"../outside.png\", \"label\": \"1\"}\n",
+    )
+    .unwrap();
+    let st = bin()
+        .args(["prepare", "--labels"])
+        .arg(src.join("labels.jsonl"))
+        .args(["--family", "OrandCar", "--out"])
+        .arg(tmp.path().join("o"))
+        .output()
+        .unwrap();
     assert_eq!(st.status.code(), Some(1));
     let err = String::from_utf8_lossy(&st.stderr);
     assert!(err.contains("escapes the dataset folder"), "{err}");
-    assert!(!tmp.path().join("o/data/train-00000-of-00001.parquet").exists());
+    assert!(!tmp
+        .path()
+        .join("o/data/train-00000-of-00001.parquet")
+        .exists());
 }

@@ -38,7 +38,12 @@ pub struct CardSplit {
 
 impl From<&ShardSummary> for CardSplit {
     fn from(s: &ShardSummary) -> Self {
-        Self { name: s.split.clone(), num_examples: s.num_rows, num_bytes: s.num_bytes, download_bytes: s.file_bytes }
+        Self {
+            name: s.split.clone(),
+            num_examples: s.num_rows,
+            num_bytes: s.num_bytes,
+            download_bytes: s.file_bytes,
+        }
     }
 }
 
@@ -88,7 +93,11 @@ pub fn output_configs(splits: &[CardSplit]) -> Vec<CardConfig> {
         .into_iter()
         .map(|(kind, mut splits)| {
             splits.sort_by(|a, b| a.name.cmp(&b.name));
-            CardConfig { name: config_name(kind).to_string(), schema: split_schema(kind), splits }
+            CardConfig {
+                name: config_name(kind).to_string(),
+                schema: split_schema(kind),
+                splits,
+            }
         })
         .collect()
 }
@@ -108,15 +117,25 @@ pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
         // `<split>-00000-of-00001.parquet`: the split is everything before the last 23 chars.
         if let Some(split) = name.len().checked_sub(23).map(|n| &name[..n]) {
             if super::shards::is_shard_of(&name, split) && kind_of_split(split).is_some() {
-                by_split.entry(split.to_string()).or_default().push(entry.path());
+                by_split
+                    .entry(split.to_string())
+                    .or_default()
+                    .push(entry.path());
             }
         }
     }
     let mut out = Vec::new();
     for (split, files) in by_split {
-        let mut s = CardSplit { name: split, num_examples: 0, num_bytes: 0, download_bytes: 0 };
+        let mut s = CardSplit {
+            name: split,
+            num_examples: 0,
+            num_bytes: 0,
+            download_bytes: 0,
+        };
         for f in files {
-            s.download_bytes += std::fs::metadata(&f).map_err(|e| DatasetError::io(&f, e))?.len();
+            s.download_bytes += std::fs::metadata(&f)
+                .map_err(|e| DatasetError::io(&f, e))?
+                .len();
             let file = std::fs::File::open(&f).map_err(|e| DatasetError::io(&f, e))?;
             let reader = ParquetRecordBatchReaderBuilder::try_new(file)
                 .map_err(|e| DatasetError::parquet(&f, e))?
@@ -125,7 +144,11 @@ pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
             for batch in reader {
                 let batch = batch?;
                 s.num_examples += batch.num_rows() as u64;
-                s.num_bytes += batch.columns().iter().map(|c| arrow_nbytes(&c.to_data())).sum::<u64>();
+                s.num_bytes += batch
+                    .columns()
+                    .iter()
+                    .map(|c| arrow_nbytes(&c.to_data()))
+                    .sum::<u64>();
             }
         }
         out.push(s);
@@ -146,7 +169,11 @@ pub fn render_card(configs: &[CardConfig], title: &str) -> Result<String, Datase
         y.push_str("  data_files:\n");
         for s in &c.splits {
             let _ = writeln!(y, "  - split: {}", yaml_scalar(&s.name));
-            let _ = writeln!(y, "    path: {}", yaml_scalar(&format!("data/{}-*", s.name)));
+            let _ = writeln!(
+                y,
+                "    path: {}",
+                yaml_scalar(&format!("data/{}-*", s.name))
+            );
         }
     }
     y.push_str("dataset_info:\n");
@@ -156,10 +183,24 @@ pub fn render_card(configs: &[CardConfig], title: &str) -> Result<String, Datase
         y.push_str(&features_yaml(&c.schema, 2)?);
         y.push_str("  splits:\n");
         for s in &c.splits {
-            let _ = writeln!(y, "  - name: {}\n    num_bytes: {}\n    num_examples: {}", yaml_scalar(&s.name), s.num_bytes, s.num_examples);
+            let _ = writeln!(
+                y,
+                "  - name: {}\n    num_bytes: {}\n    num_examples: {}",
+                yaml_scalar(&s.name),
+                s.num_bytes,
+                s.num_examples
+            );
         }
-        let _ = writeln!(y, "  download_size: {}", c.splits.iter().map(|s| s.download_bytes).sum::<u64>());
-        let _ = writeln!(y, "  dataset_size: {}", c.splits.iter().map(|s| s.num_bytes).sum::<u64>());
+        let _ = writeln!(
+            y,
+            "  download_size: {}",
+            c.splits.iter().map(|s| s.download_bytes).sum::<u64>()
+        );
+        let _ = writeln!(
+            y,
+            "  dataset_size: {}",
+            c.splits.iter().map(|s| s.num_bytes).sum::<u64>()
+        );
     }
     y.push_str("---\n\n");
     let _ = writeln!(y, "# {title}\n");
@@ -186,8 +227,15 @@ and the judge's verdict.\n\n",
 /// Write the card to `<out_dir>/README.md` atomically.
 ///
 /// Errors: as [`render_card`], or the write fails.
-pub fn write_card(out_dir: &Path, configs: &[CardConfig], title: &str) -> Result<PathBuf, DatasetError> {
-    Ok(write_atomic(out_dir.join("README.md"), render_card(configs, title)?.as_bytes())?)
+pub fn write_card(
+    out_dir: &Path,
+    configs: &[CardConfig],
+    title: &str,
+) -> Result<PathBuf, DatasetError> {
+    Ok(write_atomic(
+        out_dir.join("README.md"),
+        render_card(configs, title)?.as_bytes(),
+    )?)
 }
 
 /// Write `<out_dir>/run.json` (pretty JSON, trailing newline) atomically. The pipeline fills
@@ -195,7 +243,8 @@ pub fn write_card(out_dir: &Path, configs: &[CardConfig], title: &str) -> Result
 ///
 /// Errors: the write fails.
 pub fn write_run_json(out_dir: &Path, run: &Value) -> Result<PathBuf, DatasetError> {
-    let mut text = serde_json::to_string_pretty(run).map_err(|e| DatasetError::Invalid(e.to_string()))?;
+    let mut text =
+        serde_json::to_string_pretty(run).map_err(|e| DatasetError::Invalid(e.to_string()))?;
     text.push('\n');
     Ok(write_atomic(out_dir.join("run.json"), text.as_bytes())?)
 }
@@ -205,7 +254,12 @@ mod tests {
     use super::*;
 
     fn split(name: &str, n: u64) -> CardSplit {
-        CardSplit { name: name.into(), num_examples: n, num_bytes: n * 10, download_bytes: n * 7 }
+        CardSplit {
+            name: name.into(),
+            num_examples: n,
+            num_bytes: n * 10,
+            download_bytes: n * 7,
+        }
     }
 
     #[test]
@@ -222,14 +276,32 @@ mod tests {
 
     #[test]
     fn card_groups_by_kind_and_sums_sizes() {
-        let configs = output_configs(&[split("B_RS_think", 2), split("A_rejected", 1), split("A_RS_think", 3), split("train", 9)]);
+        let configs = output_configs(&[
+            split("B_RS_think", 2),
+            split("A_rejected", 1),
+            split("A_RS_think", 3),
+            split("train", 9),
+        ]);
         let names: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["RS_think", "rejected"]);
-        assert_eq!(configs[0].splits.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["A_RS_think", "B_RS_think"]);
+        assert_eq!(
+            configs[0]
+                .splits
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            ["A_RS_think", "B_RS_think"]
+        );
         let card = render_card(&configs, "t").unwrap();
         assert!(card.starts_with("---\nconfigs:\n- config_name: RS_think\n  default: true\n  data_files:\n  - split: A_RS_think\n    path: data/A_RS_think-*\n"), "{card}");
-        assert!(card.contains("  - name: A_RS_think\n    num_bytes: 30\n    num_examples: 3\n"), "{card}");
-        assert!(card.contains("  download_size: 35\n  dataset_size: 50\n"), "{card}");
+        assert!(
+            card.contains("  - name: A_RS_think\n    num_bytes: 30\n    num_examples: 3\n"),
+            "{card}"
+        );
+        assert!(
+            card.contains("  download_size: 35\n  dataset_size: 50\n"),
+            "{card}"
+        );
         assert!(card.contains("- config_name: rejected\n  features:\n  - name: image\n    dtype: image\n  - name: qa\n    list:\n    - name: question\n"), "{card}");
         assert!(!card.contains("split: train\n") && !card.contains("name: train\n"));
         assert_eq!(card.matches("\n---\n").count(), 1);
@@ -238,7 +310,8 @@ mod tests {
     #[test]
     fn run_json_is_pretty_and_atomic() {
         let dir = tempfile::tempdir().unwrap();
-        let p = write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 3}})).unwrap();
+        let p =
+            write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 3}})).unwrap();
         let text = std::fs::read_to_string(p).unwrap();
         assert_eq!(text, "{\n  \"counts\": {\n    \"accepted\": 3\n  }\n}\n");
     }

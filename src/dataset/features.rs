@@ -48,7 +48,9 @@ pub fn feature_of(dt: &DataType) -> Result<Value, DatasetError> {
             Ok(Value::Object(m))
         }
         DataType::List(inner) => Ok(Value::Array(vec![feature_of(inner.data_type())?])),
-        other => Err(DatasetError::Schema(format!("no datasets feature for arrow type {other}"))),
+        other => Err(DatasetError::Schema(format!(
+            "no datasets feature for arrow type {other}"
+        ))),
     }
 }
 
@@ -102,7 +104,9 @@ fn field_yaml(f: &Field, indent: usize, out: &mut String) -> Result<(), DatasetE
 fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), DatasetError> {
     let pad = " ".repeat(indent);
     match dt {
-        DataType::Struct(fields) if is_image_struct(fields) => out.push_str(&format!("{pad}dtype: image\n")),
+        DataType::Struct(fields) if is_image_struct(fields) => {
+            out.push_str(&format!("{pad}dtype: image\n"))
+        }
         DataType::Struct(fields) => {
             out.push_str(&format!("{pad}struct:\n"));
             for f in fields.iter() {
@@ -117,7 +121,9 @@ fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), Datas
                 }
             }
             DataType::List(_) => {
-                return Err(DatasetError::Schema("nested lists are not written to the card".into()));
+                return Err(DatasetError::Schema(
+                    "nested lists are not written to the card".into(),
+                ));
             }
             other => out.push_str(&format!("{pad}list: {}\n", scalar_dtype(other)?)),
         },
@@ -131,18 +137,26 @@ fn scalar_dtype(dt: &DataType) -> Result<String, DatasetError> {
         Value::Object(m) if m.get("_type") == Some(&json!("Image")) => Ok("image".into()),
         Value::Object(m) => match m.get("dtype") {
             Some(Value::String(s)) => Ok(s.clone()),
-            _ => Err(DatasetError::Schema(format!("arrow type {dt} is not a scalar feature"))),
+            _ => Err(DatasetError::Schema(format!(
+                "arrow type {dt} is not a scalar feature"
+            ))),
         },
-        _ => Err(DatasetError::Schema(format!("arrow type {dt} is not a scalar feature"))),
+        _ => Err(DatasetError::Schema(format!(
+            "arrow type {dt} is not a scalar feature"
+        ))),
     }
 }
 
 /// A YAML scalar: bare when it is a plain word, else a double-quoted JSON string (valid YAML).
 pub fn yaml_scalar(s: &str) -> String {
     let plain = !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '*'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '*'))
         && !s.starts_with(['-', '*', '.'])
-        && !matches!(s.to_ascii_lowercase().as_str(), "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~")
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~"
+        )
         && s.parse::<f64>().is_err();
     if plain {
         s.to_string()
@@ -187,15 +201,24 @@ mod tests {
 
     #[test]
     fn image_struct_needs_exact_types_and_order() {
-        let swapped = Fields::from(vec![Field::new("path", DataType::Utf8, true), Field::new("bytes", DataType::Binary, true)]);
-        let large = Fields::from(vec![Field::new("bytes", DataType::LargeBinary, true), Field::new("path", DataType::Utf8, true)]);
+        let swapped = Fields::from(vec![
+            Field::new("path", DataType::Utf8, true),
+            Field::new("bytes", DataType::Binary, true),
+        ]);
+        let large = Fields::from(vec![
+            Field::new("bytes", DataType::LargeBinary, true),
+            Field::new("path", DataType::Utf8, true),
+        ]);
         assert!(is_image_struct(match &image_type() {
             DataType::Struct(f) => f,
             _ => unreachable!(),
         }));
         assert!(!is_image_struct(&swapped));
         assert!(!is_image_struct(&large));
-        assert_eq!(feature_of(&DataType::Struct(swapped)).unwrap()["path"]["dtype"], "string");
+        assert_eq!(
+            feature_of(&DataType::Struct(swapped)).unwrap()["path"]["dtype"],
+            "string"
+        );
     }
 
     #[test]
@@ -203,7 +226,11 @@ mod tests {
         let schema = Schema::new(vec![
             Field::new("image", image_type(), true),
             Field::new("qa", qa_type(), true),
-            Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
         ]);
         let want = "  - name: image\n    dtype: image\n  - name: qa\n    list:\n    - name: question\n      dtype: string\n    - name: think\n      dtype: string\n  - name: tags\n    list: string\n";
         assert_eq!(features_yaml(&schema, 2).unwrap(), want);

@@ -24,7 +24,10 @@ const MAX_SHOWN_CHARS: usize = 160;
 /// The split a shard file belongs to (`train-00000-of-00002.parquet` → `train`), or the
 /// whole file name when it does not follow the convention.
 fn split_of(path: &std::path::Path) -> String {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match name.len().checked_sub(23).map(|n| &name[..n]) {
         Some(split) if super::shards::is_shard_of(&name, split) => split.to_string(),
         _ => name,
@@ -52,12 +55,18 @@ fn cut_json(v: Value) -> Value {
 
 /// Describe the image at row `i` of an `image` struct column.
 fn describe_image(col: &dyn Array, i: usize) -> (String, Option<String>) {
-    let Ok(s) = as_struct(col) else { return (format!("not a struct ({})", col.data_type()), None) };
+    let Ok(s) = as_struct(col) else {
+        return (format!("not a struct ({})", col.data_type()), None);
+    };
     if s.is_null(i) {
         return ("null".into(), None);
     }
-    let path = s.column_by_name("path").and_then(|c| get_string(c.as_ref(), i).ok().flatten());
-    let bytes = s.column_by_name("bytes").and_then(|c| get_bytes(c.as_ref(), i).ok().flatten());
+    let path = s
+        .column_by_name("path")
+        .and_then(|c| get_string(c.as_ref(), i).ok().flatten());
+    let bytes = s
+        .column_by_name("bytes")
+        .and_then(|c| get_bytes(c.as_ref(), i).ok().flatten());
     let path_txt = path.map_or_else(|| "null".to_string(), |p| format!("{p:?}"));
     match bytes {
         None => (format!("no bytes, path {path_txt}"), None),
@@ -66,9 +75,16 @@ fn describe_image(col: &dyn Array, i: usize) -> (String, Option<String>) {
                 .with_guessed_format()
                 .ok()
                 .and_then(|r| r.format().map(|f| (f, r)))
-                .and_then(|(f, r)| r.into_dimensions().ok().map(|(w, h)| format!("{w}x{h} {f:?}")))
+                .and_then(|(f, r)| {
+                    r.into_dimensions()
+                        .ok()
+                        .map(|(w, h)| format!("{w}x{h} {f:?}"))
+                })
                 .unwrap_or_else(|| "undecodable".to_string());
-            (format!("{} bytes, {dims}, path {path_txt}", b.len()), Some(sha256_hex(&b)))
+            (
+                format!("{} bytes, {dims}, path {path_txt}", b.len()),
+                Some(sha256_hex(&b)),
+            )
         }
     }
 }
@@ -90,7 +106,11 @@ fn describe_row(batch: &RecordBatch, i: usize, out: &mut String) {
                     (Some(_), Some(c)) => format!(" (MISMATCH: the bytes hash to {c})"),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "    image_sha256: {}{check}", stored.as_deref().unwrap_or("null"));
+                let _ = writeln!(
+                    out,
+                    "    image_sha256: {}{check}",
+                    stored.as_deref().unwrap_or("null")
+                );
             }
             "qa" => match to_json(col.as_ref(), i) {
                 Value::Array(items) => {
@@ -121,18 +141,26 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
         groups.entry(split_of(f)).or_default().push(f.clone());
     }
     let mut out = String::new();
-    let _ = writeln!(out, "{}: {} parquet file(s), {} split(s)", spec, inputs.files.len(), groups.len());
+    let _ = writeln!(
+        out,
+        "{}: {} parquet file(s), {} split(s)",
+        spec,
+        inputs.files.len(),
+        groups.len()
+    );
     for (split, files) in &groups {
         let _ = writeln!(out, "\n== {split} ({} file(s))", files.len());
         let mut total: u64 = 0;
         let mut shown = 0usize;
         let mut schema_done = false;
         for file in files {
-            let opened = std::fs::File::open(file).map_err(|e| e.to_string()).and_then(|f| {
-                SerializedFileReader::new(f.try_clone().map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())
-                    .map(|r| (f, r))
-            });
+            let opened = std::fs::File::open(file)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    SerializedFileReader::new(f.try_clone().map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())
+                        .map(|r| (f, r))
+                });
             let (f, meta_reader) = match opened {
                 Ok(x) => x,
                 Err(e) => {
@@ -151,7 +179,10 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
             };
             if !schema_done {
                 schema_done = true;
-                let hf = meta.file_metadata().key_value_metadata().is_some_and(|kv| kv.iter().any(|k| k.key == "huggingface"));
+                let hf = meta
+                    .file_metadata()
+                    .key_value_metadata()
+                    .is_some_and(|kv| kv.iter().any(|k| k.key == "huggingface"));
                 let _ = writeln!(
                     out,
                     "  row groups in first file: {}, created_by: {}, huggingface metadata: {}",
@@ -183,7 +214,13 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
                     }
                 };
                 for i in 0..batch.num_rows().min(rows - shown) {
-                    let _ = writeln!(out, "  row {shown} ({}, row {i}):", file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+                    let _ = writeln!(
+                        out,
+                        "  row {shown} ({}, row {i}):",
+                        file.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default()
+                    );
                     describe_row(&batch, i, &mut out);
                     shown += 1;
                 }
@@ -204,7 +241,10 @@ mod tests {
     #[test]
     fn split_names_from_files() {
         for (file, want) in [
-            ("data/OrandCar_RS_think-00000-of-00002.parquet", "OrandCar_RS_think"),
+            (
+                "data/OrandCar_RS_think-00000-of-00002.parquet",
+                "OrandCar_RS_think",
+            ),
             ("train-00003-of-00004.parquet", "train"),
             ("other.parquet", "other.parquet"),
         ] {

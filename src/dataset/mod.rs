@@ -71,11 +71,17 @@ pub enum DatasetError {
 impl DatasetError {
     /// An I/O error on `path`.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), source }
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// A parquet error on `path`.
     pub fn parquet(path: &Path, source: parquet::errors::ParquetError) -> Self {
-        Self::Parquet { path: path.to_path_buf(), source }
+        Self::Parquet {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }

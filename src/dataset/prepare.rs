@@ -94,7 +94,10 @@ fn as_text(v: &Value) -> Option<String> {
     }
 }
 
-fn read_jsonl(path: &Path) -> Result<Vec<(usize, Map<String, Value>)>, DatasetError> {
+/// One JSONL object with its 1-based line number.
+type NumberedLine = (usize, Map<String, Value>);
+
+fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
     let f = std::fs::File::open(path).map_err(|e| DatasetError::io(path, e))?;
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
@@ -104,28 +107,63 @@ fn read_jsonl(path: &Path) -> Result<Vec<(usize, Map<String, Value>)>, DatasetEr
         }
         match serde_json::from_str::<Value>(&line) {
             Ok(Value::Object(m)) => out.push((i + 1, m)),
-            Ok(_) => return Err(DatasetError::Invalid(format!("{}:{}: not a JSON object", path.display(), i + 1))),
-            Err(e) => return Err(DatasetError::Invalid(format!("{}:{}: invalid JSON: {e}", path.display(), i + 1))),
+            Ok(_) => {
+                return Err(DatasetError::Invalid(format!(
+                    "{}:{}: not a JSON object",
+                    path.display(),
+                    i + 1
+                )))
+            }
+            Err(e) => {
+                return Err(DatasetError::Invalid(format!(
+                    "{}:{}: invalid JSON: {e}",
+                    path.display(),
+                    i + 1
+                )))
+            }
         }
     }
     Ok(out)
 }
 
-fn take_text(m: &mut Map<String, Value>, key: &str, path: &Path, line: usize) -> Result<String, DatasetError> {
+fn take_text(
+    m: &mut Map<String, Value>,
+    key: &str,
+    path: &Path,
+    line: usize,
+) -> Result<String, DatasetError> {
     match m.remove(key) {
         Some(Value::String(s)) => Ok(s),
         Some(v @ Value::Number(_)) => Ok(v.to_string()),
-        Some(other) => Err(DatasetError::Invalid(format!("{}:{line}: `{key}` must be a string, got {other}", path.display()))),
-        None => Err(DatasetError::Invalid(format!("{}:{line}: missing `{key}`", path.display()))),
+        Some(other) => Err(DatasetError::Invalid(format!(
+            "{}:{line}: `{key}` must be a string, got {other}",
+            path.display()
+        ))),
+        None => Err(DatasetError::Invalid(format!(
+            "{}:{line}: missing `{key}`",
+            path.display()
+        ))),
     }
 }
 
 fn rename_reserved(m: Map<String, Value>, reserved: &[&str]) -> Map<String, Value> {
-    m.into_iter().map(|(k, v)| if reserved.contains(&k.as_str()) { (format!("orig_{k}"), v) } else { (k, v) }).collect()
+    m.into_iter()
+        .map(|(k, v)| {
+            if reserved.contains(&k.as_str()) {
+                (format!("orig_{k}"), v)
+            } else {
+                (k, v)
+            }
+        })
+        .collect()
 }
 
 /// Read the labels JSONL into pending rows (one per line, in file order).
-fn labels_rows(labels: &Path, question: &str, split_filter: Option<&str>) -> Result<Vec<PendingRow>, DatasetError> {
+fn labels_rows(
+    labels: &Path,
+    question: &str,
+    split_filter: Option<&str>,
+) -> Result<Vec<PendingRow>, DatasetError> {
     let mut rows = Vec::new();
     for (line, mut m) in read_jsonl(labels)? {
         if let Some(want) = split_filter {
@@ -138,7 +176,11 @@ fn labels_rows(labels: &Path, question: &str, split_filter: Option<&str>) -> Res
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
             image_rel: file,
-            qa: vec![PendingQa { question: question.to_string(), answer, extra: Map::new() }],
+            qa: vec![PendingQa {
+                question: question.to_string(),
+                answer,
+                extra: Map::new(),
+            }],
             provenance: rename_reserved(m, &RESERVED),
         });
     }
@@ -153,12 +195,20 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
         let image = take_text(&mut m, "image", jsonl, line)?;
         let question = take_text(&mut m, "question", jsonl, line)?;
         let answer = take_text(&mut m, "answer", jsonl, line)?;
-        let item = PendingQa { question, answer, extra: rename_reserved(m, &["source"]) };
+        let item = PendingQa {
+            question,
+            answer,
+            extra: rename_reserved(m, &["source"]),
+        };
         match index.get(&image) {
             Some(&i) => rows[i].qa.push(item),
             None => {
                 index.insert(image.clone(), rows.len());
-                rows.push(PendingRow { image_rel: image, qa: vec![item], provenance: Map::new() });
+                rows.push(PendingRow {
+                    image_rel: image,
+                    qa: vec![item],
+                    provenance: Map::new(),
+                });
             }
         }
     }
@@ -180,7 +230,11 @@ pub fn input_schema(provenance: &[String], qa_extra: &[String]) -> SchemaRef {
         Field::new("image_sha256", DataType::Utf8, true),
         Field::new("family", DataType::Utf8, true),
     ];
-    cols.extend(provenance.iter().map(|k| Field::new(k, DataType::Utf8, true)));
+    cols.extend(
+        provenance
+            .iter()
+            .map(|k| Field::new(k, DataType::Utf8, true)),
+    );
     Arc::new(Schema::new(cols))
 }
 
@@ -191,15 +245,32 @@ struct ReadyRow {
     pending: PendingRow,
 }
 
-fn ready_batch(rows: &[ReadyRow], schema: &SchemaRef, family: Option<&str>, prov: &[String], qa_extra: &[String]) -> Result<RecordBatch, DatasetError> {
-    let items: Vec<(&PendingQa, &str)> = rows.iter().flat_map(|r| r.pending.qa.iter().map(move |q| (q, r.sha.as_str()))).collect();
+fn ready_batch(
+    rows: &[ReadyRow],
+    schema: &SchemaRef,
+    family: Option<&str>,
+    prov: &[String],
+    qa_extra: &[String],
+) -> Result<RecordBatch, DatasetError> {
+    let items: Vec<(&PendingQa, &str)> = rows
+        .iter()
+        .flat_map(|r| r.pending.qa.iter().map(move |q| (q, r.sha.as_str())))
+        .collect();
     let mut qa_cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(items.iter().map(|(q, _)| q.question.as_str()))),
-        Arc::new(StringArray::from_iter_values(items.iter().map(|(q, _)| q.answer.as_str()))),
-        Arc::new(StringArray::from_iter_values(items.iter().map(|(_, sha)| *sha))),
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(q, _)| q.question.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(q, _)| q.answer.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(_, sha)| *sha),
+        )),
     ];
     for k in qa_extra {
-        qa_cols.push(Arc::new(StringArray::from_iter(items.iter().map(|(q, _)| q.extra.get(k).and_then(as_text)))));
+        qa_cols.push(Arc::new(StringArray::from_iter(
+            items.iter().map(|(q, _)| q.extra.get(k).and_then(as_text)),
+        )));
     }
     let DataType::List(item_field) = schema.field(1).data_type() else {
         return Err(DatasetError::Schema("qa column is not a list".into()));
@@ -208,15 +279,25 @@ fn ready_batch(rows: &[ReadyRow], schema: &SchemaRef, family: Option<&str>, prov
         return Err(DatasetError::Schema("qa items are not structs".into()));
     };
     let values = StructArray::try_new(qa_fields.clone(), qa_cols, None)?;
-    let qa = ListArray::try_new(item_field.clone(), OffsetBuffer::from_lengths(rows.iter().map(|r| r.pending.qa.len())), Arc::new(values), None)?;
+    let qa = ListArray::try_new(
+        item_field.clone(),
+        OffsetBuffer::from_lengths(rows.iter().map(|r| r.pending.qa.len())),
+        Arc::new(values),
+        None,
+    )?;
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(image_array(rows.iter().map(|r| &r.image))),
         Arc::new(qa),
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.sha.as_str()))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.sha.as_str()),
+        )),
         Arc::new(StringArray::from_iter(rows.iter().map(|_| family))),
     ];
     for k in prov {
-        cols.push(Arc::new(StringArray::from_iter(rows.iter().map(|r| r.pending.provenance.get(k).and_then(as_text)))));
+        cols.push(Arc::new(StringArray::from_iter(
+            rows.iter()
+                .map(|r| r.pending.provenance.get(k).and_then(as_text)),
+        )));
     }
     Ok(RecordBatch::try_new(schema.clone(), cols)?)
 }
@@ -236,23 +317,50 @@ pub struct PrepareSummary {
 /// outside its folder (naming the path), no rows after filtering, or a write failure.
 pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
-        PrepareSource::Labels { labels, images, question, split_filter } => {
-            (labels_rows(labels, question, split_filter.as_deref())?, images.clone())
-        }
+        PrepareSource::Labels {
+            labels,
+            images,
+            question,
+            split_filter,
+        } => (
+            labels_rows(labels, question, split_filter.as_deref())?,
+            images.clone(),
+        ),
         PrepareSource::QaJsonl { jsonl } => {
-            let dir = jsonl.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            let dir = jsonl
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
             (qa_jsonl_rows(jsonl)?, dir)
         }
     };
     if rows.is_empty() {
-        return Err(DatasetError::Invalid("no rows to prepare (empty input or nothing matches the split filter)".into()));
+        return Err(DatasetError::Invalid(
+            "no rows to prepare (empty input or nothing matches the split filter)".into(),
+        ));
     }
-    let root = image_dir.canonicalize().map_err(|e| DatasetError::io(&image_dir, e))?;
-    let prov: Vec<String> = rows.iter().flat_map(|r| r.provenance.keys().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
-    let qa_extra: Vec<String> =
-        rows.iter().flat_map(|r| r.qa.iter().flat_map(|q| q.extra.keys().cloned())).collect::<BTreeSet<_>>().into_iter().collect();
+    let root = image_dir
+        .canonicalize()
+        .map_err(|e| DatasetError::io(&image_dir, e))?;
+    let prov: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.provenance.keys().cloned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let qa_extra: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.qa.iter().flat_map(|q| q.extra.keys().cloned()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let schema = input_schema(&prov, &qa_extra);
-    let mut writer = ShardedWriter::create(&opts.out.join("data"), &opts.split, schema.clone(), opts.shard)?;
+    let mut writer = ShardedWriter::create(
+        &opts.out.join("data"),
+        &opts.split,
+        schema.clone(),
+        opts.shard,
+    )?;
     let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
     let mut qa_items = 0u64;
     for pending in rows {
@@ -261,16 +369,38 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
         let bytes = std::fs::read(&file).map_err(|e| DatasetError::io(&file, e))?;
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
         qa_items += pending.qa.len() as u64;
-        ready.push(ReadyRow { sha: sha256_hex(&bytes), image: ImageRef { bytes: Some(bytes), path: name }, pending });
+        ready.push(ReadyRow {
+            sha: sha256_hex(&bytes),
+            image: ImageRef {
+                bytes: Some(bytes),
+                path: name,
+            },
+            pending,
+        });
         if ready.len() >= opts.shard.rows_per_group {
-            writer.write(&ready_batch(&ready, &schema, opts.family.as_deref(), &prov, &qa_extra)?)?;
+            writer.write(&ready_batch(
+                &ready,
+                &schema,
+                opts.family.as_deref(),
+                &prov,
+                &qa_extra,
+            )?)?;
             ready.clear();
         }
     }
     if !ready.is_empty() {
-        writer.write(&ready_batch(&ready, &schema, opts.family.as_deref(), &prov, &qa_extra)?)?;
+        writer.write(&ready_batch(
+            &ready,
+            &schema,
+            opts.family.as_deref(),
+            &prov,
+            &qa_extra,
+        )?)?;
     }
-    Ok(PrepareSummary { shards: writer.finish()?, qa_items })
+    Ok(PrepareSummary {
+        shards: writer.finish()?,
+        qa_items,
+    })
 }
 
 #[cfg(test)]
@@ -279,7 +409,12 @@ mod tests {
 
     #[test]
     fn text_of_json_values() {
-        let cases = [(Value::Null, None), (Value::from("x"), Some("x")), (Value::from(108), Some("108")), (serde_json::json!([1, {"a": 2}]), Some("[1,{\"a\":2}]"))];
+        let cases = [
+            (Value::Null, None),
+            (Value::from("x"), Some("x")),
+            (Value::from(108), Some("108")),
+            (serde_json::json!([1, {"a": 2}]), Some("[1,{\"a\":2}]")),
+        ];
         for (v, want) in cases {
             assert_eq!(as_text(&v).as_deref(), want, "{v}");
         }
@@ -309,11 +444,18 @@ mod tests {
     fn bad_label_lines_name_the_line() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("labels.jsonl");
-        std::fs::write(&p, "{\"file\": \"a.jpg\", \"label\": \"1\"}\n{\"file\": \"b.jpg\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"file\": \"a.jpg\", \"label\": \"1\"}\n{\"file\": \"b.jpg\"}\n",
+        )
+        .unwrap();
         let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
         assert!(e.ends_with("labels.jsonl:2: missing `label`"), "{e}");
         std::fs::write(&p, "not json\n").unwrap();
-        assert!(labels_rows(&p, "Q", None).unwrap_err().to_string().contains(":1: invalid JSON"));
+        assert!(labels_rows(&p, "Q", None)
+            .unwrap_err()
+            .to_string()
+            .contains(":1: invalid JSON"));
     }
 
     #[test]
@@ -326,9 +468,24 @@ mod tests {
         )
         .unwrap();
         let rows = qa_jsonl_rows(&p).unwrap();
-        assert_eq!(rows.iter().map(|r| r.image_rel.as_str()).collect::<Vec<_>>(), ["x.png", "y.png"]);
-        assert_eq!(rows[0].qa.iter().map(|q| q.question.as_str()).collect::<Vec<_>>(), ["q1", "q3"]);
-        assert_eq!(rows[0].qa[0].extra.get("orig_source"), Some(&Value::from("s")));
+        assert_eq!(
+            rows.iter()
+                .map(|r| r.image_rel.as_str())
+                .collect::<Vec<_>>(),
+            ["x.png", "y.png"]
+        );
+        assert_eq!(
+            rows[0]
+                .qa
+                .iter()
+                .map(|q| q.question.as_str())
+                .collect::<Vec<_>>(),
+            ["q1", "q3"]
+        );
+        assert_eq!(
+            rows[0].qa[0].extra.get("orig_source"),
+            Some(&Value::from("s"))
+        );
         assert_eq!(rows[0].qa[1].extra.get("lang"), Some(&Value::from("en")));
     }
 }

@@ -24,7 +24,10 @@ use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
 use arrow::array::{Array, RecordBatch, StructArray};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
 use serde_json::Map;
 
 use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
@@ -59,23 +62,33 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let root = parent.canonicalize().map_err(|e| DatasetError::io(&parent, e))?;
-        return Ok(InputFiles { files: vec![path.to_path_buf()], root });
+        let root = parent
+            .canonicalize()
+            .map_err(|e| DatasetError::io(&parent, e))?;
+        return Ok(InputFiles {
+            files: vec![path.to_path_buf()],
+            root,
+        });
     }
     if path.is_dir() {
         let mut files = Vec::new();
         collect_parquet(path, &mut files)?;
         files.sort();
         if files.is_empty() {
-            return Err(DatasetError::Invalid(format!("{spec}: no .parquet files in this folder")));
+            return Err(DatasetError::Invalid(format!(
+                "{spec}: no .parquet files in this folder"
+            )));
         }
         let root = path.canonicalize().map_err(|e| DatasetError::io(path, e))?;
         return Ok(InputFiles { files, root });
     }
     if !is_glob(spec) {
-        return Err(DatasetError::Invalid(format!("{spec}: no such file or folder")));
+        return Err(DatasetError::Invalid(format!(
+            "{spec}: no such file or folder"
+        )));
     }
-    let entries = glob::glob(spec).map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
+    let entries =
+        glob::glob(spec).map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
     let mut files = Vec::new();
     for entry in entries {
         let p = entry.map_err(|e| DatasetError::Invalid(format!("{spec}: {e}")))?;
@@ -85,7 +98,9 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
     }
     files.sort();
     if files.is_empty() {
-        return Err(DatasetError::Invalid(format!("{spec}: the glob matches no file")));
+        return Err(DatasetError::Invalid(format!(
+            "{spec}: the glob matches no file"
+        )));
     }
     // The fixed prefix of the pattern: the components before the first one with a wildcard.
     let mut prefix = PathBuf::new();
@@ -101,7 +116,9 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
     if prefix.is_file() {
         prefix.pop();
     }
-    let root = prefix.canonicalize().map_err(|e| DatasetError::io(&prefix, e))?;
+    let root = prefix
+        .canonicalize()
+        .map_err(|e| DatasetError::io(&prefix, e))?;
     Ok(InputFiles { files, root })
 }
 
@@ -132,12 +149,17 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
     if rel.is_empty() {
         return Err("empty path".into());
     }
-    if p.is_absolute() || p.components().any(|c| matches!(c, Component::RootDir | Component::Prefix(_))) {
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
+    {
         return Err(format!("absolute path {rel:?} is not allowed; image paths must be relative to the dataset folder"));
     }
     let mut escaped = false;
     for dir in [base, root] {
-        let Ok(c) = dir.join(p).canonicalize() else { continue };
+        let Ok(c) = dir.join(p).canonicalize() else {
+            continue;
+        };
         if !c.starts_with(root) {
             escaped = true;
             continue;
@@ -148,9 +170,15 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
         return Ok(c);
     }
     if escaped {
-        Err(format!("path {rel:?} escapes the dataset folder {}", root.display()))
+        Err(format!(
+            "path {rel:?} escapes the dataset folder {}",
+            root.display()
+        ))
     } else {
-        Err(format!("image file {rel:?} not found in the dataset folder {}", root.display()))
+        Err(format!(
+            "image file {rel:?} not found in the dataset folder {}",
+            root.display()
+        ))
     }
 }
 
@@ -179,7 +207,10 @@ pub struct InputReader {
 
 impl std::fmt::Debug for InputReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InputReader").field("root", &self.root).field("files_left", &self.files.len()).finish()
+        f.debug_struct("InputReader")
+            .field("root", &self.root)
+            .field("files_left", &self.files.len())
+            .finish()
     }
 }
 
@@ -194,20 +225,36 @@ impl InputReader {
 
     /// Read an already resolved file list.
     pub fn from_files(files: InputFiles) -> Self {
-        Self { root: files.root, files: files.files.into(), current: None, pending: VecDeque::new() }
+        Self {
+            root: files.root,
+            files: files.files.into(),
+            current: None,
+            pending: VecDeque::new(),
+        }
     }
 
     fn file_error(path: &Path, row: Option<usize>, message: String) -> RowError {
-        RowError { file: path.display().to_string(), row, field: "file".into(), message }
+        RowError {
+            file: path.display().to_string(),
+            row,
+            field: "file".into(),
+            message,
+        }
     }
 
     fn open_next_file(&mut self) -> bool {
-        let Some(path) = self.files.pop_front() else { return false };
-        let opened = File::open(&path).map_err(|e| e.to_string()).and_then(|file| {
-            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-                .map(|meta| (file, meta))
-                .map_err(|e| format!("cannot read parquet footer (truncated or not a parquet file): {e}"))
-        });
+        let Some(path) = self.files.pop_front() else {
+            return false;
+        };
+        let opened = File::open(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+                    .map(|meta| (file, meta))
+                    .map_err(|e| {
+                        format!("cannot read parquet footer (truncated or not a parquet file): {e}")
+                    })
+            });
         match opened {
             Ok((file, meta)) => {
                 tracing::debug!(file = %path.display(), row_groups = meta.metadata().num_row_groups(), "reading");
@@ -223,23 +270,38 @@ impl InputReader {
                     group_rows: 0,
                 });
             }
-            Err(message) => self.pending.push_back(Err(Self::file_error(&path, None, message))),
+            Err(message) => self
+                .pending
+                .push_back(Err(Self::file_error(&path, None, message))),
         }
         true
     }
 
     /// Decode the next batch of the current file into `pending`; `false` when the file is done.
     fn advance_current(&mut self) -> bool {
-        let Some(cur) = self.current.as_mut() else { return false };
+        let Some(cur) = self.current.as_mut() else {
+            return false;
+        };
         loop {
             if let Some(reader) = cur.batches.as_mut() {
                 match reader.next() {
                     Some(Ok(batch)) => {
                         let start = cur.next_row;
                         cur.next_row += batch.num_rows();
-                        let base = cur.path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+                        let base = cur
+                            .path
+                            .parent()
+                            .map(Path::to_path_buf)
+                            .unwrap_or_else(|| PathBuf::from("."));
                         let base = base.canonicalize().unwrap_or(base);
-                        decode_batch(&batch, &cur.name, start, &self.root, &base, &mut self.pending);
+                        decode_batch(
+                            &batch,
+                            &cur.name,
+                            start,
+                            &self.root,
+                            &base,
+                            &mut self.pending,
+                        );
                         return true;
                     }
                     Some(Err(e)) => {
@@ -247,7 +309,11 @@ impl InputReader {
                         self.pending.push_back(Err(Self::file_error(
                             &cur.path,
                             Some(cur.next_row),
-                            format!("cannot decode rows {}..{end} (row group {}): {e}", cur.next_row, cur.next_group - 1),
+                            format!(
+                                "cannot decode rows {}..{end} (row group {}): {e}",
+                                cur.next_row,
+                                cur.next_group - 1
+                            ),
                         )));
                         cur.batches = None;
                         cur.next_row = end;
@@ -264,18 +330,26 @@ impl InputReader {
             cur.next_group += 1;
             cur.group_start = cur.next_row;
             cur.group_rows = usize::try_from(groups[g].num_rows()).unwrap_or(0);
-            let built = cur.file.try_clone().map_err(|e| e.to_string()).and_then(|f| {
-                ParquetRecordBatchReaderBuilder::new_with_metadata(f, cur.meta.clone())
-                    .with_row_groups(vec![g])
-                    .with_batch_size(BATCH_ROWS)
-                    .build()
-                    .map_err(|e| e.to_string())
-            });
+            let built = cur
+                .file
+                .try_clone()
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(f, cur.meta.clone())
+                        .with_row_groups(vec![g])
+                        .with_batch_size(BATCH_ROWS)
+                        .build()
+                        .map_err(|e| e.to_string())
+                });
             match built {
                 Ok(r) => cur.batches = Some(r),
                 Err(e) => {
                     let msg = format!("cannot read row group {g}: {e}");
-                    self.pending.push_back(Err(Self::file_error(&cur.path, Some(cur.next_row), msg)));
+                    self.pending.push_back(Err(Self::file_error(
+                        &cur.path,
+                        Some(cur.next_row),
+                        msg,
+                    )));
                     cur.next_row += cur.group_rows;
                     return true;
                 }
@@ -327,16 +401,29 @@ fn decode_batch(
                 r.row_index = row;
                 r
             })
-            .map_err(|(field, message)| RowError { file: file.to_string(), row: Some(row), field, message });
+            .map_err(|(field, message)| RowError {
+                file: file.to_string(),
+                row: Some(row),
+                field,
+                message,
+            });
         out.push_back(item);
     }
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, FieldError> {
-    batch.column_by_name(name).map(|c| c.as_ref()).ok_or_else(|| (name.to_string(), format!("missing column `{name}`")))
+    batch
+        .column_by_name(name)
+        .map(|c| c.as_ref())
+        .ok_or_else(|| (name.to_string(), format!("missing column `{name}`")))
 }
 
-fn decode_row(batch: &RecordBatch, i: usize, root: &Path, base: &Path) -> Result<InputRow, FieldError> {
+fn decode_row(
+    batch: &RecordBatch,
+    i: usize,
+    root: &Path,
+    base: &Path,
+) -> Result<InputRow, FieldError> {
     let image = decode_image(column(batch, "image")?, i, root, base)?;
     let qa = decode_qa(column(batch, "qa")?, i)?;
     let opt_string = |name: &str| match batch.column_by_name(name) {
@@ -351,12 +438,26 @@ fn decode_row(batch: &RecordBatch, i: usize, root: &Path, base: &Path) -> Result
             extra.insert(f.name().clone(), to_json(col.as_ref(), i));
         }
     }
-    Ok(InputRow { source_file: String::new(), row_index: 0, image, qa, image_sha256, family, extra })
+    Ok(InputRow {
+        source_file: String::new(),
+        row_index: 0,
+        image,
+        qa,
+        image_sha256,
+        family,
+        extra,
+    })
 }
 
-fn decode_image(col: &dyn Array, i: usize, root: &Path, base: &Path) -> Result<ImageRef, FieldError> {
+fn decode_image(
+    col: &dyn Array,
+    i: usize,
+    root: &Path,
+    base: &Path,
+) -> Result<ImageRef, FieldError> {
     let err = |field: &str, m: String| (field.to_string(), m);
-    let s = as_struct(col).map_err(|m| err("image", format!("{m} (want struct{{bytes, path}})")))?;
+    let s =
+        as_struct(col).map_err(|m| err("image", format!("{m} (want struct{{bytes, path}})")))?;
     if s.is_null(i) {
         return Err(err("image", "image is null".into()));
     }
@@ -369,25 +470,49 @@ fn decode_image(col: &dyn Array, i: usize, root: &Path, base: &Path) -> Result<I
         None => None,
     };
     if s.column_by_name("bytes").is_none() && s.column_by_name("path").is_none() {
-        return Err(err("image", format!("struct has neither `bytes` nor `path` ({})", col.data_type())));
+        return Err(err(
+            "image",
+            format!(
+                "struct has neither `bytes` nor `path` ({})",
+                col.data_type()
+            ),
+        ));
     }
     let bytes = match (bytes, &path) {
         (Some(b), _) => b,
         (None, Some(p)) => {
             let file = resolve_inside(root, base, p).map_err(|m| err("image.path", m))?;
-            std::fs::read(&file).map_err(|e| err("image.path", format!("{}: {e}", file.display())))?
+            std::fs::read(&file)
+                .map_err(|e| err("image.path", format!("{}: {e}", file.display())))?
         }
-        (None, None) => return Err(err("image.bytes", "null image: neither bytes nor path".into())),
+        (None, None) => {
+            return Err(err(
+                "image.bytes",
+                "null image: neither bytes nor path".into(),
+            ))
+        }
     };
-    Ok(ImageRef { bytes: Some(bytes), path })
+    Ok(ImageRef {
+        bytes: Some(bytes),
+        path,
+    })
 }
 
 fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
     let items = get_list(col, i)
-        .map_err(|m| ("qa".to_string(), format!("{m} (want list<struct{{question, answer, …}}>)")))?
+        .map_err(|m| {
+            (
+                "qa".to_string(),
+                format!("{m} (want list<struct{{question, answer, …}}>)"),
+            )
+        })?
         .ok_or_else(|| ("qa".to_string(), "qa is null".to_string()))?;
-    let s: &StructArray =
-        as_struct(items.as_ref()).map_err(|m| ("qa".to_string(), format!("list items: {m} (want struct{{question, answer, …}})")))?;
+    let s: &StructArray = as_struct(items.as_ref()).map_err(|m| {
+        (
+            "qa".to_string(),
+            format!("list items: {m} (want struct{{question, answer, …}})"),
+        )
+    })?;
     let mut out = Vec::with_capacity(s.len());
     for j in 0..s.len() {
         let field = |name: &str| format!("qa[{j}].{name}");
@@ -395,8 +520,12 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
             return Err((format!("qa[{j}]"), "qa item is null".into()));
         }
         let required = |name: &str| -> Result<String, FieldError> {
-            let c = s.column_by_name(name).ok_or_else(|| (field(name), format!("missing field `{name}`")))?;
-            get_string(c.as_ref(), j).map_err(|m| (field(name), m))?.ok_or_else(|| (field(name), "null".to_string()))
+            let c = s
+                .column_by_name(name)
+                .ok_or_else(|| (field(name), format!("missing field `{name}`")))?;
+            get_string(c.as_ref(), j)
+                .map_err(|m| (field(name), m))?
+                .ok_or_else(|| (field(name), "null".to_string()))
         };
         let question = required("question")?;
         let answer = required("answer")?;
@@ -410,7 +539,12 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
                 extra.insert(f.name().clone(), to_json(c.as_ref(), j));
             }
         }
-        out.push(QaItem { question, answer, source, extra });
+        out.push(QaItem {
+            question,
+            answer,
+            source,
+            extra,
+        });
     }
     Ok(out)
 }
@@ -428,9 +562,18 @@ mod tests {
         std::fs::write(dir.path().join("secret.txt"), b"s").unwrap();
         let root = root.canonicalize().unwrap();
         let base = root.join("img");
-        assert_eq!(resolve_inside(&root, &base, "a.png").unwrap(), root.join("img/a.png"));
-        assert_eq!(resolve_inside(&root, &base, "img/a.png").unwrap(), root.join("img/a.png"));
-        assert_eq!(resolve_inside(&root, &base, "../img/a.png").unwrap(), root.join("img/a.png"));
+        assert_eq!(
+            resolve_inside(&root, &base, "a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "../img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
         let cases = [
             ("../../secret.txt", "escapes"),
             ("/etc/passwd", "absolute"),
@@ -453,7 +596,9 @@ mod tests {
         std::fs::write(dir.path().join("outside.png"), b"x").unwrap();
         std::os::unix::fs::symlink(dir.path().join("outside.png"), root.join("link.png")).unwrap();
         let root = root.canonicalize().unwrap();
-        assert!(resolve_inside(&root, &root, "link.png").unwrap_err().contains("escapes"));
+        assert!(resolve_inside(&root, &root, "link.png")
+            .unwrap_err()
+            .contains("escapes"));
     }
 
     #[test]
@@ -465,7 +610,10 @@ mod tests {
             std::fs::write(data.join(n), b"").unwrap();
         }
         let by_dir = resolve_inputs(dir.path().to_str().unwrap()).unwrap();
-        assert_eq!(by_dir.files, vec![data.join("a.parquet"), data.join("b.parquet")]);
+        assert_eq!(
+            by_dir.files,
+            vec![data.join("a.parquet"), data.join("b.parquet")]
+        );
         assert_eq!(by_dir.root, dir.path().canonicalize().unwrap());
         let by_glob = resolve_inputs(&format!("{}/data/b*.parquet", dir.path().display())).unwrap();
         assert_eq!(by_glob.files, vec![data.join("b.parquet")]);

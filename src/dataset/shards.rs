@@ -48,7 +48,10 @@ pub struct ShardOptions {
 
 impl Default for ShardOptions {
     fn default() -> Self {
-        Self { max_shard_bytes: DEFAULT_MAX_SHARD_BYTES, rows_per_group: MAX_ROWS_PER_GROUP }
+        Self {
+            max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+            rows_per_group: MAX_ROWS_PER_GROUP,
+        }
     }
 }
 
@@ -134,7 +137,12 @@ impl ShardedWriter {
     /// compressed, and min/max of image bytes are useless); everything else is zstd level 3.
     ///
     /// Errors: invalid options, `dir` cannot be created, or `schema` has no `datasets` feature.
-    pub fn create(dir: &Path, split: &str, schema: SchemaRef, opts: ShardOptions) -> Result<Self, DatasetError> {
+    pub fn create(
+        dir: &Path,
+        split: &str,
+        schema: SchemaRef,
+        opts: ShardOptions,
+    ) -> Result<Self, DatasetError> {
         if opts.rows_per_group == 0 || opts.rows_per_group > MAX_ROWS_PER_GROUP {
             return Err(DatasetError::Invalid(format!(
                 "rows_per_group must be 1..={MAX_ROWS_PER_GROUP}, got {}",
@@ -145,7 +153,9 @@ impl ShardedWriter {
             return Err(DatasetError::Invalid("max_shard_bytes must be > 0".into()));
         }
         if !is_valid_split_name(split) {
-            return Err(DatasetError::Invalid(format!("split name {split:?} does not match ^\\w+(\\.\\w+)*$")));
+            return Err(DatasetError::Invalid(format!(
+                "split name {split:?} does not match ^\\w+(\\.\\w+)*$"
+            )));
         }
         std::fs::create_dir_all(dir).map_err(|e| DatasetError::io(dir, e))?;
         let hf = features::huggingface_metadata(&schema)?;
@@ -202,14 +212,24 @@ impl ShardedWriter {
         while start < batch.num_rows() {
             let len = self.opts.rows_per_group.min(batch.num_rows() - start);
             let chunk = batch.slice(start, len);
-            self.num_bytes += chunk.columns().iter().map(|c| arrow_nbytes(&c.to_data())).sum::<u64>();
+            self.num_bytes += chunk
+                .columns()
+                .iter()
+                .map(|c| arrow_nbytes(&c.to_data()))
+                .sum::<u64>();
             let dir = self.dir.clone();
             let writer = self.current_writer()?;
-            writer.write(&chunk).map_err(|e| DatasetError::parquet(&dir, e))?;
+            writer
+                .write(&chunk)
+                .map_err(|e| DatasetError::parquet(&dir, e))?;
             writer.flush().map_err(|e| DatasetError::parquet(&dir, e))?;
             self.num_rows += len as u64;
             start += len;
-            if self.current.as_ref().is_some_and(|w| w.bytes_written() as u64 >= self.opts.max_shard_bytes) {
+            if self
+                .current
+                .as_ref()
+                .is_some_and(|w| w.bytes_written() as u64 >= self.opts.max_shard_bytes)
+            {
                 self.close_current()?;
             }
         }
@@ -218,18 +238,24 @@ impl ShardedWriter {
 
     fn current_writer(&mut self) -> Result<&mut ArrowWriter<AtomicFile>, DatasetError> {
         if self.current.is_none() {
-            let staged = self.dir.join(format!(".{}-{:05}.staged", self.split, self.staged.len()));
+            let staged = self
+                .dir
+                .join(format!(".{}-{:05}.staged", self.split, self.staged.len()));
             let file = AtomicFile::create(&staged)?;
             let w = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
                 .map_err(|e| DatasetError::parquet(&staged, e))?;
             self.current = Some(w);
         }
-        self.current.as_mut().ok_or_else(|| DatasetError::Invalid("no open shard".into()))
+        self.current
+            .as_mut()
+            .ok_or_else(|| DatasetError::Invalid("no open shard".into()))
     }
 
     fn close_current(&mut self) -> Result<(), DatasetError> {
         if let Some(w) = self.current.take() {
-            let file = w.into_inner().map_err(|e| DatasetError::parquet(&self.dir, e))?;
+            let file = w
+                .into_inner()
+                .map_err(|e| DatasetError::parquet(&self.dir, e))?;
             self.staged.push(file.commit()?);
         }
         Ok(())
@@ -254,19 +280,27 @@ impl ShardedWriter {
         for (i, staged) in self.staged.iter().enumerate() {
             let dest = self.dir.join(shard_file_name(&self.split, i, count));
             rename_durable(staged, &dest)?;
-            file_bytes += std::fs::metadata(&dest).map_err(|e| DatasetError::io(&dest, e))?.len();
+            file_bytes += std::fs::metadata(&dest)
+                .map_err(|e| DatasetError::io(&dest, e))?
+                .len();
             files.push(dest);
         }
-        Ok(ShardSummary { split: self.split.clone(), files, num_rows: self.num_rows, num_bytes: self.num_bytes, file_bytes })
+        Ok(ShardSummary {
+            split: self.split.clone(),
+            files,
+            num_rows: self.num_rows,
+            num_bytes: self.num_bytes,
+            file_bytes,
+        })
     }
 }
 
 /// Whether `name` is a valid Hugging Face split name: `^\w+(\.\w+)*$` (ASCII word chars).
 pub fn is_valid_split_name(name: &str) -> bool {
     !name.is_empty()
-        && name
-            .split('.')
-            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        && name.split('.').all(|part| {
+            !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
 }
 
 impl std::fmt::Debug for ShardedWriter {
@@ -286,11 +320,18 @@ mod tests {
 
     #[test]
     fn shard_names() {
-        assert_eq!(shard_file_name("OrandCar_RS_think", 2, 11), "OrandCar_RS_think-00002-of-00011.parquet");
+        assert_eq!(
+            shard_file_name("OrandCar_RS_think", 2, 11),
+            "OrandCar_RS_think-00002-of-00011.parquet"
+        );
         for (name, split, ok) in [
             ("train-00000-of-00001.parquet", "train", true),
             ("train-00000-of-00001.parquet", "trai", false),
-            ("OrandCar_RS_think-00000-of-00001.parquet", "OrandCar_RS", false),
+            (
+                "OrandCar_RS_think-00000-of-00001.parquet",
+                "OrandCar_RS",
+                false,
+            ),
             ("train-0000-of-00001.parquet", "train", false),
             ("train-00000-of-00001.parquet.tmp", "train", false),
             (".train-00000.staged", "train", false),
@@ -301,7 +342,14 @@ mod tests {
 
     #[test]
     fn split_names() {
-        for (name, ok) in [("OrandCar_RS_think", true), ("a.b", true), ("a.", false), ("", false), ("a-b", false), ("a b", false)] {
+        for (name, ok) in [
+            ("OrandCar_RS_think", true),
+            ("a.b", true),
+            ("a.", false),
+            ("", false),
+            ("a-b", false),
+            ("a b", false),
+        ] {
             assert_eq!(is_valid_split_name(name), ok, "{name:?}");
         }
     }

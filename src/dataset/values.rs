@@ -6,8 +6,9 @@
 //! the file, row and field.
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BinaryViewArray, BooleanArray, FixedSizeBinaryArray, FixedSizeListArray,
-    LargeBinaryArray, LargeListArray, LargeStringArray, ListArray, StringArray, StringViewArray, StructArray,
+    Array, ArrayRef, AsArray, BinaryArray, BinaryViewArray, BooleanArray, FixedSizeBinaryArray,
+    FixedSizeListArray, LargeBinaryArray, LargeListArray, LargeStringArray, ListArray, StringArray,
+    StringViewArray, StructArray,
 };
 use arrow::datatypes::DataType;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -30,9 +31,12 @@ pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
         return Ok(Some(a.value(i).to_string()));
     }
     match get_bytes(arr, i) {
-        Ok(Some(b)) => String::from_utf8(b)
-            .map(Some)
-            .map_err(|e| format!("binary value is not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())),
+        Ok(Some(b)) => String::from_utf8(b).map(Some).map_err(|e| {
+            format!(
+                "binary value is not valid UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
+        }),
         Ok(None) => Ok(None),
         Err(_) => Err(format!("expected a string, found {}", arr.data_type())),
     }
@@ -79,7 +83,9 @@ pub fn get_list(arr: &dyn Array, i: usize) -> Result<Option<ArrayRef>, String> {
 
 /// `arr` as a struct array, or a message naming the type found.
 pub fn as_struct(arr: &dyn Array) -> Result<&StructArray, String> {
-    arr.as_any().downcast_ref::<StructArray>().ok_or_else(|| format!("expected a struct, found {}", arr.data_type()))
+    arr.as_any()
+        .downcast_ref::<StructArray>()
+        .ok_or_else(|| format!("expected a struct, found {}", arr.data_type()))
 }
 
 /// Any value as JSON, for carrying unknown columns through: null, bool, numbers, strings,
@@ -106,7 +112,10 @@ pub fn to_json(arr: &dyn Array, i: usize) -> Value {
             }
         }
         DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-            if let Some(n) = display(arr, i).and_then(|s| s.parse::<f64>().ok()).and_then(Number::from_f64) {
+            if let Some(n) = display(arr, i)
+                .and_then(|s| s.parse::<f64>().ok())
+                .and_then(Number::from_f64)
+            {
                 return Value::Number(n);
             }
         }
@@ -115,14 +124,21 @@ pub fn to_json(arr: &dyn Array, i: usize) -> Value {
                 return Value::String(s);
             }
         }
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => {
             if let Ok(Some(b)) = get_bytes(arr, i) {
                 return Value::String(hex::encode(b));
             }
         }
         DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
             if let Ok(Some(items)) = get_list(arr, i) {
-                return Value::Array((0..items.len()).map(|j| to_json(items.as_ref(), j)).collect());
+                return Value::Array(
+                    (0..items.len())
+                        .map(|j| to_json(items.as_ref(), j))
+                        .collect(),
+                );
             }
         }
         DataType::Struct(_) => {
@@ -140,7 +156,9 @@ pub fn to_json(arr: &dyn Array, i: usize) -> Value {
 
 fn display(arr: &dyn Array, i: usize) -> Option<String> {
     let opts = FormatOptions::default();
-    ArrayFormatter::try_new(arr, &opts).ok().map(|f| f.value(i).to_string())
+    ArrayFormatter::try_new(arr, &opts)
+        .ok()
+        .map(|f| f.value(i).to_string())
 }
 
 #[cfg(test)]
@@ -161,7 +179,9 @@ mod tests {
         assert_eq!(get_string(&large, 0), Ok(Some("b".into())));
         assert_eq!(get_string(&bin, 0), Ok(Some("c".into())));
         assert!(get_string(&bad, 0).unwrap_err().contains("not valid UTF-8"));
-        assert!(get_string(&Int32Array::from(vec![1]), 0).unwrap_err().contains("expected a string, found Int32"));
+        assert!(get_string(&Int32Array::from(vec![1]), 0)
+            .unwrap_err()
+            .contains("expected a string, found Int32"));
     }
 
     #[test]
@@ -169,7 +189,11 @@ mod tests {
         let lb = LargeBinaryArray::from(vec![b"xy".as_ref()]);
         assert_eq!(get_bytes(&lb, 0), Ok(Some(b"xy".to_vec())));
         assert!(get_bytes(&StringArray::from(vec!["s"]), 0).is_err());
-        let list = ListArray::from_iter_primitive::<arrow::datatypes::Int32Type, _, _>(vec![Some(vec![Some(1), Some(2)])]);
+        let list =
+            ListArray::from_iter_primitive::<arrow::datatypes::Int32Type, _, _>(vec![Some(vec![
+                Some(1),
+                Some(2),
+            ])]);
         let items = get_list(&list, 0).unwrap().unwrap();
         assert_eq!(items.len(), 2);
         assert_eq!(to_json(&list, 0), json!([1, 2]));
@@ -178,8 +202,14 @@ mod tests {
     #[test]
     fn json_of_struct_with_binary_and_float() {
         let s = StructArray::from(vec![
-            (Arc::new(arrow::datatypes::Field::new("b", DataType::Binary, true)), Arc::new(BinaryArray::from(vec![b"\x01\xab".as_ref()])) as ArrayRef),
-            (Arc::new(arrow::datatypes::Field::new("f", DataType::Float64, true)), Arc::new(arrow::array::Float64Array::from(vec![0.5])) as ArrayRef),
+            (
+                Arc::new(arrow::datatypes::Field::new("b", DataType::Binary, true)),
+                Arc::new(BinaryArray::from(vec![b"\x01\xab".as_ref()])) as ArrayRef,
+            ),
+            (
+                Arc::new(arrow::datatypes::Field::new("f", DataType::Float64, true)),
+                Arc::new(arrow::array::Float64Array::from(vec![0.5])) as ArrayRef,
+            ),
         ]);
         assert_eq!(to_json(&s, 0), json!({"b": "01ab", "f": 0.5}));
     }

@@ -18,7 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray};
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray,
+};
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -44,12 +46,37 @@ pub trait QaRecord: Sized {
 }
 
 fn required(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<String, (String, String)> {
-    get(name).ok_or_else(|| (name.to_string(), "required field is null or missing".to_string()))
+    get(name).ok_or_else(|| {
+        (
+            name.to_string(),
+            "required field is null or missing".to_string(),
+        )
+    })
 }
 
-const THINK_FIELDS: &[&str] = &["question", "answer", "org_answer", "think", "accepted_by", "judge_verdict"];
-const NOTHINK_FIELDS: &[&str] = &["question", "answer", "org_answer", "accepted_by", "judge_verdict"];
-const REJECTED_FIELDS: &[&str] = &["question", "answer", "wrong_vlm", "reason", "judge_verdict", "judge_raw"];
+const THINK_FIELDS: &[&str] = &[
+    "question",
+    "answer",
+    "org_answer",
+    "think",
+    "accepted_by",
+    "judge_verdict",
+];
+const NOTHINK_FIELDS: &[&str] = &[
+    "question",
+    "answer",
+    "org_answer",
+    "accepted_by",
+    "judge_verdict",
+];
+const REJECTED_FIELDS: &[&str] = &[
+    "question",
+    "answer",
+    "wrong_vlm",
+    "reason",
+    "judge_verdict",
+    "judge_raw",
+];
 
 impl QaRecord for AcceptedQa {
     fn supports(kind: SplitKind) -> bool {
@@ -122,7 +149,10 @@ impl QaRecord for RejectedQa {
 
 /// The `image` column type: `struct<bytes: binary, path: string>`.
 pub fn image_fields() -> Fields {
-    Fields::from(vec![Field::new("bytes", DataType::Binary, true), Field::new("path", DataType::Utf8, true)])
+    Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        Field::new("path", DataType::Utf8, true),
+    ])
 }
 
 /// The `qa` item struct fields of `kind` (all nullable strings).
@@ -132,7 +162,12 @@ pub fn qa_fields(kind: SplitKind) -> Fields {
         SplitKind::NoThink => NOTHINK_FIELDS,
         SplitKind::Rejected => REJECTED_FIELDS,
     };
-    Fields::from(names.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect::<Vec<_>>())
+    Fields::from(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// The Arrow schema of an output split of `kind` (see the module docs).
@@ -153,11 +188,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Build the `image` struct column from images.
 pub fn image_array<'a>(images: impl Iterator<Item = &'a ImageRef>) -> StructArray {
-    let (bytes, paths): (Vec<Option<&[u8]>>, Vec<Option<&str>>) =
-        images.map(|im| (im.bytes.as_deref(), im.path.as_deref())).unzip();
+    let (bytes, paths): (Vec<Option<&[u8]>>, Vec<Option<&str>>) = images
+        .map(|im| (im.bytes.as_deref(), im.path.as_deref()))
+        .unzip();
     StructArray::new(
         image_fields(),
-        vec![Arc::new(BinaryArray::from(bytes)) as ArrayRef, Arc::new(StringArray::from(paths)) as ArrayRef],
+        vec![
+            Arc::new(BinaryArray::from(bytes)) as ArrayRef,
+            Arc::new(StringArray::from(paths)) as ArrayRef,
+        ],
         None,
     )
 }
@@ -165,19 +204,32 @@ pub fn image_array<'a>(images: impl Iterator<Item = &'a ImageRef>) -> StructArra
 /// Build one record batch of output rows of `kind`.
 ///
 /// Errors: [`DatasetError::Arrow`] if the arrays are inconsistent (a bug).
-pub fn rows_to_batch<Q: QaRecord>(rows: &[OutputRow<Q>], kind: SplitKind) -> Result<RecordBatch, DatasetError> {
+pub fn rows_to_batch<Q: QaRecord>(
+    rows: &[OutputRow<Q>],
+    kind: SplitKind,
+) -> Result<RecordBatch, DatasetError> {
     let schema = split_schema(kind);
     let names = Q::field_names(kind);
     let items: Vec<&Q> = rows.iter().flat_map(|r| r.qa.iter()).collect();
-    let columns: Vec<ArrayRef> =
-        names.iter().map(|n| Arc::new(StringArray::from_iter(items.iter().map(|q| q.field(n)))) as ArrayRef).collect();
+    let columns: Vec<ArrayRef> = names
+        .iter()
+        .map(|n| Arc::new(StringArray::from_iter(items.iter().map(|q| q.field(n)))) as ArrayRef)
+        .collect();
     let values = StructArray::try_new(qa_fields(kind), columns, None)?;
     let item_field = Arc::new(Field::new("item", DataType::Struct(qa_fields(kind)), true));
-    let qa = ListArray::try_new(item_field, OffsetBuffer::from_lengths(rows.iter().map(|r| r.qa.len())), Arc::new(values), None)?;
+    let qa = ListArray::try_new(
+        item_field,
+        OffsetBuffer::from_lengths(rows.iter().map(|r| r.qa.len())),
+        Arc::new(values),
+        None,
+    )?;
     let image = image_array(rows.iter().map(|r| &r.image));
     let meta = StringArray::from_iter_values(rows.iter().map(|r| r.clean_meta.as_str()));
     let sha = StringArray::from_iter_values(rows.iter().map(|r| r.image_sha256.as_str()));
-    Ok(RecordBatch::try_new(schema, vec![Arc::new(image), Arc::new(qa), Arc::new(meta), Arc::new(sha)])?)
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![Arc::new(image), Arc::new(qa), Arc::new(meta), Arc::new(sha)],
+    )?)
 }
 
 /// Writes one output split as sharded parquet under `<out>/data/`.
@@ -194,15 +246,35 @@ impl<Q: QaRecord> SplitWriter<Q> {
     ///
     /// Errors: `Q` does not belong in `kind` (e.g. `RejectedQa` in a think split), invalid
     /// family or options, or the folder cannot be created.
-    pub fn create(out_dir: &Path, family: &str, kind: SplitKind, opts: ShardOptions) -> Result<Self, DatasetError> {
+    pub fn create(
+        out_dir: &Path,
+        family: &str,
+        kind: SplitKind,
+        opts: ShardOptions,
+    ) -> Result<Self, DatasetError> {
         if !Q::supports(kind) {
-            return Err(DatasetError::Invalid(format!("{} entries cannot be written to a {kind:?} split", std::any::type_name::<Q>())));
+            return Err(DatasetError::Invalid(format!(
+                "{} entries cannot be written to a {kind:?} split",
+                std::any::type_name::<Q>()
+            )));
         }
         if !crate::family::is_valid_family_name(family) {
-            return Err(DatasetError::Invalid(format!("family {family:?} must be [A-Za-z0-9_]+")));
+            return Err(DatasetError::Invalid(format!(
+                "family {family:?} must be [A-Za-z0-9_]+"
+            )));
         }
-        let inner = ShardedWriter::create(&out_dir.join("data"), &kind.split_name(family), split_schema(kind), opts)?;
-        Ok(Self { kind, rows_per_group: opts.rows_per_group, buffer: Vec::new(), inner })
+        let inner = ShardedWriter::create(
+            &out_dir.join("data"),
+            &kind.split_name(family),
+            split_schema(kind),
+            opts,
+        )?;
+        Ok(Self {
+            kind,
+            rows_per_group: opts.rows_per_group,
+            buffer: Vec::new(),
+            inner,
+        })
     }
 
     /// Add one row. Rows are written in the order given, in row groups of `rows_per_group`.
@@ -210,13 +282,23 @@ impl<Q: QaRecord> SplitWriter<Q> {
     /// Errors: the row has no `qa` entries, no image bytes, or an `image_sha256` that is not the
     /// SHA-256 of its bytes; or a write fails.
     pub fn write_row(&mut self, row: OutputRow<Q>) -> Result<(), DatasetError> {
-        let bytes = row.image.bytes.as_deref().ok_or_else(|| DatasetError::Invalid("output row without image bytes".into()))?;
+        let bytes = row
+            .image
+            .bytes
+            .as_deref()
+            .ok_or_else(|| DatasetError::Invalid("output row without image bytes".into()))?;
         if row.qa.is_empty() {
-            return Err(DatasetError::Invalid(format!("output row for image {} has no qa entries", row.image_sha256)));
+            return Err(DatasetError::Invalid(format!(
+                "output row for image {} has no qa entries",
+                row.image_sha256
+            )));
         }
         let sha = sha256_hex(bytes);
         if sha != row.image_sha256 {
-            return Err(DatasetError::Invalid(format!("image_sha256 {} is not the hash of the image bytes ({sha})", row.image_sha256)));
+            return Err(DatasetError::Invalid(format!(
+                "image_sha256 {} is not the hash of the image bytes ({sha})",
+                row.image_sha256
+            )));
         }
         self.buffer.push(row);
         if self.buffer.len() >= self.rows_per_group {
@@ -282,13 +364,15 @@ pub fn read_split<Q: QaRecord>(path: &Path) -> Result<Vec<OutputRow<Q>>, Dataset
             .map_err(|e| DatasetError::parquet(file, e))?;
         let mut row = 0;
         for batch in reader {
-            let batch = batch.map_err(|e| DatasetError::Arrow(e))?;
+            let batch = batch.map_err(DatasetError::Arrow)?;
             for i in 0..batch.num_rows() {
-                let decoded = decode_output_row::<Q>(&batch, i).map_err(|(field, message)| DatasetError::Decode {
-                    file: name.clone(),
-                    row: row + i,
-                    field,
-                    message,
+                let decoded = decode_output_row::<Q>(&batch, i).map_err(|(field, message)| {
+                    DatasetError::Decode {
+                        file: name.clone(),
+                        row: row + i,
+                        field,
+                        message,
+                    }
                 })?;
                 out.push(decoded);
             }
@@ -298,10 +382,19 @@ pub fn read_split<Q: QaRecord>(path: &Path) -> Result<Vec<OutputRow<Q>>, Dataset
     Ok(out)
 }
 
-fn decode_output_row<Q: QaRecord>(batch: &RecordBatch, i: usize) -> Result<OutputRow<Q>, (String, String)> {
-    let col = |name: &str| batch.column_by_name(name).ok_or_else(|| (name.to_string(), format!("missing column `{name}`")));
+fn decode_output_row<Q: QaRecord>(
+    batch: &RecordBatch,
+    i: usize,
+) -> Result<OutputRow<Q>, (String, String)> {
+    let col = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| (name.to_string(), format!("missing column `{name}`")))
+    };
     let req_string = |name: &str| -> Result<String, (String, String)> {
-        get_string(col(name)?.as_ref(), i).map_err(|m| (name.to_string(), m))?.ok_or_else(|| (name.to_string(), "null".to_string()))
+        get_string(col(name)?.as_ref(), i)
+            .map_err(|m| (name.to_string(), m))?
+            .ok_or_else(|| (name.to_string(), "null".to_string()))
     };
     let image_col = col("image")?;
     let image_struct = as_struct(image_col.as_ref()).map_err(|m| ("image".to_string(), m))?;
@@ -313,7 +406,9 @@ fn decode_output_row<Q: QaRecord>(batch: &RecordBatch, i: usize) -> Result<Outpu
         Some(c) => get_string(c.as_ref(), i).map_err(|m| ("image.path".to_string(), m))?,
         None => None,
     };
-    let items = get_list(col("qa")?.as_ref(), i).map_err(|m| ("qa".to_string(), m))?.ok_or_else(|| ("qa".to_string(), "null".to_string()))?;
+    let items = get_list(col("qa")?.as_ref(), i)
+        .map_err(|m| ("qa".to_string(), m))?
+        .ok_or_else(|| ("qa".to_string(), "null".to_string()))?;
     let s = as_struct(items.as_ref()).map_err(|m| ("qa".to_string(), m))?;
     let mut qa = Vec::with_capacity(s.len());
     for j in 0..s.len() {
@@ -335,7 +430,12 @@ fn decode_output_row<Q: QaRecord>(batch: &RecordBatch, i: usize) -> Result<Outpu
         }
         qa.push(Q::from_fields(&get).map_err(|(f, m)| (format!("qa[{j}].{f}"), m))?);
     }
-    Ok(OutputRow { image: ImageRef { bytes, path }, qa, clean_meta: req_string("clean_meta")?, image_sha256: req_string("image_sha256")? })
+    Ok(OutputRow {
+        image: ImageRef { bytes, path },
+        qa,
+        clean_meta: req_string("clean_meta")?,
+        image_sha256: req_string("image_sha256")?,
+    })
 }
 
 #[cfg(test)]
@@ -345,29 +445,73 @@ mod tests {
     #[test]
     fn schemas_per_kind() {
         let names = |k| -> Vec<String> { qa_fields(k).iter().map(|f| f.name().clone()).collect() };
-        assert_eq!(names(SplitKind::Think), ["question", "answer", "org_answer", "think", "accepted_by", "judge_verdict"]);
+        assert_eq!(
+            names(SplitKind::Think),
+            [
+                "question",
+                "answer",
+                "org_answer",
+                "think",
+                "accepted_by",
+                "judge_verdict"
+            ]
+        );
         assert!(!names(SplitKind::NoThink).contains(&"think".to_string()));
-        assert_eq!(names(SplitKind::Rejected), ["question", "answer", "wrong_vlm", "reason", "judge_verdict", "judge_raw"]);
+        assert_eq!(
+            names(SplitKind::Rejected),
+            [
+                "question",
+                "answer",
+                "wrong_vlm",
+                "reason",
+                "judge_verdict",
+                "judge_raw"
+            ]
+        );
         let s = split_schema(SplitKind::Think);
         let cols: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(cols, ["image", "qa", "clean_meta", "image_sha256"]);
         assert!(s.fields().iter().all(|f| f.is_nullable()));
         assert_eq!(s.field(0).data_type(), &DataType::Struct(image_fields()));
-        let img: Vec<(String, DataType, bool)> = image_fields().iter().map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable())).collect();
-        assert_eq!(img, [("bytes".to_string(), DataType::Binary, true), ("path".to_string(), DataType::Utf8, true)]);
+        let img: Vec<(String, DataType, bool)> = image_fields()
+            .iter()
+            .map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable()))
+            .collect();
+        assert_eq!(
+            img,
+            [
+                ("bytes".to_string(), DataType::Binary, true),
+                ("path".to_string(), DataType::Utf8, true)
+            ]
+        );
     }
 
     #[test]
     fn sha256_of_known_input() {
         // FIPS 180-2 test vector "abc".
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]
     fn wrong_entry_type_for_kind_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let e = SplitWriter::<RejectedQa>::create(dir.path(), "OrandCar", SplitKind::Think, ShardOptions::default()).unwrap_err();
+        let e = SplitWriter::<RejectedQa>::create(
+            dir.path(),
+            "OrandCar",
+            SplitKind::Think,
+            ShardOptions::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("cannot be written"), "{e}");
-        assert!(SplitWriter::<AcceptedQa>::create(dir.path(), "Orand-Car", SplitKind::Think, ShardOptions::default()).is_err());
+        assert!(SplitWriter::<AcceptedQa>::create(
+            dir.path(),
+            "Orand-Car",
+            SplitKind::Think,
+            ShardOptions::default()
+        )
+        .is_err());
     }
 }
