@@ -315,6 +315,7 @@ pub struct PrepareSummary {
 ///
 /// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
 /// outside its folder (naming the path), no rows after filtering, or a write failure.
+#[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
         PrepareSource::Labels {

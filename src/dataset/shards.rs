@@ -238,9 +238,12 @@ impl ShardedWriter {
 
     fn current_writer(&mut self) -> Result<&mut ArrowWriter<AtomicFile>, DatasetError> {
         if self.current.is_none() {
-            let staged = self
-                .dir
-                .join(format!(".{}-{:05}.staged", self.split, self.staged.len()));
+            let staged = self.dir.join(format!(
+                ".{}-{:05}.staged-{}",
+                self.split,
+                self.staged.len(),
+                std::process::id()
+            ));
             let file = AtomicFile::create(&staged)?;
             let w = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
                 .map_err(|e| DatasetError::parquet(&staged, e))?;
@@ -274,12 +277,13 @@ impl ShardedWriter {
         for old in list_shards(&self.dir, &self.split)? {
             std::fs::remove_file(&old).map_err(|e| DatasetError::io(&old, e))?;
         }
-        let count = self.staged.len();
+        let staged = std::mem::take(&mut self.staged);
+        let count = staged.len();
         let mut files = Vec::with_capacity(count);
         let mut file_bytes = 0;
-        for (i, staged) in self.staged.iter().enumerate() {
+        for (i, path) in staged.iter().enumerate() {
             let dest = self.dir.join(shard_file_name(&self.split, i, count));
-            rename_durable(staged, &dest)?;
+            rename_durable(path, &dest)?;
             file_bytes += std::fs::metadata(&dest)
                 .map_err(|e| DatasetError::io(&dest, e))?
                 .len();
@@ -301,6 +305,17 @@ pub fn is_valid_split_name(name: &str) -> bool {
         && name.split('.').all(|part| {
             !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         })
+}
+
+impl Drop for ShardedWriter {
+    /// A writer dropped before [`ShardedWriter::finish`] (an error, a panic) removes the shards
+    /// it staged, so only hidden temporary files of a crashed process can remain.
+    fn drop(&mut self) {
+        for path in self.staged.drain(..) {
+            // Best effort: these files were never published under a shard name.
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl std::fmt::Debug for ShardedWriter {
@@ -338,6 +353,25 @@ mod tests {
         ] {
             assert_eq!(is_shard_of(name, split), ok, "{name} {split}");
         }
+    }
+
+    #[test]
+    fn dropped_writer_leaves_nothing() {
+        use arrow::array::{ArrayRef, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+        let tiny = ShardOptions {
+            max_shard_bytes: 1,
+            rows_per_group: 1,
+        };
+        let mut w = ShardedWriter::create(dir.path(), "train", schema.clone(), tiny).unwrap();
+        let col: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c"]));
+        w.write(&RecordBatch::try_new(schema, vec![col]).unwrap())
+            .unwrap();
+        assert_eq!(w.staged.len(), 3, "one staged shard per row group");
+        drop(w);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
