@@ -253,6 +253,13 @@ fn writer_refuses_inconsistent_rows() {
         .unwrap_err()
         .to_string()
         .contains("no qa entries"));
+    let mut bad_meta = accepted_rows(1).remove(0);
+    bad_meta.clean_meta = "policy=x".into();
+    assert!(w
+        .write_row(bad_meta)
+        .unwrap_err()
+        .to_string()
+        .contains("clean_meta"));
     let mut no_bytes = accepted_rows(1).remove(0);
     no_bytes.image.bytes = None;
     assert!(w

@@ -279,8 +279,8 @@ impl<Q: QaRecord> SplitWriter<Q> {
 
     /// Add one row. Rows are written in the order given, in row groups of `rows_per_group`.
     ///
-    /// Errors: the row has no `qa` entries, no image bytes, or an `image_sha256` that is not the
-    /// SHA-256 of its bytes; or a write fails.
+    /// Errors: the row has no `qa` entries, no image bytes, an `image_sha256` that is not the
+    /// SHA-256 of its bytes, or a `clean_meta` that is not a JSON object; or a write fails.
     pub fn write_row(&mut self, row: OutputRow<Q>) -> Result<(), DatasetError> {
         let bytes = row
             .image
@@ -298,6 +298,15 @@ impl<Q: QaRecord> SplitWriter<Q> {
             return Err(DatasetError::Invalid(format!(
                 "image_sha256 {} is not the hash of the image bytes ({sha})",
                 row.image_sha256
+            )));
+        }
+        if !matches!(
+            serde_json::from_str(&row.clean_meta),
+            Ok(serde_json::Value::Object(_))
+        ) {
+            return Err(DatasetError::Invalid(format!(
+                "clean_meta of image {} is not a JSON object: {:?}",
+                row.image_sha256, row.clean_meta
             )));
         }
         self.buffer.push(row);
