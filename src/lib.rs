@@ -1,3 +1,10 @@
 //! verisample: turn a visual-QA dataset into verified training data with a VLM.
 
+pub mod check;
+//pub mod clean;
+pub mod family;
+pub mod judge;
 pub mod record;
+pub mod route;
+pub mod verify;
+//pub mod verify_output;
