@@ -1,7 +1,7 @@
 //! verisample: turn a visual-QA dataset into verified training data with a VLM.
 
 pub mod check;
-//pub mod clean;
+pub mod clean;
 pub mod family;
 pub mod judge;
 pub mod record;
