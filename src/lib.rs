@@ -7,4 +7,4 @@ pub mod judge;
 pub mod record;
 pub mod route;
 pub mod verify;
-//pub mod verify_output;
+pub mod verify_output;
