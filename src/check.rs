@@ -88,7 +88,10 @@ pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier)
         matched_variant: v.matched,
         accepted,
         accepted_by: v.accepted_by().filter(|_| accepted),
-        stored_answer: v.accepted_trial().map(|t| t.text.clone()).filter(|_| accepted),
+        stored_answer: v
+            .accepted_trial()
+            .map(|t| t.text.clone())
+            .filter(|_| accepted),
         blank_answer: blank,
         needs_judge: !blank && !accepted,
         digits: [ascii_digits(&split.answer), ascii_digits(reference)],
@@ -110,20 +113,41 @@ impl CheckReport {
             "reference:  {:?} -> {:?}{}",
             self.reference,
             self.reference_normalised,
-            if self.unusable_reference { "  (unusable: never accepted by the string verifier)" } else { "" }
+            if self.unusable_reference {
+                "  (unusable: never accepted by the string verifier)"
+            } else {
+                ""
+            }
         );
         if let Some(think) = &self.think {
             let _ = writeln!(s, "reasoning:  {} chars split off", think.chars().count());
         }
         let _ = writeln!(s, "answer:     {:?}", self.answer);
         for t in &self.candidates {
-            let score = t.score.map(|x| format!(" score {x:.4}")).unwrap_or_default();
-            let mark = if Some(t.variant) == self.matched_variant { "MATCH (first)" } else if t.matched { "match" } else { "no match" };
-            let _ = writeln!(s, "  {:<16} {:?} -> {:?}{score}  {mark}", t.variant.as_str(), t.text, t.normalised);
+            let score = t
+                .score
+                .map(|x| format!(" score {x:.4}"))
+                .unwrap_or_default();
+            let mark = if Some(t.variant) == self.matched_variant {
+                "MATCH (first)"
+            } else if t.matched {
+                "match"
+            } else {
+                "no match"
+            };
+            let _ = writeln!(
+                s,
+                "  {:<16} {:?} -> {:?}{score}  {mark}",
+                t.variant.as_str(),
+                t.text,
+                t.normalised
+            );
         }
         let result = match (&self.accepted_by, &self.stored_answer) {
             (Some(by), Some(ans)) => format!("ACCEPTED by {by}; stored answer {ans:?}"),
-            _ if self.blank_answer => "REJECTED: no_answer (blank answer; the judge is not asked)".to_string(),
+            _ if self.blank_answer => {
+                "REJECTED: no_answer (blank answer; the judge is not asked)".to_string()
+            }
             _ => "REJECTED by the string verifier; the judge would grade it".to_string(),
         };
         let _ = writeln!(s, "result:     {result}");
@@ -132,7 +156,11 @@ impl CheckReport {
             "digits:     {:?} vs {:?}{}",
             self.digits[0],
             self.digits[1],
-            if self.numbers_disagree { "  (differ: the number guard would veto a judge CORRECT)" } else { "" }
+            if self.numbers_disagree {
+                "  (differ: the number guard would veto a judge CORRECT)"
+            } else {
+                ""
+            }
         );
         s
     }
@@ -158,8 +186,14 @@ mod tests {
         assert_eq!(r.candidates[0].normalised, "11850theamountis11850");
         assert!(!r.candidates[0].matched && r.candidates[1].matched && r.candidates[2].matched);
         let human = r.to_human();
-        assert!(human.contains("first_line       \"11850\" -> \"11850\"  MATCH (first)"), "{human}");
-        assert!(human.contains("ACCEPTED by verifier:alnum:first_line"), "{human}");
+        assert!(
+            human.contains("first_line       \"11850\" -> \"11850\"  MATCH (first)"),
+            "{human}"
+        );
+        assert!(
+            human.contains("ACCEPTED by verifier:alnum:first_line"),
+            "{human}"
+        );
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["matched_variant"], "first_line");
         assert_eq!(json["candidates"][2]["variant"], "first_paragraph");
@@ -176,7 +210,12 @@ mod tests {
         assert_eq!(r.matched_variant, Some(Variant::Whole));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
 
-        let r = check_with("OrandCar", "<think>faint</think>\u{200B}", "1432", Verifier::Alnum);
+        let r = check_with(
+            "OrandCar",
+            "<think>faint</think>\u{200B}",
+            "1432",
+            Verifier::Alnum,
+        );
         assert!(r.blank_answer && !r.needs_judge);
         assert_eq!(r.think.as_deref(), Some("faint"));
         assert!(r.to_human().contains("no_answer"));

@@ -113,7 +113,11 @@ impl<'a> RowContext<'a> {
     /// Computes the context of `row` (hashes the image bytes).
     pub fn new(row: &'a InputRow) -> RowContext<'a> {
         RowContext {
-            sha256: row.image.bytes.as_ref().map(|b| hex::encode(Sha256::digest(b))),
+            sha256: row
+                .image
+                .bytes
+                .as_ref()
+                .map(|b| hex::encode(Sha256::digest(b))),
             path: row.image.path.as_deref(),
             family: row.family.as_deref(),
         }
@@ -128,7 +132,10 @@ impl Pass {
                 let Some(source) = item.source.as_deref() else {
                     return Action::Keep;
                 };
-                let by_hash = ctx.sha256.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(source));
+                let by_hash = ctx
+                    .sha256
+                    .as_deref()
+                    .is_some_and(|h| h.eq_ignore_ascii_case(source));
                 let by_path = ctx.path == Some(source);
                 if by_hash || by_path {
                     Action::Keep
@@ -137,7 +144,9 @@ impl Pass {
                 }
             }
             Pass::TaskPurity => match ctx.family.and_then(|f| policy.allowed_questions.get(f)) {
-                Some(allowed) if !allowed.iter().any(|q| q == &item.question) => Action::Drop(DropReason::OffTask),
+                Some(allowed) if !allowed.iter().any(|q| q == &item.question) => {
+                    Action::Drop(DropReason::OffTask)
+                }
                 _ => Action::Keep,
             },
             Pass::McNormalise => match normalise_mc(&item.question, &item.answer) {
@@ -252,7 +261,11 @@ impl Cleaner {
                     match pass.apply(&self.policy, &ctx, &item) {
                         Action::Keep => {}
                         Action::Rewrite(new) => {
-                            *self.report.rewritten.entry("mc_normalised".into()).or_default() += 1;
+                            *self
+                                .report
+                                .rewritten
+                                .entry("mc_normalised".into())
+                                .or_default() += 1;
                             notes.rewritten.push(RewriteNote {
                                 qa_index: index,
                                 original_question: original.question.clone(),
@@ -261,11 +274,19 @@ impl Cleaner {
                             item = new;
                         }
                         Action::Uncertain(why) => {
-                            *self.report.uncertain.entry("mc_uncertain".into()).or_default() += 1;
+                            *self
+                                .report
+                                .uncertain
+                                .entry("mc_uncertain".into())
+                                .or_default() += 1;
                             notes.uncertain.push((index, why));
                         }
                         Action::Drop(reason) => {
-                            *self.report.dropped.entry(reason.as_str().into()).or_default() += 1;
+                            *self
+                                .report
+                                .dropped
+                                .entry(reason.as_str().into())
+                                .or_default() += 1;
                             notes.dropped.push((index, reason));
                             continue 'items;
                         }

@@ -72,7 +72,9 @@ impl JudgeOutcome {
 /// Fills [`JUDGE_TEMPLATE`] in one pass: a value containing a placeholder such as
 /// `{reference}` is inserted literally, never expanded.
 pub fn build_judge_prompt(question: &str, reference: &str, candidate: &str) -> String {
-    let mut out = String::with_capacity(JUDGE_TEMPLATE.len() + question.len() + reference.len() + candidate.len());
+    let mut out = String::with_capacity(
+        JUDGE_TEMPLATE.len() + question.len() + reference.len() + candidate.len(),
+    );
     let mut rest = JUDGE_TEMPLATE;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
@@ -122,7 +124,11 @@ fn verdict_words(line: &str) -> Vec<Verdict> {
             if before.is_some_and(is_word_char) || after.is_some_and(is_word_char) {
                 continue;
             }
-            found.push(if negated(&line[..at]) { Verdict::Unsure } else { verdict });
+            found.push(if negated(&line[..at]) {
+                Verdict::Unsure
+            } else {
+                verdict
+            });
         }
     }
     found

@@ -185,7 +185,9 @@ pub fn decide(
         };
     }
     match judge {
-        Some(Verdict::Correct) if guard_vetoes(Verdict::Correct, answer, reference, number_guard) => {
+        Some(Verdict::Correct)
+            if guard_vetoes(Verdict::Correct, answer, reference, number_guard) =>
+        {
             Decision::Reject(RejectReason::JudgeNumbersDisagree)
         }
         Some(Verdict::Correct) => Decision::Accept {
@@ -234,8 +236,10 @@ impl Assessment {
     }
 }
 
-/// Where an item went, with its entries.
+/// Where an item went, with its entries. (Short-lived, one per item: the size difference
+/// between the variants does not matter.)
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Routed {
     /// Accepted: the `_RS_think` entry (with `think`) and the `_RS_nothink` entry (without).
     Accepted {
@@ -250,7 +254,12 @@ pub enum Routed {
 
 /// Routes one item. `judge` is ignored unless [`Assessment::needs_judge`] (a judge verdict on
 /// a verifier-accepted item is calibration only, not stored).
-pub fn route(qa: &QaItem, assessment: &Assessment, judge: Option<&JudgeOutcome>, number_guard: bool) -> Routed {
+pub fn route(
+    qa: &QaItem,
+    assessment: &Assessment,
+    judge: Option<&JudgeOutcome>,
+    number_guard: bool,
+) -> Routed {
     let judge = judge.filter(|_| assessment.needs_judge());
     let decision = decide(
         &assessment.split.answer,
@@ -263,7 +272,10 @@ pub fn route(qa: &QaItem, assessment: &Assessment, judge: Option<&JudgeOutcome>,
     let verdict = judge.map(|j| j.verdict.as_str().to_string());
     let raw = judge.map(|j| j.raw.clone());
     match decision {
-        Decision::Accept { accepted_by, answer } => {
+        Decision::Accept {
+            accepted_by,
+            answer,
+        } => {
             let by_judge = accepted_by == ACCEPTED_BY_JUDGE;
             let think = AcceptedQa {
                 question: qa.question.clone(),

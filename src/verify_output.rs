@@ -46,7 +46,10 @@ impl VerifySettings {
     ///
     /// # Errors
     /// [`VerifierError`] for an override that does not parse.
-    pub fn from_args(no_number_guard: bool, verifier_overrides: &[String]) -> Result<VerifySettings, VerifierError> {
+    pub fn from_args(
+        no_number_guard: bool,
+        verifier_overrides: &[String],
+    ) -> Result<VerifySettings, VerifierError> {
         let mut registry = VerifierRegistry::default();
         for spec in verifier_overrides {
             registry.apply_override(spec)?;
@@ -150,10 +153,18 @@ impl VerifyReport {
     pub fn to_human(&self) -> String {
         let mut s = String::new();
         for (split, n) in &self.entries {
-            let _ = writeln!(s, "{split}: {} rows, {n} entries", self.rows.get(split).copied().unwrap_or(0));
+            let _ = writeln!(
+                s,
+                "{split}: {} rows, {n} entries",
+                self.rows.get(split).copied().unwrap_or(0)
+            );
         }
         if self.taken_as_stored > 0 {
-            let _ = writeln!(s, "{} truncated entries taken as stored (finish reason not stored)", self.taken_as_stored);
+            let _ = writeln!(
+                s,
+                "{} truncated entries taken as stored (finish reason not stored)",
+                self.taken_as_stored
+            );
         }
         if self.is_clean() {
             let _ = writeln!(s, "OK: every decision recomputes");
@@ -161,7 +172,11 @@ impl VerifyReport {
             let _ = writeln!(s, "{} disagreements:", self.disagreements.len());
             for d in &self.disagreements {
                 let qa = d.qa.map(|q| format!(" qa {q}")).unwrap_or_default();
-                let _ = writeln!(s, "  {} row {}{qa}: {:?}: {}", d.split, d.row, d.problem, d.detail);
+                let _ = writeln!(
+                    s,
+                    "  {} row {}{qa}: {:?}: {}",
+                    d.split, d.row, d.problem, d.detail
+                );
             }
         }
         s
@@ -175,7 +190,14 @@ struct Checker<'s> {
 }
 
 impl Checker<'_> {
-    fn flag(&mut self, split: &str, row: usize, qa: Option<usize>, problem: Problem, detail: String) {
+    fn flag(
+        &mut self,
+        split: &str,
+        row: usize,
+        qa: Option<usize>,
+        problem: Problem,
+        detail: String,
+    ) {
         self.report.disagreements.push(Disagreement {
             split: split.to_string(),
             row,
@@ -189,31 +211,66 @@ impl Checker<'_> {
         *self.report.rows.entry(split.to_string()).or_default() += 1;
         *self.report.entries.entry(split.to_string()).or_default() += row.qa.len();
         if row.qa.is_empty() {
-            self.flag(split, index, None, Problem::EmptyRow, "no qa entries".into());
+            self.flag(
+                split,
+                index,
+                None,
+                Problem::EmptyRow,
+                "no qa entries".into(),
+            );
         }
         if let Some(bytes) = &row.image.bytes {
             let sha = hex::encode(Sha256::digest(bytes));
             if !sha.eq_ignore_ascii_case(&row.image_sha256) {
-                self.flag(split, index, None, Problem::ImageHashMismatch, format!("stored {:?}, bytes hash to {sha}", row.image_sha256));
+                self.flag(
+                    split,
+                    index,
+                    None,
+                    Problem::ImageHashMismatch,
+                    format!("stored {:?}, bytes hash to {sha}", row.image_sha256),
+                );
             }
         }
     }
 
     /// The stored verdict, checked against the raw judge text; unknown words count as UNSURE.
-    fn stored_verdict(&mut self, at: (&str, usize, usize), verdict: Option<&str>, raw: Option<&str>) -> Option<Verdict> {
+    fn stored_verdict(
+        &mut self,
+        at: (&str, usize, usize),
+        verdict: Option<&str>,
+        raw: Option<&str>,
+    ) -> Option<Verdict> {
         let (split, row, qa) = at;
         let parsed = verdict.map(|w| {
             Verdict::parse_stored(w).unwrap_or_else(|| {
-                self.flag(split, row, Some(qa), Problem::UnknownValue, format!("judge_verdict {w:?}"));
+                self.flag(
+                    split,
+                    row,
+                    Some(qa),
+                    Problem::UnknownValue,
+                    format!("judge_verdict {w:?}"),
+                );
                 Verdict::Unsure
             })
         });
         match (parsed, raw) {
             (Some(v), Some(raw)) if parse_verdict(raw) != v => {
                 let again = parse_verdict(raw).as_str();
-                self.flag(split, row, Some(qa), Problem::VerdictMismatch, format!("stored {}, judge_raw parses to {again}", v.as_str()));
+                self.flag(
+                    split,
+                    row,
+                    Some(qa),
+                    Problem::VerdictMismatch,
+                    format!("stored {}, judge_raw parses to {again}", v.as_str()),
+                );
             }
-            (None, Some(_)) => self.flag(split, row, Some(qa), Problem::JudgeFields, "judge_raw without judge_verdict".into()),
+            (None, Some(_)) => self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::JudgeFields,
+                "judge_raw without judge_verdict".into(),
+            ),
             _ => {}
         }
         parsed
@@ -224,10 +281,26 @@ impl Checker<'_> {
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let verifier = self.settings.registry.for_family(Some(&self.family));
         let v = verifier.verify(&e.vlm_answer, &e.org_answer);
-        match decide(&e.vlm_answer, false, &v, verdict, &e.org_answer, self.settings.number_guard) {
-            Decision::Accept { accepted_by, answer } => {
+        match decide(
+            &e.vlm_answer,
+            false,
+            &v,
+            verdict,
+            &e.org_answer,
+            self.settings.number_guard,
+        ) {
+            Decision::Accept {
+                accepted_by,
+                answer,
+            } => {
                 if accepted_by != e.accepted_by {
-                    self.flag(split, row, Some(qa), Problem::WrongAcceptedBy, format!("stored {:?}, recomputed {accepted_by:?}", e.accepted_by));
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::WrongAcceptedBy,
+                        format!("stored {:?}, recomputed {accepted_by:?}", e.accepted_by),
+                    );
                 }
                 if answer != e.answer {
                     self.flag(
@@ -238,8 +311,16 @@ impl Checker<'_> {
                         format!("answer {:?} is not the model text {answer:?} (vlm_answer {:?}, org_answer {:?})", e.answer, e.vlm_answer, e.org_answer),
                     );
                 }
-                if accepted_by != ACCEPTED_BY_JUDGE && (e.judge_verdict.is_some() || e.judge_raw.is_some()) {
-                    self.flag(split, row, Some(qa), Problem::JudgeFields, "judge fields on a verifier-accepted entry".into());
+                if accepted_by != ACCEPTED_BY_JUDGE
+                    && (e.judge_verdict.is_some() || e.judge_raw.is_some())
+                {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::JudgeFields,
+                        "judge fields on a verifier-accepted entry".into(),
+                    );
                 }
             }
             Decision::Reject(reason) => self.flag(
@@ -247,7 +328,11 @@ impl Checker<'_> {
                 row,
                 Some(qa),
                 Problem::WrongSplit,
-                format!("recomputed: rejected ({}), not accepted by {:?}", reason.as_str(), e.accepted_by),
+                format!(
+                    "recomputed: rejected ({}), not accepted by {:?}",
+                    reason.as_str(),
+                    e.accepted_by
+                ),
             ),
         }
     }
@@ -257,7 +342,13 @@ impl Checker<'_> {
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let stored = RejectReason::parse(&e.reason);
         if stored.is_none() {
-            self.flag(split, row, Some(qa), Problem::UnknownValue, format!("reason {:?}", e.reason));
+            self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::UnknownValue,
+                format!("reason {:?}", e.reason),
+            );
         }
         let truncated = stored == Some(RejectReason::Truncated);
         if truncated {
@@ -266,20 +357,45 @@ impl Checker<'_> {
         let answer = py_strip(&e.wrong_vlm);
         let verifier = self.settings.registry.for_family(Some(&self.family));
         let v = verifier.verify(answer, &e.answer);
-        match decide(answer, truncated, &v, verdict, &e.answer, self.settings.number_guard) {
+        match decide(
+            answer,
+            truncated,
+            &v,
+            verdict,
+            &e.answer,
+            self.settings.number_guard,
+        ) {
             Decision::Accept { accepted_by, .. } => self.flag(
                 split,
                 row,
                 Some(qa),
                 Problem::WrongSplit,
-                format!("recomputed: accepted by {accepted_by}, stored as rejected ({})", e.reason),
+                format!(
+                    "recomputed: accepted by {accepted_by}, stored as rejected ({})",
+                    e.reason
+                ),
             ),
             Decision::Reject(reason) => {
                 if stored.is_some() && stored != Some(reason) {
-                    self.flag(split, row, Some(qa), Problem::WrongReason, format!("stored {:?}, recomputed {:?}", e.reason, reason.as_str()));
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::WrongReason,
+                        format!("stored {:?}, recomputed {:?}", e.reason, reason.as_str()),
+                    );
                 }
                 if !reason.is_judged() && (e.judge_verdict.is_some() || e.judge_raw.is_some()) {
-                    self.flag(split, row, Some(qa), Problem::JudgeFields, format!("judge fields on a {} entry the judge never sees", reason.as_str()));
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::JudgeFields,
+                        format!(
+                            "judge fields on a {} entry the judge never sees",
+                            reason.as_str()
+                        ),
+                    );
                 }
             }
         }
@@ -290,12 +406,25 @@ impl Checker<'_> {
 fn accepted_key(sha: &str, e: &AcceptedQa) -> String {
     let mut e = e.clone();
     e.think = None;
-    format!("{sha}\u{0}{}", serde_json::to_string(&e).unwrap_or_default())
+    format!(
+        "{sha}\u{0}{}",
+        serde_json::to_string(&e).unwrap_or_default()
+    )
 }
 
 /// The identity of an item across accepted and rejected splits.
-fn item_key(sha: &str, question: &str, reference: &str, model: &str) -> (String, String, String, String) {
-    (sha.to_ascii_lowercase(), question.to_string(), reference.to_string(), py_strip(model).to_string())
+fn item_key(
+    sha: &str,
+    question: &str,
+    reference: &str,
+    model: &str,
+) -> (String, String, String, String) {
+    (
+        sha.to_ascii_lowercase(),
+        question.to_string(),
+        reference.to_string(),
+        py_strip(model).to_string(),
+    )
 }
 
 /// Checks the three splits of one family; see the module doc for what is checked.
@@ -313,17 +442,34 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
 
     let mut by_key: BTreeMap<String, [Vec<(usize, usize)>; 2]> = BTreeMap::new();
     let mut accepted_items = BTreeMap::new();
-    for (side, (name, rows)) in [(think_name, splits.think), (nothink_name, splits.nothink)].into_iter().enumerate() {
+    for (side, (name, rows)) in [(think_name, splits.think), (nothink_name, splits.nothink)]
+        .into_iter()
+        .enumerate()
+    {
         for (r, row) in rows.iter().enumerate() {
             c.check_row(name, r, row);
             for (q, e) in row.qa.iter().enumerate() {
                 c.check_accepted(name, r, q, e);
                 if side == 1 && e.think.is_some() {
-                    c.flag(name, r, Some(q), Problem::ThinkField, "think present in the nothink split".into());
+                    c.flag(
+                        name,
+                        r,
+                        Some(q),
+                        Problem::ThinkField,
+                        "think present in the nothink split".into(),
+                    );
                 }
-                by_key.entry(accepted_key(&row.image_sha256, e)).or_default()[side].push((r, q));
+                by_key
+                    .entry(accepted_key(&row.image_sha256, e))
+                    .or_default()[side]
+                    .push((r, q));
                 accepted_items
-                    .entry(item_key(&row.image_sha256, &e.question, &e.org_answer, &e.vlm_answer))
+                    .entry(item_key(
+                        &row.image_sha256,
+                        &e.question,
+                        &e.org_answer,
+                        &e.vlm_answer,
+                    ))
                     .or_insert((name.clone(), r, q));
             }
         }
@@ -331,9 +477,17 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
     for sides in by_key.values() {
         let [t, n] = sides;
         for (name, extra, other) in [(think_name, t, nothink_name), (nothink_name, n, think_name)] {
-            let missing = extra.len().saturating_sub(sides.iter().map(Vec::len).min().unwrap_or(0));
+            let missing = extra
+                .len()
+                .saturating_sub(sides.iter().map(Vec::len).min().unwrap_or(0));
             for &(r, q) in extra.iter().rev().take(missing) {
-                c.flag(name, r, Some(q), Problem::ThinkNothinkMismatch, format!("no matching entry in {other}"));
+                c.flag(
+                    name,
+                    r,
+                    Some(q),
+                    Problem::ThinkNothinkMismatch,
+                    format!("no matching entry in {other}"),
+                );
             }
         }
     }
@@ -341,11 +495,24 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
         c.check_row(rejected_name, r, row);
         for (q, e) in row.qa.iter().enumerate() {
             c.check_rejected(rejected_name, r, q, e);
-            if let Some((name, ar, aq)) = accepted_items.get(&item_key(&row.image_sha256, &e.question, &e.answer, &e.wrong_vlm)) {
-                c.flag(rejected_name, r, Some(q), Problem::AcceptedAndRejected, format!("also accepted in {name} row {ar} qa {aq}"));
+            if let Some((name, ar, aq)) = accepted_items.get(&item_key(
+                &row.image_sha256,
+                &e.question,
+                &e.answer,
+                &e.wrong_vlm,
+            )) {
+                c.flag(
+                    rejected_name,
+                    r,
+                    Some(q),
+                    Problem::AcceptedAndRejected,
+                    format!("also accepted in {name} row {ar} qa {aq}"),
+                );
             }
         }
     }
-    c.report.disagreements.sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
+    c.report
+        .disagreements
+        .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
     c.report
 }

@@ -8,12 +8,18 @@ use verisample::verify::{Variant, Verifier};
 /// Text mixing ASCII, look-alikes, whitespace and line boundaries of every kind.
 fn mixed_text() -> impl Strategy<Value = String> {
     let pieces = prop::sample::select(vec![
-        "a", "Z", "0", "9", "l", "1", "O", "o", " ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f",
-        "\u{85}", "\u{a0}", "\u{2028}", "\u{2029}", "\u{3000}", "\u{130}", "\u{212a}", "\u{ff11}", "\u{b9}",
-        "\u{661}", ".", ",", "-", "!", "\u{4e2d}", "\u{200b}",
+        "a", "Z", "0", "9", "l", "1", "O", "o", " ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c",
+        "\x1c", "\x1f", "\u{85}", "\u{a0}", "\u{2028}", "\u{2029}", "\u{3000}", "\u{130}",
+        "\u{212a}", "\u{ff11}", "\u{b9}", "\u{661}", ".", ",", "-", "!", "\u{4e2d}", "\u{200b}",
     ]);
-    prop::collection::vec(prop_oneof![pieces.prop_map(String::from), any::<char>().prop_map(String::from)], 0..24)
-        .prop_map(|v| v.concat())
+    prop::collection::vec(
+        prop_oneof![
+            pieces.prop_map(String::from),
+            any::<char>().prop_map(String::from)
+        ],
+        0..24,
+    )
+    .prop_map(|v| v.concat())
 }
 
 proptest! {

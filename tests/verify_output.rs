@@ -14,20 +14,55 @@ const NOTHINK: &str = "OrandCar_RS_nothink";
 const REJECTED: &str = "OrandCar_rejected";
 
 /// (reference, raw generation, finish, judge raw output)
-type Item = (&'static str, &'static str, FinishReason, Option<&'static str>);
+type Item = (
+    &'static str,
+    &'static str,
+    FinishReason,
+    Option<&'static str>,
+);
 
 /// Rows of items: row 0 holds two items so qa indices above 0 are exercised.
 fn rows() -> Vec<Vec<Item>> {
     use FinishReason::{Length, Stop};
     vec![
         vec![
-            ("Bridgestone", "brand name\n</think>\n\nbridgestone", Stop, None),
-            ("11850", "amount\n</think>\n\n11850\n\nThe amount is 11.850", Stop, None),
+            (
+                "Bridgestone",
+                "brand name\n</think>\n\nbridgestone",
+                Stop,
+                None,
+            ),
+            (
+                "11850",
+                "amount\n</think>\n\n11850\n\nThe amount is 11.850",
+                Stop,
+                None,
+            ),
         ],
-        vec![("11850", "amount\n</think>\n\nll.850", Stop, Some("<think>same digits</think>\nCORRECT"))],
-        vec![("11956", "payee\n</think>\n\nM. Este", Stop, Some("The candidate names a person.\nWRONG"))],
-        vec![("1432", "faint\n</think>\n\n\u{200B}\u{200B}\u{200B}\u{200B}", Stop, None)],
-        vec![("2250", "amount\n</think>\n\n2 250 dollars", Stop, Some("**CORRECT**"))],
+        vec![(
+            "11850",
+            "amount\n</think>\n\nll.850",
+            Stop,
+            Some("<think>same digits</think>\nCORRECT"),
+        )],
+        vec![(
+            "11956",
+            "payee\n</think>\n\nM. Este",
+            Stop,
+            Some("The candidate names a person.\nWRONG"),
+        )],
+        vec![(
+            "1432",
+            "faint\n</think>\n\n\u{200B}\u{200B}\u{200B}\u{200B}",
+            Stop,
+            None,
+        )],
+        vec![(
+            "2250",
+            "amount\n</think>\n\n2 250 dollars",
+            Stop,
+            Some("**CORRECT**"),
+        )],
         vec![("60", "still reading the first digit", Length, None)],
         vec![("100", "amount\n</think>\n\n10O", Stop, Some("UNSURE"))],
     ]
@@ -73,7 +108,9 @@ fn routed_run() -> Splits {
                 prefilled_open: true,
             };
             let a = Assessment::new(&generation, reference, &Verifier::Alnum);
-            let outcome = judge.filter(|_| a.needs_judge()).map(JudgeOutcome::from_raw);
+            let outcome = judge
+                .filter(|_| a.needs_judge())
+                .map(JudgeOutcome::from_raw);
             match route(&qa, &a, outcome.as_ref(), true) {
                 Routed::Accepted { think, nothink } => {
                     t.push(think);
@@ -108,7 +145,14 @@ fn guard_on() -> VerifySettings {
 }
 
 /// Asserts the report holds `problem` at `(split, row, qa)`.
-fn assert_found(s: &Splits, settings: &VerifySettings, split: &str, row: usize, qa: Option<usize>, problem: Problem) {
+fn assert_found(
+    s: &Splits,
+    settings: &VerifySettings,
+    split: &str,
+    row: usize,
+    qa: Option<usize>,
+    problem: Problem,
+) {
     let report = verify(s, settings);
     assert!(
         report
@@ -124,11 +168,23 @@ fn assert_found(s: &Splits, settings: &VerifySettings, split: &str, row: usize, 
 fn routed_run_verifies_clean() {
     let s = routed_run();
     // Rows 0 (two items) and 4 accepted; rows 1, 2, 3, 5, 6 rejected.
-    assert_eq!((s.think.len(), s.nothink.len(), s.rejected.len()), (2, 2, 5));
+    assert_eq!(
+        (s.think.len(), s.nothink.len(), s.rejected.len()),
+        (2, 2, 5)
+    );
     assert_eq!(s.think[0].qa[1].accepted_by, "verifier:alnum:first_line");
     assert_eq!(s.think[1].qa[0].accepted_by, "judge");
     let reasons: Vec<&str> = s.rejected.iter().map(|r| r.qa[0].reason.as_str()).collect();
-    assert_eq!(reasons, ["judge_numbers_disagree", "wrong_answer", "no_answer", "truncated", "judge_unsure"]);
+    assert_eq!(
+        reasons,
+        [
+            "judge_numbers_disagree",
+            "wrong_answer",
+            "no_answer",
+            "truncated",
+            "judge_unsure"
+        ]
+    );
     let report = verify(&s, &guard_on());
     assert!(report.is_clean(), "{}", report.to_human());
     assert_eq!(report.entries.get(THINK), Some(&3));
@@ -141,11 +197,25 @@ fn finds_reference_in_accepted_answer_slot() {
     let mut s = routed_run();
     assert_eq!(s.think[0].qa[0].answer, "bridgestone");
     s.think[0].qa[0].answer = "Bridgestone".into();
-    assert_found(&s, &guard_on(), THINK, 0, Some(0), Problem::AnswerNotModelText);
+    assert_found(
+        &s,
+        &guard_on(),
+        THINK,
+        0,
+        Some(0),
+        Problem::AnswerNotModelText,
+    );
     // Same in the nothink split, for a judge-accepted entry.
     let mut s = routed_run();
     s.nothink[1].qa[0].answer = "2250".into();
-    assert_found(&s, &guard_on(), NOTHINK, 1, Some(0), Problem::AnswerNotModelText);
+    assert_found(
+        &s,
+        &guard_on(),
+        NOTHINK,
+        1,
+        Some(0),
+        Problem::AnswerNotModelText,
+    );
 }
 
 #[test]
@@ -179,8 +249,22 @@ fn finds_wrong_split() {
     // Same image as the rejected row it was copied from (image 2).
     s.nothink.push(out_row(2, vec![planted]));
     assert_found(&s, &guard_on(), NOTHINK, 2, Some(0), Problem::WrongSplit);
-    assert_found(&s, &guard_on(), NOTHINK, 2, Some(0), Problem::ThinkNothinkMismatch);
-    assert_found(&s, &guard_on(), REJECTED, 1, Some(0), Problem::AcceptedAndRejected);
+    assert_found(
+        &s,
+        &guard_on(),
+        NOTHINK,
+        2,
+        Some(0),
+        Problem::ThinkNothinkMismatch,
+    );
+    assert_found(
+        &s,
+        &guard_on(),
+        REJECTED,
+        1,
+        Some(0),
+        Problem::AcceptedAndRejected,
+    );
 }
 
 #[test]
@@ -189,7 +273,14 @@ fn finds_changed_verdicts() {
     let mut s = routed_run();
     assert_eq!(s.rejected[1].qa[0].wrong_vlm, "M. Este");
     s.rejected[1].qa[0].judge_verdict = Some("CORRECT".into());
-    assert_found(&s, &guard_on(), REJECTED, 1, Some(0), Problem::VerdictMismatch);
+    assert_found(
+        &s,
+        &guard_on(),
+        REJECTED,
+        1,
+        Some(0),
+        Problem::VerdictMismatch,
+    );
     assert_found(&s, &guard_on(), REJECTED, 1, Some(0), Problem::WrongSplit);
     // Verdict and raw changed together: the stored reason no longer follows.
     let mut s = routed_run();
@@ -247,7 +338,14 @@ fn finds_field_level_mistakes() {
 
     let mut s = routed_run();
     s.nothink[0].qa.remove(0);
-    assert_found(&s, &settings, THINK, 0, Some(0), Problem::ThinkNothinkMismatch);
+    assert_found(
+        &s,
+        &settings,
+        THINK,
+        0,
+        Some(0),
+        Problem::ThinkNothinkMismatch,
+    );
 
     let mut s = routed_run();
     s.rejected[3].image_sha256 = "00".repeat(32);

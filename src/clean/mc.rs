@@ -126,11 +126,16 @@ fn label_re() -> &'static Regex {
 
 fn fold(s: &str) -> String {
     let t = py_strip(s).trim_end_matches('.');
-    t.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+    t.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 fn uncertain(why: &str) -> McOutcome {
-    McOutcome::Uncertain { why: why.to_string() }
+    McOutcome::Uncertain {
+        why: why.to_string(),
+    }
 }
 
 /// The run of markers `A, B, …` of one style, or why it is uncertain; `Ok(None)` when the
@@ -166,7 +171,11 @@ fn reference_letter(reference: &str, options: &[String]) -> Option<u8> {
         let c = bare.as_bytes()[0].to_ascii_uppercase();
         // A lower-case bare letter that is also an option's text is ambiguous.
         let clash = options.iter().any(|o| fold(o) == fold(bare));
-        return if clash && bare.as_bytes()[0].is_ascii_lowercase() { None } else { in_range(c) };
+        return if clash && bare.as_bytes()[0].is_ascii_lowercase() {
+            None
+        } else {
+            in_range(c)
+        };
     }
     for style in Style::ALL {
         if let Some(m) = markers(r, style).first() {
@@ -178,7 +187,10 @@ fn reference_letter(reference: &str, options: &[String]) -> Option<u8> {
         }
     }
     let target = fold(r);
-    let mut hits = options.iter().enumerate().filter(|(_, o)| fold(o) == target);
+    let mut hits = options
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| fold(o) == target);
     match (hits.next(), hits.next()) {
         (Some((i, _)), None) => u8::try_from(i).ok().map(|i| b'A' + i),
         _ => None,
@@ -239,7 +251,10 @@ pub fn normalise_mc(question: &str, reference: &str) -> McOutcome {
     };
     let mut lines = vec![stem];
     for (i, o) in options.iter().enumerate() {
-        lines.push(format!("{}. {o}", char::from(b'A' + u8::try_from(i).unwrap_or(0))));
+        lines.push(format!(
+            "{}. {o}",
+            char::from(b'A' + u8::try_from(i).unwrap_or(0))
+        ));
     }
     if !trailing.is_empty() {
         lines.push(trailing);
@@ -249,7 +264,10 @@ pub fn normalise_mc(question: &str, reference: &str) -> McOutcome {
     if rendered == question && answer == reference {
         McOutcome::AlreadyNormal
     } else {
-        McOutcome::Rewritten { question: rendered, answer }
+        McOutcome::Rewritten {
+            question: rendered,
+            answer,
+        }
     }
 }
 
@@ -285,18 +303,62 @@ mod tests {
     #[test]
     fn unchanged_table() {
         let cases = [
-            ("What is written in the image?", "11850", McOutcome::NotMultipleChoice),
-            ("Is option A. better than the rest?", "yes", McOutcome::NotMultipleChoice),
-            ("Which is it?\nA. cat\nB. dog", "B", McOutcome::AlreadyNormal),
-            ("Who? A. Mr. Smith B. Mrs. Jones", "A", uncertain("an option text with a sentence break")),
-            ("Which? A. cat B. dog", "horse", uncertain("the reference names no single option")),
-            ("Which? A. cat B. dog", "C", uncertain("the reference names no single option")),
-            ("Plan B. Which? A. cat B. dog", "A", uncertain("a marker before option A")),
-            ("Which? A. cat B. dog D. fish", "A", uncertain("a marker outside the option run")),
-            ("A. cat B. dog", "A", uncertain("no question before the options")),
+            (
+                "What is written in the image?",
+                "11850",
+                McOutcome::NotMultipleChoice,
+            ),
+            (
+                "Is option A. better than the rest?",
+                "yes",
+                McOutcome::NotMultipleChoice,
+            ),
+            (
+                "Which is it?\nA. cat\nB. dog",
+                "B",
+                McOutcome::AlreadyNormal,
+            ),
+            (
+                "Who? A. Mr. Smith B. Mrs. Jones",
+                "A",
+                uncertain("an option text with a sentence break"),
+            ),
+            (
+                "Which? A. cat B. dog",
+                "horse",
+                uncertain("the reference names no single option"),
+            ),
+            (
+                "Which? A. cat B. dog",
+                "C",
+                uncertain("the reference names no single option"),
+            ),
+            (
+                "Plan B. Which? A. cat B. dog",
+                "A",
+                uncertain("a marker before option A"),
+            ),
+            (
+                "Which? A. cat B. dog D. fish",
+                "A",
+                uncertain("a marker outside the option run"),
+            ),
+            (
+                "A. cat B. dog",
+                "A",
+                uncertain("no question before the options"),
+            ),
             ("Which? A. cat B.  ", "A", uncertain("an empty option")),
-            ("Which? A. cat B. dog (A) x (B) y", "A", uncertain("option runs in two marker styles")),
-            ("Which? A. a B. b", "b", uncertain("the reference names no single option")),
+            (
+                "Which? A. cat B. dog (A) x (B) y",
+                "A",
+                uncertain("option runs in two marker styles"),
+            ),
+            (
+                "Which? A. a B. b",
+                "b",
+                uncertain("the reference names no single option"),
+            ),
         ];
         for (q, a, want) in cases {
             assert_eq!(normalise_mc(q, a), want, "{q:?}");

@@ -41,14 +41,27 @@ fn provenance_table() {
         (Some("train/a_car_000154.jpg"), true),
         (Some("a_car_000154.jpg"), false),
         (Some("train/a_car_000155.jpg"), false),
-        (Some("0000000000000000000000000000000000000000000000000000000000000000"), false),
+        (
+            Some("0000000000000000000000000000000000000000000000000000000000000000"),
+            false,
+        ),
         (Some(""), false),
     ];
     for (source, kept) in cases {
         let mut c = Cleaner::new(CleanPolicy::default());
-        let out = c.clean_row(row(Some("OrandCar"), vec![item(ORAND_CAR_QUESTION, "2250", source)]));
+        let out = c.clean_row(row(
+            Some("OrandCar"),
+            vec![item(ORAND_CAR_QUESTION, "2250", source)],
+        ));
         assert_eq!(out.is_some(), kept, "{source:?}");
-        assert_eq!(c.report.dropped.get("provenance_mismatch").copied().unwrap_or(0), usize::from(!kept));
+        assert_eq!(
+            c.report
+                .dropped
+                .get("provenance_mismatch")
+                .copied()
+                .unwrap_or(0),
+            usize::from(!kept)
+        );
     }
 }
 
@@ -80,7 +93,11 @@ fn task_purity_and_counts() {
     assert_eq!(out.notes.kept_from, [1]);
     assert_eq!(
         out.notes.dropped,
-        [(0, DropReason::OffTask), (2, DropReason::OffTask), (3, DropReason::ProvenanceMismatch)]
+        [
+            (0, DropReason::OffTask),
+            (2, DropReason::OffTask),
+            (3, DropReason::ProvenanceMismatch)
+        ]
     );
     assert_eq!(c.report.items_in, 4);
     assert_eq!(c.report.items_out, 1);
@@ -89,7 +106,10 @@ fn task_purity_and_counts() {
     assert_eq!((c.report.rows_in, c.report.rows_out), (1, 1));
 
     // Another family has no allow-list.
-    let out = c.clean_row(row(Some("TextVQA"), vec![item("What color is the car?", "red", None)]));
+    let out = c.clean_row(row(
+        Some("TextVQA"),
+        vec![item("What color is the car?", "red", None)],
+    ));
     assert_eq!(out.map(|o| o.row.qa.len()), Some(1));
 }
 
@@ -100,10 +120,16 @@ fn mc_rewrite_is_recorded() {
     let out = c
         .clean_row(row(
             None,
-            vec![item(q, "dog", None), item("Who? A. Mr. Smith B. Mrs. Jones", "A", None)],
+            vec![
+                item(q, "dog", None),
+                item("Who? A. Mr. Smith B. Mrs. Jones", "A", None),
+            ],
         ))
         .expect("kept");
-    assert_eq!(out.row.qa[0].question, "What animal is shown?\nA. cat\nB. dog");
+    assert_eq!(
+        out.row.qa[0].question,
+        "What animal is shown?\nA. cat\nB. dog"
+    );
     assert_eq!(out.row.qa[0].answer, "B");
     assert_eq!(out.row.qa[1].question, "Who? A. Mr. Smith B. Mrs. Jones");
     assert_eq!(out.notes.rewritten[0].original_question, q);
@@ -113,7 +139,10 @@ fn mc_rewrite_is_recorded() {
     assert_eq!(c.report.uncertain.get("mc_uncertain"), Some(&1));
     let meta = c.clean_meta(&out.notes);
     assert_eq!(meta["policy"]["mc_normalise"], true);
-    assert_eq!(meta["policy"]["allowed_questions"]["OrandCar"][0], ORAND_CAR_QUESTION);
+    assert_eq!(
+        meta["policy"]["allowed_questions"]["OrandCar"][0],
+        ORAND_CAR_QUESTION
+    );
     assert_eq!(meta["cleaning"]["rewritten"][0]["qa_index"], 0);
 }
 
@@ -129,8 +158,17 @@ fn passes_can_be_switched_off() {
     assert!(c.passes().is_empty());
     let q = "Which? A. cat B. dog";
     let out = c
-        .clean_row(row(Some("OrandCar"), vec![item(q, "dog", Some("elsewhere.jpg"))]))
+        .clean_row(row(
+            Some("OrandCar"),
+            vec![item(q, "dog", Some("elsewhere.jpg"))],
+        ))
         .expect("kept");
-    assert_eq!((out.row.qa[0].question.as_str(), out.row.qa[0].answer.as_str()), (q, "dog"));
+    assert_eq!(
+        (
+            out.row.qa[0].question.as_str(),
+            out.row.qa[0].answer.as_str()
+        ),
+        (q, "dog")
+    );
     assert!(c.report.dropped.is_empty() && c.report.rewritten.is_empty());
 }

@@ -4,7 +4,9 @@ use super::*;
 
 #[test]
 fn template_is_byte_identical() {
-    assert!(JUDGE_TEMPLATE.starts_with("You are grading an answer to a question about an image. You cannot see the image."));
+    assert!(JUDGE_TEMPLATE.starts_with(
+        "You are grading an answer to a question about an image. You cannot see the image."
+    ));
     assert!(JUDGE_TEMPLATE.ends_with("Reply with one word: CORRECT, WRONG or UNSURE."));
     assert_eq!(JUDGE_TEMPLATE.matches('\n').count(), 7);
     assert_eq!(JUDGE_TEMPLATE.len(), 602);
@@ -18,7 +20,9 @@ fn prompt_substitutes_in_one_pass() {
     assert!(p.contains("Question: What is written?\nReference answer: 11850\nCandidate answer: {reference} {question} {x}\n\n"));
     assert!(!p.contains("{candidate}"));
     let q = build_judge_prompt("{candidate}", "{question}", "c");
-    assert!(q.contains("Question: {candidate}\nReference answer: {question}\nCandidate answer: c\n"));
+    assert!(
+        q.contains("Question: {candidate}\nReference answer: {question}\nCandidate answer: c\n")
+    );
     assert_eq!(
         build_judge_prompt("", "", "").len(),
         JUDGE_TEMPLATE.len() - "{question}{reference}{candidate}".len()
@@ -101,7 +105,11 @@ fn number_guard_table() {
         ("", "1432", false),
     ];
     for (cand, reference, want) in cases {
-        assert_eq!(numbers_disagree(cand, reference), want, "{cand:?} vs {reference:?}");
+        assert_eq!(
+            numbers_disagree(cand, reference),
+            want,
+            "{cand:?} vs {reference:?}"
+        );
     }
     assert!(guard_vetoes(Verdict::Correct, "ll.850", "11850", true));
     assert!(!guard_vetoes(Verdict::Correct, "ll.850", "11850", false));
@@ -124,7 +132,10 @@ fn calibration_rate() {
 fn stored_words_round_trip() {
     for v in Verdict::ALL {
         assert_eq!(Verdict::parse_stored(v.as_str()), Some(v));
-        assert_eq!(serde_json::to_string(&v).unwrap(), format!("\"{}\"", v.as_str()));
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            format!("\"{}\"", v.as_str())
+        );
     }
     assert_eq!(Verdict::parse_stored("correct"), None);
 }

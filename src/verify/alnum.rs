@@ -113,7 +113,11 @@ mod tests {
     fn match_table() {
         let cases = [
             ("HELLO!", "hello", Some(Variant::Whole)),
-            ("\n\n11850\n\nThe amount is \u{2026}", "11850", Some(Variant::FirstLine)),
+            (
+                "\n\n11850\n\nThe amount is \u{2026}",
+                "11850",
+                Some(Variant::FirstLine),
+            ),
             ("11\n850\n\nbecause", "11850", Some(Variant::FirstParagraph)),
             ("ll.850", "11850", None),
             ("M. Este", "11956", None),

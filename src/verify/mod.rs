@@ -248,22 +248,62 @@ mod tests {
     fn verifier_table() {
         // (verifier, pred, reference, accepted variant)
         let cases: Vec<(Verifier, &str, &str, Option<Variant>)> = vec![
-            (Verifier::Alnum, "bridgestone", "Bridgestone", Some(Variant::Whole)),
-            (Verifier::Alnum, "11850\n\nThe amount", "11850", Some(Variant::FirstLine)),
+            (
+                Verifier::Alnum,
+                "bridgestone",
+                "Bridgestone",
+                Some(Variant::Whole),
+            ),
+            (
+                Verifier::Alnum,
+                "11850\n\nThe amount",
+                "11850",
+                Some(Variant::FirstLine),
+            ),
             (Verifier::Alnum, "ll.850", "11850", None),
             (Verifier::Alnum, "", "\u{4E2D}", None),
             (Verifier::Exact, "  Paris \n", "Paris", Some(Variant::Whole)),
             (Verifier::Exact, "paris", "Paris", None),
-            (Verifier::Exact, "Paris\nThe capital", "Paris", Some(Variant::FirstLine)),
-            (Verifier::McLetter, "The answer is B", "B", Some(Variant::Whole)),
+            (
+                Verifier::Exact,
+                "Paris\nThe capital",
+                "Paris",
+                Some(Variant::FirstLine),
+            ),
+            (
+                Verifier::McLetter,
+                "The answer is B",
+                "B",
+                Some(Variant::Whole),
+            ),
             (Verifier::McLetter, "(c)", "C", Some(Variant::Whole)),
             (Verifier::McLetter, "Because", "B", None),
-            (Verifier::Numeric { rel_tol: 0.0 }, "1,234", "1234", Some(Variant::Whole)),
+            (
+                Verifier::Numeric { rel_tol: 0.0 },
+                "1,234",
+                "1234",
+                Some(Variant::Whole),
+            ),
             (Verifier::Numeric { rel_tol: 0.0 }, "1235", "1234", None),
-            (Verifier::Numeric { rel_tol: 0.05 }, "1290", "1234", Some(Variant::Whole)),
+            (
+                Verifier::Numeric { rel_tol: 0.05 },
+                "1290",
+                "1234",
+                Some(Variant::Whole),
+            ),
             (Verifier::Numeric { rel_tol: 0.05 }, "1300", "1234", None),
-            (Verifier::Anls { threshold: 0.5 }, "Main  Stret", "main street", Some(Variant::Whole)),
-            (Verifier::Anls { threshold: 0.5 }, "elm road", "main street", None),
+            (
+                Verifier::Anls { threshold: 0.5 },
+                "Main  Stret",
+                "main street",
+                Some(Variant::Whole),
+            ),
+            (
+                Verifier::Anls { threshold: 0.5 },
+                "elm road",
+                "main street",
+                None,
+            ),
         ];
         for (verifier, pred, reference, want) in cases {
             let v = verifier.verify(pred, reference);
@@ -287,7 +327,10 @@ mod tests {
     #[test]
     fn accepted_by_names_variant_and_text() {
         let v = Verifier::Alnum.verify("\n\n11850\n\nThe amount is 11.850", "11850");
-        assert_eq!(v.accepted_by().as_deref(), Some("verifier:alnum:first_line"));
+        assert_eq!(
+            v.accepted_by().as_deref(),
+            Some("verifier:alnum:first_line")
+        );
         assert_eq!(v.accepted_trial().map(|t| t.text.as_str()), Some("11850"));
         assert_eq!(v.trials[0].normalised, "11850theamountis11850");
     }

@@ -65,7 +65,10 @@ impl NumericValue {
             let after = t[m.end()..].chars().next();
             let touches = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric());
             if touches(before) || touches(after) {
-                return NumericValue { text: lowered, number: None };
+                return NumericValue {
+                    text: lowered,
+                    number: None,
+                };
             }
             tokens.push(m.as_str());
         }
@@ -73,7 +76,10 @@ impl NumericValue {
             [only] => token_value(only),
             _ => None,
         };
-        NumericValue { text: lowered, number }
+        NumericValue {
+            text: lowered,
+            number,
+        }
     }
 
     /// Whether the text is empty (an unusable reference).
@@ -96,7 +102,7 @@ impl fmt::Display for NumericValue {
 /// lower-cased texts must be equal and non-empty.
 pub fn numeric_match(pred: &NumericValue, reference: &NumericValue, rel_tol: f64) -> bool {
     match (pred.number, reference.number) {
-        (Some(p), Some(r)) if r == 0.0 => p == 0.0,
+        (Some(p), Some(0.0)) => p == 0.0,
         (Some(p), Some(r)) => (p - r).abs() <= rel_tol * r.abs(),
         _ => !reference.text.is_empty() && pred.text == reference.text,
     }
@@ -144,7 +150,11 @@ mod tests {
             ("", "", 0.0, false),
         ];
         for (pred, reference, tol, want) in cases {
-            let got = numeric_match(&NumericValue::parse(pred), &NumericValue::parse(reference), tol);
+            let got = numeric_match(
+                &NumericValue::parse(pred),
+                &NumericValue::parse(reference),
+                tol,
+            );
             assert_eq!(got, want, "{pred:?} vs {reference:?} tol {tol}");
         }
     }

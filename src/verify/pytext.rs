@@ -41,7 +41,15 @@ pub fn py_strip(s: &str) -> &str {
 pub fn py_is_line_boundary(c: char) -> bool {
     matches!(
         c,
-        '\n' | '\r' | '\u{0B}' | '\u{0C}' | '\u{1C}' | '\u{1D}' | '\u{1E}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        '\n' | '\r'
+            | '\u{0B}'
+            | '\u{0C}'
+            | '\u{1C}'
+            | '\u{1D}'
+            | '\u{1E}'
+            | '\u{85}'
+            | '\u{2028}'
+            | '\u{2029}'
     )
 }
 

@@ -53,9 +53,15 @@ impl FromStr for Verifier {
             "alnum" => no_param(Verifier::Alnum),
             "exact" => no_param(Verifier::Exact),
             "mc_letter" => no_param(Verifier::McLetter),
-            "relaxed" => no_param(Verifier::Numeric { rel_tol: CHARTQA_RELAXED_TOL }),
-            "numeric" => Ok(Verifier::Numeric { rel_tol: param(0.0)? }),
-            "anls" => Ok(Verifier::Anls { threshold: param(ANLS_TAU)? }),
+            "relaxed" => no_param(Verifier::Numeric {
+                rel_tol: CHARTQA_RELAXED_TOL,
+            }),
+            "numeric" => Ok(Verifier::Numeric {
+                rel_tol: param(0.0)?,
+            }),
+            "anls" => Ok(Verifier::Anls {
+                threshold: param(ANLS_TAU)?,
+            }),
             _ => Err(VerifierError::Unknown(spec.to_string())),
         }
     }
@@ -144,13 +150,20 @@ mod tests {
             ("relaxed", Ok(Verifier::Numeric { rel_tol: 0.05 })),
             ("anls", Ok(Verifier::Anls { threshold: 0.5 })),
             ("anls:2", Err(VerifierError::BadParameter("anls:2".into()))),
-            ("alnum:1", Err(VerifierError::BadParameter("alnum:1".into()))),
+            (
+                "alnum:1",
+                Err(VerifierError::BadParameter("alnum:1".into())),
+            ),
             ("regex", Err(VerifierError::Unknown("regex".into()))),
         ];
         for (spec, want) in cases {
             assert_eq!(spec.parse::<Verifier>(), want, "{spec}");
         }
-        for v in [Verifier::Alnum, Verifier::Numeric { rel_tol: 0.05 }, Verifier::Anls { threshold: 0.5 }] {
+        for v in [
+            Verifier::Alnum,
+            Verifier::Numeric { rel_tol: 0.05 },
+            Verifier::Anls { threshold: 0.5 },
+        ] {
             assert_eq!(v.to_string().parse::<Verifier>(), Ok(v));
         }
     }
@@ -163,7 +176,10 @@ mod tests {
         assert_eq!(reg.for_family(None), Verifier::Alnum);
         reg.apply_override("ChartQA=relaxed").unwrap();
         reg.apply_override("exact").unwrap();
-        assert_eq!(reg.for_family(Some("ChartQA")), Verifier::Numeric { rel_tol: 0.05 });
+        assert_eq!(
+            reg.for_family(Some("ChartQA")),
+            Verifier::Numeric { rel_tol: 0.05 }
+        );
         assert_eq!(reg.for_family(Some("DocVQA")), Verifier::Exact);
         assert_eq!(reg.for_family(Some("OrandCar")), Verifier::Alnum);
         assert_eq!(

@@ -76,14 +76,56 @@ mod tests {
     fn split_table() {
         // (raw, prefilled_open, think, answer, unterminated)
         let cases: [(&str, bool, Option<&str>, &str, bool); 9] = [
-            ("<think>\nlooks like 11850\n</think>\n\n11850", false, Some("looks like 11850"), "11850", false),
-            ("reads 1432\n</think>\n\n1432\n", true, Some("reads 1432"), "1432", false),
-            ("reads 1432\n</think>\n\n1432\n", false, Some("reads 1432"), "1432", false),
-            ("<think>\nstill thinking about the dig", false, Some("still thinking about the dig"), "", true),
-            ("still thinking about the dig", true, Some("still thinking about the dig"), "", true),
+            (
+                "<think>\nlooks like 11850\n</think>\n\n11850",
+                false,
+                Some("looks like 11850"),
+                "11850",
+                false,
+            ),
+            (
+                "reads 1432\n</think>\n\n1432\n",
+                true,
+                Some("reads 1432"),
+                "1432",
+                false,
+            ),
+            (
+                "reads 1432\n</think>\n\n1432\n",
+                false,
+                Some("reads 1432"),
+                "1432",
+                false,
+            ),
+            (
+                "<think>\nstill thinking about the dig",
+                false,
+                Some("still thinking about the dig"),
+                "",
+                true,
+            ),
+            (
+                "still thinking about the dig",
+                true,
+                Some("still thinking about the dig"),
+                "",
+                true,
+            ),
             ("11850", false, None, "11850", false),
-            ("<think>a</think>b</think> c\u{3000}", false, Some("a</think>b"), "c", false),
-            ("<think>\n\n</think>\n\n\x1c\u{2028}", false, Some(""), "", false),
+            (
+                "<think>a</think>b</think> c\u{3000}",
+                false,
+                Some("a</think>b"),
+                "c",
+                false,
+            ),
+            (
+                "<think>\n\n</think>\n\n\x1c\u{2028}",
+                false,
+                Some(""),
+                "",
+                false,
+            ),
             ("\u{a0} M. Este \x1f", false, None, "M. Este", false),
         ];
         for (raw, pre, think, answer, unterminated) in cases {
