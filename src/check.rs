@@ -102,6 +102,11 @@ pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier)
 }
 
 impl CheckReport {
+    /// The report as one JSON object (the `--json` output).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
     /// A human-readable explanation (strings quoted with escapes, so invisible characters
     /// show).
     pub fn to_human(&self) -> String {
@@ -194,7 +199,7 @@ mod tests {
             human.contains("ACCEPTED by verifier:alnum:first_line"),
             "{human}"
         );
-        let json = serde_json::to_value(&r).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["matched_variant"], "first_line");
         assert_eq!(json["candidates"][2]["variant"], "first_paragraph");
     }

@@ -168,6 +168,9 @@ pub fn parse_verdict(raw: &str) -> Verdict {
     }
 }
 
+/// The number guard is on unless switched off (SPEC §6).
+pub const NUMBER_GUARD_DEFAULT: bool = true;
+
 /// All ASCII digits of `s`, in order.
 pub fn ascii_digits(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()

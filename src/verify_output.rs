@@ -25,19 +25,29 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::judge::{parse_verdict, Verdict};
+use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
 use crate::verify::pytext::py_strip;
 use crate::verify::{VerifierError, VerifierRegistry};
 
 /// The run settings the decisions depend on.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifySettings {
     /// Family → verifier.
     pub registry: VerifierRegistry,
     /// The number guard of SPEC §6 was on (default on).
     pub number_guard: bool,
+}
+
+impl Default for VerifySettings {
+    /// The default registry and the number guard on ([`NUMBER_GUARD_DEFAULT`]).
+    fn default() -> Self {
+        VerifySettings {
+            registry: VerifierRegistry::default(),
+            number_guard: NUMBER_GUARD_DEFAULT,
+        }
+    }
 }
 
 impl VerifySettings {
@@ -138,6 +148,11 @@ impl VerifyReport {
     /// No disagreement.
     pub fn is_clean(&self) -> bool {
         self.disagreements.is_empty()
+    }
+
+    /// The report as one JSON object (for `--json`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
     /// Disagreement counts per problem.

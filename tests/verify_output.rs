@@ -185,8 +185,12 @@ fn routed_run_verifies_clean() {
             "judge_unsure"
         ]
     );
+    assert_eq!(guard_on(), VerifySettings::default());
+    assert!(VerifySettings::default().number_guard);
     let report = verify(&s, &guard_on());
     assert!(report.is_clean(), "{}", report.to_human());
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
+    assert_eq!(json["disagreements"].as_array().map(Vec::len), Some(0));
     assert_eq!(report.entries.get(THINK), Some(&3));
     assert_eq!(report.entries.get(REJECTED), Some(&5));
     assert_eq!(report.taken_as_stored, 1);
