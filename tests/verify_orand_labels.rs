@@ -22,7 +22,7 @@ fn with_separators(digits: &str) -> String {
     let n = digits.len();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (n - i) % 3 == 0 {
+        if i > 0 && (n - i).is_multiple_of(3) {
             out.push('.');
         }
         out.push(c);
