@@ -59,12 +59,24 @@ pub struct JudgeOutcome {
 }
 
 impl JudgeOutcome {
-    /// Parses `raw` into an outcome.
+    /// Parses `raw` (the judge's whole output, reasoning tags included) into an outcome.
     pub fn from_raw(raw: impl Into<String>) -> JudgeOutcome {
         let raw = raw.into();
         JudgeOutcome {
             verdict: parse_verdict(&raw),
             raw,
+        }
+    }
+
+    /// An outcome from the judge's generated text. When the chat template pre-filled an open
+    /// `<think>` (`prefilled_open`) and the text holds none, `"<think>\n"` is put in front, so
+    /// the stored `raw` re-parses to the same verdict on its own: a judge cut off while still
+    /// reasoning is `UNSURE`, not the last line of its reasoning.
+    pub fn from_generation(generated: &str, prefilled_open: bool) -> JudgeOutcome {
+        if prefilled_open && !generated.contains(THINK_OPEN) {
+            JudgeOutcome::from_raw(format!("{THINK_OPEN}\n{generated}"))
+        } else {
+            JudgeOutcome::from_raw(generated)
         }
     }
 }

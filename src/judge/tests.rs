@@ -90,6 +90,23 @@ fn outcome_keeps_raw() {
 }
 
 #[test]
+fn prefilled_think_is_kept_in_raw() {
+    // Cut off while reasoning: the last line of the reasoning must not count.
+    let cut = JudgeOutcome::from_generation("The digits match, so CORRECT", true);
+    assert_eq!(cut.verdict, Verdict::Unsure);
+    assert_eq!(cut.raw, "<think>\nThe digits match, so CORRECT");
+    assert_eq!(parse_verdict(&cut.raw), Verdict::Unsure);
+    let done = JudgeOutcome::from_generation("1 vs l differ.\n</think>\n\nWRONG", true);
+    assert_eq!(done.verdict, Verdict::Wrong);
+    assert_eq!(done.raw, "<think>\n1 vs l differ.\n</think>\n\nWRONG");
+    let plain = JudgeOutcome::from_generation("CORRECT", false);
+    assert_eq!(
+        (plain.verdict, plain.raw.as_str()),
+        (Verdict::Correct, "CORRECT")
+    );
+}
+
+#[test]
 fn number_guard_table() {
     // (candidate, reference, disagree)
     let cases = [
