@@ -45,6 +45,7 @@ fn accepted(i: usize) -> Vec<AcceptedQa> {
             question: ORAND_CAR_QUESTION.to_string(),
             answer: format!("{}", 100 * i + j),
             org_answer: format!("{}", 100 * i + j),
+            vlm_answer: format!("{}", 100 * i + j),
             think: if j == 0 {
                 Some(format!("The digits read {} — «ok»", 100 * i + j))
             } else {
@@ -56,6 +57,7 @@ fn accepted(i: usize) -> Vec<AcceptedQa> {
                 "judge".into()
             },
             judge_verdict: if j == 0 { None } else { Some("CORRECT".into()) },
+            judge_raw: if j == 0 { None } else { Some("CORRECT".into()) },
         })
         .collect()
 }

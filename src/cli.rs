@@ -156,23 +156,42 @@ and stored judge verdicts, with no model, and report any row whose split disagre
 pub struct VerifyArgs {
     /// Output directory written by `run` or `merge`.
     pub out: PathBuf,
+    /// Print the report as one JSON object per family instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Treat the number guard as off (default: as recorded in OUT/run.json, else on).
+    #[arg(long)]
+    pub no_number_guard: bool,
+    /// Verifier override `FAMILY=NAME` or `NAME` (default: as recorded in OUT/run.json).
+    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
+    pub verifiers: Vec<String>,
 }
 
 /// Check one prediction against one reference with a string verifier.
 #[derive(Debug, Args)]
 #[command(
-    long_about = "Check one prediction against one reference with a string verifier and print which \
-variant (whole, first line, first paragraph) matched, if any.",
-    after_help = "Example:\n  verisample check --verifier alnum $'11850\\n\\nThe amount is' 11850"
+    long_about = "Explain one string decision: the reasoning split off the prediction, the normalised \
+forms, each candidate tried (whole, first line, first paragraph), which matched, and whether the \
+item would go to the judge. Output is text, or one JSON object with --json.",
+    after_help = "Example:\n  verisample check --family OrandCar --pred $'11850\\n\\nThe amount is' --ref 11850"
 )]
 pub struct CheckArgs {
-    /// The model's answer.
-    pub prediction: String,
+    /// Family whose verifier is used.
+    #[arg(long, default_value = crate::family::ORAND_CAR)]
+    pub family: String,
+    /// The model's output (a `<think>…</think>` block is split off first).
+    #[arg(long)]
+    pub pred: String,
     /// The reference answer.
+    #[arg(long = "ref")]
     pub reference: String,
-    /// Verifier name.
-    #[arg(long, default_value = "alnum")]
-    pub verifier: String,
+    /// Use this verifier instead of the family's (`alnum`, `exact`, `mc_letter`, `numeric[:tol]`,
+    /// `relaxed`, `anls[:tau]`).
+    #[arg(long)]
+    pub verifier: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Merge the outputs of several shard runs into one output.
@@ -253,16 +272,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             issue: 6,
         }
         .into()),
-        Command::Verify(_) => Err(NotImplemented {
-            command: "verify",
-            issue: 3,
-        }
-        .into()),
-        Command::Check(_) => Err(NotImplemented {
-            command: "check",
-            issue: 3,
-        }
-        .into()),
+        Command::Verify(a) => crate::commands::verify_dir(&a),
+        Command::Check(a) => crate::commands::check(&a),
         Command::Merge(_) => Err(NotImplemented {
             command: "merge",
             issue: 6,

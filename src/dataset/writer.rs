@@ -11,8 +11,8 @@
 //! | `clean_meta` | `string` (a JSON object) |
 //! | `image_sha256` | `string` (hex SHA-256 of `image.bytes`) |
 //!
-//! `qa` fields: think split `question, answer, org_answer, think, accepted_by,
-//! judge_verdict`; nothink split the same without `think`; rejected split `question, answer,
+//! `qa` fields: think split `question, answer, org_answer, vlm_answer, think, accepted_by,
+//! judge_verdict, judge_raw`; nothink split the same without `think`; rejected split `question, answer,
 //! wrong_vlm, reason, judge_verdict, judge_raw`. `None` is written as null.
 
 use std::path::{Path, PathBuf};
@@ -58,16 +58,20 @@ const THINK_FIELDS: &[&str] = &[
     "question",
     "answer",
     "org_answer",
+    "vlm_answer",
     "think",
     "accepted_by",
     "judge_verdict",
+    "judge_raw",
 ];
 const NOTHINK_FIELDS: &[&str] = &[
     "question",
     "answer",
     "org_answer",
+    "vlm_answer",
     "accepted_by",
     "judge_verdict",
+    "judge_raw",
 ];
 const REJECTED_FIELDS: &[&str] = &[
     "question",
@@ -95,9 +99,11 @@ impl QaRecord for AcceptedQa {
             "question" => Some(&self.question),
             "answer" => Some(&self.answer),
             "org_answer" => Some(&self.org_answer),
+            "vlm_answer" => Some(&self.vlm_answer),
             "think" => self.think.as_deref(),
             "accepted_by" => Some(&self.accepted_by),
             "judge_verdict" => self.judge_verdict.as_deref(),
+            "judge_raw" => self.judge_raw.as_deref(),
             _ => None,
         }
     }
@@ -107,9 +113,11 @@ impl QaRecord for AcceptedQa {
             question: required(get, "question")?,
             answer: required(get, "answer")?,
             org_answer: required(get, "org_answer")?,
+            vlm_answer: required(get, "vlm_answer")?,
             think: get("think"),
             accepted_by: required(get, "accepted_by")?,
             judge_verdict: get("judge_verdict"),
+            judge_raw: get("judge_raw"),
         })
     }
 }
@@ -460,9 +468,11 @@ mod tests {
                 "question",
                 "answer",
                 "org_answer",
+                "vlm_answer",
                 "think",
                 "accepted_by",
-                "judge_verdict"
+                "judge_verdict",
+                "judge_raw"
             ]
         );
         assert!(!names(SplitKind::NoThink).contains(&"think".to_string()));

@@ -64,6 +64,7 @@ pub fn accepted_rows(n: usize) -> Vec<OutputRow<AcceptedQa>> {
                     question: format!("What is written in the image? #{i}.{j}"),
                     answer: format!("{}", 1000 + i * 10 + j),
                     org_answer: format!("{}", 1000 + i * 10 + j),
+                    vlm_answer: format!("{}\n\nThe amount is {i}.", 1000 + i * 10 + j),
                     think: if (i + j).is_multiple_of(4) {
                         None
                     } else {
@@ -75,6 +76,11 @@ pub fn accepted_rows(n: usize) -> Vec<OutputRow<AcceptedQa>> {
                         "verifier:alnum:first_line".into()
                     },
                     judge_verdict: if j == 1 { Some("CORRECT".into()) } else { None },
+                    judge_raw: if j == 1 {
+                        Some("<think>\nsame digits\n</think>\n\nCORRECT".into())
+                    } else {
+                        None
+                    },
                 })
                 .collect();
             OutputRow {

@@ -1,0 +1,136 @@
+//! The I/O sides of the model-free commands `verify` and `check`: read what they need from
+//! disk or arguments, call the pure decision code (`verify_output`, `check`), print.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::check::{check_with, CheckReport};
+use crate::cli::{CheckArgs, UsageError, VerifyArgs};
+use crate::dataset::card::{kind_of_split, scan_output_dir};
+use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
+use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
+use crate::verify::{Verifier, VerifierRegistry};
+use crate::verify_output::{verify_family, FamilySplits, VerifyReport, VerifySettings};
+
+/// A `verify` that found disagreements (exit code 1, report already printed).
+#[derive(Debug, thiserror::Error)]
+#[error("verify found {0} disagreement(s)")]
+pub struct VerifyFailed(pub usize);
+
+/// The settings `verify` applies: those recorded in `OUT/run.json` (`settings.number_guard`,
+/// `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line overrides.
+fn verify_settings(a: &VerifyArgs) -> anyhow::Result<VerifySettings> {
+    let run_json = a.out.join("run.json");
+    let recorded: serde_json::Value = match std::fs::read(&run_json) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not valid JSON", run_json.display()))?,
+        Err(_) => serde_json::Value::Null,
+    };
+    let settings = &recorded["settings"];
+    let mut overrides: Vec<String> = settings["verifiers"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    overrides.extend(a.verifiers.iter().cloned());
+    let guard_off = a.no_number_guard || settings["number_guard"].as_bool() == Some(false);
+    VerifySettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()).into())
+}
+
+fn read_family(
+    out: &Path,
+    family: &str,
+) -> anyhow::Result<(
+    Vec<OutputRow<AcceptedQa>>,
+    Vec<OutputRow<AcceptedQa>>,
+    Vec<OutputRow<RejectedQa>>,
+)> {
+    let accepted = |kind: SplitKind| -> anyhow::Result<Vec<OutputRow<AcceptedQa>>> {
+        let mut rows = Vec::new();
+        for f in split_files(out, &kind.split_name(family))? {
+            rows.extend(read_accepted_split(&f)?);
+        }
+        Ok(rows)
+    };
+    let mut rejected = Vec::new();
+    for f in split_files(out, &SplitKind::Rejected.split_name(family))? {
+        rejected.extend(read_rejected_split(&f)?);
+    }
+    Ok((
+        accepted(SplitKind::Think)?,
+        accepted(SplitKind::NoThink)?,
+        rejected,
+    ))
+}
+
+/// `verisample verify OUT`: re-derive every decision of every family in `OUT/data` from the
+/// stored fields alone and print the report.
+///
+/// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
+pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
+    let settings = verify_settings(a)?;
+    let splits = scan_output_dir(&a.out)
+        .with_context(|| format!("read output directory {}", a.out.display()))?;
+    let families: BTreeSet<String> = splits
+        .iter()
+        .filter_map(|s| {
+            let kind = kind_of_split(&s.name)?;
+            let suffix_len = s.name.len() - kind.split_name("").len();
+            Some(s.name[..suffix_len].to_string())
+        })
+        .collect();
+    if families.is_empty() {
+        return Err(UsageError(format!(
+            "no output splits found in {}/data",
+            a.out.display()
+        ))
+        .into());
+    }
+    let mut problems = 0;
+    for family in &families {
+        let (think, nothink, rejected) = read_family(&a.out, family)?;
+        let report: VerifyReport = verify_family(
+            &FamilySplits {
+                family,
+                think: &think,
+                nothink: &nothink,
+                rejected: &rejected,
+            },
+            &settings,
+        );
+        problems += report.disagreements.len();
+        if a.json {
+            println!("{}", report.to_json());
+        } else {
+            print!("{}", report.to_human());
+        }
+    }
+    if problems > 0 {
+        return Err(VerifyFailed(problems).into());
+    }
+    Ok(())
+}
+
+/// `verisample check`: explain one string decision.
+///
+/// Errors: an unknown `--verifier` specification (usage error).
+pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
+    let verifier: Verifier = match &a.verifier {
+        Some(spec) => spec
+            .parse()
+            .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?,
+        None => VerifierRegistry::default().for_family(Some(&a.family)),
+    };
+    let report: CheckReport = check_with(&a.family, &a.pred, &a.reference, verifier);
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_human());
+    }
+    Ok(())
+}
