@@ -42,14 +42,14 @@ fn verify_settings(a: &VerifyArgs) -> anyhow::Result<VerifySettings> {
     VerifySettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()).into())
 }
 
-fn read_family(
-    out: &Path,
-    family: &str,
-) -> anyhow::Result<(
+/// The three splits of one family as read back: think, nothink, rejected.
+type ReadSplits = (
     Vec<OutputRow<AcceptedQa>>,
     Vec<OutputRow<AcceptedQa>>,
     Vec<OutputRow<RejectedQa>>,
-)> {
+);
+
+fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
     let accepted = |kind: SplitKind| -> anyhow::Result<Vec<OutputRow<AcceptedQa>>> {
         let mut rows = Vec::new();
         for f in split_files(out, &kind.split_name(family))? {
