@@ -26,6 +26,7 @@ struct Case {
 }
 
 /// Dense causal attention of one sequence: q `[ql, nh, hd]`, k/v `[c, kvh, hd]`.
+#[allow(clippy::too_many_arguments)]
 fn naive(
     q: &[f32],
     k: &[f32],
