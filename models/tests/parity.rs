@@ -233,3 +233,5 @@ macro_rules! family_tests {
 }
 
 family_tests!(qwen2_vl, "qwen2_vl");
+family_tests!(qwen2_5_vl, "qwen2_5_vl");
+family_tests!(qwen3_vl, "qwen3_vl");
