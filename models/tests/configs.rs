@@ -73,7 +73,10 @@ fn qwen2_5_vl_7b_flat_layout() {
         ),
         (3584, 28, 28, 4, 128)
     );
-    assert_eq!(t.vocab_size, 152064);
+    assert_eq!((t.vocab_size, t.intermediate_size), (152064, 18944));
+    assert_eq!(t.mrope_section, [16, 24, 24]);
+    assert!(!t.mrope_interleaved && t.qkv_bias && !t.qk_norm);
+    assert_eq!(t.rope_theta, 1_000_000.0);
     assert!(!t.tie_word_embeddings);
     let v = c.vision();
     assert_eq!(
@@ -110,7 +113,14 @@ fn qwen3_vl_8b_thinking_nested_layout() {
     assert_eq!(t.mrope_section, [24, 20, 20]);
     assert!(t.mrope_interleaved && t.qk_norm && !t.qkv_bias);
     assert_eq!(t.rope_theta, 5_000_000.0);
+    assert_eq!((t.vocab_size, t.intermediate_size), (151936, 12288));
+    assert!(!t.tie_word_embeddings);
+    assert_eq!(t.eos_token_ids, vec![151645]);
     let v = c.vision();
+    assert_eq!(
+        (v.num_heads, v.spatial_merge_size, v.temporal_patch_size),
+        (16, 2, 2)
+    );
     assert_eq!(
         (
             v.depth,
