@@ -35,7 +35,7 @@ use serde::Serialize;
 use verisample_models::batch::KvCache;
 
 pub use config::{EngineConfig, KvBudget};
-pub use model::{EngineModel, InputProcessor, KvLayout};
+pub use model::{EngineModel, ImageEmbeds, InputProcessor, KvLayout};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
 use block_manager::BlockManager;

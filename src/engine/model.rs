@@ -23,6 +23,19 @@ pub struct KvLayout {
     pub dtype: DType,
 }
 
+/// Vision embeddings of the image-placeholder rows of a flattened batch.
+///
+/// The rows are given explicitly rather than found by comparing `input_ids` with the image
+/// token id: a generated token that happens to be the image-pad id (possible with random or
+/// small models) is an ordinary text token and must keep its token embedding.
+#[derive(Debug, Clone)]
+pub struct ImageEmbeds {
+    /// Embeddings `[rows.len(), hidden]`, on the model's device.
+    pub embeds: Tensor,
+    /// Index of each embedding's row in the flattened batch, ascending.
+    pub rows: Vec<usize>,
+}
+
 /// A decoder (with its vision tower) the engine can step.
 pub trait EngineModel {
     /// The device the model's weights and the KV cache live on.
@@ -39,15 +52,15 @@ pub trait EngineModel {
     fn encode_images(&self, pixel_values: &Tensor, grid_thw: &[[usize; 3]]) -> candle_core::Result<Tensor>;
 
     /// One step over a flattened batch: `input_ids` `[total_tokens]` u32, the vision
-    /// embeddings of the image-pad tokens among them, in order (`[n_image_tokens, hidden]`),
-    /// and the batch layout. Writes the new tokens' K/V into `cache` at `meta.slot_mapping`
-    /// and returns logits `[meta.logits_indices.len(), vocab]`.
+    /// embeddings that replace the token embeddings of some rows (image placeholders), and the
+    /// batch layout. Writes the new tokens' K/V into `cache` at `meta.slot_mapping` and
+    /// returns logits `[meta.logits_indices.len(), vocab]`.
     ///
     /// Errors: candle errors.
     fn forward(
         &self,
         input_ids: &Tensor,
-        image_embeds: Option<&Tensor>,
+        image_embeds: Option<&ImageEmbeds>,
         meta: &BatchMeta,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor>;

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use verisample_models::batch::{BatchMeta, KvCache};
 
 use super::config::EngineConfig;
-use super::model::{EngineModel, InputProcessor};
+use super::model::{EngineModel, ImageEmbeds, InputProcessor};
 use super::request::{Completion, FinishReason, PreparedInput};
 use super::sampler::greedy_rows;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
@@ -29,7 +29,7 @@ pub(crate) struct Core<M> {
 /// The flattened inputs of one step.
 struct StepBatch {
     input_ids: Tensor,
-    image_embeds: Option<Tensor>,
+    image_embeds: Option<ImageEmbeds>,
     meta: BatchMeta,
 }
 
@@ -250,7 +250,9 @@ impl<M: EngineModel> Core<M> {
             logits_indices: Vec::new(),
         };
         let mut chunks = Vec::new();
+        let mut rows = Vec::new();
         for sc in &plan.seqs {
+            let row0 = ids.len();
             let s = self
                 .scheduler
                 .seq(sc.seq)
@@ -276,6 +278,7 @@ impl<M: EngineModel> Core<M> {
                         .embeds(&img.sha256)
                         .ok_or_else(|| EngineError::Internal("image embeddings missing at batch time".into()))?;
                     chunks.push(e.narrow(0, lo - img.start, hi - lo)?);
+                    rows.extend((lo..hi).map(|i| row0 + i - sc.start));
                 }
             }
         }
@@ -283,7 +286,8 @@ impl<M: EngineModel> Core<M> {
         let flat: Vec<u32> = pos.concat();
         meta.positions = Tensor::from_vec(flat, (3, total), device)?;
         let input_ids = Tensor::from_vec(ids, total, device)?;
-        let image_embeds = if chunks.is_empty() { None } else { Some(Tensor::cat(&chunks, 0)?) };
+        let image_embeds =
+            if chunks.is_empty() { None } else { Some(ImageEmbeds { embeds: Tensor::cat(&chunks, 0)?, rows }) };
         Ok(StepBatch { input_ids, image_embeds, meta })
     }
 }
