@@ -6,10 +6,13 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::mock::{image, reference, MockModel, MockProcessor};
-use verisample::engine::{Completion, Engine, EngineConfig, EngineError, FinishReason, ImageInput, KvBudget, Request};
+use verisample::engine::{
+    Completion, Engine, EngineConfig, EngineError, FinishReason, ImageInput, KvBudget, Request,
+};
 
 const MAX_NEW: usize = 24;
-const JUDGE: &str = "You are a strict judge. Compare the candidate with the reference; never solve it yourself.";
+const JUDGE: &str =
+    "You are a strict judge. Compare the candidate with the reference; never solve it yourself.";
 
 fn cfg(max_batch: usize, blocks: usize, prefix_caching: bool) -> EngineConfig {
     EngineConfig {
@@ -28,7 +31,13 @@ fn engine(c: EngineConfig) -> Engine<MockModel, MockProcessor> {
 }
 
 fn req(id: u64, system: Option<&str>, image: Option<ImageInput>, text: &str) -> Request {
-    Request { id, system: system.map(str::to_string), image, text: text.to_string(), max_new_tokens: None }
+    Request {
+        id,
+        system: system.map(str::to_string),
+        image,
+        text: text.to_string(),
+        max_new_tokens: None,
+    }
 }
 
 /// 24 items: 8 judge-style text-only requests sharing a system prompt, 16 image questions
@@ -36,13 +45,25 @@ fn req(id: u64, system: Option<&str>, image: Option<ImageInput>, text: &str) -> 
 fn items(id0: u64) -> Vec<Request> {
     let mut out = vec![];
     for i in 0..8u64 {
-        let text = format!("Question {i}: is {} the same as {}?", 1000 + i * 37, 1000 + i * 41);
+        let text = format!(
+            "Question {i}: is {} the same as {}?",
+            1000 + i * 37,
+            1000 + i * 41
+        );
         out.push(req(id0 + i, Some(JUDGE), None, &text));
     }
-    let questions = ["What is written in the image?", "Read the amount, digits only."];
+    let questions = [
+        "What is written in the image?",
+        "Read the amount, digits only.",
+    ];
     for i in 0..16u64 {
         let img = image((i % 6) as u8, 5 + (i % 6) as usize * 3);
-        out.push(req(id0 + 8 + i, None, Some(img), questions[(i / 6 % 2) as usize]));
+        out.push(req(
+            id0 + 8 + i,
+            None,
+            Some(img),
+            questions[(i / 6 % 2) as usize],
+        ));
     }
     out
 }
@@ -63,7 +84,11 @@ fn assert_matches_reference(reqs: &[Request], got: &BTreeMap<u64, Completion>) {
         let c = &got[&r.id];
         let (want, stopped) = reference(r, r.max_new_tokens.unwrap_or(MAX_NEW));
         assert_eq!(c.token_ids, want, "request {}", r.id);
-        let reason = if stopped { FinishReason::Stop } else { FinishReason::Truncated };
+        let reason = if stopped {
+            FinishReason::Stop
+        } else {
+            FinishReason::Truncated
+        };
         assert_eq!(c.finish_reason, reason, "request {}", r.id);
         assert_eq!(c.generated_tokens, want.len());
     }
@@ -91,11 +116,19 @@ fn same_tokens_for_any_batch_size_and_input_order() {
     for (max_batch, shuffle) in [(1, false), (5, false), (24, false), (5, true), (24, true)] {
         let reqs = items(0);
         let mut e = engine(cfg(max_batch, 512, true));
-        let got = run(&mut e, if shuffle { shuffled(items(0)) } else { items(0) });
+        let got = run(
+            &mut e,
+            if shuffle {
+                shuffled(items(0))
+            } else {
+                items(0)
+            },
+        );
         assert_matches_reference(&reqs, &got);
         assert!(e.model().max_seqs_in_step.get() <= max_batch);
         assert_eq!(e.num_free_blocks(), 512, "everything released");
-        let toks: BTreeMap<u64, Vec<u32>> = got.into_iter().map(|(k, c)| (k, c.token_ids)).collect();
+        let toks: BTreeMap<u64, Vec<u32>> =
+            got.into_iter().map(|(k, c)| (k, c.token_ids)).collect();
         match &first {
             None => first = Some(toks),
             Some(f) => assert_eq!(f, &toks, "max_batch {max_batch}, shuffled {shuffle}"),
@@ -115,18 +148,34 @@ fn duplicate_image_prompt_rows_share_vision_and_prefix() {
         reqs.push(r);
     }
     for i in 6..10u64 {
-        reqs.push(req(i, None, Some(image(20, 9)), &format!("Question number {i}")));
+        reqs.push(req(
+            i,
+            None,
+            Some(image(20, 9)),
+            &format!("Question number {i}"),
+        ));
     }
     let (dup_ref, _) = reference(&reqs[0], 40);
-    assert!(dup_ref.len() >= 20, "the duplicated rows stay alive long enough to overlap");
+    assert!(
+        dup_ref.len() >= 20,
+        "the duplicated rows stay alive long enough to overlap"
+    );
     let mut e = engine(cfg(16, 512, true));
     let got = run(&mut e, reqs.clone());
     assert_matches_reference(&reqs, &got);
-    assert_eq!(e.model().images_encoded.get(), 2, "one vision forward per distinct image");
+    assert_eq!(
+        e.model().images_encoded.get(),
+        2,
+        "one vision forward per distinct image"
+    );
     let prompt = got[&0].prompt_tokens;
     assert_eq!(got[&0].cached_prompt_tokens, 0);
     for i in 1..6 {
-        assert_eq!(got[&i].cached_prompt_tokens, (prompt - 1) / 4 * 4, "row {i}");
+        assert_eq!(
+            got[&i].cached_prompt_tokens,
+            (prompt - 1) / 4 * 4,
+            "row {i}"
+        );
     }
 }
 
@@ -174,7 +223,12 @@ fn a_small_pool_preempts_and_still_finishes_every_sequence_identically() {
 fn per_item_errors_do_not_stop_the_run() {
     let long = "x".repeat(200);
     let reqs = vec![
-        req(1, None, Some(ImageInput::new(b"BAD image".to_vec())), "What?"),
+        req(
+            1,
+            None,
+            Some(ImageInput::new(b"BAD image".to_vec())),
+            "What?",
+        ),
         req(2, None, None, &long),
         req(3, None, Some(image(1, 8)), "What is written in the image?"),
         req(4, Some(JUDGE), None, "Is 12 equal to 12?"),
@@ -189,7 +243,10 @@ fn per_item_errors_do_not_stop_the_run() {
         got[&2].error.as_deref(),
         Some("prompt of 202 tokens needs 51 KV cache blocks; the pool has 40")
     );
-    assert_matches_reference(&reqs[2..], &got.into_iter().filter(|(k, _)| *k >= 3).collect());
+    assert_matches_reference(
+        &reqs[2..],
+        &got.into_iter().filter(|(k, _)| *k >= 3).collect(),
+    );
     assert_eq!(e.stats().failed, 2);
 }
 
@@ -206,9 +263,16 @@ fn a_failing_callback_stops_generate_and_the_next_call_starts_clean() {
             Ok(())
         })
         .unwrap_err();
-    assert!(matches!(err, EngineError::Callback(ref m) if m.to_string() == "journal full"), "{err}");
+    assert!(
+        matches!(err, EngineError::Callback(ref m) if m.to_string() == "journal full"),
+        "{err}"
+    );
     assert_eq!(seen, 3);
-    assert_eq!(e.num_free_blocks(), 128, "unfinished sequences were dropped");
+    assert_eq!(
+        e.num_free_blocks(),
+        128,
+        "unfinished sequences were dropped"
+    );
     let reqs = items(300);
     let got = run(&mut e, reqs.clone());
     assert_matches_reference(&reqs, &got);

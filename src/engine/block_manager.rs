@@ -110,7 +110,10 @@ impl BlockManager {
         if !self.prefix_caching {
             return 0;
         }
-        hashes.iter().take_while(|h| self.cached.contains_key(h)).count()
+        hashes
+            .iter()
+            .take_while(|h| self.cached.contains_key(h))
+            .count()
     }
 
     /// Fresh blocks an allocation of `total_blocks` with prefix `hashes` would take from the
@@ -137,7 +140,10 @@ impl BlockManager {
     ) -> Result<(Vec<BlockId>, usize), OutOfBlocks> {
         let needed = self.blocks_needed(hashes, total_blocks);
         if needed > self.num_free() {
-            return Err(OutOfBlocks { needed, free: self.num_free() });
+            return Err(OutOfBlocks {
+                needed,
+                free: self.num_free(),
+            });
         }
         let hits = self.count_hits(hashes).min(total_blocks);
         let mut table = Vec::with_capacity(total_blocks);
@@ -245,22 +251,40 @@ mod tests {
     fn shared_prefix_counts_references_and_frees_on_last_release() {
         let mut bm = BlockManager::new(6, 4, true);
         let (a, hits) = bm.allocate(&[11, 22], 3).unwrap();
-        assert_eq!((a.clone(), hits), (vec![0, 1, 2], 0), "nothing registered yet");
+        assert_eq!(
+            (a.clone(), hits),
+            (vec![0, 1, 2], 0),
+            "nothing registered yet"
+        );
         bm.register(a[0], 11);
         bm.register(a[1], 22);
         assert_eq!(bm.count_hits(&[11, 22, 33]), 2);
-        assert_eq!(bm.blocks_needed(&[11, 22], 3), 1, "hits in use are not taken from the pool");
+        assert_eq!(
+            bm.blocks_needed(&[11, 22], 3),
+            1,
+            "hits in use are not taken from the pool"
+        );
         let (b, hits) = bm.allocate(&[11, 22], 3).unwrap();
         assert_eq!((b.clone(), hits), (vec![0, 1, 3], 2));
-        assert_eq!((bm.ref_count(0), bm.ref_count(1), bm.ref_count(3)), (2, 2, 1));
+        assert_eq!(
+            (bm.ref_count(0), bm.ref_count(1), bm.ref_count(3)),
+            (2, 2, 1)
+        );
         bm.release(&a);
-        assert_eq!((bm.ref_count(0), bm.ref_count(1), bm.ref_count(2)), (1, 1, 0));
+        assert_eq!(
+            (bm.ref_count(0), bm.ref_count(1), bm.ref_count(2)),
+            (1, 1, 0)
+        );
         assert_eq!(bm.num_free(), 3, "blocks 2, 4, 5");
         bm.release(&b);
         assert_eq!(bm.num_free(), 6);
         // Registered blocks 0 and 1 are evictable but still hit.
         assert_eq!(bm.count_hits(&[11, 22]), 2);
-        assert_eq!(bm.blocks_needed(&[11, 22], 2), 2, "evictable hits come out of the pool");
+        assert_eq!(
+            bm.blocks_needed(&[11, 22], 2),
+            2,
+            "evictable hits come out of the pool"
+        );
         let (c, hits) = bm.allocate(&[11, 22], 2).unwrap();
         assert_eq!((c, hits), (vec![0, 1], 2));
         assert_eq!(bm.num_free(), 4);
@@ -277,7 +301,11 @@ mod tests {
         let (t, _) = bm.allocate(&[], 2).unwrap();
         assert_eq!(t, vec![2, 1]);
         assert_eq!(bm.count_hits(&[1]), 1);
-        assert_eq!(bm.count_hits(&[2]), 0, "block 1 was evicted, hash 2 is gone");
+        assert_eq!(
+            bm.count_hits(&[2]),
+            0,
+            "block 1 was evicted, hash 2 is gone"
+        );
         assert_eq!(bm.num_free(), 1);
     }
 

@@ -79,7 +79,9 @@ impl EngineConfig {
         }
         match self.kv_budget {
             KvBudget::Gib(g) if !(g > 0.0 && g.is_finite()) => bad("kv_cache_gib must be > 0"),
-            KvBudget::FreeFraction(f) if !(f > 0.0 && f <= 1.0) => bad("KV cache fraction must be in (0, 1]"),
+            KvBudget::FreeFraction(f) if !(f > 0.0 && f <= 1.0) => {
+                bad("KV cache fraction must be in (0, 1]")
+            }
             KvBudget::Blocks(0) => bad("KV cache must have ≥ 1 block"),
             _ => Ok(()),
         }
@@ -105,8 +107,18 @@ pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
 ///
 /// Errors: [`EngineError::Config`] when free memory cannot be measured on this device or the
 /// budget holds no block.
-pub fn pool_blocks(cfg: &EngineConfig, layout: &KvLayout, device: &Device) -> Result<usize, EngineError> {
-    let per_block = KvCache::bytes_per_block(layout.num_layers, cfg.block_size, layout.n_kv_heads, layout.head_dim, layout.dtype);
+pub fn pool_blocks(
+    cfg: &EngineConfig,
+    layout: &KvLayout,
+    device: &Device,
+) -> Result<usize, EngineError> {
+    let per_block = KvCache::bytes_per_block(
+        layout.num_layers,
+        cfg.block_size,
+        layout.n_kv_heads,
+        layout.head_dim,
+        layout.dtype,
+    );
     let blocks = match cfg.kv_budget {
         KvBudget::Blocks(n) => n,
         KvBudget::Gib(g) => blocks_in_budget((g * (1u64 << 30) as f64) as u64, per_block),
@@ -116,15 +128,23 @@ pub fn pool_blocks(cfg: &EngineConfig, layout: &KvLayout, device: &Device) -> Re
                     "a fraction of free memory is measured on CPU only; give the KV cache size in GiB".into(),
                 ));
             }
-            let text = std::fs::read_to_string("/proc/meminfo")
-                .map_err(|e| EngineError::Config(format!("cannot read /proc/meminfo ({e}); give the KV cache size in GiB")))?;
-            let free = parse_mem_available(&text)
-                .ok_or_else(|| EngineError::Config("no MemAvailable in /proc/meminfo; give the KV cache size in GiB".into()))?;
+            let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| {
+                EngineError::Config(format!(
+                    "cannot read /proc/meminfo ({e}); give the KV cache size in GiB"
+                ))
+            })?;
+            let free = parse_mem_available(&text).ok_or_else(|| {
+                EngineError::Config(
+                    "no MemAvailable in /proc/meminfo; give the KV cache size in GiB".into(),
+                )
+            })?;
             blocks_in_budget((free as f64 * f) as u64, per_block)
         }
     };
     if blocks == 0 {
-        return Err(EngineError::Config(format!("the KV cache budget holds no block of {per_block} bytes")));
+        return Err(EngineError::Config(format!(
+            "the KV cache budget holds no block of {per_block} bytes"
+        )));
     }
     Ok(blocks)
 }
@@ -135,7 +155,13 @@ mod tests {
 
     #[test]
     fn blocks_in_budget_table() {
-        for (budget, per, want) in [(0, 10, 0), (9, 10, 0), (10, 10, 1), (1 << 30, 1 << 20, 1024), (5, 0, 0)] {
+        for (budget, per, want) in [
+            (0, 10, 0),
+            (9, 10, 0),
+            (10, 10, 1),
+            (1 << 30, 1 << 20, 1024),
+            (5, 0, 0),
+        ] {
             assert_eq!(blocks_in_budget(budget, per), want, "{budget}/{per}");
         }
     }
@@ -149,24 +175,53 @@ mod tests {
 
     #[test]
     fn pool_blocks_from_gib_and_exact_blocks() {
-        let layout = KvLayout { num_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: candle_core::DType::F32 };
+        let layout = KvLayout {
+            num_layers: 2,
+            n_kv_heads: 2,
+            head_dim: 64,
+            dtype: candle_core::DType::F32,
+        };
         // Per block: 2 (K,V) · 2 layers · 16 tokens · 2 heads · 64 · 4 bytes = 32 KiB.
-        let cfg = EngineConfig { kv_budget: KvBudget::Gib(1.0 / 1024.0), ..Default::default() };
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Gib(1.0 / 1024.0),
+            ..Default::default()
+        };
         assert_eq!(pool_blocks(&cfg, &layout, &Device::Cpu).unwrap(), 32);
-        let cfg = EngineConfig { kv_budget: KvBudget::Blocks(7), ..Default::default() };
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(7),
+            ..Default::default()
+        };
         assert_eq!(pool_blocks(&cfg, &layout, &Device::Cpu).unwrap(), 7);
-        let cfg = EngineConfig { kv_budget: KvBudget::Gib(1e-9), ..Default::default() };
-        assert!(matches!(pool_blocks(&cfg, &layout, &Device::Cpu), Err(EngineError::Config(_))));
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Gib(1e-9),
+            ..Default::default()
+        };
+        assert!(matches!(
+            pool_blocks(&cfg, &layout, &Device::Cpu),
+            Err(EngineError::Config(_))
+        ));
     }
 
     #[test]
     fn validate_rejects_zero_limits() {
         assert!(EngineConfig::default().validate().is_ok());
         let bad = [
-            EngineConfig { block_size: 0, ..Default::default() },
-            EngineConfig { max_batch: 0, ..Default::default() },
-            EngineConfig { kv_budget: KvBudget::FreeFraction(1.5), ..Default::default() },
-            EngineConfig { kv_budget: KvBudget::Blocks(0), ..Default::default() },
+            EngineConfig {
+                block_size: 0,
+                ..Default::default()
+            },
+            EngineConfig {
+                max_batch: 0,
+                ..Default::default()
+            },
+            EngineConfig {
+                kv_budget: KvBudget::FreeFraction(1.5),
+                ..Default::default()
+            },
+            EngineConfig {
+                kv_budget: KvBudget::Blocks(0),
+                ..Default::default()
+            },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");

@@ -138,14 +138,21 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             BlockManager::new(num_blocks, cfg.block_size, cfg.prefix_caching),
         );
         let threads = match cfg.prepare_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
             n => n,
         };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("verisample-input-{i}"))
             .build()?;
-        tracing::info!(num_blocks, block_size = cfg.block_size, max_batch = cfg.max_batch, "KV cache pool allocated");
+        tracing::info!(
+            num_blocks,
+            block_size = cfg.block_size,
+            max_batch = cfg.max_batch,
+            "KV cache pool allocated"
+        );
         let core = Core {
             model,
             cfg,
@@ -155,7 +162,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             stats: EngineStats::default(),
             next_arrival: 0,
         };
-        Ok(Self { core, processor, pool })
+        Ok(Self {
+            core,
+            processor,
+            pool,
+        })
     }
 
     /// Generate greedily for every request, handing each [`Completion`] to `on_done` as soon
@@ -173,7 +184,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         I: IntoIterator<Item = Request>,
         F: FnMut(Completion) -> Result<(), CallbackError>,
     {
-        let Engine { core, processor, pool } = self;
+        let Engine {
+            core,
+            processor,
+            pool,
+        } = self;
         core.reset();
         let processor = &*processor;
         let lookahead = match core.cfg.lookahead {
@@ -195,7 +210,9 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             let mut ready: BTreeMap<u64, Prepared> = BTreeMap::new();
             loop {
                 // Feed the input pipeline up to the lookahead.
-                while !exhausted && (submitted - next_in) as usize + core.scheduler.num_waiting() < lookahead {
+                while !exhausted
+                    && (submitted - next_in) as usize + core.scheduler.num_waiting() < lookahead
+                {
                     let Some(req) = requests.next() else {
                         exhausted = true;
                         break;
@@ -216,7 +233,9 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                         && !ready.contains_key(&next_in);
                     let msg = if must_wait {
                         let t0 = Instant::now();
-                        let m = rx.recv().map_err(|_| EngineError::Internal("input pipeline closed".into()))?;
+                        let m = rx
+                            .recv()
+                            .map_err(|_| EngineError::Internal("input pipeline closed".into()))?;
                         core.stats.input_wait_secs += t0.elapsed().as_secs_f64();
                         m
                     } else {

@@ -49,7 +49,11 @@ pub trait EngineModel {
     /// Returns the merged embeddings `[sum num_tokens, hidden]`, images in order.
     ///
     /// Errors: candle errors (shape, device, out of memory).
-    fn encode_images(&self, pixel_values: &Tensor, grid_thw: &[[usize; 3]]) -> candle_core::Result<Tensor>;
+    fn encode_images(
+        &self,
+        pixel_values: &Tensor,
+        grid_thw: &[[usize; 3]],
+    ) -> candle_core::Result<Tensor>;
 
     /// One step over a flattened batch: `input_ids` `[total_tokens]` u32, the vision
     /// embeddings that replace the token embeddings of some rows (image placeholders), and the

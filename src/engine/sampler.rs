@@ -55,10 +55,13 @@ mod tests {
 
     #[test]
     fn greedy_rows_works_on_bf16_rows() {
-        let t = Tensor::new(&[[0.0f32, 2.0, 1.0], [5.0, 5.0, 4.0]], &candle_core::Device::Cpu)
-            .unwrap()
-            .to_dtype(DType::BF16)
-            .unwrap();
+        let t = Tensor::new(
+            &[[0.0f32, 2.0, 1.0], [5.0, 5.0, 4.0]],
+            &candle_core::Device::Cpu,
+        )
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
         assert_eq!(greedy_rows(&t).unwrap(), vec![Some(1), Some(0)]);
     }
 }

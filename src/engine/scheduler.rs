@@ -98,7 +98,13 @@ impl Scheduler {
     pub fn new(mut cfg: SchedulerConfig, blocks: BlockManager) -> Self {
         cfg.max_batch = cfg.max_batch.max(1);
         cfg.max_batch_tokens = cfg.max_batch_tokens.max(1);
-        Self { cfg, blocks, seqs: HashMap::new(), waiting: VecDeque::new(), running: Vec::new() }
+        Self {
+            cfg,
+            blocks,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+        }
     }
 
     /// The block manager (read-only).
@@ -145,14 +151,24 @@ impl Scheduler {
         let mut dropped = Vec::new();
         let prefill = self.schedule_prefill(&mut dropped);
         if !prefill.is_empty() {
-            return Some(Schedule { kind: StepKind::Prefill, seqs: prefill, dropped, preempted: vec![] });
+            return Some(Schedule {
+                kind: StepKind::Prefill,
+                seqs: prefill,
+                dropped,
+                preempted: vec![],
+            });
         }
         let mut preempted = Vec::new();
         let decode = self.schedule_decode(&mut dropped, &mut preempted);
         if decode.is_empty() && dropped.is_empty() {
             return None;
         }
-        Some(Schedule { kind: StepKind::Decode, seqs: decode, dropped, preempted })
+        Some(Schedule {
+            kind: StepKind::Decode,
+            seqs: decode,
+            dropped,
+            preempted,
+        })
     }
 
     fn schedule_prefill(&mut self, dropped: &mut Vec<(Sequence, Dropout)>) -> Vec<ScheduledSeq> {
@@ -168,7 +184,12 @@ impl Scheduler {
             let n = (s.tokens.len() - s.num_computed).min(budget);
             budget -= n;
             let end = s.num_computed + n;
-            out.push(ScheduledSeq { seq: key, start: s.num_computed, end, sample: end == s.tokens.len() });
+            out.push(ScheduledSeq {
+                seq: key,
+                start: s.num_computed,
+                end,
+                sample: end == s.tokens.len(),
+            });
         }
         // 2. Admissions from the head of the waiting queue.
         let mut pending: HashSet<BlockHash> = HashSet::new();
@@ -177,11 +198,16 @@ impl Scheduler {
                 break;
             }
             let pool = self.blocks.num_blocks();
-            let Some(s) = self.seqs.get_mut(&key) else { break };
+            let Some(s) = self.seqs.get_mut(&key) else {
+                break;
+            };
             let total_blocks = self.blocks.blocks_for(s.tokens.len());
             if total_blocks > pool {
                 let why = if s.generated().is_empty() {
-                    Dropout::PromptTooLong { needed: total_blocks, pool }
+                    Dropout::PromptTooLong {
+                        needed: total_blocks,
+                        pool,
+                    }
                 } else {
                     Dropout::PoolFull
                 };
@@ -202,11 +228,17 @@ impl Scheduler {
                 // admit it next step, as a cache hit.
                 break;
             }
-            let reserve = if self.running.is_empty() { 0 } else { self.cfg.watermark_blocks };
+            let reserve = if self.running.is_empty() {
+                0
+            } else {
+                self.cfg.watermark_blocks
+            };
             if self.blocks.blocks_needed(hashes, total_blocks) + reserve > self.blocks.num_free() {
                 break;
             }
-            let Ok((table, hits)) = self.blocks.allocate(hashes, total_blocks) else { break };
+            let Ok((table, hits)) = self.blocks.allocate(hashes, total_blocks) else {
+                break;
+            };
             pending.extend(hashes[hits..].iter().copied());
             s.block_table = table;
             s.num_computed = hits * bs;
@@ -215,7 +247,12 @@ impl Scheduler {
             let n = (s.tokens.len() - s.num_computed).min(budget);
             budget -= n;
             let end = s.num_computed + n;
-            out.push(ScheduledSeq { seq: key, start: s.num_computed, end, sample: end == s.tokens.len() });
+            out.push(ScheduledSeq {
+                seq: key,
+                start: s.num_computed,
+                end,
+                sample: end == s.tokens.len(),
+            });
             self.waiting.pop_front();
             let at = self.running.partition_point(|&r| r < key);
             self.running.insert(at, key);
@@ -267,7 +304,12 @@ impl Scheduler {
             .iter()
             .map(|&key| {
                 let s = &self.seqs[&key];
-                ScheduledSeq { seq: key, start: s.num_computed, end: s.num_computed + 1, sample: true }
+                ScheduledSeq {
+                    seq: key,
+                    start: s.num_computed,
+                    end: s.num_computed + 1,
+                    sample: true,
+                }
             })
             .collect()
     }
@@ -275,7 +317,9 @@ impl Scheduler {
     /// Preempt the youngest running sequence: release its blocks, forget its cache state and
     /// put it at the head of the waiting queue (recompute on readmission).
     fn preempt_youngest(&mut self) {
-        let Some(key) = self.running.pop() else { return };
+        let Some(key) = self.running.pop() else {
+            return;
+        };
         if let Some(s) = self.seqs.get_mut(&key) {
             self.blocks.release(&s.block_table);
             s.block_table.clear();
@@ -291,7 +335,9 @@ impl Scheduler {
     pub fn commit(&mut self, schedule: &Schedule) {
         let bs = self.blocks.block_size();
         for sc in &schedule.seqs {
-            let Some(s) = self.seqs.get_mut(&sc.seq) else { continue };
+            let Some(s) = self.seqs.get_mut(&sc.seq) else {
+                continue;
+            };
             let before = s.num_computed / bs;
             s.num_computed = sc.end;
             let after = s.num_computed / bs;

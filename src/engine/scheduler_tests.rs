@@ -24,12 +24,25 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
 }
 
 fn distinct(arrival: u64, len: usize) -> Sequence {
-    seq(arrival, (0..len as u32).map(|t| t + 1000 * arrival as u32).collect())
+    seq(
+        arrival,
+        (0..len as u32).map(|t| t + 1000 * arrival as u32).collect(),
+    )
 }
 
-fn sched(num_blocks: usize, block_size: usize, max_batch: usize, max_tokens: usize, caching: bool) -> Scheduler {
+fn sched(
+    num_blocks: usize,
+    block_size: usize,
+    max_batch: usize,
+    max_tokens: usize,
+    caching: bool,
+) -> Scheduler {
     Scheduler::new(
-        SchedulerConfig { max_batch, max_batch_tokens: max_tokens, watermark_blocks: 0 },
+        SchedulerConfig {
+            max_batch,
+            max_batch_tokens: max_tokens,
+            watermark_blocks: 0,
+        },
         BlockManager::new(num_blocks, block_size, caching),
     )
 }
@@ -47,7 +60,10 @@ fn run(s: &mut Scheduler, token: u32) -> Schedule {
 }
 
 fn spans(plan: &Schedule) -> Vec<(u64, usize, usize, bool)> {
-    plan.seqs.iter().map(|s| (s.seq, s.start, s.end, s.sample)).collect()
+    plan.seqs
+        .iter()
+        .map(|s| (s.seq, s.start, s.end, s.sample))
+        .collect()
 }
 
 #[test]
@@ -86,8 +102,16 @@ fn token_budget_chunks_a_long_prompt_and_caps_admission() {
     s.add(distinct(0, 10));
     s.add(distinct(1, 2));
     let p = run(&mut s, 5);
-    assert_eq!(spans(&p), vec![(0, 0, 6, false)], "budget 6 is used up by the first chunk");
-    assert_eq!(s.seq(0).unwrap().tokens.len(), 10, "no token sampled mid-prompt");
+    assert_eq!(
+        spans(&p),
+        vec![(0, 0, 6, false)],
+        "budget 6 is used up by the first chunk"
+    );
+    assert_eq!(
+        s.seq(0).unwrap().tokens.len(),
+        10,
+        "no token sampled mid-prompt"
+    );
     let p = run(&mut s, 5);
     assert_eq!(p.kind, StepKind::Prefill);
     assert_eq!(spans(&p), vec![(0, 6, 10, true), (1, 0, 2, true)]);
@@ -112,8 +136,15 @@ fn exhausted_pool_preempts_the_youngest_and_recomputes_it() {
     assert_eq!(s.seq(0).unwrap().block_table, vec![0, 1, 3]);
     assert_eq!(s.waiting().collect::<Vec<_>>(), vec![1]);
     let s1 = s.seq(1).unwrap();
-    assert_eq!((s1.num_computed, s1.block_table.len(), s1.preemptions), (0, 0, 1));
-    assert_eq!(s1.tokens.len(), 5, "generated tokens are kept for the recompute");
+    assert_eq!(
+        (s1.num_computed, s1.block_table.len(), s1.preemptions),
+        (0, 0, 1)
+    );
+    assert_eq!(
+        s1.tokens.len(),
+        5,
+        "generated tokens are kept for the recompute"
+    );
     // Seq 0 finishes: seq 1 is readmitted and recomputes all 5 tokens, sampling the 6th.
     s.finish(0);
     let p = run(&mut s, 53);
@@ -130,7 +161,10 @@ fn a_lone_sequence_that_fills_the_pool_is_truncated_not_looped() {
     let d = s.schedule().unwrap();
     assert!(d.seqs.is_empty());
     assert_eq!(d.dropped.len(), 1);
-    assert_eq!((d.dropped[0].0.arrival, d.dropped[0].1), (0, Dropout::PoolFull));
+    assert_eq!(
+        (d.dropped[0].0.arrival, d.dropped[0].1),
+        (0, Dropout::PoolFull)
+    );
     assert_eq!(s.blocks().num_free(), 2);
     assert!(s.schedule().is_none());
 }
@@ -142,7 +176,10 @@ fn a_prompt_larger_than_the_pool_is_dropped_and_the_next_admitted() {
     s.add(distinct(1, 4));
     let p = s.schedule().unwrap();
     assert_eq!(p.dropped.len(), 1);
-    assert_eq!(p.dropped[0].1, Dropout::PromptTooLong { needed: 3, pool: 2 });
+    assert_eq!(
+        p.dropped[0].1,
+        Dropout::PromptTooLong { needed: 3, pool: 2 }
+    );
     assert_eq!(spans(&p), vec![(1, 0, 4, true)]);
 }
 
@@ -162,14 +199,28 @@ fn shared_prefix_is_reused_with_reference_counts() {
     assert_eq!(spans(&p), vec![(0, 0, 10, true)]);
     let p = run(&mut s, 3);
     assert_eq!(p.kind, StepKind::Prefill);
-    assert_eq!(spans(&p), vec![(1, 8, 9, true)], "8 prompt tokens from the cache");
-    let (t0, t1) = (s.seq(0).unwrap().block_table.clone(), s.seq(1).unwrap().block_table.clone());
+    assert_eq!(
+        spans(&p),
+        vec![(1, 8, 9, true)],
+        "8 prompt tokens from the cache"
+    );
+    let (t0, t1) = (
+        s.seq(0).unwrap().block_table.clone(),
+        s.seq(1).unwrap().block_table.clone(),
+    );
     assert_eq!(t0, vec![0, 1, 2]);
     assert_eq!(t1, vec![0, 1, 3]);
     assert_eq!(s.seq(1).unwrap().cached_tokens, 8);
     assert_eq!((s.blocks().ref_count(0), s.blocks().ref_count(1)), (2, 2));
     s.finish(0);
-    assert_eq!((s.blocks().ref_count(0), s.blocks().ref_count(1), s.blocks().ref_count(2)), (1, 1, 0));
+    assert_eq!(
+        (
+            s.blocks().ref_count(0),
+            s.blocks().ref_count(1),
+            s.blocks().ref_count(2)
+        ),
+        (1, 1, 0)
+    );
     s.finish(1);
     assert_eq!(s.blocks().ref_count(0), 0);
     assert_eq!(s.blocks().num_free(), 16);
@@ -195,7 +246,11 @@ fn a_fully_cached_prompt_still_computes_its_last_token() {
 #[test]
 fn watermark_holds_back_blocks_only_while_others_run() {
     let mut s = Scheduler::new(
-        SchedulerConfig { max_batch: 8, max_batch_tokens: 100, watermark_blocks: 2 },
+        SchedulerConfig {
+            max_batch: 8,
+            max_batch_tokens: 100,
+            watermark_blocks: 2,
+        },
         BlockManager::new(4, 4, false),
     );
     s.add(distinct(0, 8));

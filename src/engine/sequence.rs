@@ -141,13 +141,21 @@ mod tests {
     use super::*;
 
     fn span(start: usize, len: usize, byte: u8) -> ImageSpan {
-        ImageSpan { start, len, sha256: [byte; 32] }
+        ImageSpan {
+            start,
+            len,
+            sha256: [byte; 32],
+        }
     }
 
     #[test]
     fn hashes_chain_over_the_prefix() {
         let a = block_hashes(&[1, 2, 3, 4, 5, 6, 7], &[], 2, 0, None);
-        assert_eq!(a.len(), 3, "three full blocks of 2, the 7th token is partial");
+        assert_eq!(
+            a.len(),
+            3,
+            "three full blocks of 2, the 7th token is partial"
+        );
         let b = block_hashes(&[1, 2, 3, 4, 5, 6], &[], 2, 0, None);
         assert_eq!(a, b);
         // Same second block content, different first block: different hash.

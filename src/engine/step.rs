@@ -42,13 +42,37 @@ fn overlap(img: &ImageSpan, start: usize, end: usize) -> Option<(usize, usize)> 
 impl<M: EngineModel> Core<M> {
     /// Queue a prepared request. Returns a failed completion when the prepared input is
     /// inconsistent (nothing is queued then).
-    pub fn add(&mut self, id: u64, max_new_tokens: Option<usize>, p: PreparedInput) -> Option<Completion> {
+    pub fn add(
+        &mut self,
+        id: u64,
+        max_new_tokens: Option<usize>,
+        p: PreparedInput,
+    ) -> Option<Completion> {
         let n = p.token_ids.len();
         if n == 0 || p.positions.len() != n {
-            return Some(Completion::failed(id, n, format!("prepared prompt has {n} tokens and {} positions", p.positions.len())));
+            return Some(Completion::failed(
+                id,
+                n,
+                format!(
+                    "prepared prompt has {n} tokens and {} positions",
+                    p.positions.len()
+                ),
+            ));
         }
-        if let Some(img) = p.images.iter().find(|i| i.num_tokens == 0 || i.start + i.num_tokens > n) {
-            return Some(Completion::failed(id, n, format!("image tokens {}..{} outside the {n}-token prompt", img.start, img.start + img.num_tokens)));
+        if let Some(img) = p
+            .images
+            .iter()
+            .find(|i| i.num_tokens == 0 || i.start + i.num_tokens > n)
+        {
+            return Some(Completion::failed(
+                id,
+                n,
+                format!(
+                    "image tokens {}..{} outside the {n}-token prompt",
+                    img.start,
+                    img.start + img.num_tokens
+                ),
+            ));
         }
         for img in &p.images {
             self.vision.add_user(img);
@@ -62,7 +86,15 @@ impl<M: EngineModel> Core<M> {
             tokens: p.token_ids,
             prompt_positions: p.positions,
             next_position: p.next_position,
-            images: p.images.iter().map(|i| ImageSpan { start: i.start, len: i.num_tokens, sha256: i.sha256 }).collect(),
+            images: p
+                .images
+                .iter()
+                .map(|i| ImageSpan {
+                    start: i.start,
+                    len: i.num_tokens,
+                    sha256: i.sha256,
+                })
+                .collect(),
             max_new_tokens: max_new_tokens.unwrap_or(self.cfg.max_new_tokens).max(1),
             block_table: vec![],
             num_computed: 0,
@@ -76,7 +108,13 @@ impl<M: EngineModel> Core<M> {
 
     /// Drop every unfinished sequence (after an interrupted `generate`).
     pub fn reset(&mut self) {
-        let keys: Vec<u64> = self.scheduler.running().iter().copied().chain(self.scheduler.waiting()).collect();
+        let keys: Vec<u64> = self
+            .scheduler
+            .running()
+            .iter()
+            .copied()
+            .chain(self.scheduler.waiting())
+            .collect();
         for k in keys {
             if let Some(s) = self.scheduler.finish(k) {
                 self.release_images(&s);
@@ -91,8 +129,13 @@ impl<M: EngineModel> Core<M> {
     }
 
     /// Run one step. Returns the sequences that finished in it.
-    pub fn step<P: InputProcessor>(&mut self, processor: &P) -> Result<Vec<Completion>, EngineError> {
-        let Some(plan) = self.scheduler.schedule() else { return Ok(vec![]) };
+    pub fn step<P: InputProcessor>(
+        &mut self,
+        processor: &P,
+    ) -> Result<Vec<Completion>, EngineError> {
+        let Some(plan) = self.scheduler.schedule() else {
+            return Ok(vec![]);
+        };
         let mut done = Vec::new();
         for (s, why) in &plan.dropped {
             self.release_images(s);
@@ -100,7 +143,10 @@ impl<M: EngineModel> Core<M> {
                 Dropout::PromptTooLong { needed, pool } => Completion::failed(
                     s.id,
                     s.prompt_len,
-                    format!("prompt of {} tokens needs {needed} KV cache blocks; the pool has {pool}", s.prompt_len),
+                    format!(
+                        "prompt of {} tokens needs {needed} KV cache blocks; the pool has {pool}",
+                        s.prompt_len
+                    ),
                 ),
                 Dropout::PoolFull => self.completion(s, FinishReason::Truncated, processor),
             };
@@ -115,7 +161,12 @@ impl<M: EngineModel> Core<M> {
         }
         let t0 = Instant::now();
         let batch = self.build_batch(&plan)?;
-        let logits = self.model.forward(&batch.input_ids, batch.image_embeds.as_ref(), &batch.meta, &mut self.cache)?;
+        let logits = self.model.forward(
+            &batch.input_ids,
+            batch.image_embeds.as_ref(),
+            &batch.meta,
+            &mut self.cache,
+        )?;
         let tokens = greedy_rows(&logits)?;
         let secs = t0.elapsed().as_secs_f64();
         let n_tokens = batch.meta.total_tokens() as u64;
@@ -152,7 +203,9 @@ impl<M: EngineModel> Core<M> {
                 continue;
             };
             self.scheduler.append_token(sc.seq, tok);
-            let Some(s) = self.scheduler.seq(sc.seq) else { continue };
+            let Some(s) = self.scheduler.seq(sc.seq) else {
+                continue;
+            };
             let reason = if processor.eos_token_ids().contains(&tok) {
                 FinishReason::Stop
             } else if s.generated().len() >= s.max_new_tokens {
@@ -168,10 +221,19 @@ impl<M: EngineModel> Core<M> {
         Ok(done)
     }
 
-    fn completion<P: InputProcessor>(&self, s: &Sequence, reason: FinishReason, processor: &P) -> Completion {
+    fn completion<P: InputProcessor>(
+        &self,
+        s: &Sequence,
+        reason: FinishReason,
+        processor: &P,
+    ) -> Completion {
         let (text, reason, error) = match processor.decode(s.generated()) {
             Ok(t) => (t, reason, None),
-            Err(e) => (String::new(), FinishReason::Error, Some(format!("decoding generated tokens: {e}"))),
+            Err(e) => (
+                String::new(),
+                FinishReason::Error,
+                Some(format!("decoding generated tokens: {e}")),
+            ),
         };
         Completion {
             id: s.id,
@@ -190,7 +252,9 @@ impl<M: EngineModel> Core<M> {
     fn encode_missing_images(&mut self, seqs: &[ScheduledSeq]) -> Result<(), EngineError> {
         let mut missing: Vec<([u8; 32], usize)> = Vec::new();
         for sc in seqs {
-            let Some(s) = self.scheduler.seq(sc.seq) else { continue };
+            let Some(s) = self.scheduler.seq(sc.seq) else {
+                continue;
+            };
             for img in &s.images {
                 if overlap(img, sc.start, sc.end).is_some()
                     && self.vision.embeds(&img.sha256).is_none()
@@ -209,14 +273,15 @@ impl<M: EngineModel> Core<M> {
             let mut pixels = Vec::with_capacity(chunk.len());
             let mut grids = Vec::with_capacity(chunk.len());
             for (sha, _) in chunk {
-                let (p, g) = self
-                    .vision
-                    .pending_pixels(sha)
-                    .ok_or_else(|| EngineError::Internal("image without pixels or embeddings".into()))?;
+                let (p, g) = self.vision.pending_pixels(sha).ok_or_else(|| {
+                    EngineError::Internal("image without pixels or embeddings".into())
+                })?;
                 pixels.push(p.to_device(&device)?);
                 grids.push(*g);
             }
-            let embeds = self.model.encode_images(&Tensor::cat(&pixels, 0)?, &grids)?;
+            let embeds = self
+                .model
+                .encode_images(&Tensor::cat(&pixels, 0)?, &grids)?;
             let want: usize = chunk.iter().map(|(_, n)| n).sum();
             if embeds.dim(0)? != want {
                 return Err(EngineError::Internal(format!(
@@ -240,7 +305,11 @@ impl<M: EngineModel> Core<M> {
         let bs = self.cache.block_size;
         let total: usize = plan.seqs.iter().map(|s| s.end - s.start).sum();
         let mut ids = Vec::with_capacity(total);
-        let mut pos: [Vec<u32>; 3] = [Vec::with_capacity(total), Vec::with_capacity(total), Vec::with_capacity(total)];
+        let mut pos: [Vec<u32>; 3] = [
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+        ];
         let mut meta = BatchMeta {
             positions: Tensor::zeros(0, candle_core::DType::U32, &candle_core::Device::Cpu)?,
             query_lens: Vec::with_capacity(plan.seqs.len()),
@@ -253,17 +322,17 @@ impl<M: EngineModel> Core<M> {
         let mut rows = Vec::new();
         for sc in &plan.seqs {
             let row0 = ids.len();
-            let s = self
-                .scheduler
-                .seq(sc.seq)
-                .ok_or_else(|| EngineError::Internal(format!("scheduled sequence {} is gone", sc.seq)))?;
+            let s = self.scheduler.seq(sc.seq).ok_or_else(|| {
+                EngineError::Internal(format!("scheduled sequence {} is gone", sc.seq))
+            })?;
             for i in sc.start..sc.end {
                 ids.push(s.tokens[i]);
                 let p = s.position(i);
                 for r in 0..3 {
                     pos[r].push(p[r]);
                 }
-                meta.slot_mapping.push(s.block_table[i / bs] * bs as u32 + (i % bs) as u32);
+                meta.slot_mapping
+                    .push(s.block_table[i / bs] * bs as u32 + (i % bs) as u32);
             }
             meta.query_lens.push(sc.end - sc.start);
             meta.context_lens.push(sc.end);
@@ -273,10 +342,9 @@ impl<M: EngineModel> Core<M> {
             }
             for img in &s.images {
                 if let Some((lo, hi)) = overlap(img, sc.start, sc.end) {
-                    let e = self
-                        .vision
-                        .embeds(&img.sha256)
-                        .ok_or_else(|| EngineError::Internal("image embeddings missing at batch time".into()))?;
+                    let e = self.vision.embeds(&img.sha256).ok_or_else(|| {
+                        EngineError::Internal("image embeddings missing at batch time".into())
+                    })?;
                     chunks.push(e.narrow(0, lo - img.start, hi - lo)?);
                     rows.extend((lo..hi).map(|i| row0 + i - sc.start));
                 }
@@ -286,8 +354,18 @@ impl<M: EngineModel> Core<M> {
         let flat: Vec<u32> = pos.concat();
         meta.positions = Tensor::from_vec(flat, (3, total), device)?;
         let input_ids = Tensor::from_vec(ids, total, device)?;
-        let image_embeds =
-            if chunks.is_empty() { None } else { Some(ImageEmbeds { embeds: Tensor::cat(&chunks, 0)?, rows }) };
-        Ok(StepBatch { input_ids, image_embeds, meta })
+        let image_embeds = if chunks.is_empty() {
+            None
+        } else {
+            Some(ImageEmbeds {
+                embeds: Tensor::cat(&chunks, 0)?,
+                rows,
+            })
+        };
+        Ok(StepBatch {
+            input_ids,
+            image_embeds,
+            meta,
+        })
     }
 }

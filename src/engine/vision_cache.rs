@@ -28,7 +28,11 @@ impl VisionCache {
     /// Take a reference on `image` for one sequence, keeping its pixels unless the
     /// embeddings (or pixels) are already there.
     pub fn add_user(&mut self, image: &PreparedImage) {
-        let e = self.entries.entry(image.sha256).or_insert(Entry { pixels: None, embeds: None, users: 0 });
+        let e = self.entries.entry(image.sha256).or_insert(Entry {
+            pixels: None,
+            embeds: None,
+            users: 0,
+        });
         e.users += 1;
         if e.embeds.is_none() && e.pixels.is_none() {
             e.pixels = Some((image.pixel_values.clone(), image.grid_thw));
@@ -52,7 +56,10 @@ impl VisionCache {
 
     /// Pixels and grid of an image whose embeddings are still missing.
     pub fn pending_pixels(&self, sha256: &[u8; 32]) -> Option<&(Tensor, [usize; 3])> {
-        self.entries.get(sha256).filter(|e| e.embeds.is_none()).and_then(|e| e.pixels.as_ref())
+        self.entries
+            .get(sha256)
+            .filter(|e| e.embeds.is_none())
+            .and_then(|e| e.pixels.as_ref())
     }
 
     /// Store computed embeddings and drop the pixels.
@@ -97,7 +104,10 @@ mod tests {
         c.add_user(&img(2));
         assert_eq!(c.len(), 2);
         assert!(c.pending_pixels(&[1; 32]).is_some());
-        c.set_embeds(&[1; 32], Tensor::ones((1, 8), candle_core::DType::F32, &Device::Cpu).unwrap());
+        c.set_embeds(
+            &[1; 32],
+            Tensor::ones((1, 8), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        );
         assert!(c.pending_pixels(&[1; 32]).is_none());
         assert_eq!(c.embeds(&[1; 32]).unwrap().dims(), &[1, 8]);
         c.remove_user(&[1; 32]);

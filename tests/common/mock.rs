@@ -11,7 +11,10 @@
 use std::cell::{Cell, RefCell};
 
 use candle_core::{DType, Device, Tensor};
-use verisample::engine::{EngineModel, ImageEmbeds, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput, Request};
+use verisample::engine::{
+    EngineModel, ImageEmbeds, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
+    Request,
+};
 use verisample_models::batch::{BatchMeta, KvCache};
 
 pub const VOCAB: usize = 97;
@@ -21,11 +24,19 @@ const P: u64 = 1_000_000_007;
 
 fn value(token: u32, pos: [u32; 3], emb: Option<f32>) -> u64 {
     let e = emb.map_or(0, |e| e as u64 + 1);
-    (token as u64 * 1_000_003 + pos[0] as u64 * 7919 + pos[1] as u64 * 31 + pos[2] as u64 * 17 + e * 13) % P
+    (token as u64 * 1_000_003
+        + pos[0] as u64 * 7919
+        + pos[1] as u64 * 31
+        + pos[2] as u64 * 17
+        + e * 13)
+        % P
 }
 
 fn next_token(values: &[u64]) -> u32 {
-    let acc = values.iter().enumerate().fold(0u64, |a, (i, v)| (a + v * (i as u64 + 1)) % P);
+    let acc = values
+        .iter()
+        .enumerate()
+        .fold(0u64, |a, (i, v)| (a + v * (i as u64 + 1)) % P);
     (acc % VOCAB as u64) as u32
 }
 
@@ -61,11 +72,21 @@ impl EngineModel for MockModel {
     }
 
     fn kv_layout(&self) -> KvLayout {
-        KvLayout { num_layers: 1, n_kv_heads: 1, head_dim: 1, dtype: DType::F32 }
+        KvLayout {
+            num_layers: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+            dtype: DType::F32,
+        }
     }
 
-    fn encode_images(&self, pixel_values: &Tensor, grid_thw: &[[usize; 3]]) -> candle_core::Result<Tensor> {
-        self.images_encoded.set(self.images_encoded.get() + grid_thw.len());
+    fn encode_images(
+        &self,
+        pixel_values: &Tensor,
+        grid_thw: &[[usize; 3]],
+    ) -> candle_core::Result<Tensor> {
+        self.images_encoded
+            .set(self.images_encoded.get() + grid_thw.len());
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
@@ -92,13 +113,19 @@ impl EngineModel for MockModel {
             *store = vec![None; slots];
         }
         if rows.len() != emb.len() || rows.iter().any(|&r| ids.get(r) != Some(&IMAGE_PAD)) {
-            return Err(candle_core::Error::Msg(format!("{} image rows for {} embeddings", rows.len(), emb.len())));
+            return Err(candle_core::Error::Msg(format!(
+                "{} image rows for {} embeddings",
+                rows.len(),
+                emb.len()
+            )));
         }
         for (t, &id) in ids.iter().enumerate() {
             let e = rows.iter().position(|&r| r == t).map(|k| emb[k]);
-            store[meta.slot_mapping[t] as usize] = Some(value(id, [pos[0][t], pos[1][t], pos[2][t]], e));
+            store[meta.slot_mapping[t] as usize] =
+                Some(value(id, [pos[0][t], pos[1][t], pos[2][t]], e));
         }
-        self.max_seqs_in_step.set(self.max_seqs_in_step.get().max(meta.query_lens.len()));
+        self.max_seqs_in_step
+            .set(self.max_seqs_in_step.get().max(meta.query_lens.len()));
         let mut logits = Vec::new();
         let mut row_end = 0;
         for (s, (&q, &c)) in meta.query_lens.iter().zip(&meta.context_lens).enumerate() {
@@ -109,7 +136,9 @@ impl EngineModel for MockModel {
             let values = (0..c)
                 .map(|i| {
                     let slot = meta.block_tables[s][i / bs] as usize * bs + i % bs;
-                    store[slot].ok_or_else(|| candle_core::Error::Msg(format!("read of unwritten slot {slot}")))
+                    store[slot].ok_or_else(|| {
+                        candle_core::Error::Msg(format!("read of unwritten slot {slot}"))
+                    })
                 })
                 .collect::<candle_core::Result<Vec<u64>>>()?;
             let target = next_token(&values) as f32;
@@ -155,26 +184,44 @@ impl InputProcessor for MockProcessor {
                 ids.push(IMAGE_PAD);
                 positions.push([p0, p0 + k / 2, p0 + k % 2]);
             }
-            let rows: Vec<f32> = (0..2 * n * 3).map(|i| img.bytes[i % img.bytes.len()] as f32).collect();
+            let rows: Vec<f32> = (0..2 * n * 3)
+                .map(|i| img.bytes[i % img.bytes.len()] as f32)
+                .collect();
             images.push(PreparedImage {
                 sha256: img.sha256,
-                pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu).map_err(|e| e.to_string())?,
+                pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu)
+                    .map_err(|e| e.to_string())?,
                 grid_thw: [1, 2, 2 * n],
                 start,
                 num_tokens: n,
             });
         }
-        let mut next = positions.iter().map(|p| p.iter().max().copied().unwrap_or(0)).max().unwrap_or(0) + 1;
+        let mut next = positions
+            .iter()
+            .map(|p| p.iter().max().copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+            + 1;
         for t in text_tokens(&req.text).chain([4]) {
             ids.push(t);
             positions.push([next; 3]);
             next += 1;
         }
-        Ok(PreparedInput { token_ids: ids, positions, next_position: next, images })
+        Ok(PreparedInput {
+            token_ids: ids,
+            positions,
+            next_position: next,
+            images,
+        })
     }
 
     fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        Ok(tokens.iter().filter(|&&t| t != EOS).map(|t| t.to_string()).collect::<Vec<_>>().join(","))
+        Ok(tokens
+            .iter()
+            .filter(|&&t| t != EOS)
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(","))
     }
 
     fn eos_token_ids(&self) -> &[u32] {
@@ -185,7 +232,9 @@ impl InputProcessor for MockProcessor {
 /// The tokens the mock generates for `req`, computed directly (no cache, no batching):
 /// generated ids including the final EOS, and whether it stopped (`false`: truncated).
 pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
-    let p = MockProcessor::default().prepare(req).expect("reference prepare");
+    let p = MockProcessor::default()
+        .prepare(req)
+        .expect("reference prepare");
     let mut emb = vec![None; p.token_ids.len()];
     for img in &p.images {
         let rows = img.pixel_values.to_vec2::<f32>().expect("pixels");
@@ -193,8 +242,13 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
             emb[img.start + k] = Some(e);
         }
     }
-    let mut values: Vec<u64> =
-        p.token_ids.iter().zip(&p.positions).zip(&emb).map(|((&t, &pos), &e)| value(t, pos, e)).collect();
+    let mut values: Vec<u64> = p
+        .token_ids
+        .iter()
+        .zip(&p.positions)
+        .zip(&emb)
+        .map(|((&t, &pos), &e)| value(t, pos, e))
+        .collect();
     let mut out = vec![];
     let mut pos = p.next_position;
     loop {
@@ -213,5 +267,9 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
 
 /// An image whose "pixels" are derived from `seed`.
 pub fn image(seed: u8, len: usize) -> ImageInput {
-    ImageInput::new((0..len).map(|i| seed.wrapping_mul(31).wrapping_add(i as u8)).collect::<Vec<u8>>())
+    ImageInput::new(
+        (0..len)
+            .map(|i| seed.wrapping_mul(31).wrapping_add(i as u8))
+            .collect::<Vec<u8>>(),
+    )
 }
