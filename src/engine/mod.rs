@@ -25,6 +25,7 @@ pub mod scheduler;
 pub mod sequence;
 mod step;
 pub mod vision_cache;
+pub mod vl;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,7 +36,7 @@ use serde::Serialize;
 use verisample_models::batch::KvCache;
 
 pub use config::{EngineConfig, KvBudget};
-pub use model::{EngineModel, ImageEmbeds, InputProcessor, KvLayout};
+pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
 use block_manager::BlockManager;

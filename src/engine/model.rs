@@ -7,6 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
 
 use super::request::{PreparedInput, Request};
 
@@ -29,9 +30,9 @@ pub struct KvLayout {
 /// token id: a generated token that happens to be the image-pad id (possible with random or
 /// small models) is an ordinary text token and must keep its token embedding.
 #[derive(Debug, Clone)]
-pub struct ImageEmbeds {
-    /// Embeddings `[rows.len(), hidden]`, on the model's device.
-    pub embeds: Tensor,
+pub struct StepImages {
+    /// Embeddings (and DeepStack features) `[rows.len(), hidden]`, on the model's device.
+    pub embeds: ImageEmbeds,
     /// Index of each embedding's row in the flattened batch, ascending.
     pub rows: Vec<usize>,
 }
@@ -46,16 +47,17 @@ pub trait EngineModel {
 
     /// Vision encoder over a batch of images: `pixel_values` `[sum n_patches, patch_dim]`
     /// (images concatenated in order, on the model's device) and one `grid_thw` per image.
-    /// Returns the merged embeddings `[sum num_tokens, hidden]`, images in order.
+    /// Returns the merged embeddings `[sum num_tokens, hidden]` (and DeepStack features),
+    /// images in order.
     ///
     /// Errors: candle errors (shape, device, out of memory).
     fn encode_images(
         &self,
         pixel_values: &Tensor,
         grid_thw: &[[usize; 3]],
-    ) -> candle_core::Result<Tensor>;
+    ) -> candle_core::Result<ImageEmbeds>;
 
-    /// One step over a flattened batch: `input_ids` `[total_tokens]` u32, the vision
+    /// One step over a flattened batch: `input_ids` (`total_tokens` ids), the vision
     /// embeddings that replace the token embeddings of some rows (image placeholders), and the
     /// batch layout. Writes the new tokens' K/V into `cache` at `meta.slot_mapping` and
     /// returns logits `[meta.logits_indices.len(), vocab]`.
@@ -63,8 +65,8 @@ pub trait EngineModel {
     /// Errors: candle errors.
     fn forward(
         &self,
-        input_ids: &Tensor,
-        image_embeds: Option<&ImageEmbeds>,
+        input_ids: &[u32],
+        images: Option<&StepImages>,
         meta: &BatchMeta,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor>;

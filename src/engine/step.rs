@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
 
 use super::config::EngineConfig;
-use super::model::{EngineModel, ImageEmbeds, InputProcessor};
+use super::model::{EngineModel, InputProcessor, StepImages};
 use super::request::{Completion, FinishReason, PreparedInput};
 use super::sampler::greedy_rows;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
@@ -28,8 +29,8 @@ pub(crate) struct Core<M> {
 
 /// The flattened inputs of one step.
 struct StepBatch {
-    input_ids: Tensor,
-    image_embeds: Option<ImageEmbeds>,
+    input_ids: Vec<u32>,
+    images: Option<StepImages>,
     meta: BatchMeta,
 }
 
@@ -163,7 +164,7 @@ impl<M: EngineModel> Core<M> {
         let batch = self.build_batch(&plan)?;
         let logits = self.model.forward(
             &batch.input_ids,
-            batch.image_embeds.as_ref(),
+            batch.images.as_ref(),
             &batch.meta,
             &mut self.cache,
         )?;
@@ -283,15 +284,15 @@ impl<M: EngineModel> Core<M> {
                 .model
                 .encode_images(&Tensor::cat(&pixels, 0)?, &grids)?;
             let want: usize = chunk.iter().map(|(_, n)| n).sum();
-            if embeds.dim(0)? != want {
+            if embeds.embeds.dim(0)? != want {
                 return Err(EngineError::Internal(format!(
                     "vision encoder returned {} rows for {want} image tokens",
-                    embeds.dim(0)?
+                    embeds.embeds.dim(0)?
                 )));
             }
             let mut off = 0;
             for (sha, n) in chunk {
-                self.vision.set_embeds(sha, embeds.narrow(0, off, *n)?);
+                self.vision.set_embeds(sha, embeds.narrow(off, *n)?);
                 off += n;
             }
         }
@@ -345,7 +346,7 @@ impl<M: EngineModel> Core<M> {
                     let e = self.vision.embeds(&img.sha256).ok_or_else(|| {
                         EngineError::Internal("image embeddings missing at batch time".into())
                     })?;
-                    chunks.push(e.narrow(0, lo - img.start, hi - lo)?);
+                    chunks.push(e.narrow(lo - img.start, hi - lo)?);
                     rows.extend((lo..hi).map(|i| row0 + i - sc.start));
                 }
             }
@@ -353,18 +354,18 @@ impl<M: EngineModel> Core<M> {
         let device = self.model.device();
         let flat: Vec<u32> = pos.concat();
         meta.positions = Tensor::from_vec(flat, (3, total), device)?;
-        let input_ids = Tensor::from_vec(ids, total, device)?;
-        let image_embeds = if chunks.is_empty() {
+        let images = if chunks.is_empty() {
             None
         } else {
-            Some(ImageEmbeds {
-                embeds: Tensor::cat(&chunks, 0)?,
+            let parts: Vec<&ImageEmbeds> = chunks.iter().collect();
+            Some(StepImages {
+                embeds: ImageEmbeds::cat(&parts)?,
                 rows,
             })
         };
         Ok(StepBatch {
-            input_ids,
-            image_embeds,
+            input_ids: ids,
+            images,
             meta,
         })
     }

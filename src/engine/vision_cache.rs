@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use candle_core::Tensor;
+use verisample_models::ImageEmbeds;
 
 use super::request::PreparedImage;
 
@@ -13,7 +14,7 @@ struct Entry {
     /// Preprocessed pixels `[n_patches, patch_dim]` and grid, until the embeddings exist.
     pixels: Option<(Tensor, [usize; 3])>,
     /// Embeddings `[num_tokens, hidden]` on the model's device.
-    embeds: Option<Tensor>,
+    embeds: Option<ImageEmbeds>,
     /// Unfinished sequences referring to this image.
     users: usize,
 }
@@ -50,7 +51,7 @@ impl VisionCache {
     }
 
     /// The embeddings of an image, if computed.
-    pub fn embeds(&self, sha256: &[u8; 32]) -> Option<&Tensor> {
+    pub fn embeds(&self, sha256: &[u8; 32]) -> Option<&ImageEmbeds> {
         self.entries.get(sha256).and_then(|e| e.embeds.as_ref())
     }
 
@@ -63,7 +64,7 @@ impl VisionCache {
     }
 
     /// Store computed embeddings and drop the pixels.
-    pub fn set_embeds(&mut self, sha256: &[u8; 32], embeds: Tensor) {
+    pub fn set_embeds(&mut self, sha256: &[u8; 32], embeds: ImageEmbeds) {
         if let Some(e) = self.entries.get_mut(sha256) {
             e.embeds = Some(embeds);
             e.pixels = None;
@@ -104,12 +105,10 @@ mod tests {
         c.add_user(&img(2));
         assert_eq!(c.len(), 2);
         assert!(c.pending_pixels(&[1; 32]).is_some());
-        c.set_embeds(
-            &[1; 32],
-            Tensor::ones((1, 8), candle_core::DType::F32, &Device::Cpu).unwrap(),
-        );
+        let e = Tensor::ones((1, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
+        c.set_embeds(&[1; 32], ImageEmbeds { embeds: e, deepstack: vec![] });
         assert!(c.pending_pixels(&[1; 32]).is_none());
-        assert_eq!(c.embeds(&[1; 32]).unwrap().dims(), &[1, 8]);
+        assert_eq!(c.embeds(&[1; 32]).unwrap().embeds.dims(), &[1, 8]);
         c.remove_user(&[1; 32]);
         assert!(c.embeds(&[1; 32]).is_some(), "one user left");
         c.remove_user(&[1; 32]);

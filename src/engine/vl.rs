@@ -48,8 +48,8 @@ impl EngineModel for VlModel {
     fn kv_layout(&self) -> KvLayout {
         let spec = self.text_spec();
         KvLayout {
-            num_layers: spec.num_hidden_layers,
-            n_kv_heads: spec.num_key_value_heads,
+            num_layers: spec.num_layers,
+            n_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,
             dtype: self.dtype(),
         }
@@ -97,6 +97,7 @@ pub struct VlInputs {
 
 /// End-of-sequence ids: `eos_token_id` of `generation_config.json` (a number or a list) when
 /// the file exists, plus `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted.
+/// (The caller adds `config.json`'s own `eos_token_id`.)
 ///
 /// Errors: [`VlLoadError::GenerationConfig`] for an unreadable or invalid file.
 pub fn eos_token_ids(dir: &Path, prompts: &PromptBuilder) -> Result<Vec<u32>, VlLoadError> {
@@ -125,14 +126,19 @@ pub fn parse_eos(v: Option<&serde_json::Value>) -> Vec<u32> {
 }
 
 impl VlInputs {
-    /// Load the processor, tokenizer and chat template of the checkpoint in `dir`;
-    /// `enable_thinking` is passed to the chat template (SPEC §4 "reasoning enabled").
+    /// Load the processor, tokenizer and chat template of the checkpoint in `dir` for `model`
+    /// (its image token id and `config.json` end-of-sequence ids); `enable_thinking` is passed
+    /// to the chat template (SPEC §4 "reasoning enabled").
     ///
     /// Errors: [`VlLoadError`] naming the file at fault.
-    pub fn from_dir(dir: &Path, image_token_id: u32, enable_thinking: Option<bool>) -> Result<Self, VlLoadError> {
+    pub fn from_dir(dir: &Path, model: &VlModel, enable_thinking: Option<bool>) -> Result<Self, VlLoadError> {
+        let image_token_id = model.image_token_id();
         let images = ImageProcessor::from_dir(dir)?;
         let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
-        let eos = eos_token_ids(dir, &prompts)?;
+        let mut eos = eos_token_ids(dir, &prompts)?;
+        eos.extend(&model.text_spec().eos_token_ids);
+        eos.sort_unstable();
+        eos.dedup();
         Ok(Self {
             images,
             prompts,
@@ -208,7 +214,7 @@ pub fn load_engine(
 ) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
     cfg.validate()?;
     let model = VlModel::load(dir, dtype, device)?;
-    let inputs = VlInputs::from_dir(dir, model.image_token_id(), enable_thinking)?;
+    let inputs = VlInputs::from_dir(dir, &model, enable_thinking)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }
 

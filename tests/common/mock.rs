@@ -11,11 +11,12 @@
 use std::cell::{Cell, RefCell};
 
 use candle_core::{DType, Device, Tensor};
-use verisample::engine::{
-    EngineModel, ImageEmbeds, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
+use verisample::engine::{StepImages, 
+    EngineModel, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
     Request,
 };
 use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
 
 pub const VOCAB: usize = 97;
 pub const EOS: u32 = 0;
@@ -84,26 +85,26 @@ impl EngineModel for MockModel {
         &self,
         pixel_values: &Tensor,
         grid_thw: &[[usize; 3]],
-    ) -> candle_core::Result<Tensor> {
+    ) -> candle_core::Result<ImageEmbeds> {
         self.images_encoded
             .set(self.images_encoded.get() + grid_thw.len());
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
-        Tensor::from_vec(e, (n, 1), &self.device)
+        Ok(ImageEmbeds { embeds: Tensor::from_vec(e, (n, 1), &self.device)?, deepstack: vec![] })
     }
 
     fn forward(
         &self,
-        input_ids: &Tensor,
-        image_embeds: Option<&ImageEmbeds>,
+        input_ids: &[u32],
+        images: Option<&StepImages>,
         meta: &BatchMeta,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor> {
-        let ids = input_ids.to_vec1::<u32>()?;
+        let ids = input_ids;
         let pos = meta.positions.to_vec2::<u32>()?;
-        let (emb, rows): (Vec<f32>, &[usize]) = match image_embeds {
-            Some(e) => (e.embeds.flatten_all()?.to_vec1()?, &e.rows),
+        let (emb, rows): (Vec<f32>, &[usize]) = match images {
+            Some(e) => (e.embeds.embeds.flatten_all()?.to_vec1()?, &e.rows),
             None => (vec![], &[]),
         };
         let bs = cache.block_size;
