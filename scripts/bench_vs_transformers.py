@@ -145,20 +145,24 @@ def hf_worker(args: argparse.Namespace) -> None:
             model(**inputs)  # prefill alone, timed for prefill tokens/s
             prefill_secs += time.perf_counter() - t0
             t0 = time.perf_counter()
-            out = model.generate(
+            gen = model.generate(
                 **inputs, do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens,
-                eos_token_id=eos, pad_token_id=pad,
+                eos_token_id=eos, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
             )
             gen_secs += time.perf_counter() - t0
+        out = gen.sequences
+        # [batch, steps, vocab] raw logits of every greedy step, to judge near-ties.
+        logits = torch.stack(gen.logits, dim=1)
         prefill_tokens += int(inputs["attention_mask"].sum())
-        for f, row, mask in zip(chunk, out[:, n_in:].tolist(), inputs["attention_mask"]):
+        for b, (f, row, mask) in enumerate(zip(chunk, out[:, n_in:].tolist(), inputs["attention_mask"])):
             ids = []
             for t in row:
                 ids.append(t)
                 if t in eos:
                     break
             decode_tokens += max(len(ids) - 1, 0)
-            items.append({"file": os.path.basename(f), "prompt_tokens": int(mask.sum()), "token_ids": ids})
+            items.append({"file": os.path.basename(f), "prompt_tokens": int(mask.sum()), "token_ids": ids,
+                          "logits": logits[b, : len(ids)].tolist()})
     wall = time.perf_counter() - t_all - prefill_secs  # the separate prefill pass is not part of the run
     decode_secs = max(gen_secs - prefill_secs, 1e-9)
     print(json.dumps({
@@ -167,6 +171,24 @@ def hf_worker(args: argparse.Namespace) -> None:
         "prefill_secs": prefill_secs, "decode_tokens_per_sec": decode_tokens / decode_secs,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "items": items,
     }))
+
+
+def compare(ours: dict, hf: dict, tol: float) -> tuple[str, str]:
+    """Compare one item's tokens: ("same" | "near-tie" | "MISMATCH", detail).
+
+    Different matmul libraries round differently (~1e-5 relative), so greedy paths may part
+    where transformers' top two logits are closer than `tol`; that is a near-tie, not a bug.
+    """
+    o, h = ours["token_ids"], hf["token_ids"]
+    if o == h:
+        return "same", ""
+    i = next((i for i, (x, y) in enumerate(zip(o, h)) if x != y), min(len(o), len(h)))
+    if i >= len(hf["logits"]) or i >= len(o):
+        return "MISMATCH", f"lengths {len(o)} vs {len(h)}"
+    step = hf["logits"][i]
+    margin = step[h[i]] - step[o[i]]
+    kind = "near-tie" if margin < tol else "MISMATCH"
+    return kind, f"token {i}: ours {o[i]} hf {h[i]}, hf logit margin {margin:.2e}"
 
 
 def run_json(cmd: list[str], env: dict) -> dict:
@@ -187,6 +209,8 @@ def main() -> None:
     ap.add_argument("--bin", default=os.path.join(target, "release", "examples", "bench"))
     ap.add_argument("--models", default="tiny,100m")
     ap.add_argument("--json", help="also write all results to this file")
+    ap.add_argument("--tie-tol", type=float, default=1e-3,
+                    help="a divergence where transformers' top-2 logit margin is below this is a near-tie")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -219,15 +243,20 @@ def main() -> None:
             ours = run_json([args.bin, "--model", mdir, "--max-batch", str(b), *common], env)
             hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--batch", str(b),
                            "--threads", str(args.threads), *common], env)
-            bad = [(o["file"], o["token_ids"], h["token_ids"]) for o, h in zip(ours["items"], hf["items"])
-                   if o["token_ids"] != h["token_ids"]]
+            verdicts = [(o["file"], *compare(o, h, args.tie_tol)) for o, h in zip(ours["items"], hf["items"])]
+            bad = [v for v in verdicts if v[1] == "MISMATCH"]
+            ties = [v for v in verdicts if v[1] == "near-tie"]
             mismatches += len(bad)
-            for f, o, h in bad[:3]:
-                first = next((i for i, (x, y) in enumerate(zip(o, h)) if x != y), min(len(o), len(h)))
-                print(f"MISMATCH {name} b={b} {f}: first difference at token {first}: ours {o[first:first+4]} hf {h[first:first+4]}")
+            for f, kind, detail in bad + ties:
+                print(f"{kind} {name} b={b} {f}: {detail}")
+            same = len(verdicts) - len(bad) - len(ties)
+            print(f"# {name} b={b}: {same} items identical, {len(ties)} part at a near-tie, {len(bad)} mismatched")
+            for it in hf["items"]:
+                it.pop("logits", None)
             frac = ours["prefill_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
             results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
-                            "mismatched_items": len(bad), "prefill_fraction_of_gemm": frac})
+                            "identical_items": same, "near_tie_items": len(ties), "mismatched_items": len(bad),
+                            "prefill_fraction_of_gemm": frac})
             for eng, r in (("verisample", ours), ("transformers", hf)):
                 rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, r["images_per_sec"],
                              r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r["peak_rss_bytes"] / 2**20))
@@ -253,8 +282,8 @@ def main() -> None:
             json.dump({"gemm_gflops": gflops, "threads": args.threads, "results": results}, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
     if mismatches:
-        sys.exit(f"FAIL: {mismatches} items generated different tokens")
-    print("generated tokens identical for every item and run")
+        sys.exit(f"FAIL: {mismatches} items generated different tokens away from a near-tie")
+    print("generated tokens identical for every item and run, up to near-ties reported above")
 
 
 if __name__ == "__main__":
