@@ -82,13 +82,8 @@ fn assert_matches_reference(reqs: &[Request], got: &BTreeMap<u64, Completion>) {
     assert_eq!(got.len(), reqs.len());
     for r in reqs {
         let c = &got[&r.id];
-        let (want, stopped) = reference(r, r.max_new_tokens.unwrap_or(MAX_NEW));
+        let (want, reason) = reference(r, r.max_new_tokens.unwrap_or(MAX_NEW));
         assert_eq!(c.token_ids, want, "request {}", r.id);
-        let reason = if stopped {
-            FinishReason::Stop
-        } else {
-            FinishReason::Truncated
-        };
         assert_eq!(c.finish_reason, reason, "request {}", r.id);
         assert_eq!(c.generated_tokens, want.len());
     }
@@ -282,8 +277,11 @@ fn a_failing_callback_stops_generate_and_the_next_call_starts_clean() {
 fn max_new_tokens_truncates_and_text_is_decoded() {
     let mut r = req(7, None, Some(image(3, 11)), "What is written in the image?");
     r.max_new_tokens = Some(3);
-    let (want, stopped) = reference(&r, 3);
-    assert!(!stopped && want.len() == 3, "reference runs into the limit");
+    let (want, reason) = reference(&r, 3);
+    assert!(
+        reason == FinishReason::Truncated && want.len() == 3,
+        "reference runs into the limit"
+    );
     let mut e = engine(cfg(4, 64, true));
     let got = run(&mut e, vec![r]);
     let c = &got[&7];
@@ -291,4 +289,32 @@ fn max_new_tokens_truncates_and_text_is_decoded() {
     assert_eq!(c.token_ids, want);
     let text: Vec<String> = want.iter().map(|t| t.to_string()).collect();
     assert_eq!(c.text, text.join(","));
+}
+
+#[test]
+fn a_generated_image_placeholder_ends_only_that_sequence_with_an_error() {
+    let hit = (0..500u64)
+        .map(|i| req(i, None, None, &format!("Tell me about {i}")))
+        .find(|r| reference(r, MAX_NEW).1 == FinishReason::Error)
+        .expect("some prompt makes the mock generate the placeholder");
+    let (want, _) = reference(&hit, MAX_NEW);
+    let other = req(
+        9999,
+        None,
+        Some(image(4, 10)),
+        "What is written in the image?",
+    );
+    let mut e = engine(cfg(4, 128, true));
+    let got = run(&mut e, vec![hit.clone(), other.clone()]);
+    let c = &got[&hit.id];
+    assert_eq!(c.finish_reason, FinishReason::Error);
+    assert_eq!(c.token_ids, want);
+    assert_eq!(
+        c.error.as_deref(),
+        Some("generated the image placeholder token 3")
+    );
+    assert_matches_reference(
+        &[other],
+        &got.into_iter().filter(|(k, _)| *k == 9999).collect(),
+    );
 }

@@ -154,6 +154,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             max_batch = cfg.max_batch,
             "KV cache pool allocated"
         );
+        let placeholders = model.placeholder_token_ids();
         let core = Core {
             model,
             cfg,
@@ -162,6 +163,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             vision: Default::default(),
             stats: EngineStats::default(),
             next_arrival: 0,
+            placeholders,
         };
         Ok(Self {
             core,

@@ -57,6 +57,13 @@ pub trait EngineModel {
         grid_thw: &[[usize; 3]],
     ) -> candle_core::Result<ImageEmbeds>;
 
+    /// Token ids that stand for non-text inputs (image placeholders). A sequence that
+    /// generates one ends with `FinishReason::Error` (it cannot be fed back as a text token
+    /// through a model that finds image rows by token id). Default: none.
+    fn placeholder_token_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
     /// One step over a flattened batch: `input_ids` (`total_tokens` ids), the vision
     /// embeddings that replace the token embeddings of some rows (image placeholders), and the
     /// batch layout. Writes the new tokens' K/V into `cache` at `meta.slot_mapping` and

@@ -81,8 +81,8 @@ pub enum FinishReason {
     /// `max_new_tokens` were generated without an end-of-sequence token (or, rarely, the
     /// sequence grew to fill the whole KV cache pool).
     Truncated,
-    /// The request could not be run (bad image, prompt larger than the KV cache, …);
-    /// `Completion::error` says why.
+    /// The request could not be run (bad image, prompt larger than the KV cache, the model
+    /// generated an image placeholder token, …); `Completion::error` says why.
     Error,
 }
 

@@ -25,6 +25,8 @@ pub(crate) struct Core<M> {
     pub vision: VisionCache,
     pub stats: EngineStats,
     pub next_arrival: u64,
+    /// `model.placeholder_token_ids()`, cached.
+    pub placeholders: Vec<u32>,
 }
 
 /// The flattened inputs of one step.
@@ -209,6 +211,8 @@ impl<M: EngineModel> Core<M> {
             };
             let reason = if processor.eos_token_ids().contains(&tok) {
                 FinishReason::Stop
+            } else if self.placeholders.contains(&tok) {
+                FinishReason::Error
             } else if s.generated().len() >= s.max_new_tokens {
                 FinishReason::Truncated
             } else {
@@ -216,7 +220,11 @@ impl<M: EngineModel> Core<M> {
             };
             if let Some(s) = self.scheduler.finish(sc.seq) {
                 self.release_images(&s);
-                done.push(self.completion(&s, reason, processor));
+                let mut c = self.completion(&s, reason, processor);
+                if reason == FinishReason::Error && c.error.is_none() {
+                    c.error = Some(format!("generated the image placeholder token {tok}"));
+                }
+                done.push(c);
             }
         }
         Ok(done)

@@ -11,9 +11,9 @@
 use std::cell::{Cell, RefCell};
 
 use candle_core::{DType, Device, Tensor};
-use verisample::engine::{StepImages, 
-    EngineModel, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
-    Request,
+use verisample::engine::{
+    EngineModel, FinishReason, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
+    Request, StepImages,
 };
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::ImageEmbeds;
@@ -91,7 +91,14 @@ impl EngineModel for MockModel {
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
-        Ok(ImageEmbeds { embeds: Tensor::from_vec(e, (n, 1), &self.device)?, deepstack: vec![] })
+        Ok(ImageEmbeds {
+            embeds: Tensor::from_vec(e, (n, 1), &self.device)?,
+            deepstack: vec![],
+        })
+    }
+
+    fn placeholder_token_ids(&self) -> Vec<u32> {
+        vec![IMAGE_PAD]
     }
 
     fn forward(
@@ -231,8 +238,8 @@ impl InputProcessor for MockProcessor {
 }
 
 /// The tokens the mock generates for `req`, computed directly (no cache, no batching):
-/// generated ids including the final EOS, and whether it stopped (`false`: truncated).
-pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
+/// generated ids including the final EOS (or image placeholder), and why it ended.
+pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
     let p = MockProcessor::default()
         .prepare(req)
         .expect("reference prepare");
@@ -256,10 +263,13 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
         let t = next_token(&values);
         out.push(t);
         if t == EOS {
-            return (out, true);
+            return (out, FinishReason::Stop);
+        }
+        if t == IMAGE_PAD {
+            return (out, FinishReason::Error);
         }
         if out.len() >= max_new {
-            return (out, false);
+            return (out, FinishReason::Truncated);
         }
         values.push(value(t, [pos; 3], None));
         pos += 1;
