@@ -274,6 +274,17 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         if result.is_err() {
             core.reset();
         }
+        let st = &core.stats;
+        tracing::info!(
+            completed = st.completed,
+            failed = st.failed,
+            prefill_tokens = st.prefill_tokens,
+            decode_tokens = st.decode_tokens,
+            cached_prompt_tokens = st.cached_prompt_tokens,
+            preemptions = st.preemptions,
+            vision_images = st.vision_images,
+            "generate finished (totals since the engine started)"
+        );
         result
     }
 
