@@ -50,6 +50,16 @@ pub enum ProcessorError {
         /// Cause.
         msg: String,
     },
+    /// An [`RgbImage`] whose buffer does not hold `height * width * 3` bytes.
+    #[error("RGB buffer of {len} bytes does not match {height}x{width}x3")]
+    BadBuffer {
+        /// Buffer length.
+        len: usize,
+        /// Declared height.
+        height: usize,
+        /// Declared width.
+        width: usize,
+    },
     /// Tensor construction failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
@@ -344,8 +354,16 @@ impl ImageProcessor {
     /// Patch order (transformers `patchify`): blocks of `merge × merge` patches row-major, each
     /// patch flattened as `[C, T, P, P]` with the frame repeated `T` times.
     ///
-    /// Errors: [`ProcessorError::AspectRatio`] from `smart_resize`.
+    /// Errors: [`ProcessorError::AspectRatio`] from `smart_resize`;
+    /// [`ProcessorError::BadBuffer`] when `img.data` does not match its size.
     pub fn preprocess_rgb(&self, img: &RgbImage) -> Result<ProcessedImage, ProcessorError> {
+        if img.data.len() != img.height * img.width * 3 {
+            return Err(ProcessorError::BadBuffer {
+                len: img.data.len(),
+                height: img.height,
+                width: img.width,
+            });
+        }
         let (p, m, t) = (self.patch_size, self.merge_size, self.temporal_patch_size);
         let (rh, rw) = smart_resize(
             img.height,

@@ -194,6 +194,73 @@ fn consecutive_calls(family: &str) {
     assert_eq!(first.tokens[0], fresh.tokens[2]);
 }
 
+fn chunked_prefill(family: &str) {
+    // Prefill split in two chunks, the cut inside the image pads: the second chunk attends to
+    // the first through the cache and gets the rest of the image rows.
+    use verisample_models::{BatchMeta, StepInput};
+    let g = Goldens::load(family);
+    let model = load_model(family);
+    let seq = reference_seq(&model, &g, 3);
+    let image_tok = model.image_token_id();
+    let first_pad = seq.ids.iter().position(|&t| t == image_tok).unwrap();
+    let k = first_pad + 3;
+    let n1 = seq.ids[..k].iter().filter(|&&t| t == image_tok).count();
+    let n_all = seq.images.embeds.dim(0).unwrap();
+    let len = seq.ids.len();
+    let mut cache = fresh_cache(&model);
+    let table = vec![vec![5u32, 2, 7, 1]];
+    let slot = |p: usize| table[0][p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32;
+    let mut last = Vec::new();
+    for (range, rows) in [(0..k, 0..n1), (k..len, n1..n_all)] {
+        let pos: Vec<u32> = seq
+            .positions
+            .iter()
+            .flat_map(|p| p[range.clone()].to_vec())
+            .collect();
+        let meta = BatchMeta {
+            positions: Tensor::from_vec(pos, (3, range.len()), &Device::Cpu).unwrap(),
+            query_lens: vec![range.len()],
+            context_lens: vec![range.end],
+            block_tables: table.clone(),
+            slot_mapping: range.clone().map(slot).collect(),
+            logits_indices: vec![range.len() - 1],
+        };
+        let images = seq.images.narrow(rows.start, rows.len()).unwrap();
+        let input = StepInput {
+            input_ids: &seq.ids[range.clone()],
+            images: Some(&images),
+        };
+        last = model
+            .forward(&input, &meta, &mut cache)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()
+            .remove(0);
+    }
+    let d = max_abs(&last, &g.f32s("logits", 3));
+    println!("{family}: chunked prefill logits max |Δ| {d:.3e}");
+    assert!(d <= 1e-4, "chunked prefill max |Δ| {d}");
+}
+
+fn bf16_runs_close_to_f32(family: &str) {
+    let g = Goldens::load(family);
+    let model =
+        VlModel::load(&fixture_dir(family), candle_core::DType::BF16, &Device::Cpu).unwrap();
+    let run = run_greedy(
+        &model,
+        &mut fresh_cache(&model),
+        &[reference_seq(&model, &g, 0)],
+        2,
+        0,
+    );
+    let want = g.f32s("logits", 0);
+    let d = max_abs(&run.prefill_logits[0], &want);
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    println!("{family}: bf16 prefill logits max |Δ| {d:.3e} (max |logit| {scale:.2})");
+    // bf16 keeps 8 bits of mantissa: a few percent of the logit range.
+    assert!(d <= 0.1 * scale, "bf16 max |Δ| {d} vs scale {scale}");
+}
+
 fn config_shapes(family: &str) {
     let model = load_model(family);
     let s = model.text_spec();
@@ -223,6 +290,14 @@ macro_rules! family_tests {
             #[test]
             fn consecutive_calls_are_stateless() {
                 super::consecutive_calls($name)
+            }
+            #[test]
+            fn chunked_prefill_matches_reference() {
+                super::chunked_prefill($name)
+            }
+            #[test]
+            fn bf16_runs_close_to_f32() {
+                super::bf16_runs_close_to_f32($name)
             }
             #[test]
             fn loads_with_reference_vocab() {
