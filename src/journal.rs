@@ -99,8 +99,12 @@ pub fn decode_frames(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     while bytes.len() - pos >= RECORD_HEADER_BYTES {
         let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]])
             as usize;
-        let crc =
-            u32::from_le_bytes([bytes[pos + 4], bytes[pos + 5], bytes[pos + 6], bytes[pos + 7]]);
+        let crc = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]);
         let start = pos + RECORD_HEADER_BYTES;
         if len > MAX_RECORD_BYTES || bytes.len() - start < len {
             break;
@@ -351,6 +355,9 @@ mod tests {
         let path = dir.path().join("j.bin");
         std::fs::write(&path, encode_frame(b"{\"other\":1}")).unwrap();
         let err = Journal::<Rec>::open(&path).unwrap_err();
-        assert!(matches!(err, JournalError::Decode { index: 0, .. }), "{err}");
+        assert!(
+            matches!(err, JournalError::Decode { index: 0, .. }),
+            "{err}"
+        );
     }
 }

@@ -150,7 +150,10 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
         .map(|i| format!("{i}/{count}"))
         .collect();
     if !missing.is_empty() {
-        return Err(MergeError::Coverage(format!("missing {}", missing.join(", "))));
+        return Err(MergeError::Coverage(format!(
+            "missing {}",
+            missing.join(", ")
+        )));
     }
 
     let mut settings = first.settings.clone();

@@ -166,11 +166,10 @@ impl Progress {
         self.total = total;
         if self.mode == ProgressMode::Bar {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{prefix:>8} [{bar:30}] {pos}/{len} {msg} ETA {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> ");
+            let style =
+                ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} {msg} ETA {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> ");
             bar.set_style(style);
             bar.set_prefix(name);
             self.bar = Some(bar);
@@ -278,7 +277,13 @@ impl Progress {
         let now = Instant::now();
         self.push_sample(now);
         let elapsed_s = now.duration_since(self.start).as_secs_f64();
-        let per_s = |n: u64| if elapsed_s > 0.0 { n as f64 / elapsed_s } else { 0.0 };
+        let per_s = |n: u64| {
+            if elapsed_s > 0.0 {
+                n as f64 / elapsed_s
+            } else {
+                0.0
+            }
+        };
         Throughput {
             elapsed_s,
             generated_items: self.items,
@@ -293,7 +298,9 @@ impl Progress {
 }
 
 fn count_rows(map: &BTreeMap<String, u64>) -> Vec<(String, String)> {
-    map.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+    map.iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect()
 }
 
 /// The final summary as aligned text lines (for stderr).
@@ -369,11 +376,17 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
     ));
     s.push_str(&md_table(("split", "questions"), &stats.split_items));
     s.push('\n');
-    s.push_str(&md_table(("reject reason", "questions"), &stats.reject_reasons));
+    s.push_str(&md_table(
+        ("reject reason", "questions"),
+        &stats.reject_reasons,
+    ));
     s.push('\n');
     s.push_str(&md_table(("accepted by", "questions"), &stats.accepted_by));
     s.push('\n');
-    s.push_str(&md_table(("cleaning drop", "questions"), &stats.cleaning_drops));
+    s.push_str(&md_table(
+        ("cleaning drop", "questions"),
+        &stats.cleaning_drops,
+    ));
     s.push('\n');
     s.push_str(&format!(
         "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",

@@ -149,7 +149,9 @@ impl FromStr for DeviceSpec {
             "cuda" => Ok(DeviceSpec::Cuda(0)),
             _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(i)) => Ok(DeviceSpec::Cuda(i)),
-                _ => Err(format!("invalid device `{s}`: expected cpu, cuda, cuda:N or metal")),
+                _ => Err(format!(
+                    "invalid device `{s}`: expected cpu, cuda, cuda:N or metal"
+                )),
             },
         }
     }
@@ -375,7 +377,9 @@ pub enum SettingsError {
         looked: Vec<PathBuf>,
     },
     /// The binary lacks the backend for the requested device.
-    #[error("--device {0}: this binary was built without {1} support (rebuild with --features {1})")]
+    #[error(
+        "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
+    )]
     DeviceNotBuilt(DeviceSpec, &'static str),
 }
 
@@ -415,12 +419,11 @@ impl Settings {
     pub fn resolve(args: &RunArgs) -> Result<Settings, SettingsError> {
         let (file, base) = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| {
-                    SettingsError::ConfigRead {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| SettingsError::ConfigRead {
                         path: path.clone(),
                         source,
-                    }
-                })?;
+                    })?;
                 let file: ConfigFile =
                     toml::from_str(&text).map_err(|e| SettingsError::ConfigParse {
                         path: path.clone(),
@@ -543,7 +546,9 @@ impl Settings {
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
-            (None, None) => resolve_model(&bundled(DEFAULT_MODEL).to_string_lossy(), Path::new("."))?,
+            (None, None) => {
+                resolve_model(&bundled(DEFAULT_MODEL).to_string_lossy(), Path::new("."))?
+            }
         };
 
         Ok(Settings {
@@ -625,7 +630,12 @@ impl CanonicalSettings {
             (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
                 .iter()
                 .filter(|(k, v)| b.get(k.as_str()) != Some(v))
-                .map(|(k, v)| format!("{k}: {v} -> {}", b.get(k.as_str()).cloned().unwrap_or_default()))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}: {v} -> {}",
+                        b.get(k.as_str()).cloned().unwrap_or_default()
+                    )
+                })
                 .collect(),
             _ => Vec::new(),
         }
@@ -746,7 +756,10 @@ pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsE
     if looks_like_hub_id(spec) {
         if let Some(cache_dir) = hf_cache_dir() {
             let repo = hf_hub::Cache::new(cache_dir.clone()).model(spec.to_string());
-            if let Some(dir) = repo.get("config.json").and_then(|p| p.parent().map(Path::to_path_buf)) {
+            if let Some(dir) = repo
+                .get("config.json")
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
                 return Ok(ResolvedModel {
                     spec: spec.to_string(),
                     dir,

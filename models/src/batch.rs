@@ -58,7 +58,12 @@ impl KvCache {
     ) -> Result<Self> {
         let shape = (num_blocks, block_size, n_kv_heads, head_dim);
         let layers = (0..num_layers)
-            .map(|_| Ok((Tensor::zeros(shape, dtype, device)?, Tensor::zeros(shape, dtype, device)?)))
+            .map(|_| {
+                Ok((
+                    Tensor::zeros(shape, dtype, device)?,
+                    Tensor::zeros(shape, dtype, device)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { layers, block_size })
     }

@@ -106,7 +106,10 @@ mod tests {
         l.place((7, None), "errors");
         let msg = l.check().unwrap_err();
         assert!(msg.contains("1 in no output [(0, Some(1))]"), "{msg}");
-        assert!(msg.contains("1 in two outputs [(0, Some(0)) accepted+rejected]"), "{msg}");
+        assert!(
+            msg.contains("1 in two outputs [(0, Some(0)) accepted+rejected]"),
+            "{msg}"
+        );
         assert!(msg.contains("1 not in the input [(7, None)]"), "{msg}");
     }
 }

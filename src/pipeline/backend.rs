@@ -92,8 +92,9 @@ pub struct GenResult {
 pub trait Generator {
     /// Generate greedily for all `requests`, in any order and batching, calling `on_done`
     /// once per finished request as soon as it finishes. When `on_done` returns
-    /// [`ControlFlow::Break`], finish the current engine step, drop unfinished sequences and
-    /// return `Ok(())` without calling `on_done` again.
+    /// [`ControlFlow::Break`], stop after the current engine step: the other sequences that
+    /// finished in that same step may still be delivered, unfinished sequences are dropped
+    /// (they are regenerated on resume), and `generate` returns `Ok(())`.
     ///
     /// Errors: an engine failure that affects the whole batch (device, out of memory).
     fn generate(
@@ -138,8 +139,12 @@ pub trait SplitSink {
     /// Append `row` to split `split_name` (e.g. `OrandCar_RS_think`) of kind `kind`.
     ///
     /// Errors: I/O or encoding.
-    fn write(&mut self, split_name: &str, kind: SplitKind, row: SplitRow)
-        -> Result<(), BackendError>;
+    fn write(
+        &mut self,
+        split_name: &str,
+        kind: SplitKind,
+        row: SplitRow,
+    ) -> Result<(), BackendError>;
 
     /// Close every split, write the dataset card with `card_stats` (Markdown: statistics
     /// section with the chart, see [`crate::report::card_markdown`]) and publish atomically.

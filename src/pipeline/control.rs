@@ -59,7 +59,10 @@ impl KillAt {
 
     /// Read [`KILL_AT_ENV`]; `None` when unset or malformed.
     pub fn from_env() -> Option<KillAt> {
-        std::env::var(KILL_AT_ENV).ok().as_deref().and_then(KillAt::parse)
+        std::env::var(KILL_AT_ENV)
+            .ok()
+            .as_deref()
+            .and_then(KillAt::parse)
     }
 }
 
@@ -115,7 +118,9 @@ pub fn install_ctrlc(control: &RunControl) -> Result<(), ctrlc::Error> {
         if stop.swap(true, Ordering::SeqCst) {
             std::process::exit(EXIT_INTERRUPTED);
         }
-        eprintln!("verisample: interrupt received, finishing the current step (Ctrl-C again to quit now)");
+        eprintln!(
+            "verisample: interrupt received, finishing the current step (Ctrl-C again to quit now)"
+        );
     })
 }
 

@@ -53,8 +53,7 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
     if w == 0 || h == 0 {
         return Err(problem(FIELD, format!("image has zero size ({w}x{h})")));
     }
-    if w > MAX_IMAGE_SIDE || h > MAX_IMAGE_SIDE || u64::from(w) * u64::from(h) > MAX_IMAGE_PIXELS
-    {
+    if w > MAX_IMAGE_SIDE || h > MAX_IMAGE_SIDE || u64::from(w) * u64::from(h) > MAX_IMAGE_PIXELS {
         return Err(problem(
             FIELD,
             format!(
@@ -127,7 +126,11 @@ mod tests {
             ("good", Some(good.clone()), Ok((3, 2))),
             ("missing", None, Err("no image bytes")),
             ("empty", Some(vec![]), Err("0 bytes")),
-            ("text", Some(b"hello, not an image".to_vec()), Err("unsupported")),
+            (
+                "text",
+                Some(b"hello, not an image".to_vec()),
+                Err("unsupported"),
+            ),
             ("truncated", Some(truncated), Err("does not decode")),
             ("bomb", Some(bomb), Err("too large")),
             ("wide", Some(wide), Err("too large")),
@@ -153,7 +156,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(check_qa(0, &qa("What?", "1")), Ok(()));
-        assert_eq!(check_qa(2, &qa(" \n", "1")).unwrap_err().field, "qa[2].question");
-        assert_eq!(check_qa(1, &qa("What?", "")).unwrap_err().field, "qa[1].answer");
+        assert_eq!(
+            check_qa(2, &qa(" \n", "1")).unwrap_err().field,
+            "qa[2].question"
+        );
+        assert_eq!(
+            check_qa(1, &qa("What?", "")).unwrap_err().field,
+            "qa[1].answer"
+        );
     }
 }

@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 pub use backend::{
     BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest, GenResult,
-    Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
-    SplitRow, SplitSink, Verdict, VerifyOutcome,
+    Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource, SplitRow,
+    SplitSink, Verdict, VerifyOutcome,
 };
 pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
 
@@ -177,8 +177,11 @@ impl Prepared {
 
 fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     let mut changed = old.settings.diff(&new.settings);
-    let names: std::collections::BTreeSet<&String> =
-        old.model_files.keys().chain(new.model_files.keys()).collect();
+    let names: std::collections::BTreeSet<&String> = old
+        .model_files
+        .keys()
+        .chain(new.model_files.keys())
+        .collect();
     for name in names {
         if old.model_files.get(name) != new.model_files.get(name) {
             changed.push(format!("model file {name}"));

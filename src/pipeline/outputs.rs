@@ -113,9 +113,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         path: path.to_path_buf(),
         source,
     };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(err)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     {
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
@@ -123,7 +129,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
         f.sync_all().map_err(err)?;
     }
     std::fs::rename(&tmp, path).map_err(err)?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(err)
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(err)
 }
 
 /// Serialise `lines` as JSON lines.

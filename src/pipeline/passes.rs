@@ -299,9 +299,10 @@ pub(crate) fn generate_answers(
 ) -> Result<Vec<RowPlan>, PipelineError> {
     let settings = ctx.settings;
     let shard = settings.shard;
-    let rows_est = source
-        .len_hint()
-        .map(|n| n.saturating_sub(shard.index as u64).div_ceil(shard.count as u64));
+    let rows_est = source.len_hint().map(|n| {
+        n.saturating_sub(shard.index as u64)
+            .div_ceil(shard.count as u64)
+    });
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let chunk = chunk_size(settings);
     let mut plans = Vec::new();
@@ -373,11 +374,25 @@ pub(crate) fn generate_answers(
         plans.push(plan);
         if pending.len() >= chunk {
             let reqs = std::mem::take(&mut pending);
-            run_requests(ctx, generator, reqs, Pass::Answer, &verify_ctx, &mut appended)?;
+            run_requests(
+                ctx,
+                generator,
+                reqs,
+                Pass::Answer,
+                &verify_ctx,
+                &mut appended,
+            )?;
             verify_ctx.clear();
         }
     }
-    run_requests(ctx, generator, pending, Pass::Answer, &verify_ctx, &mut appended)?;
+    run_requests(
+        ctx,
+        generator,
+        pending,
+        Pass::Answer,
+        &verify_ctx,
+        &mut appended,
+    )?;
     Ok(plans)
 }
 

@@ -64,8 +64,20 @@ mod tests {
     fn split_table() {
         // (text, thinking, think, answer, complete)
         let cases: &[(&str, bool, Option<&str>, &str, bool)] = &[
-            ("<think>\nread 11850\n</think>\n\n11850", true, Some("read 11850"), "\n\n11850", true),
-            ("digits look like 42\n</think>\n\n42", true, Some("digits look like 42"), "\n\n42", true),
+            (
+                "<think>\nread 11850\n</think>\n\n11850",
+                true,
+                Some("read 11850"),
+                "\n\n11850",
+                true,
+            ),
+            (
+                "digits look like 42\n</think>\n\n42",
+                true,
+                Some("digits look like 42"),
+                "\n\n42",
+                true,
+            ),
             ("<think>\n\n</think>\n\n7", false, Some(""), "\n\n7", true),
             ("still thinking about it", true, None, "", false),
             ("1990", false, None, "1990", true),

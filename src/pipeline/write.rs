@@ -123,18 +123,24 @@ fn route_row(
             }
             ItemPlan::Keep(q) => q,
         };
-        let answer = w.results.get(&(key, Pass::Answer)).ok_or(PipelineError::Missing {
-            key,
-            pass: Pass::Answer,
-        })?;
-        let role = w.judged.get(&key).copied();
-        let judge_outcome = match role {
-            Some(_) => Some(w.results.get(&(key, Pass::Judge)).ok_or(PipelineError::Missing {
+        let answer = w
+            .results
+            .get(&(key, Pass::Answer))
+            .ok_or(PipelineError::Missing {
                 key,
-                pass: Pass::Judge,
-            })?),
-            None => None,
-        };
+                pass: Pass::Answer,
+            })?;
+        let role = w.judged.get(&key).copied();
+        let judge_outcome =
+            match role {
+                Some(_) => Some(w.results.get(&(key, Pass::Judge)).ok_or(
+                    PipelineError::Missing {
+                        key,
+                        pass: Pass::Judge,
+                    },
+                )?),
+                None => None,
+            };
         c.generations.push(GenerationLine {
             file: plan.file.clone(),
             row,
@@ -238,9 +244,21 @@ fn write_row_splits(
         }
     }
     let rows = [
-        (SplitKind::Think, splits.think.len(), SplitRow::Accepted(make(row, splits.think, clean_meta, image_sha256))),
-        (SplitKind::NoThink, splits.nothink.len(), SplitRow::Accepted(make(row, splits.nothink, clean_meta, image_sha256))),
-        (SplitKind::Rejected, splits.rejected.len(), SplitRow::Rejected(make(row, splits.rejected, clean_meta, image_sha256))),
+        (
+            SplitKind::Think,
+            splits.think.len(),
+            SplitRow::Accepted(make(row, splits.think, clean_meta, image_sha256)),
+        ),
+        (
+            SplitKind::NoThink,
+            splits.nothink.len(),
+            SplitRow::Accepted(make(row, splits.nothink, clean_meta, image_sha256)),
+        ),
+        (
+            SplitKind::Rejected,
+            splits.rejected.len(),
+            SplitRow::Rejected(make(row, splits.rejected, clean_meta, image_sha256)),
+        ),
     ];
     for (kind, n, out) in rows {
         if n == 0 {
@@ -249,9 +267,14 @@ fn write_row_splits(
         let name = kind.split_name(family);
         *c.stats.split_rows.entry(name.clone()).or_insert(0) += 1;
         *c.stats.split_items.entry(name.clone()).or_insert(0) += n as u64;
-        w.sink.write(&name, kind, out).map_err(PipelineError::Sink)?;
+        w.sink
+            .write(&name, kind, out)
+            .map_err(PipelineError::Sink)?;
         c.rows_written += 1;
-        if w.control.kill_due(KillStage::Write, c.rows_written).is_some() {
+        if w.control
+            .kill_due(KillStage::Write, c.rows_written)
+            .is_some()
+        {
             kill_self();
         }
     }
@@ -326,7 +349,10 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         w.progress.advance(0, false, None);
     }
     if plans.next().is_some() {
-        return Err(input_changed(u64::MAX, "fewer rows than in the generate phase"));
+        return Err(input_changed(
+            u64::MAX,
+            "fewer rows than in the generate phase",
+        ));
     }
     c.ledger.check().map_err(PipelineError::Accounting)?;
     c.stats.errors = c.errors.len() as u64;
@@ -344,7 +370,8 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     write_atomic(&out.join(ERRORS_FILE), &jsonl(&c.errors))?;
     write_atomic(&out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
     write_atomic(&out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
-    let chart_tmp = out.join(format!(".{CHART_FILE}.tmp-{}", std::process::id()));
+    // plotters picks the encoder from the extension: keep `.png` on the temporary name.
+    let chart_tmp = out.join(format!(".chart.tmp-{}.png", std::process::id()));
     match chart::draw_chart(&chart_tmp, &c.stats) {
         Ok(()) => std::fs::rename(&chart_tmp, out.join(CHART_FILE)).map_err(|source| {
             super::outputs::WriteError {

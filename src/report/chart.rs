@@ -75,14 +75,14 @@ fn split_colour(name: &str) -> RGBColor {
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 type DrawResult = DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>;
 
-fn draw_bars(
-    area: &Area<'_>,
-    bars: &[(u64, RGBColor)],
-) -> Result<(), DrawResult> {
+fn draw_bars(area: &Area<'_>, bars: &[(u64, RGBColor)]) -> Result<(), DrawResult> {
     let (w, h) = area.dim_in_pixel();
     let (w, h) = (w as i32, h as i32);
     let pad = 16;
-    area.draw(&Rectangle::new([(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)], FRAME))?;
+    area.draw(&Rectangle::new(
+        [(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)],
+        FRAME,
+    ))?;
     if bars.is_empty() {
         return Ok(());
     }
@@ -104,7 +104,10 @@ fn draw_line(area: &Area<'_>, points: &[(f64, f64)]) -> Result<(), DrawResult> {
     let (w, h) = area.dim_in_pixel();
     let (w, h) = (w as i32, h as i32);
     let pad = 16;
-    area.draw(&Rectangle::new([(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)], FRAME))?;
+    area.draw(&Rectangle::new(
+        [(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)],
+        FRAME,
+    ))?;
     let t_max = points.iter().map(|p| p.0).fold(0.0, f64::max);
     let r_max = points.iter().map(|p| p.1).fold(0.0, f64::max);
     if points.is_empty() || t_max <= 0.0 || r_max <= 0.0 {
@@ -166,9 +169,21 @@ mod tests {
         stats.split_items.insert("F_rejected".into(), 2);
         stats.reject_reasons.insert("wrong_answer".into(), 2);
         stats.throughput.samples = vec![
-            ThroughputSample { t_s: 0.0, items: 0, tokens: 0 },
-            ThroughputSample { t_s: 2.0, items: 3, tokens: 100 },
-            ThroughputSample { t_s: 4.0, items: 7, tokens: 300 },
+            ThroughputSample {
+                t_s: 0.0,
+                items: 0,
+                tokens: 0,
+            },
+            ThroughputSample {
+                t_s: 2.0,
+                items: 3,
+                tokens: 100,
+            },
+            ThroughputSample {
+                t_s: 4.0,
+                items: 7,
+                tokens: 300,
+            },
         ];
         assert_eq!(token_rates(&stats), vec![(2.0, 50.0), (4.0, 100.0)]);
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,529 @@
+//! Test doubles for the pipeline tests: an in-memory input, a deterministic scripted model,
+//! simple decisions and a JSON-lines split writer.
+//!
+//! These are doubles, not the product: the real reader/writer (`dataset`), engine and
+//! decisions (`verify`, `judge`, `route`, `clean`) are tested end to end with the real tiny
+//! model at integration (tests/pipeline_e2e.rs).
+//!
+//! The scripted model answers the question text `... [say:TEXT]` with
+//! `<think>\nreading\n</think>\n\nTEXT`; `[long]` makes it run out of tokens inside the
+//! trace; `[engine-fail]` makes the engine refuse the request. As a judge it answers
+//! `CORRECT` when the digits of candidate and reference agree, `WRONG` otherwise, and
+//! `UNSURE` when the reference has no letter or digit.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use verisample::pipeline::think::ThinkSplit;
+use verisample::pipeline::{
+    BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest, GenResult,
+    Generation, Generator, Pass, RouteInput, Routed, RowSource, SplitRow, SplitSink, Verdict,
+    VerifyOutcome,
+};
+use verisample::record::{AcceptedQa, ImageRef, InputRow, QaItem, RejectedQa, RowError, SplitKind};
+use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings};
+use verisample::shard::Shard;
+
+/// A tiny PNG whose pixel value depends on `seed` (so image hashes differ per row).
+pub fn png(seed: u8) -> Vec<u8> {
+    let img = image::RgbImage::from_pixel(2, 2, image::Rgb([seed, 7, 9]));
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)
+        .expect("png");
+    out.into_inner()
+}
+
+/// A question asking the scripted model to say `said`, with reference `reference`.
+pub fn qa(said: &str, reference: &str) -> QaItem {
+    QaItem {
+        question: format!("What is written in the image? [say:{said}]"),
+        answer: reference.to_string(),
+        source: None,
+        extra: Default::default(),
+    }
+}
+
+/// A readable row.
+pub fn row(file: &str, index: usize, seed: u8, qa: Vec<QaItem>) -> Result<InputRow, RowError> {
+    Ok(InputRow {
+        source_file: file.to_string(),
+        row_index: index,
+        image: ImageRef {
+            bytes: Some(png(seed)),
+            path: Some(format!("img{index}.png")),
+        },
+        qa,
+        image_sha256: None,
+        family: Some("OrandCar".into()),
+        extra: Default::default(),
+    })
+}
+
+/// An input with every kind of item: accepts (several verifier variants), wrong answers a
+/// judge rescues or refuses, a truncated trace, blank answers, cleaning drops, a corrupt
+/// image, an empty image, a blank question, an unreadable row, an engine refusal.
+pub fn mixed_rows() -> Vec<Result<InputRow, RowError>> {
+    let mut rows = Vec::new();
+    let f = "data/train-00000.parquet";
+    for i in 0..24usize {
+        let n = 1000 + i * 37;
+        let items = match i % 8 {
+            0 => vec![qa(&n.to_string(), &n.to_string())],
+            1 => vec![qa(&format!("{n}\nbecause I read it"), &n.to_string())],
+            2 => vec![
+                qa(&format!("{n}.0"), &format!("{n}0")),
+                qa("wrong", &n.to_string()),
+            ],
+            3 => vec![
+                qa("ll.850", "11850"),
+                qa("~12", "13"),
+                qa("it says 12", "12"),
+            ],
+            4 => vec![qa("   ", &n.to_string()), qa("x [offtopic]", "cat")],
+            5 => vec![QaItem {
+                question: "[long] read it".into(),
+                answer: n.to_string(),
+                ..Default::default()
+            }],
+            6 => vec![qa("…", "。"), qa(&format!("{n}"), &format!("{n}"))],
+            _ => vec![
+                qa(&format!("{n}"), &format!("{n}")),
+                qa("[engine-fail]", "1"),
+            ],
+        };
+        rows.push(row(f, i, i as u8, items));
+    }
+    let mut bad = row(f, 24, 200, vec![qa("1", "1")]).expect("row");
+    if let Some(b) = bad.image.bytes.as_mut() {
+        b.truncate(b.len() / 2);
+    }
+    rows.push(Ok(bad));
+    let mut empty = row(f, 25, 201, vec![qa("1", "1")]).expect("row");
+    empty.image.bytes = Some(Vec::new());
+    rows.push(Ok(empty));
+    rows.push(row(
+        f,
+        26,
+        202,
+        vec![
+            QaItem {
+                question: " ".into(),
+                answer: "5".into(),
+                ..Default::default()
+            },
+            qa("6", "6"),
+        ],
+    ));
+    rows.push(Err(RowError {
+        file: f.into(),
+        row: Some(27),
+        field: "qa[0].question".into(),
+        message: "invalid UTF-8".into(),
+    }));
+    rows.push(Err(RowError {
+        file: "data/train-00001.parquet".into(),
+        row: None,
+        field: "file".into(),
+        message: "not a parquet file".into(),
+    }));
+    for i in 0..6usize {
+        rows.push(row(
+            "data/train-00002.parquet",
+            i,
+            100 + i as u8,
+            vec![qa(&format!("{}", 70 + i), &format!("{}", 70 + i))],
+        ));
+    }
+    rows
+}
+
+/// The input, in memory.
+pub struct MemSource(pub Vec<Result<InputRow, RowError>>);
+
+impl RowSource for MemSource {
+    fn rows(
+        &self,
+    ) -> Result<Box<dyn Iterator<Item = Result<InputRow, RowError>> + '_>, BackendError> {
+        Ok(Box::new(self.0.iter().cloned()))
+    }
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.0.len() as u64)
+    }
+}
+
+/// The scripted model. Completes each batch of `max_batch` requests in reverse order (so
+/// completion order differs from input order); can raise the stop flag after `stop_after`
+/// completions, as Ctrl-C would, and then finishes the current batch (the engine step).
+pub struct ScriptedModel {
+    pub max_batch: usize,
+    pub calls: usize,
+    pub completed: usize,
+    pub stop_after: Option<(usize, Arc<AtomicBool>)>,
+}
+
+impl ScriptedModel {
+    pub fn new() -> ScriptedModel {
+        ScriptedModel {
+            max_batch: 5,
+            calls: 0,
+            completed: 0,
+            stop_after: None,
+        }
+    }
+}
+
+fn digits(s: &str) -> String {
+    s.chars().filter(char::is_ascii_digit).collect()
+}
+
+fn respond(req: &GenRequest) -> Result<Generation, String> {
+    let text = req.user_text.as_str();
+    if text.contains("[engine-fail]") {
+        return Err("image processor refused the image".into());
+    }
+    let (body, finish) = match req.pass {
+        Pass::Answer if text.contains("[long]") => {
+            ("<think>\nthe strokes are".to_string(), FinishReason::Length)
+        }
+        Pass::Answer => {
+            let said = text
+                .split_once("[say:")
+                .and_then(|(_, r)| r.rsplit_once(']'))
+                .map_or("", |(s, _)| s);
+            (
+                format!("<think>\nreading\n</think>\n\n{said}"),
+                FinishReason::Stop,
+            )
+        }
+        Pass::Judge => {
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let (reference, cand) = (field("REF="), field("CAND="));
+            let verdict = if !reference.chars().any(char::is_alphanumeric) {
+                "UNSURE"
+            } else if cand.contains('~') || digits(&reference) == digits(&cand) {
+                "CORRECT"
+            } else {
+                "WRONG"
+            };
+            (
+                format!("<think>\ncompare\n</think>\n\n{verdict}"),
+                FinishReason::Stop,
+            )
+        }
+    };
+    Ok(Generation {
+        token_ids: body.bytes().map(u32::from).collect(),
+        prompt_tokens: text.len() + if req.image.is_some() { 4 } else { 0 },
+        text: body,
+        finish,
+    })
+}
+
+impl Generator for ScriptedModel {
+    fn generate(
+        &mut self,
+        requests: Vec<GenRequest>,
+        on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
+    ) -> Result<(), BackendError> {
+        self.calls += 1;
+        for batch in requests.chunks(self.max_batch) {
+            let mut stop = false;
+            for req in batch.iter().rev() {
+                self.completed += 1;
+                if let Some((n, flag)) = &self.stop_after {
+                    if self.completed > *n {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
+                let r = GenResult {
+                    key: req.key,
+                    pass: req.pass,
+                    outcome: respond(req),
+                };
+                if on_done(r).is_break() {
+                    stop = true;
+                }
+            }
+            if stop {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn version(&self) -> String {
+        "scripted-test-model 1".into()
+    }
+}
+
+fn alnum(s: &str) -> String {
+    s.to_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        .collect()
+}
+
+/// Simple decisions (a stand-in for src/verify, judge, route, clean).
+pub struct TestDecisions;
+
+impl Decisions for TestDecisions {
+    fn clean(&self, row: &InputRow) -> CleanedRow {
+        CleanedRow {
+            items: row
+                .qa
+                .iter()
+                .map(|q| {
+                    if q.question.contains("[offtopic]") {
+                        CleanedItem::Drop {
+                            reason: "off_task".into(),
+                        }
+                    } else {
+                        CleanedItem::Keep(q.clone())
+                    }
+                })
+                .collect(),
+            meta: serde_json::json!({"policy": "test-v1"}),
+        }
+    }
+
+    fn verify(&self, _family: &str, answer: &str, reference: &str) -> VerifyOutcome {
+        let r = alnum(reference);
+        let s = answer.trim();
+        let first_line = s.lines().next().unwrap_or("");
+        let hit = if r.is_empty() {
+            None
+        } else {
+            [("whole", answer), ("first_line", first_line)]
+                .into_iter()
+                .find(|(_, t)| alnum(t) == r)
+        };
+        VerifyOutcome {
+            accepted: hit.is_some(),
+            verifier: "alnum".into(),
+            variant: hit.map(|h| h.0.to_string()),
+            passed_text: hit.map(|h| h.1.to_string()),
+            unusable_reference: r.is_empty(),
+        }
+    }
+
+    fn judge_prompt(&self, question: &str, reference: &str, candidate: &str) -> String {
+        format!(
+            "Grade.\nQ={}\nREF={reference}\nCAND={candidate}",
+            question.replace('\n', " ")
+        )
+    }
+
+    fn parse_verdict(&self, judge_text: &str) -> Verdict {
+        let after = judge_text
+            .rsplit_once("</think>")
+            .map_or(judge_text, |(_, a)| a);
+        match after
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(str::trim)
+        {
+            Some("CORRECT") => Verdict::Correct,
+            Some("WRONG") => Verdict::Wrong,
+            _ => Verdict::Unsure,
+        }
+    }
+
+    fn route(&self, i: &RouteInput<'_>) -> Routed {
+        let accepted = |answer: String, by: String, verdict: Option<String>| Routed::Accepted {
+            think: i.thinking.then(|| AcceptedQa {
+                question: i.item.question.clone(),
+                answer: answer.clone(),
+                org_answer: i.item.answer.clone(),
+                think: i.split.think.clone(),
+                accepted_by: by.clone(),
+                judge_verdict: verdict.clone(),
+            }),
+            nothink: AcceptedQa {
+                question: i.item.question.clone(),
+                answer,
+                org_answer: i.item.answer.clone(),
+                think: None,
+                accepted_by: by,
+                judge_verdict: verdict,
+            },
+        };
+        if i.verify.accepted {
+            let variant = i.verify.variant.clone().unwrap_or_default();
+            return accepted(
+                i.verify.passed_text.clone().unwrap_or_default(),
+                format!("verifier:alnum:{variant}"),
+                None,
+            );
+        }
+        let reject = |reason: &str| {
+            Routed::Rejected(RejectedQa {
+                question: i.item.question.clone(),
+                answer: i.item.answer.clone(),
+                wrong_vlm: i.split.answer.clone(),
+                reason: reason.into(),
+                judge_verdict: i.judge.map(|j| format!("{:?}", j.verdict).to_uppercase()),
+                judge_raw: i.judge.map(|j| j.raw.clone()),
+            })
+        };
+        if !i.split.complete {
+            return reject("truncated");
+        }
+        match i.judge.map(|j| j.verdict) {
+            Some(Verdict::Correct) => {
+                let (a, b) = (digits(i.split.answer.trim()), digits(&i.item.answer));
+                if i.number_guard && !a.is_empty() && !b.is_empty() && a != b {
+                    reject("judge_numbers_disagree")
+                } else {
+                    accepted(
+                        i.split.answer.trim().to_string(),
+                        "judge".into(),
+                        Some("CORRECT".into()),
+                    )
+                }
+            }
+            Some(Verdict::Unsure) => reject("judge_unsure"),
+            Some(Verdict::Wrong) => reject("wrong_answer"),
+            None if i.split.answer.trim().is_empty() => reject("no_answer"),
+            None => reject("wrong_answer"),
+        }
+    }
+
+    fn needs_judge(&self, split: &ThinkSplit, verify: &VerifyOutcome) -> bool {
+        !verify.accepted && !split.answer.trim().is_empty()
+    }
+}
+
+/// A split writer that stages rows in memory and publishes `OUT/data/<split>.jsonl` and
+/// `OUT/README.md` on finish.
+pub struct JsonlSink {
+    pub out: PathBuf,
+    pub staged: BTreeMap<String, Vec<u8>>,
+}
+
+impl JsonlSink {
+    pub fn new(out: &Path) -> JsonlSink {
+        JsonlSink {
+            out: out.to_path_buf(),
+            staged: BTreeMap::new(),
+        }
+    }
+}
+
+impl SplitSink for JsonlSink {
+    fn write(
+        &mut self,
+        split_name: &str,
+        _kind: SplitKind,
+        row: SplitRow,
+    ) -> Result<(), BackendError> {
+        let buf = self.staged.entry(split_name.to_string()).or_default();
+        match row {
+            SplitRow::Accepted(r) => serde_json::to_writer(&mut *buf, &r)?,
+            SplitRow::Rejected(r) => serde_json::to_writer(&mut *buf, &r)?,
+        }
+        buf.push(b'\n');
+        Ok(())
+    }
+
+    fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
+        let data = self.out.join("data");
+        std::fs::create_dir_all(&data)?;
+        for (name, bytes) in &self.staged {
+            verisample::pipeline::outputs::write_atomic(
+                &data.join(format!("{name}.jsonl")),
+                bytes,
+            )?;
+        }
+        verisample::pipeline::outputs::write_atomic(
+            &self.out.join("README.md"),
+            format!("# test dataset\n\n{card_stats}").as_bytes(),
+        )?;
+        Ok(())
+    }
+}
+
+/// Settings for a test run writing to `out` (model folder and data path are placeholders:
+/// the doubles do not read them).
+pub fn settings(out: &Path, shard: Shard) -> Settings {
+    Settings {
+        model: ResolvedModel {
+            spec: "test-model".into(),
+            dir: out.join("no-model"),
+            from_hub_cache: false,
+        },
+        data: PathBuf::from("mem://mixed"),
+        out: out.to_path_buf(),
+        family: None,
+        think: true,
+        judge: true,
+        judge_calibrate: 3,
+        number_guard: true,
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        max_new_tokens: 64,
+        max_batch: 5,
+        max_batch_tokens: 1024,
+        kv_cache_gib: None,
+        shard,
+        progress: ProgressMode::None,
+        max_errors: None,
+        restart: false,
+        quiet: true,
+    }
+}
+
+/// Model file hashes standing in for a real model's.
+pub fn model_files() -> BTreeMap<String, String> {
+    BTreeMap::from([("model.safetensors".to_string(), "ab".repeat(32))])
+}
+
+/// Files whose bytes must not depend on interruption, completion order or sharding.
+pub const DETERMINISTIC_FILES: [&str; 3] = ["errors.jsonl", "cleaning.jsonl", "generations.jsonl"];
+
+/// Every deterministic output of `out`: the split files and [`DETERMINISTIC_FILES`], as
+/// relative name → bytes.
+pub fn deterministic_outputs(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(out.join("data")) {
+        for e in entries.flatten() {
+            let name = format!("data/{}", e.file_name().to_string_lossy());
+            files.insert(name, std::fs::read(e.path()).unwrap_or_default());
+        }
+    }
+    for f in DETERMINISTIC_FILES {
+        files.insert(
+            f.to_string(),
+            std::fs::read(out.join(f)).unwrap_or_default(),
+        );
+    }
+    files
+}
+
+/// Assert two output sets are byte-identical, naming the first differing file.
+pub fn assert_same_outputs(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) {
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "file sets differ"
+    );
+    for (name, bytes) in a {
+        assert!(
+            bytes == &b[name],
+            "{name} differs:\n--- a\n{}\n--- b\n{}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&b[name])
+        );
+    }
+}
