@@ -122,7 +122,12 @@ mod tests {
         let truncated = good[..good.len() - 20].to_vec();
         let bomb = png_header_only(100_000, 100_000);
         let wide = png_header_only(20_000, 1);
-        let cases: Vec<(&str, Option<Vec<u8>>, Result<(u32, u32), &str>)> = vec![
+        type Case = (
+            &'static str,
+            Option<Vec<u8>>,
+            Result<(u32, u32), &'static str>,
+        );
+        let cases: Vec<Case> = vec![
             ("good", Some(good.clone()), Ok((3, 2))),
             ("missing", None, Err("no image bytes")),
             ("empty", Some(vec![]), Err("0 bytes")),
