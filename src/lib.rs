@@ -1,9 +1,16 @@
 //! verisample: turn a visual-QA dataset into verified training data with a VLM.
 
+pub mod check;
+pub mod clean;
+pub mod family;
 pub mod journal;
+pub mod judge;
 pub mod merge;
 pub mod pipeline;
 pub mod record;
 pub mod report;
+pub mod route;
 pub mod settings;
 pub mod shard;
+pub mod verify;
+pub mod verify_output;

@@ -98,12 +98,18 @@ pub struct AcceptedQa {
     pub answer: String,
     /// The original reference answer.
     pub org_answer: String,
+    /// The model's whole answer after its reasoning (Python-stripped), from which `answer`
+    /// was taken: lets `verify` recompute the verifier variant and prove `answer` is the
+    /// model's text, not the reference.
+    pub vlm_answer: String,
     /// The reasoning trace; `Some` only in `_RS_think`.
     pub think: Option<String>,
     /// How it was accepted: `verifier:<name>:<variant>` (e.g. `verifier:alnum:first_line`) or `judge`.
     pub accepted_by: String,
     /// The judge's verdict when the judge accepted it (`CORRECT`), else `None`.
     pub judge_verdict: Option<String>,
+    /// The judge's raw generated text when the judge accepted it, else `None`.
+    pub judge_raw: Option<String>,
 }
 
 /// A `qa` entry of the `_rejected` split.
@@ -113,7 +119,7 @@ pub struct RejectedQa {
     pub question: String,
     /// The official ground truth.
     pub answer: String,
-    /// What the model said instead (its answer after the reasoning, untrimmed of nothing).
+    /// What the model said instead: its answer after the reasoning, Python-stripped.
     pub wrong_vlm: String,
     /// Why: `wrong_answer`, `judge_unsure`, `judge_numbers_disagree`, `no_answer`, `truncated`,
     /// `unusable_reference`, ….

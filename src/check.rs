@@ -1,0 +1,228 @@
+//! `verisample check --family F --pred TEXT --ref TEXT [--json]`: explains one string
+//! decision — the normalised forms, each candidate tried and which matched, the result.
+//! Pure: the CLI prints [`CheckReport::to_human`] or the JSON of [`CheckReport`].
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::judge::{ascii_digits, numbers_disagree};
+use crate::route::is_blank;
+use crate::verify::think::split_think;
+use crate::verify::{Trial, Variant, Verifier, VerifierRegistry};
+
+/// The arguments of `check`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckArgs {
+    /// The family whose verifier is used (`OrandCar`).
+    pub family: String,
+    /// The model's output; a reasoning block (`<think>…</think>`) is split off first.
+    pub pred: String,
+    /// The reference answer.
+    pub reference: String,
+    /// A verifier that replaces the family's choice, if given.
+    pub verifier: Option<Verifier>,
+}
+
+/// Everything `check` reports; its JSON is the `--json` output (one object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// The family.
+    pub family: String,
+    /// The verifier used, as a specification (`alnum`, `numeric:0.05`, …).
+    pub verifier: String,
+    /// The prediction as given.
+    pub prediction: String,
+    /// The answer after the reasoning, stripped: what the verifier sees.
+    pub answer: String,
+    /// The reasoning split off the prediction, if any.
+    pub think: Option<String>,
+    /// The reference as given.
+    pub reference: String,
+    /// The reference's normalised form.
+    pub reference_normalised: String,
+    /// The reference cannot be string-verified.
+    pub unusable_reference: bool,
+    /// The three candidates in trial order, with their normalised forms.
+    pub candidates: Vec<Trial>,
+    /// The first matching variant under the pure semantics.
+    pub matched_variant: Option<Variant>,
+    /// Accepted by the string verifier.
+    pub accepted: bool,
+    /// `verifier:<name>:<variant>` when accepted.
+    pub accepted_by: Option<String>,
+    /// The text that would be stored as `answer` when accepted.
+    pub stored_answer: Option<String>,
+    /// The answer is blank (`no_answer`).
+    pub blank_answer: bool,
+    /// The item would go to the judge (not blank, not accepted).
+    pub needs_judge: bool,
+    /// ASCII digits of the answer and of the reference (the number guard's view).
+    pub digits: [String; 2],
+    /// The number guard would veto a judge `CORRECT`.
+    pub numbers_disagree: bool,
+}
+
+/// Runs `check` with the verifier of `args.family` from `registry` unless overridden.
+pub fn check(args: &CheckArgs, registry: &VerifierRegistry) -> CheckReport {
+    let verifier = args
+        .verifier
+        .unwrap_or_else(|| registry.for_family(Some(&args.family)));
+    check_with(&args.family, &args.pred, &args.reference, verifier)
+}
+
+/// Explains the decision of `verifier` on `pred` (reasoning split off) against `reference`.
+pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier) -> CheckReport {
+    let split = split_think(pred, false);
+    let v = verifier.verify(&split.answer, reference);
+    let blank = is_blank(&split.answer);
+    let accepted = v.accepted() && !blank;
+    CheckReport {
+        family: family.to_string(),
+        verifier: verifier.to_string(),
+        prediction: pred.to_string(),
+        think: split.think,
+        reference: reference.to_string(),
+        reference_normalised: v.reference_normalised.clone(),
+        unusable_reference: v.unusable_reference,
+        matched_variant: v.matched,
+        accepted,
+        accepted_by: v.accepted_by().filter(|_| accepted),
+        stored_answer: v
+            .accepted_trial()
+            .map(|t| t.text.clone())
+            .filter(|_| accepted),
+        blank_answer: blank,
+        needs_judge: !blank && !accepted,
+        digits: [ascii_digits(&split.answer), ascii_digits(reference)],
+        numbers_disagree: numbers_disagree(&split.answer, reference),
+        candidates: v.trials,
+        answer: split.answer,
+    }
+}
+
+impl CheckReport {
+    /// The report as one JSON object (the `--json` output).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// A human-readable explanation (strings quoted with escapes, so invisible characters
+    /// show).
+    pub fn to_human(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "family:     {}", self.family);
+        let _ = writeln!(s, "verifier:   {}", self.verifier);
+        let _ = writeln!(
+            s,
+            "reference:  {:?} -> {:?}{}",
+            self.reference,
+            self.reference_normalised,
+            if self.unusable_reference {
+                "  (unusable: never accepted by the string verifier)"
+            } else {
+                ""
+            }
+        );
+        if let Some(think) = &self.think {
+            let _ = writeln!(s, "reasoning:  {} chars split off", think.chars().count());
+        }
+        let _ = writeln!(s, "answer:     {:?}", self.answer);
+        for t in &self.candidates {
+            let score = t
+                .score
+                .map(|x| format!(" score {x:.4}"))
+                .unwrap_or_default();
+            let mark = if Some(t.variant) == self.matched_variant {
+                "MATCH (first)"
+            } else if t.matched {
+                "match"
+            } else {
+                "no match"
+            };
+            let _ = writeln!(
+                s,
+                "  {:<16} {:?} -> {:?}{score}  {mark}",
+                t.variant.as_str(),
+                t.text,
+                t.normalised
+            );
+        }
+        let result = match (&self.accepted_by, &self.stored_answer) {
+            (Some(by), Some(ans)) => format!("ACCEPTED by {by}; stored answer {ans:?}"),
+            _ if self.blank_answer => {
+                "REJECTED: no_answer (blank answer; the judge is not asked)".to_string()
+            }
+            _ => "REJECTED by the string verifier; the judge would grade it".to_string(),
+        };
+        let _ = writeln!(s, "result:     {result}");
+        let _ = writeln!(
+            s,
+            "digits:     {:?} vs {:?}{}",
+            self.digits[0],
+            self.digits[1],
+            if self.numbers_disagree {
+                "  (differ: the number guard would veto a judge CORRECT)"
+            } else {
+                ""
+            }
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explains_first_line_match() {
+        let args = CheckArgs {
+            family: "OrandCar".into(),
+            pred: "\n\n11850\n\nThe amount is 11.850".into(),
+            reference: "11850".into(),
+            verifier: None,
+        };
+        let r = check(&args, &VerifierRegistry::default());
+        assert_eq!(r.verifier, "alnum");
+        assert_eq!(r.matched_variant, Some(Variant::FirstLine));
+        assert_eq!(r.accepted_by.as_deref(), Some("verifier:alnum:first_line"));
+        assert_eq!(r.stored_answer.as_deref(), Some("11850"));
+        assert_eq!(r.candidates[0].normalised, "11850theamountis11850");
+        assert!(!r.candidates[0].matched && r.candidates[1].matched && r.candidates[2].matched);
+        let human = r.to_human();
+        assert!(
+            human.contains("first_line       \"11850\" -> \"11850\"  MATCH (first)"),
+            "{human}"
+        );
+        assert!(
+            human.contains("ACCEPTED by verifier:alnum:first_line"),
+            "{human}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["matched_variant"], "first_line");
+        assert_eq!(json["candidates"][2]["variant"], "first_paragraph");
+    }
+
+    #[test]
+    fn explains_rejections() {
+        let r = check_with("OrandCar", "ll.850", "11850", Verifier::Alnum);
+        assert!(!r.accepted && r.needs_judge && r.numbers_disagree);
+        assert_eq!(r.digits, ["850".to_string(), "11850".to_string()]);
+        assert!(r.to_human().contains("number guard would veto"));
+
+        let r = check_with("OrandCar", "!!", "\u{4E2D}\u{6587}", Verifier::Alnum);
+        assert_eq!(r.matched_variant, Some(Variant::Whole));
+        assert!(r.unusable_reference && !r.accepted && r.needs_judge);
+
+        let r = check_with(
+            "OrandCar",
+            "<think>faint</think>\u{200B}",
+            "1432",
+            Verifier::Alnum,
+        );
+        assert!(r.blank_answer && !r.needs_judge);
+        assert_eq!(r.think.as_deref(), Some("faint"));
+        assert!(r.to_human().contains("no_answer"));
+    }
+}

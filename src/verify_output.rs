@@ -1,0 +1,533 @@
+//! `verisample verify`: re-derives every decision of a finished run from the stored splits
+//! alone (SPEC §7: "any accept/reject decision must be recomputable from the stored splits
+//! plus the stored judge verdicts, with no model") and lists every disagreement.
+//!
+//! Per entry, with the family's verifier and the run's number-guard setting:
+//! - accepted (`_RS_think`, `_RS_nothink`): the verifier is re-run on `vlm_answer` against
+//!   `org_answer`, the stored verdict applied, and [`crate::route::decide`] must accept with
+//!   the same `accepted_by` and with `answer` equal to the text it picks (the passing variant
+//!   of the model's answer, or the whole answer for the judge) — so a reference copied into
+//!   `answer` is caught;
+//! - rejected: the same on `wrong_vlm` against `answer`; the decision must reject with the
+//!   stored `reason`. `truncated` cannot be recomputed (the finish reason is not stored): it
+//!   is taken as stored and counted in [`VerifyReport::taken_as_stored`];
+//! - the stored verdict must be what the stored raw judge text parses to, and judge fields
+//!   appear only where the judge decided;
+//! - `_RS_think` and `_RS_nothink` hold the same entries (apart from `think`, which only
+//!   `_RS_think` has), no item is both accepted and rejected, and each row's `image_sha256`
+//!   is the hash of its bytes.
+//!
+//! Reading the parquet splits belongs to the dataset module; this works on decoded rows.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
+use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
+use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
+use crate::verify::pytext::py_strip;
+use crate::verify::{VerifierError, VerifierRegistry};
+
+/// The run settings the decisions depend on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifySettings {
+    /// Family → verifier.
+    pub registry: VerifierRegistry,
+    /// The number guard of SPEC §6 was on (default on).
+    pub number_guard: bool,
+}
+
+impl Default for VerifySettings {
+    /// The default registry and the number guard on ([`NUMBER_GUARD_DEFAULT`]).
+    fn default() -> Self {
+        VerifySettings {
+            registry: VerifierRegistry::default(),
+            number_guard: NUMBER_GUARD_DEFAULT,
+        }
+    }
+}
+
+impl VerifySettings {
+    /// Settings from CLI arguments: `--no-number-guard` and `--verifier [FAMILY=]NAME`
+    /// overrides (see [`VerifierRegistry::apply_override`]).
+    ///
+    /// # Errors
+    /// [`VerifierError`] for an override that does not parse.
+    pub fn from_args(
+        no_number_guard: bool,
+        verifier_overrides: &[String],
+    ) -> Result<VerifySettings, VerifierError> {
+        let mut registry = VerifierRegistry::default();
+        for spec in verifier_overrides {
+            registry.apply_override(spec)?;
+        }
+        Ok(VerifySettings {
+            registry,
+            number_guard: !no_number_guard,
+        })
+    }
+}
+
+/// The three decoded splits of one family.
+#[derive(Debug, Clone, Copy)]
+pub struct FamilySplits<'a> {
+    /// Family name (`OrandCar`).
+    pub family: &'a str,
+    /// `<Family>_RS_think` rows.
+    pub think: &'a [OutputRow<AcceptedQa>],
+    /// `<Family>_RS_nothink` rows.
+    pub nothink: &'a [OutputRow<AcceptedQa>],
+    /// `<Family>_rejected` rows.
+    pub rejected: &'a [OutputRow<RejectedQa>],
+}
+
+/// What is wrong with a row or entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    /// `image_sha256` is not the SHA-256 of the image bytes.
+    ImageHashMismatch,
+    /// A row with no `qa` entries.
+    EmptyRow,
+    /// The accepted `answer` is not the model text the decision picks (e.g. the reference).
+    AnswerNotModelText,
+    /// `accepted_by` differs from the recomputed one.
+    WrongAcceptedBy,
+    /// The recomputed decision puts the entry in the other split.
+    WrongSplit,
+    /// The stored rejection `reason` differs from the recomputed one.
+    WrongReason,
+    /// The stored verdict is not what the stored raw judge text parses to.
+    VerdictMismatch,
+    /// A verdict or reason that is not one of the known words.
+    UnknownValue,
+    /// Judge fields present where the judge did not decide, or a raw text without a verdict.
+    JudgeFields,
+    /// `think` present in `_RS_nothink`.
+    ThinkField,
+    /// An entry of `_RS_think` missing from `_RS_nothink` or the other way round.
+    ThinkNothinkMismatch,
+    /// The same item (image, question, reference, model answer) accepted and rejected.
+    AcceptedAndRejected,
+}
+
+/// One disagreement: where, what, and the details.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disagreement {
+    /// The split name (`OrandCar_RS_think`).
+    pub split: String,
+    /// 0-based row index in the split.
+    pub row: usize,
+    /// 0-based index in the row's `qa`, `None` for a row-level problem.
+    pub qa: Option<usize>,
+    /// The kind of problem.
+    pub problem: Problem,
+    /// What was stored and what was expected.
+    pub detail: String,
+}
+
+/// The result of `verify` for one family.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// The family.
+    pub family: String,
+    /// Rows checked per split name.
+    pub rows: BTreeMap<String, usize>,
+    /// Entries checked per split name.
+    pub entries: BTreeMap<String, usize>,
+    /// Rejected entries whose reason cannot be recomputed (`truncated`), taken as stored.
+    pub taken_as_stored: usize,
+    /// Every disagreement found, in split/row/qa order.
+    pub disagreements: Vec<Disagreement>,
+}
+
+impl VerifyReport {
+    /// No disagreement.
+    pub fn is_clean(&self) -> bool {
+        self.disagreements.is_empty()
+    }
+
+    /// The report as one JSON object (for `--json`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Disagreement counts per problem.
+    pub fn counts(&self) -> BTreeMap<Problem, usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.disagreements {
+            *out.entry(d.problem).or_default() += 1;
+        }
+        out
+    }
+
+    /// A human-readable summary and one line per disagreement.
+    pub fn to_human(&self) -> String {
+        let mut s = String::new();
+        for (split, n) in &self.entries {
+            let _ = writeln!(
+                s,
+                "{split}: {} rows, {n} entries",
+                self.rows.get(split).copied().unwrap_or(0)
+            );
+        }
+        if self.taken_as_stored > 0 {
+            let _ = writeln!(
+                s,
+                "{} truncated entries taken as stored (finish reason not stored)",
+                self.taken_as_stored
+            );
+        }
+        if self.is_clean() {
+            let _ = writeln!(s, "OK: every decision recomputes");
+        } else {
+            let _ = writeln!(s, "{} disagreements:", self.disagreements.len());
+            for d in &self.disagreements {
+                let qa = d.qa.map(|q| format!(" qa {q}")).unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "  {} row {}{qa}: {:?}: {}",
+                    d.split, d.row, d.problem, d.detail
+                );
+            }
+        }
+        s
+    }
+}
+
+struct Checker<'s> {
+    settings: &'s VerifySettings,
+    family: String,
+    report: VerifyReport,
+}
+
+impl Checker<'_> {
+    fn flag(
+        &mut self,
+        split: &str,
+        row: usize,
+        qa: Option<usize>,
+        problem: Problem,
+        detail: String,
+    ) {
+        self.report.disagreements.push(Disagreement {
+            split: split.to_string(),
+            row,
+            qa,
+            problem,
+            detail,
+        });
+    }
+
+    fn check_row<Q>(&mut self, split: &str, index: usize, row: &OutputRow<Q>) {
+        *self.report.rows.entry(split.to_string()).or_default() += 1;
+        *self.report.entries.entry(split.to_string()).or_default() += row.qa.len();
+        if row.qa.is_empty() {
+            self.flag(
+                split,
+                index,
+                None,
+                Problem::EmptyRow,
+                "no qa entries".into(),
+            );
+        }
+        if let Some(bytes) = &row.image.bytes {
+            let sha = hex::encode(Sha256::digest(bytes));
+            if !sha.eq_ignore_ascii_case(&row.image_sha256) {
+                self.flag(
+                    split,
+                    index,
+                    None,
+                    Problem::ImageHashMismatch,
+                    format!("stored {:?}, bytes hash to {sha}", row.image_sha256),
+                );
+            }
+        }
+    }
+
+    /// The stored verdict, checked against the raw judge text; unknown words count as UNSURE.
+    fn stored_verdict(
+        &mut self,
+        at: (&str, usize, usize),
+        verdict: Option<&str>,
+        raw: Option<&str>,
+    ) -> Option<Verdict> {
+        let (split, row, qa) = at;
+        let parsed = verdict.map(|w| {
+            Verdict::parse_stored(w).unwrap_or_else(|| {
+                self.flag(
+                    split,
+                    row,
+                    Some(qa),
+                    Problem::UnknownValue,
+                    format!("judge_verdict {w:?}"),
+                );
+                Verdict::Unsure
+            })
+        });
+        match (parsed, raw) {
+            (Some(v), Some(raw)) if parse_verdict(raw) != v => {
+                let again = parse_verdict(raw).as_str();
+                self.flag(
+                    split,
+                    row,
+                    Some(qa),
+                    Problem::VerdictMismatch,
+                    format!("stored {}, judge_raw parses to {again}", v.as_str()),
+                );
+            }
+            (None, Some(_)) => self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::JudgeFields,
+                "judge_raw without judge_verdict".into(),
+            ),
+            _ => {}
+        }
+        parsed
+    }
+
+    fn check_accepted(&mut self, split: &str, row: usize, qa: usize, e: &AcceptedQa) {
+        let at = (split, row, qa);
+        let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
+        let verifier = self.settings.registry.for_family(Some(&self.family));
+        let v = verifier.verify(&e.vlm_answer, &e.org_answer);
+        match decide(
+            &e.vlm_answer,
+            false,
+            &v,
+            verdict,
+            &e.org_answer,
+            self.settings.number_guard,
+        ) {
+            Decision::Accept {
+                accepted_by,
+                answer,
+            } => {
+                if accepted_by != e.accepted_by {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::WrongAcceptedBy,
+                        format!("stored {:?}, recomputed {accepted_by:?}", e.accepted_by),
+                    );
+                }
+                if answer != e.answer {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::AnswerNotModelText,
+                        format!("answer {:?} is not the model text {answer:?} (vlm_answer {:?}, org_answer {:?})", e.answer, e.vlm_answer, e.org_answer),
+                    );
+                }
+                if accepted_by != ACCEPTED_BY_JUDGE
+                    && (e.judge_verdict.is_some() || e.judge_raw.is_some())
+                {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::JudgeFields,
+                        "judge fields on a verifier-accepted entry".into(),
+                    );
+                }
+            }
+            Decision::Reject(reason) => self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::WrongSplit,
+                format!(
+                    "recomputed: rejected ({}), not accepted by {:?}",
+                    reason.as_str(),
+                    e.accepted_by
+                ),
+            ),
+        }
+    }
+
+    fn check_rejected(&mut self, split: &str, row: usize, qa: usize, e: &RejectedQa) {
+        let at = (split, row, qa);
+        let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
+        let stored = RejectReason::parse(&e.reason);
+        if stored.is_none() {
+            self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::UnknownValue,
+                format!("reason {:?}", e.reason),
+            );
+        }
+        let truncated = stored == Some(RejectReason::Truncated);
+        if truncated {
+            self.report.taken_as_stored += 1;
+        }
+        let answer = py_strip(&e.wrong_vlm);
+        let verifier = self.settings.registry.for_family(Some(&self.family));
+        let v = verifier.verify(answer, &e.answer);
+        match decide(
+            answer,
+            truncated,
+            &v,
+            verdict,
+            &e.answer,
+            self.settings.number_guard,
+        ) {
+            Decision::Accept { accepted_by, .. } => self.flag(
+                split,
+                row,
+                Some(qa),
+                Problem::WrongSplit,
+                format!(
+                    "recomputed: accepted by {accepted_by}, stored as rejected ({})",
+                    e.reason
+                ),
+            ),
+            Decision::Reject(reason) => {
+                if stored.is_some() && stored != Some(reason) {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::WrongReason,
+                        format!("stored {:?}, recomputed {:?}", e.reason, reason.as_str()),
+                    );
+                }
+                if !reason.is_judged() && (e.judge_verdict.is_some() || e.judge_raw.is_some()) {
+                    self.flag(
+                        split,
+                        row,
+                        Some(qa),
+                        Problem::JudgeFields,
+                        format!(
+                            "judge fields on a {} entry the judge never sees",
+                            reason.as_str()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The identity of an accepted entry apart from `think` (for the think/nothink comparison).
+fn accepted_key(sha: &str, e: &AcceptedQa) -> String {
+    let mut e = e.clone();
+    e.think = None;
+    format!(
+        "{sha}\u{0}{}",
+        serde_json::to_string(&e).unwrap_or_default()
+    )
+}
+
+/// The identity of an item across accepted and rejected splits.
+fn item_key(
+    sha: &str,
+    question: &str,
+    reference: &str,
+    model: &str,
+) -> (String, String, String, String) {
+    (
+        sha.to_ascii_lowercase(),
+        question.to_string(),
+        reference.to_string(),
+        py_strip(model).to_string(),
+    )
+}
+
+/// Checks the three splits of one family; see the module doc for what is checked.
+pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> VerifyReport {
+    let mut c = Checker {
+        settings,
+        family: splits.family.to_string(),
+        report: VerifyReport {
+            family: splits.family.to_string(),
+            ..VerifyReport::default()
+        },
+    };
+    let names = SplitKind::ALL.map(|k| k.split_name(splits.family));
+    let [think_name, nothink_name, rejected_name] = &names;
+
+    let mut by_key: BTreeMap<String, [Vec<(usize, usize)>; 2]> = BTreeMap::new();
+    let mut accepted_items = BTreeMap::new();
+    for (side, (name, rows)) in [(think_name, splits.think), (nothink_name, splits.nothink)]
+        .into_iter()
+        .enumerate()
+    {
+        for (r, row) in rows.iter().enumerate() {
+            c.check_row(name, r, row);
+            for (q, e) in row.qa.iter().enumerate() {
+                c.check_accepted(name, r, q, e);
+                if side == 1 && e.think.is_some() {
+                    c.flag(
+                        name,
+                        r,
+                        Some(q),
+                        Problem::ThinkField,
+                        "think present in the nothink split".into(),
+                    );
+                }
+                by_key
+                    .entry(accepted_key(&row.image_sha256, e))
+                    .or_default()[side]
+                    .push((r, q));
+                accepted_items
+                    .entry(item_key(
+                        &row.image_sha256,
+                        &e.question,
+                        &e.org_answer,
+                        &e.vlm_answer,
+                    ))
+                    .or_insert((name.clone(), r, q));
+            }
+        }
+    }
+    for sides in by_key.values() {
+        let [t, n] = sides;
+        for (name, extra, other) in [(think_name, t, nothink_name), (nothink_name, n, think_name)] {
+            let missing = extra
+                .len()
+                .saturating_sub(sides.iter().map(Vec::len).min().unwrap_or(0));
+            for &(r, q) in extra.iter().rev().take(missing) {
+                c.flag(
+                    name,
+                    r,
+                    Some(q),
+                    Problem::ThinkNothinkMismatch,
+                    format!("no matching entry in {other}"),
+                );
+            }
+        }
+    }
+    for (r, row) in splits.rejected.iter().enumerate() {
+        c.check_row(rejected_name, r, row);
+        for (q, e) in row.qa.iter().enumerate() {
+            c.check_rejected(rejected_name, r, q, e);
+            if let Some((name, ar, aq)) = accepted_items.get(&item_key(
+                &row.image_sha256,
+                &e.question,
+                &e.answer,
+                &e.wrong_vlm,
+            )) {
+                c.flag(
+                    rejected_name,
+                    r,
+                    Some(q),
+                    Problem::AcceptedAndRejected,
+                    format!("also accepted in {name} row {ar} qa {aq}"),
+                );
+            }
+        }
+    }
+    c.report
+        .disagreements
+        .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
+    c.report
+}

@@ -1,0 +1,64 @@
+//! The OrandCar labels under the string verifier (SPEC §8: the reference is the digit string
+//! without separators, `1.990` is labelled `1990`). Uses the real data when present.
+
+use std::path::PathBuf;
+
+use verisample::judge::numbers_disagree;
+use verisample::verify::alnum::alnum_norm;
+use verisample::verify::{Variant, Verifier};
+
+/// `$VERISAMPLE_SHARED_DATA`, else `<repo>/../../shared/data`, else `<repo>/../shared/data`.
+fn shared_data() -> Option<PathBuf> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::env::var_os("VERISAMPLE_SHARED_DATA")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([repo.join("../../shared/data"), repo.join("../shared/data")])
+        .find(|p| p.is_dir())
+}
+
+/// Renders a digit string with `.` thousands separators, as written on a cheque.
+fn with_separators(digits: &str) -> String {
+    let n = digits.len();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (n - i).is_multiple_of(3) {
+            out.push('.');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn every_label_is_a_usable_digit_reference() {
+    let Some(root) = shared_data() else {
+        println!("skipped: no ../shared/data");
+        return;
+    };
+    let path = root.join("orand-car-a/labels.jsonl");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        println!("skipped: no {}", path.display());
+        return;
+    };
+    let mut n = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("labels.jsonl line");
+        let label = v["label"].as_str().expect("label");
+        assert!(
+            !label.is_empty() && label.chars().all(|c| c.is_ascii_digit()),
+            "{label:?}"
+        );
+        assert_eq!(alnum_norm(label), label);
+        let written = with_separators(label);
+        let check =
+            Verifier::Alnum.verify(&format!("{written}\n\nThe amount is {written}."), label);
+        assert_eq!(
+            check.accepted_trial().map(|t| (t.variant, t.text.as_str())),
+            Some((Variant::FirstLine, written.as_str()))
+        );
+        assert!(!numbers_disagree(&written, label));
+        n += 1;
+    }
+    assert_eq!(n, 1080 + 78, "labels for train/ and val/");
+}
