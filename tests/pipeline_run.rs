@@ -13,12 +13,14 @@ use std::sync::Arc;
 
 use pipeline_support::*;
 use verisample::merge::{prepare_merge, JournalOnly, MergeArgs, MergeError};
-use verisample::pipeline::{prepare, run, Backends, PipelineError, RunControl, RunReport};
+use verisample::pipeline::{
+    prepare, run, Backends, PipelineError, RunControl, RunReport, StandardDecisions,
+};
 use verisample::settings::{fingerprint, Settings};
 use verisample::shard::Shard;
 
-/// Generations the mixed input needs: 46 answers + 15 rescue judgements + 3 calibrations.
-const TOTAL_GENERATIONS: usize = 64;
+/// Generations the mixed input needs: 47 answers + 15 rescue judgements + 3 calibrations.
+const TOTAL_GENERATIONS: usize = 65;
 
 fn run_with(
     s: &Settings,
@@ -33,7 +35,7 @@ fn run_with(
         Backends {
             source: &source,
             generator: model,
-            decisions: &TestDecisions,
+            decisions: &StandardDecisions::default(),
             sink: &mut sink,
         },
         control,
@@ -60,9 +62,10 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     let s = &report.stats;
     assert_eq!(
         (s.input_rows, s.accepted, s.rejected, s.errors),
-        (35, 25, 18, 8)
+        (36, 26, 18, 8)
     );
-    assert_eq!(s.cleaning_drops.get("off_task"), Some(&3));
+    assert_eq!(s.cleaning_drops.get("provenance_mismatch"), Some(&3));
+    assert_eq!(s.cleaning_drops.get("off_task"), Some(&1));
     let reasons: Vec<(&str, u64)> = s
         .reject_reasons
         .iter()
@@ -72,15 +75,17 @@ fn full_run_routes_every_item_and_accounts_for_it() {
         reasons,
         vec![
             ("judge_numbers_disagree", 3),
-            ("judge_unsure", 3),
             ("no_answer", 3),
             ("truncated", 3),
+            ("unusable_reference", 3),
             ("wrong_answer", 6)
         ]
     );
-    assert_eq!(s.split_items.get("OrandCar_RS_think"), Some(&25));
-    assert_eq!(s.split_items.get("OrandCar_RS_nothink"), Some(&25));
-    assert_eq!(s.split_items.get("OrandCar_rejected"), Some(&18));
+    assert_eq!(s.split_items.get("TestSet_RS_think"), Some(&25));
+    assert_eq!(s.split_items.get("TestSet_RS_nothink"), Some(&25));
+    assert_eq!(s.split_items.get("TestSet_rejected"), Some(&18));
+    assert_eq!(s.split_items.get("OrandCar_RS_think"), Some(&1));
+    assert_eq!(s.split_items.get("OrandCar_rejected"), None);
     assert_eq!(
         (
             s.judge.judged,
@@ -90,6 +95,7 @@ fn full_run_routes_every_item_and_accounts_for_it() {
         (15, 3, 3)
     );
     assert_eq!(s.judge.verdicts.get("WRONG"), Some(&6));
+    assert_eq!(s.judge.verdicts.get("CORRECT"), Some(&6));
     assert_eq!(s.judge.verdicts.get("UNSURE"), Some(&3));
     let cal = s.calibration.expect("calibration");
     assert_eq!((cal.agreed, cal.total), (3, 3));
@@ -99,7 +105,7 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     assert_eq!(s.throughput.generated_items, TOTAL_GENERATIONS as u64);
 
     // Rows of each split are in input order; entries carry the right texts.
-    let rejected = lines(&dir.path().join("data/OrandCar_rejected.jsonl"));
+    let rejected = lines(&dir.path().join("data/TestSet_rejected.jsonl"));
     let positions: Vec<u64> = rejected
         .iter()
         .map(|r| {
@@ -114,14 +120,14 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     let ll = rejected
         .iter()
         .flat_map(|r| r["qa"].as_array().unwrap().iter())
-        .find(|q| q["wrong_vlm"] == "\n\nll.850")
+        .find(|q| q["wrong_vlm"] == "ll.850")
         .expect("ll.850 row");
     assert_eq!(
         (ll["answer"].as_str(), ll["reason"].as_str()),
         (Some("11850"), Some("wrong_answer"))
     );
     assert_eq!(ll["judge_verdict"], "WRONG");
-    let think = lines(&dir.path().join("data/OrandCar_RS_think.jsonl"));
+    let think = lines(&dir.path().join("data/TestSet_RS_think.jsonl"));
     let judged = think
         .iter()
         .flat_map(|r| r["qa"].as_array().unwrap().iter())
@@ -148,7 +154,7 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     assert!(file_error["row"].is_null());
     // generations.jsonl: one line per generated question, both passes where judged.
     let gens = lines(&dir.path().join("generations.jsonl"));
-    assert_eq!(gens.len(), 46);
+    assert_eq!(gens.len(), 47);
     assert_eq!(gens.iter().filter(|g| !g["judge"].is_null()).count(), 18);
     assert!(gens.iter().all(
         |g| g["answer"]["prompt_tokens"].as_u64().is_some() || !g["answer"]["error"].is_null()
@@ -367,7 +373,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         Backends {
             source: &source,
             generator: &mut engine,
-            decisions: &TestDecisions,
+            decisions: &StandardDecisions::default(),
             sink: &mut sink,
         },
         &RunControl::default(),

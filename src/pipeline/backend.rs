@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::think::ThinkSplit;
+pub use crate::judge::{JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, RowError, SplitKind};
+pub use crate::route::FinishReason;
 
 /// Errors from a backend (reader, engine, writer), kept opaque: the pipeline only reports them.
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,16 +54,6 @@ pub struct GenRequest {
     pub max_new_tokens: usize,
 }
 
-/// Why generation of a sequence ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// An end-of-sequence token was generated.
-    Stop,
-    /// `max_new_tokens` was reached.
-    Length,
-}
-
 /// The engine's output for one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Generation {
@@ -74,6 +65,10 @@ pub struct Generation {
     pub prompt_tokens: usize,
     /// Why generation stopped.
     pub finish: FinishReason,
+    /// The prompt ended with an open `<think>` pre-filled by the chat template, so the text
+    /// starts inside the reasoning (Qwen3 thinking templates).
+    #[serde(default)]
+    pub prefilled_think: bool,
 }
 
 /// One finished request, as handed to the `on_done` callback.
@@ -174,53 +169,26 @@ pub struct CleanedRow {
     pub meta: serde_json::Value,
 }
 
-/// The string verifier's decision (SPEC §5).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifyOutcome {
-    /// `true` when one candidate variant matched (never for an unusable reference).
-    pub accepted: bool,
-    /// Verifier name (`alnum`, …).
-    pub verifier: String,
-    /// The variant that matched first (`whole`, `first_line`, `first_paragraph`).
-    pub variant: Option<String>,
-    /// The text that passed the verifier.
-    pub passed_text: Option<String>,
-    /// The reference normalises to nothing: never accepted by the verifier.
-    pub unusable_reference: bool,
-}
-
-/// The judge's verdict (SPEC §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Verdict {
-    /// The candidate agrees with the reference.
-    Correct,
-    /// It does not.
-    Wrong,
-    /// The reference is unusable or ambiguous, or the output did not parse.
-    Unsure,
-}
-
-/// A judge pass result for one item.
+/// What the pipeline needs to know about one answer to schedule the judge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JudgeOutcome {
-    /// Parsed verdict.
-    pub verdict: Verdict,
-    /// The judge's raw generated text.
-    pub raw: String,
+pub struct Assessed {
+    /// The string verifier accepted the answer.
+    pub accepted: bool,
+    /// A verifier reject with something to grade (not truncated, not blank).
+    pub needs_judge: bool,
+    /// The answer after the reasoning, as shown to the judge.
+    pub candidate: String,
 }
 
 /// Everything routing needs for one item.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteInput<'a> {
+    /// The row's family (chooses the verifier).
+    pub family: &'a str,
     /// The cleaned question and reference.
     pub item: &'a QaItem,
     /// The answer pass.
     pub generation: &'a Generation,
-    /// The answer pass split at `</think>`.
-    pub split: &'a ThinkSplit,
-    /// The string verifier on `split.answer`.
-    pub verify: &'a VerifyOutcome,
     /// The judge, when it ran on a verifier reject (calibration verdicts are not passed).
     pub judge: Option<&'a JudgeOutcome>,
     /// The number guard is on.
@@ -234,7 +202,7 @@ pub struct RouteInput<'a> {
 pub enum Routed {
     /// Accepted: the `_RS_nothink` entry, and the `_RS_think` entry when there is a trace.
     Accepted {
-        /// Entry of `_RS_think` (with `think`), when reasoning was on.
+        /// Entry of `_RS_think` (with `think`), when reasoning was on and produced a trace.
         think: Option<AcceptedQa>,
         /// Entry of `_RS_nothink`.
         nothink: AcceptedQa,
@@ -243,21 +211,18 @@ pub enum Routed {
     Rejected(RejectedQa),
 }
 
-/// The decisions of SPEC §3 and §5–§7: pure functions, no I/O, no model.
+/// The decisions of SPEC §3 and §5–§7 (pure functions, no I/O, no model). The product
+/// implementation is [`super::StandardDecisions`] over `clean`, `verify`, `judge` and
+/// `route`.
 pub trait Decisions {
     /// Clean one row (provenance, task purity, multiple-choice normalisation).
     fn clean(&self, row: &InputRow) -> CleanedRow;
-    /// Run the family's verifier on the answer text against the reference.
-    fn verify(&self, family: &str, answer: &str, reference: &str) -> VerifyOutcome;
+    /// Split the answer at its reasoning and run the family's verifier.
+    fn assess(&self, family: &str, item: &QaItem, generation: &Generation) -> Assessed;
     /// The judge's user text for (question, reference, candidate).
     fn judge_prompt(&self, question: &str, reference: &str, candidate: &str) -> String;
     /// Parse the judge's raw output into a verdict (fails closed to `Unsure`).
     fn parse_verdict(&self, judge_text: &str) -> Verdict;
     /// Route one item to a split.
     fn route(&self, input: &RouteInput<'_>) -> Routed;
-    /// Whether a verifier reject goes to the judge. Default: every reject with a non-blank
-    /// answer (a blank answer is `no_answer` without a second look).
-    fn needs_judge(&self, split: &ThinkSplit, verify: &VerifyOutcome) -> bool {
-        !verify.accepted && !split.answer.trim().is_empty()
-    }
 }

@@ -22,10 +22,10 @@
 pub mod accounting;
 pub mod backend;
 pub mod control;
+mod decisions;
 pub mod inspect;
 pub mod outputs;
 mod passes;
-pub mod think;
 mod write;
 
 use std::collections::BTreeMap;
@@ -34,11 +34,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use backend::{
-    BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest, GenResult,
-    Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource, SplitRow,
-    SplitSink, Verdict, VerifyOutcome,
+    Assessed, BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest,
+    GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
+    SplitRow, SplitSink, Verdict,
 };
 pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
+pub use decisions::StandardDecisions;
 
 use crate::journal::{Journal, JournalError};
 use crate::report::RunStats;

@@ -13,7 +13,6 @@ use super::backend::{
 };
 use super::control::{kill_self, KillStage, RunControl};
 use super::inspect::{check_image, check_qa, FieldProblem};
-use super::think::split_think;
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::journal::Journal;
 use crate::record::{InputRow, QaItem, RowError};
@@ -196,13 +195,13 @@ fn chunk_size(settings: &Settings) -> usize {
 }
 
 /// Send `requests` to the engine, journaling each result (fsync) before it counts.
-/// `verify_ctx` maps answer keys to (family, reference) for the live accept rate.
+/// `verify_ctx` maps answer keys to (family, question) for the live accept rate.
 fn run_requests(
     ctx: &mut PassContext<'_>,
     generator: &mut dyn Generator,
     requests: Vec<GenRequest>,
     pass: Pass,
-    verify_ctx: &HashMap<ItemKey, (String, String)>,
+    verify_ctx: &HashMap<ItemKey, (String, QaItem)>,
     appended: &mut u64,
 ) -> Result<(), PipelineError> {
     if requests.is_empty() {
@@ -212,7 +211,6 @@ fn run_requests(
         Pass::Answer => KillStage::Generation,
         Pass::Judge => KillStage::Judge,
     };
-    let settings = ctx.settings;
     let decisions = ctx.decisions;
     let control = ctx.control;
     let mut failure: Option<PipelineError> = None;
@@ -255,10 +253,9 @@ fn run_requests(
             let (tokens, accepted) = match &outcome {
                 JournalOutcome::Done(g) => {
                     prompt_tokens += g.prompt_tokens as u64;
-                    let accepted = verify_ctx.get(&key).map(|(family, reference)| {
-                        let split = split_think(&g.text, settings.think);
-                        decisions.verify(family, &split.answer, reference).accepted
-                    });
+                    let accepted = verify_ctx
+                        .get(&key)
+                        .map(|(family, item)| decisions.assess(family, item, g).accepted);
                     (g.token_ids.len() as u64, accepted)
                 }
                 JournalOutcome::Failed(_) => {
@@ -348,8 +345,7 @@ pub(crate) fn generate_answers(
             };
             match ctx.results.get(&(key, Pass::Answer)) {
                 Some(JournalOutcome::Done(g)) => {
-                    let split = split_think(&g.text, settings.think);
-                    let ok = ctx.decisions.verify(&body.family, &split.answer, &q.answer);
+                    let ok = ctx.decisions.assess(&body.family, q, g);
                     ctx.progress.advance(0, false, Some(ok.accepted));
                     ctx.replayed += 1;
                 }
@@ -359,7 +355,7 @@ pub(crate) fn generate_answers(
                     ctx.count_errors(1)?;
                 }
                 None => {
-                    verify_ctx.insert(key, (body.family.clone(), q.answer.clone()));
+                    verify_ctx.insert(key, (body.family.clone(), q.clone()));
                     pending.push(GenRequest {
                         key,
                         pass: Pass::Answer,
@@ -423,11 +419,9 @@ pub(crate) fn judge_answers(
             let Some(JournalOutcome::Done(g)) = ctx.results.get(&(key, Pass::Answer)) else {
                 continue;
             };
-            let split = split_think(&g.text, settings.think);
-            let verdict = ctx.decisions.verify(&body.family, &split.answer, &q.answer);
-            let role = if !verdict.accepted {
-                (settings.judge && ctx.decisions.needs_judge(&split, &verdict))
-                    .then_some(JudgeRole::Rescue)
+            let assessed = ctx.decisions.assess(&body.family, q, g);
+            let role = if !assessed.accepted {
+                (settings.judge && assessed.needs_judge).then_some(JudgeRole::Rescue)
             } else if calibrated < settings.judge_calibrate {
                 calibrated += 1;
                 Some(JudgeRole::Calibration)
@@ -446,7 +440,7 @@ pub(crate) fn judge_answers(
                 image: None,
                 user_text: ctx
                     .decisions
-                    .judge_prompt(&q.question, &q.answer, split.answer.trim()),
+                    .judge_prompt(&q.question, &q.answer, &assessed.candidate),
                 think: settings.think,
                 max_new_tokens: settings.max_new_tokens,
             });

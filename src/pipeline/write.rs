@@ -16,7 +16,6 @@ use super::outputs::{
     CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
 };
 use super::passes::{ItemPlan, JudgeRole, RowPlan};
-use super::think::split_think;
 use super::{JournalOutcome, PipelineError};
 use crate::record::{AcceptedQa, InputRow, OutputRow, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RunStats};
@@ -164,8 +163,6 @@ fn route_row(
                 continue;
             }
         };
-        let split = split_think(&generation.text, w.settings.think);
-        let verify = w.decisions.verify(family, &split.answer, &q.answer);
         // A judge request the engine refused counts as an unparseable verdict: UNSURE.
         let judge = judge_outcome.map(|o| match o {
             JournalOutcome::Done(g) => JudgeOutcome {
@@ -185,17 +182,12 @@ fn route_row(
         }
         if let (true, Some(j)) = (rescue, &judge) {
             c.stats.judge.judged += 1;
-            let name = serde_json::to_value(j.verdict)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            bump(&mut c.stats.judge.verdicts, &name);
+            bump(&mut c.stats.judge.verdicts, j.verdict.as_str());
         }
         let routed = w.decisions.route(&RouteInput {
+            family,
             item: q,
             generation,
-            split: &split,
-            verify: &verify,
             judge: if rescue { judge.as_ref() } else { None },
             number_guard: w.settings.number_guard,
             thinking: w.settings.think,

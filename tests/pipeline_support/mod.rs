@@ -1,15 +1,17 @@
-//! Test doubles for the pipeline tests: an in-memory input, a deterministic scripted model,
-//! simple decisions and a JSON-lines split writer.
+//! Test doubles for the pipeline tests: an in-memory input, a deterministic scripted model
+//! and a JSON-lines split writer. The decisions are the real ones
+//! (`verisample::pipeline::StandardDecisions`).
 //!
-//! These are doubles, not the product: the real reader/writer (`dataset`), engine and
-//! decisions (`verify`, `judge`, `route`, `clean`) are tested end to end with the real tiny
-//! model at integration (tests/pipeline_e2e.rs).
+//! These are doubles, not the product: the real reader/writer (`dataset`) and engine are
+//! tested end to end with the real tiny model at integration (tests/pipeline_e2e.rs).
 //!
 //! The scripted model answers the question text `... [say:TEXT]` with
-//! `<think>\nreading\n</think>\n\nTEXT`; `[long]` makes it run out of tokens inside the
-//! trace; `[engine-fail]` makes the engine refuse the request. As a judge it answers
-//! `CORRECT` when the digits of candidate and reference agree, `WRONG` otherwise, and
-//! `UNSURE` when the reference has no letter or digit.
+//! `<think>\nreading\n</think>\n\nTEXT` (and `1990` when there is no `[say:…]`); `[long]`
+//! makes it run out of tokens inside the trace; `[engine-fail]` makes the engine refuse the
+//! request. As a judge (reading the `Reference answer:` and `Candidate answer:` lines of the
+//! judge prompt) it answers `CORRECT` when the digits of candidate and reference agree,
+//! `WRONG` otherwise, and `UNSURE` when the reference has no letter or digit; it is lenient
+//! (`CORRECT`) about any candidate containing `~`, to exercise the number guard.
 
 #![allow(dead_code)]
 
@@ -20,13 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use verisample::pipeline::think::ThinkSplit;
 use verisample::pipeline::{
-    BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest, GenResult,
-    Generation, Generator, Pass, RouteInput, Routed, RowSource, SplitRow, SplitSink, Verdict,
-    VerifyOutcome,
+    BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, Pass, RowSource,
+    SplitRow, SplitSink,
 };
-use verisample::record::{AcceptedQa, ImageRef, InputRow, QaItem, RejectedQa, RowError, SplitKind};
+use verisample::record::{ImageRef, InputRow, QaItem, RowError, SplitKind};
 use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings};
 use verisample::shard::Shard;
 
@@ -60,7 +60,7 @@ pub fn row(file: &str, index: usize, seed: u8, qa: Vec<QaItem>) -> Result<InputR
         },
         qa,
         image_sha256: None,
-        family: Some("OrandCar".into()),
+        family: Some("TestSet".into()),
         extra: Default::default(),
     })
 }
@@ -85,7 +85,13 @@ pub fn mixed_rows() -> Vec<Result<InputRow, RowError>> {
                 qa("~12", "13"),
                 qa("it says 12", "12"),
             ],
-            4 => vec![qa("   ", &n.to_string()), qa("x [offtopic]", "cat")],
+            4 => vec![
+                qa("   ", &n.to_string()),
+                QaItem {
+                    source: Some("00ff".into()),
+                    ..qa("1", "1")
+                },
+            ],
             5 => vec![QaItem {
                 question: "[long] read it".into(),
                 answer: n.to_string(),
@@ -140,6 +146,20 @@ pub fn mixed_rows() -> Vec<Result<InputRow, RowError>> {
             vec![qa(&format!("{}", 70 + i), &format!("{}", 70 + i))],
         ));
     }
+    let orand = QaItem {
+        question: verisample::family::ORAND_CAR_QUESTION.into(),
+        answer: "1990".into(),
+        ..Default::default()
+    };
+    let mut r = row(
+        "data/train-00002.parquet",
+        6,
+        150,
+        vec![orand, qa("5", "5")],
+    )
+    .expect("row");
+    r.family = Some("OrandCar".into());
+    rows.push(Ok(r));
     rows
 }
 
@@ -195,7 +215,7 @@ fn respond(req: &GenRequest) -> Result<Generation, String> {
             let said = text
                 .split_once("[say:")
                 .and_then(|(_, r)| r.rsplit_once(']'))
-                .map_or("", |(s, _)| s);
+                .map_or("1990", |(s, _)| s);
             (
                 format!("<think>\nreading\n</think>\n\n{said}"),
                 FinishReason::Stop,
@@ -208,7 +228,7 @@ fn respond(req: &GenRequest) -> Result<Generation, String> {
                     .unwrap_or("")
                     .to_string()
             };
-            let (reference, cand) = (field("REF="), field("CAND="));
+            let (reference, cand) = (field("Reference answer: "), field("Candidate answer: "));
             let verdict = if !reference.chars().any(char::is_alphanumeric) {
                 "UNSURE"
             } else if cand.contains('~') || digits(&reference) == digits(&cand) {
@@ -227,6 +247,7 @@ fn respond(req: &GenRequest) -> Result<Generation, String> {
         prompt_tokens: text.len() + if req.image.is_some() { 4 } else { 0 },
         text: body,
         finish,
+        prefilled_think: false,
     })
 }
 
@@ -264,144 +285,6 @@ impl Generator for ScriptedModel {
 
     fn version(&self) -> String {
         "scripted-test-model 1".into()
-    }
-}
-
-fn alnum(s: &str) -> String {
-    s.to_lowercase()
-        .chars()
-        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        .collect()
-}
-
-/// Simple decisions (a stand-in for src/verify, judge, route, clean).
-pub struct TestDecisions;
-
-impl Decisions for TestDecisions {
-    fn clean(&self, row: &InputRow) -> CleanedRow {
-        CleanedRow {
-            items: row
-                .qa
-                .iter()
-                .map(|q| {
-                    if q.question.contains("[offtopic]") {
-                        CleanedItem::Drop {
-                            reason: "off_task".into(),
-                        }
-                    } else {
-                        CleanedItem::Keep(q.clone())
-                    }
-                })
-                .collect(),
-            meta: serde_json::json!({"policy": "test-v1"}),
-        }
-    }
-
-    fn verify(&self, _family: &str, answer: &str, reference: &str) -> VerifyOutcome {
-        let r = alnum(reference);
-        let s = answer.trim();
-        let first_line = s.lines().next().unwrap_or("");
-        let hit = if r.is_empty() {
-            None
-        } else {
-            [("whole", answer), ("first_line", first_line)]
-                .into_iter()
-                .find(|(_, t)| alnum(t) == r)
-        };
-        VerifyOutcome {
-            accepted: hit.is_some(),
-            verifier: "alnum".into(),
-            variant: hit.map(|h| h.0.to_string()),
-            passed_text: hit.map(|h| h.1.to_string()),
-            unusable_reference: r.is_empty(),
-        }
-    }
-
-    fn judge_prompt(&self, question: &str, reference: &str, candidate: &str) -> String {
-        format!(
-            "Grade.\nQ={}\nREF={reference}\nCAND={candidate}",
-            question.replace('\n', " ")
-        )
-    }
-
-    fn parse_verdict(&self, judge_text: &str) -> Verdict {
-        let after = judge_text
-            .rsplit_once("</think>")
-            .map_or(judge_text, |(_, a)| a);
-        match after
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map(str::trim)
-        {
-            Some("CORRECT") => Verdict::Correct,
-            Some("WRONG") => Verdict::Wrong,
-            _ => Verdict::Unsure,
-        }
-    }
-
-    fn route(&self, i: &RouteInput<'_>) -> Routed {
-        let accepted = |answer: String, by: String, verdict: Option<String>| Routed::Accepted {
-            think: i.thinking.then(|| AcceptedQa {
-                question: i.item.question.clone(),
-                answer: answer.clone(),
-                org_answer: i.item.answer.clone(),
-                think: i.split.think.clone(),
-                accepted_by: by.clone(),
-                judge_verdict: verdict.clone(),
-            }),
-            nothink: AcceptedQa {
-                question: i.item.question.clone(),
-                answer,
-                org_answer: i.item.answer.clone(),
-                think: None,
-                accepted_by: by,
-                judge_verdict: verdict,
-            },
-        };
-        if i.verify.accepted {
-            let variant = i.verify.variant.clone().unwrap_or_default();
-            return accepted(
-                i.verify.passed_text.clone().unwrap_or_default(),
-                format!("verifier:alnum:{variant}"),
-                None,
-            );
-        }
-        let reject = |reason: &str| {
-            Routed::Rejected(RejectedQa {
-                question: i.item.question.clone(),
-                answer: i.item.answer.clone(),
-                wrong_vlm: i.split.answer.clone(),
-                reason: reason.into(),
-                judge_verdict: i.judge.map(|j| format!("{:?}", j.verdict).to_uppercase()),
-                judge_raw: i.judge.map(|j| j.raw.clone()),
-            })
-        };
-        if !i.split.complete {
-            return reject("truncated");
-        }
-        match i.judge.map(|j| j.verdict) {
-            Some(Verdict::Correct) => {
-                let (a, b) = (digits(i.split.answer.trim()), digits(&i.item.answer));
-                if i.number_guard && !a.is_empty() && !b.is_empty() && a != b {
-                    reject("judge_numbers_disagree")
-                } else {
-                    accepted(
-                        i.split.answer.trim().to_string(),
-                        "judge".into(),
-                        Some("CORRECT".into()),
-                    )
-                }
-            }
-            Some(Verdict::Unsure) => reject("judge_unsure"),
-            Some(Verdict::Wrong) => reject("wrong_answer"),
-            None if i.split.answer.trim().is_empty() => reject("no_answer"),
-            None => reject("wrong_answer"),
-        }
-    }
-
-    fn needs_judge(&self, split: &ThinkSplit, verify: &VerifyOutcome) -> bool {
-        !verify.accepted && !split.answer.trim().is_empty()
     }
 }
 
