@@ -197,8 +197,10 @@ pub struct RouteInput<'a> {
     pub thinking: bool,
 }
 
-/// Where routing sent an item.
+/// Where routing sent an item (short-lived, one per item: the size difference between the
+/// variants does not matter).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Routed {
     /// Accepted: the `_RS_nothink` entry, and the `_RS_think` entry when there is a trace.
     Accepted {
