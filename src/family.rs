@@ -1,8 +1,73 @@
-//! Benchmark families: the constants that tie a family to its task.
+//! Per-family constants: the one place where a benchmark family's name and its
+//! byte-identical question text (SPEC §4) live.
+//!
+//! The importer (`verisample prepare`) writes these questions into `qa[].question`, and the
+//! cleaning/verification passes compare against them, so both sides use these constants.
 
-/// The OrandCar user text (SPEC §4), byte-identical to what the model receives: the only
-/// question task purity keeps for the `OrandCar` family (SPEC §3).
+/// The OrandCar family name, as used in split names (`OrandCar_RS_think`, SPEC §7).
+pub const ORAND_CAR: &str = "OrandCar";
+
+/// The OrandCar question, byte-identical to the user text the model receives (SPEC §4).
 pub const ORAND_CAR_QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
 
-/// The OrandCar family name as used in split names (`OrandCar_RS_think`).
-pub const ORAND_CAR: &str = "OrandCar";
+/// A known benchmark family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilySpec {
+    /// Family name (`OrandCar`).
+    pub name: &'static str,
+    /// The fixed question asked for every image of the family, if it has one.
+    pub question: Option<&'static str>,
+}
+
+/// Every family this build knows by name. Others may still be used with an explicit question.
+pub const KNOWN_FAMILIES: &[FamilySpec] = &[FamilySpec {
+    name: ORAND_CAR,
+    question: Some(ORAND_CAR_QUESTION),
+}];
+
+/// Look up a known family by exact name.
+pub fn family_spec(name: &str) -> Option<&'static FamilySpec> {
+    KNOWN_FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// Whether `name` can be used as a family: one or more ASCII word characters
+/// (`[A-Za-z0-9_]+`), so that the split names built from it match the Hugging Face rule
+/// `^\w+(\.\w+)*$`.
+pub fn is_valid_family_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orand_car_question_is_the_spec_text() {
+        // SPEC §4, checked piecewise so a stray edit shows where it differs.
+        assert!(ORAND_CAR_QUESTION.starts_with("What is written in the image? "));
+        assert!(ORAND_CAR_QUESTION.ends_with("Answer in short without any other content."));
+        assert_eq!(ORAND_CAR_QUESTION.len(), 157);
+        assert!(!ORAND_CAR_QUESTION.contains('\n'));
+        assert_eq!(
+            family_spec("OrandCar").and_then(|f| f.question),
+            Some(ORAND_CAR_QUESTION)
+        );
+        assert_eq!(family_spec("orandcar"), None);
+    }
+
+    #[test]
+    fn family_names() {
+        for (name, ok) in [
+            ("OrandCar", true),
+            ("IIIT5K", true),
+            ("a_b", true),
+            ("", false),
+            ("a-b", false),
+            ("a.b", false),
+            ("a b", false),
+            ("é", false),
+        ] {
+            assert_eq!(is_valid_family_name(name), ok, "{name:?}");
+        }
+    }
+}

@@ -1,7 +1,10 @@
 //! verisample: turn a visual-QA dataset into verified training data with a VLM.
 
+pub mod atomic;
 pub mod check;
 pub mod clean;
+pub mod cli;
+pub mod dataset;
 pub mod family;
 pub mod journal;
 pub mod judge;

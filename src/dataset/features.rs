@@ -1,0 +1,258 @@
+//! Hugging Face `datasets` feature descriptions derived from an Arrow schema.
+//!
+//! `datasets` stores a dataset's features twice: in each parquet file's key-value metadata
+//! under `huggingface` (`{"info": {"features": {...}}}`), and in the dataset card's YAML
+//! (`dataset_info.features`). It silently ignores the parquet metadata when it does not match
+//! the Arrow types exactly, so we derive both from the Arrow schema we actually write.
+//!
+//! Lists use the `[inner]` form (`"qa": [{"question": {...}}]`): checked by experiment,
+//! datasets 3.6 cannot read the `{"_type": "List"}` form that 4.x writes ("Feature type 'List'
+//! not found"), while 4.x and 5.x read the `[inner]` form as `List(inner)`. A struct
+//! `{bytes: binary, path: string}` (in that order) is the `Image` feature.
+
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+use serde_json::{json, Map, Value};
+
+use super::DatasetError;
+
+/// The `datasets` feature JSON of one Arrow data type.
+///
+/// Errors: [`DatasetError::Schema`] for a type that has no `datasets` equivalent here
+/// (maps, unions, dictionaries, temporal types).
+pub fn feature_of(dt: &DataType) -> Result<Value, DatasetError> {
+    let value = |dtype: &str| Ok(json!({"dtype": dtype, "_type": "Value"}));
+    match dt {
+        DataType::Null => value("null"),
+        DataType::Boolean => value("bool"),
+        DataType::Int8 => value("int8"),
+        DataType::Int16 => value("int16"),
+        DataType::Int32 => value("int32"),
+        DataType::Int64 => value("int64"),
+        DataType::UInt8 => value("uint8"),
+        DataType::UInt16 => value("uint16"),
+        DataType::UInt32 => value("uint32"),
+        DataType::UInt64 => value("uint64"),
+        DataType::Float16 => value("float16"),
+        DataType::Float32 => value("float32"),
+        DataType::Float64 => value("float64"),
+        DataType::Utf8 => value("string"),
+        DataType::LargeUtf8 => value("large_string"),
+        DataType::Binary => value("binary"),
+        DataType::LargeBinary => value("large_binary"),
+        DataType::Struct(fields) if is_image_struct(fields) => Ok(json!({"_type": "Image"})),
+        DataType::Struct(fields) => {
+            let mut m = Map::new();
+            for f in fields.iter() {
+                m.insert(f.name().clone(), feature_of(f.data_type())?);
+            }
+            Ok(Value::Object(m))
+        }
+        DataType::List(inner) => Ok(Value::Array(vec![feature_of(inner.data_type())?])),
+        other => Err(DatasetError::Schema(format!(
+            "no datasets feature for arrow type {other}"
+        ))),
+    }
+}
+
+/// Whether `fields` is exactly the HF `Image()` storage: `bytes: binary`, `path: string`.
+pub fn is_image_struct(fields: &Fields) -> bool {
+    fields.len() == 2
+        && fields[0].name() == "bytes"
+        && fields[0].data_type() == &DataType::Binary
+        && fields[1].name() == "path"
+        && fields[1].data_type() == &DataType::Utf8
+}
+
+/// The feature object of a whole schema: `{"image": {"_type": "Image"}, "qa": [...], ...}`.
+///
+/// Errors: as [`feature_of`].
+pub fn features_of(schema: &Schema) -> Result<Value, DatasetError> {
+    let mut m = Map::new();
+    for f in schema.fields().iter() {
+        m.insert(f.name().clone(), feature_of(f.data_type())?);
+    }
+    Ok(Value::Object(m))
+}
+
+/// The value of the parquet key-value metadata entry `huggingface`:
+/// `{"info": {"features": …}}` as compact JSON (what `datasets` writes, minus whitespace).
+///
+/// Errors: as [`feature_of`].
+pub fn huggingface_metadata(schema: &Schema) -> Result<String, DatasetError> {
+    Ok(json!({"info": {"features": features_of(schema)?}}).to_string())
+}
+
+/// The card YAML list of features (`datasets.Features._to_yaml_list` layout), each line
+/// prefixed with `indent` spaces. Ends with a newline.
+///
+/// Errors: as [`feature_of`].
+pub fn features_yaml(schema: &Schema, indent: usize) -> Result<String, DatasetError> {
+    let mut out = String::new();
+    for f in schema.fields().iter() {
+        field_yaml(f, indent, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn field_yaml(f: &Field, indent: usize, out: &mut String) -> Result<(), DatasetError> {
+    let pad = " ".repeat(indent);
+    out.push_str(&format!("{pad}- name: {}\n", yaml_scalar(f.name())));
+    type_yaml(f.data_type(), indent + 2, out)
+}
+
+/// The body of one feature (`dtype: string`, `list:` + children, `struct:` + children).
+fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), DatasetError> {
+    let pad = " ".repeat(indent);
+    match dt {
+        DataType::Struct(fields) if is_image_struct(fields) => {
+            out.push_str(&format!("{pad}dtype: image\n"))
+        }
+        DataType::Struct(fields) => {
+            out.push_str(&format!("{pad}struct:\n"));
+            for f in fields.iter() {
+                field_yaml(f, indent, out)?;
+            }
+        }
+        DataType::List(inner) => match inner.data_type() {
+            DataType::Struct(fields) if !is_image_struct(fields) => {
+                out.push_str(&format!("{pad}list:\n"));
+                for f in fields.iter() {
+                    field_yaml(f, indent, out)?;
+                }
+            }
+            DataType::List(_) => {
+                return Err(DatasetError::Schema(
+                    "nested lists are not written to the card".into(),
+                ));
+            }
+            other => out.push_str(&format!("{pad}list: {}\n", scalar_dtype(other)?)),
+        },
+        other => out.push_str(&format!("{pad}dtype: {}\n", scalar_dtype(other)?)),
+    }
+    Ok(())
+}
+
+fn scalar_dtype(dt: &DataType) -> Result<String, DatasetError> {
+    match feature_of(dt)? {
+        Value::Object(m) if m.get("_type") == Some(&json!("Image")) => Ok("image".into()),
+        Value::Object(m) => match m.get("dtype") {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(DatasetError::Schema(format!(
+                "arrow type {dt} is not a scalar feature"
+            ))),
+        },
+        _ => Err(DatasetError::Schema(format!(
+            "arrow type {dt} is not a scalar feature"
+        ))),
+    }
+}
+
+/// A YAML scalar: bare when it is a plain word, else a double-quoted JSON string (valid YAML).
+pub fn yaml_scalar(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '*'))
+        && !s.starts_with(['-', '*', '.'])
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "~"
+        )
+        && s.parse::<f64>().is_err();
+    if plain {
+        s.to_string()
+    } else {
+        Value::String(s.to_string()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn image_type() -> DataType {
+        DataType::Struct(Fields::from(vec![
+            Field::new("bytes", DataType::Binary, true),
+            Field::new("path", DataType::Utf8, true),
+        ]))
+    }
+
+    fn qa_type() -> DataType {
+        let item = DataType::Struct(Fields::from(vec![
+            Field::new("question", DataType::Utf8, true),
+            Field::new("think", DataType::Utf8, true),
+        ]));
+        DataType::List(Arc::new(Field::new("item", item, true)))
+    }
+
+    #[test]
+    fn feature_json_matches_datasets_list_form() {
+        let schema = Schema::new(vec![
+            Field::new("image", image_type(), true),
+            Field::new("qa", qa_type(), true),
+            Field::new("n", DataType::Int64, true),
+        ]);
+        let got = huggingface_metadata(&schema).unwrap();
+        let want = r#"{"info":{"features":{"image":{"_type":"Image"},"qa":[{"question":{"_type":"Value","dtype":"string"},"think":{"_type":"Value","dtype":"string"}}],"n":{"_type":"Value","dtype":"int64"}}}}"#;
+        let a: Value = serde_json::from_str(&got).unwrap();
+        let b: Value = serde_json::from_str(want).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn image_struct_needs_exact_types_and_order() {
+        let swapped = Fields::from(vec![
+            Field::new("path", DataType::Utf8, true),
+            Field::new("bytes", DataType::Binary, true),
+        ]);
+        let large = Fields::from(vec![
+            Field::new("bytes", DataType::LargeBinary, true),
+            Field::new("path", DataType::Utf8, true),
+        ]);
+        assert!(is_image_struct(match &image_type() {
+            DataType::Struct(f) => f,
+            _ => unreachable!(),
+        }));
+        assert!(!is_image_struct(&swapped));
+        assert!(!is_image_struct(&large));
+        assert_eq!(
+            feature_of(&DataType::Struct(swapped)).unwrap()["path"]["dtype"],
+            "string"
+        );
+    }
+
+    #[test]
+    fn yaml_matches_datasets_layout() {
+        let schema = Schema::new(vec![
+            Field::new("image", image_type(), true),
+            Field::new("qa", qa_type(), true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
+        ]);
+        let want = "  - name: image\n    dtype: image\n  - name: qa\n    list:\n    - name: question\n      dtype: string\n    - name: think\n      dtype: string\n  - name: tags\n    list: string\n";
+        assert_eq!(features_yaml(&schema, 2).unwrap(), want);
+    }
+
+    #[test]
+    fn yaml_scalars_are_quoted_when_needed() {
+        for (s, want) in [
+            ("OrandCar_RS_think", "OrandCar_RS_think"),
+            ("data/x-*.parquet", "data/x-*.parquet"),
+            ("true", "\"true\""),
+            ("123", "\"123\""),
+            ("a: b", "\"a: b\""),
+            ("", "\"\""),
+            ("*x", "\"*x\""),
+        ] {
+            assert_eq!(yaml_scalar(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn unsupported_types_are_errors() {
+        assert!(feature_of(&DataType::Date32).is_err());
+    }
+}

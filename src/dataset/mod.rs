@@ -1,0 +1,87 @@
+//! Hugging Face parquet datasets in and out.
+//!
+//! - [`reader`]: stream an input dataset (SPEC §2) row group by row group as
+//!   `Result<InputRow, RowError>`.
+//! - [`writer`]: write the three output splits of SPEC §7 and read them back.
+//! - [`card`]: the dataset card `README.md` and `run.json`.
+//! - [`prepare`]: build the input layout from a folder of images plus JSONL labels.
+//! - [`inspect`]: a human-readable summary of any of these datasets.
+//! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
+//!   atomic parquet writing, Arrow value access).
+
+pub mod card;
+pub mod features;
+pub mod inspect;
+pub mod prepare;
+pub mod reader;
+pub mod shards;
+pub mod values;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+/// A failure of a dataset operation as a whole (per-row problems of the input reader are
+/// [`crate::record::RowError`]s instead).
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    /// A file system operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading or writing parquet failed.
+    #[error("{path}: parquet: {source}")]
+    Parquet {
+        /// The parquet file (or output directory).
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// Building Arrow arrays failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// An atomic write failed.
+    #[error(transparent)]
+    Atomic(#[from] crate::atomic::AtomicError),
+    /// A value in a file cannot be decoded into the expected record.
+    #[error("{file}: row {row}: field {field}: {message}")]
+    Decode {
+        /// The parquet file.
+        file: String,
+        /// 0-based row index in the file.
+        row: usize,
+        /// The field at fault (`qa[0].answer`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A schema is not what was expected, or has no `datasets` equivalent.
+    #[error("schema: {0}")]
+    Schema(String),
+    /// An input path or option is not usable (no such file, glob matches nothing, …).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl DatasetError {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A parquet error on `path`.
+    pub fn parquet(path: &Path, source: parquet::errors::ParquetError) -> Self {
+        Self::Parquet {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! `verisample prepare`: build the input layout of SPEC §2 from plain files, so users
+//! without parquet can start.
+//!
+//! Two sources:
+//! - **labels**: a folder of images plus a labels JSONL, one object per image with `file`
+//!   (path relative to the images folder) and `label` (the reference answer), every other
+//!   field kept as a provenance column (strings; non-string values as JSON text). Every
+//!   image gets the family's fixed question (e.g. [`crate::family::ORAND_CAR_QUESTION`]).
+//!   Optionally only the lines whose `split` field equals a value.
+//! - **qa-jsonl**: a JSONL of `{image, question, answer, …}` with `image` relative to the
+//!   JSONL's folder; lines with the same image become one row with several `qa` entries;
+//!   other fields become extra `qa` fields (strings).
+//!
+//! Output: `<out>/data/<split>-00000-of-0000N.parquet` with `image` = {the unchanged file
+//! bytes, the file name}, `image_sha256`, `qa[].source` = the image's SHA-256 (provenance
+//! for the cleaning pass), and `family`. Image files must resolve inside their folder.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, ListArray, RecordBatch, StringArray, StructArray};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use serde_json::{Map, Value};
+
+use super::reader::resolve_inside;
+use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
+use super::writer::{image_array, image_fields, sha256_hex};
+use super::DatasetError;
+use crate::record::ImageRef;
+
+/// Where `prepare` takes its rows from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareSource {
+    /// Images folder plus a labels JSONL (`file`, `label`, provenance fields).
+    Labels {
+        /// The labels JSONL.
+        labels: PathBuf,
+        /// The folder `file` is relative to.
+        images: PathBuf,
+        /// The question asked of every image (byte-identical, SPEC §4).
+        question: String,
+        /// Keep only lines whose `split` field equals this.
+        split_filter: Option<String>,
+    },
+    /// A JSONL of `{image, question, answer, …}`, `image` relative to the JSONL's folder.
+    QaJsonl {
+        /// The JSONL file.
+        jsonl: PathBuf,
+    },
+}
+
+/// A full `prepare` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareOptions {
+    /// Input files.
+    pub source: PrepareSource,
+    /// Value of the `family` column (`None` → null).
+    pub family: Option<String>,
+    /// Output dataset folder; shards go to `<out>/data/`.
+    pub out: PathBuf,
+    /// Split name of the shards (`train`).
+    pub split: String,
+    /// Shard size and row-group bounds.
+    pub shard: ShardOptions,
+}
+
+/// Columns that `prepare` writes itself; provenance keys with these names get an `orig_` prefix.
+const RESERVED: [&str; 4] = ["image", "qa", "image_sha256", "family"];
+
+/// One image with its questions, before reading the file.
+#[derive(Debug, Clone, PartialEq)]
+struct PendingRow {
+    image_rel: String,
+    qa: Vec<PendingQa>,
+    provenance: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct PendingQa {
+    question: String,
+    answer: String,
+    extra: Map<String, Value>,
+}
+
+/// A JSON value as a string column value: strings as they are, null as null, others as JSON.
+fn as_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+/// One JSONL object with its 1-based line number.
+type NumberedLine = (usize, Map<String, Value>);
+
+fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
+    let f = std::fs::File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| DatasetError::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(&line) {
+            Ok(Value::Object(m)) => out.push((i + 1, m)),
+            Ok(_) => {
+                return Err(DatasetError::Invalid(format!(
+                    "{}:{}: not a JSON object",
+                    path.display(),
+                    i + 1
+                )))
+            }
+            Err(e) => {
+                return Err(DatasetError::Invalid(format!(
+                    "{}:{}: invalid JSON: {e}",
+                    path.display(),
+                    i + 1
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn take_text(
+    m: &mut Map<String, Value>,
+    key: &str,
+    path: &Path,
+    line: usize,
+) -> Result<String, DatasetError> {
+    match m.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(v @ Value::Number(_)) => Ok(v.to_string()),
+        Some(other) => Err(DatasetError::Invalid(format!(
+            "{}:{line}: `{key}` must be a string, got {other}",
+            path.display()
+        ))),
+        None => Err(DatasetError::Invalid(format!(
+            "{}:{line}: missing `{key}`",
+            path.display()
+        ))),
+    }
+}
+
+fn rename_reserved(m: Map<String, Value>, reserved: &[&str]) -> Map<String, Value> {
+    m.into_iter()
+        .map(|(k, v)| {
+            if reserved.contains(&k.as_str()) {
+                (format!("orig_{k}"), v)
+            } else {
+                (k, v)
+            }
+        })
+        .collect()
+}
+
+/// Read the labels JSONL into pending rows (one per line, in file order).
+fn labels_rows(
+    labels: &Path,
+    question: &str,
+    split_filter: Option<&str>,
+) -> Result<Vec<PendingRow>, DatasetError> {
+    let mut rows = Vec::new();
+    for (line, mut m) in read_jsonl(labels)? {
+        if let Some(want) = split_filter {
+            if m.get("split").and_then(Value::as_str) != Some(want) {
+                continue;
+            }
+        }
+        let file = take_text(&mut m, "file", labels, line)?;
+        let answer = take_text(&mut m, "label", labels, line)?;
+        m.insert("file".into(), Value::String(file.clone()));
+        rows.push(PendingRow {
+            image_rel: file,
+            qa: vec![PendingQa {
+                question: question.to_string(),
+                answer,
+                extra: Map::new(),
+            }],
+            provenance: rename_reserved(m, &RESERVED),
+        });
+    }
+    Ok(rows)
+}
+
+/// Read a generic QA JSONL, grouping lines by image (first appearance order).
+fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
+    let mut rows: Vec<PendingRow> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for (line, mut m) in read_jsonl(jsonl)? {
+        let image = take_text(&mut m, "image", jsonl, line)?;
+        let question = take_text(&mut m, "question", jsonl, line)?;
+        let answer = take_text(&mut m, "answer", jsonl, line)?;
+        let item = PendingQa {
+            question,
+            answer,
+            extra: rename_reserved(m, &["source"]),
+        };
+        match index.get(&image) {
+            Some(&i) => rows[i].qa.push(item),
+            None => {
+                index.insert(image.clone(), rows.len());
+                rows.push(PendingRow {
+                    image_rel: image,
+                    qa: vec![item],
+                    provenance: Map::new(),
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The input-layout schema for these provenance columns and extra `qa` fields (both sorted).
+pub fn input_schema(provenance: &[String], qa_extra: &[String]) -> SchemaRef {
+    let mut qa_fields = vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+        Field::new("source", DataType::Utf8, true),
+    ];
+    qa_fields.extend(qa_extra.iter().map(|k| Field::new(k, DataType::Utf8, true)));
+    let item = Field::new("item", DataType::Struct(Fields::from(qa_fields)), true);
+    let mut cols = vec![
+        Field::new("image", DataType::Struct(image_fields()), true),
+        Field::new("qa", DataType::List(Arc::new(item)), true),
+        Field::new("image_sha256", DataType::Utf8, true),
+        Field::new("family", DataType::Utf8, true),
+    ];
+    cols.extend(
+        provenance
+            .iter()
+            .map(|k| Field::new(k, DataType::Utf8, true)),
+    );
+    Arc::new(Schema::new(cols))
+}
+
+/// A row whose image has been read.
+struct ReadyRow {
+    image: ImageRef,
+    sha: String,
+    pending: PendingRow,
+}
+
+fn ready_batch(
+    rows: &[ReadyRow],
+    schema: &SchemaRef,
+    family: Option<&str>,
+    prov: &[String],
+    qa_extra: &[String],
+) -> Result<RecordBatch, DatasetError> {
+    let items: Vec<(&PendingQa, &str)> = rows
+        .iter()
+        .flat_map(|r| r.pending.qa.iter().map(move |q| (q, r.sha.as_str())))
+        .collect();
+    let mut qa_cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(q, _)| q.question.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(q, _)| q.answer.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            items.iter().map(|(_, sha)| *sha),
+        )),
+    ];
+    for k in qa_extra {
+        qa_cols.push(Arc::new(StringArray::from_iter(
+            items.iter().map(|(q, _)| q.extra.get(k).and_then(as_text)),
+        )));
+    }
+    let DataType::List(item_field) = schema.field(1).data_type() else {
+        return Err(DatasetError::Schema("qa column is not a list".into()));
+    };
+    let DataType::Struct(qa_fields) = item_field.data_type() else {
+        return Err(DatasetError::Schema("qa items are not structs".into()));
+    };
+    let values = StructArray::try_new(qa_fields.clone(), qa_cols, None)?;
+    let qa = ListArray::try_new(
+        item_field.clone(),
+        OffsetBuffer::from_lengths(rows.iter().map(|r| r.pending.qa.len())),
+        Arc::new(values),
+        None,
+    )?;
+    let mut cols: Vec<ArrayRef> = vec![
+        Arc::new(image_array(rows.iter().map(|r| &r.image))),
+        Arc::new(qa),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.sha.as_str()),
+        )),
+        Arc::new(StringArray::from_iter(rows.iter().map(|_| family))),
+    ];
+    for k in prov {
+        cols.push(Arc::new(StringArray::from_iter(
+            rows.iter()
+                .map(|r| r.pending.provenance.get(k).and_then(as_text)),
+        )));
+    }
+    Ok(RecordBatch::try_new(schema.clone(), cols)?)
+}
+
+/// What `prepare` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareSummary {
+    /// The shards.
+    pub shards: ShardSummary,
+    /// Total `qa` entries.
+    pub qa_items: u64,
+}
+
+/// Run `prepare` (see the module docs).
+///
+/// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
+/// outside its folder (naming the path), no rows after filtering, or a write failure.
+#[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
+pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
+    let (rows, image_dir) = match &opts.source {
+        PrepareSource::Labels {
+            labels,
+            images,
+            question,
+            split_filter,
+        } => (
+            labels_rows(labels, question, split_filter.as_deref())?,
+            images.clone(),
+        ),
+        PrepareSource::QaJsonl { jsonl } => {
+            let dir = jsonl
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            (qa_jsonl_rows(jsonl)?, dir)
+        }
+    };
+    if rows.is_empty() {
+        return Err(DatasetError::Invalid(
+            "no rows to prepare (empty input or nothing matches the split filter)".into(),
+        ));
+    }
+    let root = image_dir
+        .canonicalize()
+        .map_err(|e| DatasetError::io(&image_dir, e))?;
+    let prov: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.provenance.keys().cloned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let qa_extra: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.qa.iter().flat_map(|q| q.extra.keys().cloned()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let schema = input_schema(&prov, &qa_extra);
+    let mut writer = ShardedWriter::create(
+        &opts.out.join("data"),
+        &opts.split,
+        schema.clone(),
+        opts.shard,
+    )?;
+    let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
+    let mut qa_items = 0u64;
+    for pending in rows {
+        let file = resolve_inside(&root, &root, &pending.image_rel)
+            .map_err(|m| DatasetError::Invalid(format!("image {:?}: {m}", pending.image_rel)))?;
+        let bytes = std::fs::read(&file).map_err(|e| DatasetError::io(&file, e))?;
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        qa_items += pending.qa.len() as u64;
+        ready.push(ReadyRow {
+            sha: sha256_hex(&bytes),
+            image: ImageRef {
+                bytes: Some(bytes),
+                path: name,
+            },
+            pending,
+        });
+        if ready.len() >= opts.shard.rows_per_group {
+            writer.write(&ready_batch(
+                &ready,
+                &schema,
+                opts.family.as_deref(),
+                &prov,
+                &qa_extra,
+            )?)?;
+            ready.clear();
+        }
+    }
+    if !ready.is_empty() {
+        writer.write(&ready_batch(
+            &ready,
+            &schema,
+            opts.family.as_deref(),
+            &prov,
+            &qa_extra,
+        )?)?;
+    }
+    Ok(PrepareSummary {
+        shards: writer.finish()?,
+        qa_items,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_of_json_values() {
+        let cases = [
+            (Value::Null, None),
+            (Value::from("x"), Some("x")),
+            (Value::from(108), Some("108")),
+            (serde_json::json!([1, {"a": 2}]), Some("[1,{\"a\":2}]")),
+        ];
+        for (v, want) in cases {
+            assert_eq!(as_text(&v).as_deref(), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn labels_filter_and_provenance() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("labels.jsonl");
+        std::fs::write(
+            &p,
+            "{\"file\": \"train/a.jpg\", \"split\": \"train\", \"label\": \"2250\", \"width\": 108, \"family\": \"x\"}\n\n{\"file\": \"val/b.jpg\", \"split\": \"val\", \"label\": 60}\n",
+        )
+        .unwrap();
+        let all = labels_rows(&p, "Q?", None).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].qa[0].answer, "60");
+        let train = labels_rows(&p, "Q?", Some("train")).unwrap();
+        assert_eq!(train.len(), 1);
+        assert_eq!(train[0].image_rel, "train/a.jpg");
+        assert_eq!(train[0].qa[0].question, "Q?");
+        let keys: Vec<&str> = train[0].provenance.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["file", "orig_family", "split", "width"]);
+    }
+
+    #[test]
+    fn bad_label_lines_name_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("labels.jsonl");
+        std::fs::write(
+            &p,
+            "{\"file\": \"a.jpg\", \"label\": \"1\"}\n{\"file\": \"b.jpg\"}\n",
+        )
+        .unwrap();
+        let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
+        assert!(e.ends_with("labels.jsonl:2: missing `label`"), "{e}");
+        std::fs::write(&p, "not json\n").unwrap();
+        assert!(labels_rows(&p, "Q", None)
+            .unwrap_err()
+            .to_string()
+            .contains(":1: invalid JSON"));
+    }
+
+    #[test]
+    fn qa_jsonl_groups_by_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("qa.jsonl");
+        std::fs::write(
+            &p,
+            "{\"image\": \"x.png\", \"question\": \"q1\", \"answer\": \"a1\", \"source\": \"s\"}\n{\"image\": \"y.png\", \"question\": \"q2\", \"answer\": \"a2\"}\n{\"image\": \"x.png\", \"question\": \"q3\", \"answer\": \"a3\", \"lang\": \"en\"}\n",
+        )
+        .unwrap();
+        let rows = qa_jsonl_rows(&p).unwrap();
+        assert_eq!(
+            rows.iter()
+                .map(|r| r.image_rel.as_str())
+                .collect::<Vec<_>>(),
+            ["x.png", "y.png"]
+        );
+        assert_eq!(
+            rows[0]
+                .qa
+                .iter()
+                .map(|q| q.question.as_str())
+                .collect::<Vec<_>>(),
+            ["q1", "q3"]
+        );
+        assert_eq!(
+            rows[0].qa[0].extra.get("orig_source"),
+            Some(&Value::from("s"))
+        );
+        assert_eq!(rows[0].qa[1].extra.get("lang"), Some(&Value::from("en")));
+    }
+}

@@ -1,0 +1,626 @@
+//! Streaming reader of an input dataset in the Hugging Face parquet layout (SPEC §2).
+//!
+//! The input is a parquet file, a folder (every `*.parquet` below it, sorted, hidden
+//! entries skipped) or a glob. Files are read one row group at a time in batches of
+//! [`BATCH_ROWS`] rows, so memory holds at most one batch of images, never the dataset.
+//!
+//! Every row becomes `Ok(InputRow)` or `Err(RowError)` naming the file, row and field; the
+//! reader then goes on. A file whose footer cannot be read (truncated, not parquet) gives one
+//! file-level `RowError` (`row: None`, field `file`); a row group that fails to decode gives
+//! one error for that row group; the remaining files and row groups still stream.
+//!
+//! Column handling: `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
+//! source?, …}) are required; `image_sha256` and `family` are optional strings; every other
+//! column is carried into [`InputRow::extra`] as JSON, and unknown `qa` fields into
+//! [`QaItem::extra`]. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
+//! (and the view variants) are all accepted; a string stored as binary must be UTF-8.
+//!
+//! An image given only by `path` is read from disk only when the path is relative and
+//! resolves (after `canonicalize`, so symlinks and `..` are followed) inside the dataset's own
+//! folder: the folder given, or the directory of the file or the glob's fixed prefix.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+
+use arrow::array::{Array, RecordBatch, StructArray};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use serde_json::Map;
+
+use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
+use super::DatasetError;
+use crate::record::{ImageRef, InputRow, QaItem, RowError};
+
+/// Rows decoded at a time (bounds the images held in memory).
+pub const BATCH_ROWS: usize = 64;
+
+/// The files of a dataset and the folder that path-only images must stay inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFiles {
+    /// Parquet files in reading order.
+    pub files: Vec<PathBuf>,
+    /// The dataset's own folder (canonical).
+    pub root: PathBuf,
+}
+
+/// Whether `s` contains glob metacharacters.
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Resolve an input spec (file, folder or glob) to its parquet files.
+///
+/// Errors: [`DatasetError::Invalid`] when the path does not exist, the glob is malformed, or
+/// nothing matches; [`DatasetError::Io`] when a folder cannot be listed.
+pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
+    let path = Path::new(spec);
+    if path.is_file() {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let root = parent
+            .canonicalize()
+            .map_err(|e| DatasetError::io(&parent, e))?;
+        return Ok(InputFiles {
+            files: vec![path.to_path_buf()],
+            root,
+        });
+    }
+    if path.is_dir() {
+        let mut files = Vec::new();
+        collect_parquet(path, &mut files)?;
+        files.sort();
+        if files.is_empty() {
+            return Err(DatasetError::Invalid(format!(
+                "{spec}: no .parquet files in this folder"
+            )));
+        }
+        let root = path.canonicalize().map_err(|e| DatasetError::io(path, e))?;
+        return Ok(InputFiles { files, root });
+    }
+    if !is_glob(spec) {
+        return Err(DatasetError::Invalid(format!(
+            "{spec}: no such file or folder"
+        )));
+    }
+    let entries =
+        glob::glob(spec).map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let p = entry.map_err(|e| DatasetError::Invalid(format!("{spec}: {e}")))?;
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(DatasetError::Invalid(format!(
+            "{spec}: the glob matches no file"
+        )));
+    }
+    // The fixed prefix of the pattern: the components before the first one with a wildcard.
+    let mut prefix = PathBuf::new();
+    for comp in path.components() {
+        if is_glob(&comp.as_os_str().to_string_lossy()) {
+            break;
+        }
+        prefix.push(comp);
+    }
+    if prefix.as_os_str().is_empty() {
+        prefix.push(".");
+    }
+    if prefix.is_file() {
+        prefix.pop();
+    }
+    let root = prefix
+        .canonicalize()
+        .map_err(|e| DatasetError::io(&prefix, e))?;
+    Ok(InputFiles { files, root })
+}
+
+fn collect_parquet(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DatasetError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| DatasetError::io(dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| DatasetError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        let p = entry.path();
+        if p.is_dir() {
+            collect_parquet(&p, out)?;
+        } else if name.ends_with(".parquet") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Resolve the image path `rel` of a row in a file under `base`, allowing only files inside
+/// `root` (canonical). Tries `base/rel`, then `root/rel`.
+///
+/// Errors (as a message): empty or absolute path, not found, outside `root`, not a file.
+pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, String> {
+    let p = Path::new(rel);
+    if rel.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
+    {
+        return Err(format!("absolute path {rel:?} is not allowed; image paths must be relative to the dataset folder"));
+    }
+    let mut escaped = false;
+    for dir in [base, root] {
+        let Ok(c) = dir.join(p).canonicalize() else {
+            continue;
+        };
+        if !c.starts_with(root) {
+            escaped = true;
+            continue;
+        }
+        if !c.is_file() {
+            return Err(format!("{rel:?} is not a file"));
+        }
+        return Ok(c);
+    }
+    if escaped {
+        Err(format!(
+            "path {rel:?} escapes the dataset folder {}",
+            root.display()
+        ))
+    } else {
+        Err(format!(
+            "image file {rel:?} not found in the dataset folder {}",
+            root.display()
+        ))
+    }
+}
+
+/// One parquet file being read row group by row group.
+struct OpenFile {
+    path: PathBuf,
+    name: String,
+    file: File,
+    meta: ArrowReaderMetadata,
+    next_group: usize,
+    /// Index in the file of the first row of the next batch.
+    next_row: usize,
+    batches: Option<ParquetRecordBatchReader>,
+    /// First row of the row group being read and its row count.
+    group_start: usize,
+    group_rows: usize,
+}
+
+/// Streams `Result<InputRow, RowError>` over all files of an input. See the module docs.
+pub struct InputReader {
+    root: PathBuf,
+    files: VecDeque<PathBuf>,
+    current: Option<OpenFile>,
+    pending: VecDeque<Result<InputRow, RowError>>,
+}
+
+impl std::fmt::Debug for InputReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputReader")
+            .field("root", &self.root)
+            .field("files_left", &self.files.len())
+            .finish()
+    }
+}
+
+impl InputReader {
+    /// Open an input spec (file, folder or glob). Only the file list is resolved here; files
+    /// are opened lazily while iterating.
+    ///
+    /// Errors: as [`resolve_inputs`].
+    pub fn open(spec: &str) -> Result<Self, DatasetError> {
+        Ok(Self::from_files(resolve_inputs(spec)?))
+    }
+
+    /// Read an already resolved file list.
+    pub fn from_files(files: InputFiles) -> Self {
+        Self {
+            root: files.root,
+            files: files.files.into(),
+            current: None,
+            pending: VecDeque::new(),
+        }
+    }
+
+    fn file_error(path: &Path, row: Option<usize>, message: String) -> RowError {
+        RowError {
+            file: path.display().to_string(),
+            row,
+            field: "file".into(),
+            message,
+        }
+    }
+
+    fn open_next_file(&mut self) -> bool {
+        let Some(path) = self.files.pop_front() else {
+            return false;
+        };
+        let opened = File::open(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+                    .map(|meta| (file, meta))
+                    .map_err(|e| {
+                        format!("cannot read parquet footer (truncated or not a parquet file): {e}")
+                    })
+            });
+        match opened {
+            Ok((file, meta)) => {
+                tracing::debug!(file = %path.display(), row_groups = meta.metadata().num_row_groups(), "reading");
+                self.current = Some(OpenFile {
+                    name: path.display().to_string(),
+                    path,
+                    file,
+                    meta,
+                    next_group: 0,
+                    next_row: 0,
+                    batches: None,
+                    group_start: 0,
+                    group_rows: 0,
+                });
+            }
+            Err(message) => self
+                .pending
+                .push_back(Err(Self::file_error(&path, None, message))),
+        }
+        true
+    }
+
+    /// Decode the next batch of the current file into `pending`; `false` when the file is done.
+    fn advance_current(&mut self) -> bool {
+        let Some(cur) = self.current.as_mut() else {
+            return false;
+        };
+        loop {
+            if let Some(reader) = cur.batches.as_mut() {
+                match reader.next() {
+                    Some(Ok(batch)) => {
+                        let start = cur.next_row;
+                        cur.next_row += batch.num_rows();
+                        let base = cur
+                            .path
+                            .parent()
+                            .map(Path::to_path_buf)
+                            .unwrap_or_else(|| PathBuf::from("."));
+                        let base = base.canonicalize().unwrap_or(base);
+                        decode_batch(
+                            &batch,
+                            &cur.name,
+                            start,
+                            &self.root,
+                            &base,
+                            &mut self.pending,
+                        );
+                        return true;
+                    }
+                    Some(Err(e)) => {
+                        let end = cur.group_start + cur.group_rows;
+                        self.pending.push_back(Err(Self::file_error(
+                            &cur.path,
+                            Some(cur.next_row),
+                            format!(
+                                "cannot decode rows {}..{end} (row group {}): {e}",
+                                cur.next_row,
+                                cur.next_group - 1
+                            ),
+                        )));
+                        cur.batches = None;
+                        cur.next_row = end;
+                        return true;
+                    }
+                    None => cur.batches = None,
+                }
+            }
+            let groups = cur.meta.metadata().row_groups();
+            if cur.next_group >= groups.len() {
+                return false;
+            }
+            let g = cur.next_group;
+            cur.next_group += 1;
+            cur.group_start = cur.next_row;
+            cur.group_rows = usize::try_from(groups[g].num_rows()).unwrap_or(0);
+            let built = cur
+                .file
+                .try_clone()
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(f, cur.meta.clone())
+                        .with_row_groups(vec![g])
+                        .with_batch_size(BATCH_ROWS)
+                        .build()
+                        .map_err(|e| e.to_string())
+                });
+            match built {
+                Ok(r) => cur.batches = Some(r),
+                Err(e) => {
+                    let msg = format!("cannot read row group {g}: {e}");
+                    self.pending.push_back(Err(Self::file_error(
+                        &cur.path,
+                        Some(cur.next_row),
+                        msg,
+                    )));
+                    cur.next_row += cur.group_rows;
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for InputReader {
+    type Item = Result<InputRow, RowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            if self.current.is_some() {
+                if !self.advance_current() {
+                    self.current = None;
+                }
+                continue;
+            }
+            if !self.open_next_file() {
+                return None;
+            }
+        }
+    }
+}
+
+/// Column names with a meaning of their own; all others go to `extra`.
+const KNOWN_COLUMNS: [&str; 4] = ["image", "qa", "image_sha256", "family"];
+
+/// A decode failure of one row: (field, message).
+type FieldError = (String, String);
+
+fn decode_batch(
+    batch: &RecordBatch,
+    file: &str,
+    start: usize,
+    root: &Path,
+    base: &Path,
+    out: &mut VecDeque<Result<InputRow, RowError>>,
+) {
+    for i in 0..batch.num_rows() {
+        let row = start + i;
+        let item = decode_row(batch, i, root, base)
+            .map(|mut r| {
+                r.source_file = file.to_string();
+                r.row_index = row;
+                r
+            })
+            .map_err(|(field, message)| RowError {
+                file: file.to_string(),
+                row: Some(row),
+                field,
+                message,
+            });
+        out.push_back(item);
+    }
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, FieldError> {
+    batch
+        .column_by_name(name)
+        .map(|c| c.as_ref())
+        .ok_or_else(|| (name.to_string(), format!("missing column `{name}`")))
+}
+
+fn decode_row(
+    batch: &RecordBatch,
+    i: usize,
+    root: &Path,
+    base: &Path,
+) -> Result<InputRow, FieldError> {
+    let image = decode_image(column(batch, "image")?, i, root, base)?;
+    let qa = decode_qa(column(batch, "qa")?, i)?;
+    let opt_string = |name: &str| match batch.column_by_name(name) {
+        None => Ok(None),
+        Some(c) => get_string(c.as_ref(), i).map_err(|m| (name.to_string(), m)),
+    };
+    let image_sha256 = opt_string("image_sha256")?;
+    let family = opt_string("family")?;
+    let mut extra = Map::new();
+    for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !KNOWN_COLUMNS.contains(&f.name().as_str()) {
+            extra.insert(f.name().clone(), to_json(col.as_ref(), i));
+        }
+    }
+    Ok(InputRow {
+        source_file: String::new(),
+        row_index: 0,
+        image,
+        qa,
+        image_sha256,
+        family,
+        extra,
+    })
+}
+
+fn decode_image(
+    col: &dyn Array,
+    i: usize,
+    root: &Path,
+    base: &Path,
+) -> Result<ImageRef, FieldError> {
+    let err = |field: &str, m: String| (field.to_string(), m);
+    let s =
+        as_struct(col).map_err(|m| err("image", format!("{m} (want struct{{bytes, path}})")))?;
+    if s.is_null(i) {
+        return Err(err("image", "image is null".into()));
+    }
+    let bytes = match s.column_by_name("bytes") {
+        Some(c) => get_bytes(c.as_ref(), i).map_err(|m| err("image.bytes", m))?,
+        None => None,
+    };
+    let path = match s.column_by_name("path") {
+        Some(c) => get_string(c.as_ref(), i).map_err(|m| err("image.path", m))?,
+        None => None,
+    };
+    if s.column_by_name("bytes").is_none() && s.column_by_name("path").is_none() {
+        return Err(err(
+            "image",
+            format!(
+                "struct has neither `bytes` nor `path` ({})",
+                col.data_type()
+            ),
+        ));
+    }
+    let bytes = match (bytes, &path) {
+        (Some(b), _) => b,
+        (None, Some(p)) => {
+            let file = resolve_inside(root, base, p).map_err(|m| err("image.path", m))?;
+            std::fs::read(&file)
+                .map_err(|e| err("image.path", format!("{}: {e}", file.display())))?
+        }
+        (None, None) => {
+            return Err(err(
+                "image.bytes",
+                "null image: neither bytes nor path".into(),
+            ))
+        }
+    };
+    Ok(ImageRef {
+        bytes: Some(bytes),
+        path,
+    })
+}
+
+fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
+    let items = get_list(col, i)
+        .map_err(|m| {
+            (
+                "qa".to_string(),
+                format!("{m} (want list<struct{{question, answer, …}}>)"),
+            )
+        })?
+        .ok_or_else(|| ("qa".to_string(), "qa is null".to_string()))?;
+    let s: &StructArray = as_struct(items.as_ref()).map_err(|m| {
+        (
+            "qa".to_string(),
+            format!("list items: {m} (want struct{{question, answer, …}})"),
+        )
+    })?;
+    let mut out = Vec::with_capacity(s.len());
+    for j in 0..s.len() {
+        let field = |name: &str| format!("qa[{j}].{name}");
+        if s.is_null(j) {
+            return Err((format!("qa[{j}]"), "qa item is null".into()));
+        }
+        let required = |name: &str| -> Result<String, FieldError> {
+            let c = s
+                .column_by_name(name)
+                .ok_or_else(|| (field(name), format!("missing field `{name}`")))?;
+            get_string(c.as_ref(), j)
+                .map_err(|m| (field(name), m))?
+                .ok_or_else(|| (field(name), "null".to_string()))
+        };
+        let question = required("question")?;
+        let answer = required("answer")?;
+        let source = match s.column_by_name("source") {
+            Some(c) => get_string(c.as_ref(), j).map_err(|m| (field("source"), m))?,
+            None => None,
+        };
+        let mut extra = Map::new();
+        for (f, c) in s.fields().iter().zip(s.columns()) {
+            if !matches!(f.name().as_str(), "question" | "answer" | "source") {
+                extra.insert(f.name().clone(), to_json(c.as_ref(), j));
+            }
+        }
+        out.push(QaItem {
+            question,
+            answer,
+            source,
+            extra,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_inside_rejects_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        std::fs::create_dir_all(root.join("img")).unwrap();
+        std::fs::write(root.join("img/a.png"), b"png").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), b"s").unwrap();
+        let root = root.canonicalize().unwrap();
+        let base = root.join("img");
+        assert_eq!(
+            resolve_inside(&root, &base, "a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "../img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        let cases = [
+            ("../../secret.txt", "escapes"),
+            ("/etc/passwd", "absolute"),
+            ("missing.png", "not found"),
+            ("", "empty"),
+            (".", "not a file"),
+        ];
+        for (rel, want) in cases {
+            let e = resolve_inside(&root, &base, rel).unwrap_err();
+            assert!(e.contains(want), "{rel:?}: {e}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn resolve_inside_rejects_symlink_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(dir.path().join("outside.png"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside.png"), root.join("link.png")).unwrap();
+        let root = root.canonicalize().unwrap();
+        assert!(resolve_inside(&root, &root, "link.png")
+            .unwrap_err()
+            .contains("escapes"));
+    }
+
+    #[test]
+    fn resolve_inputs_file_folder_glob() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        for n in ["b.parquet", "a.parquet", ".hidden.parquet", "note.txt"] {
+            std::fs::write(data.join(n), b"").unwrap();
+        }
+        let by_dir = resolve_inputs(dir.path().to_str().unwrap()).unwrap();
+        assert_eq!(
+            by_dir.files,
+            vec![data.join("a.parquet"), data.join("b.parquet")]
+        );
+        assert_eq!(by_dir.root, dir.path().canonicalize().unwrap());
+        let by_glob = resolve_inputs(&format!("{}/data/b*.parquet", dir.path().display())).unwrap();
+        assert_eq!(by_glob.files, vec![data.join("b.parquet")]);
+        assert_eq!(by_glob.root, data.canonicalize().unwrap());
+        let by_file = resolve_inputs(data.join("a.parquet").to_str().unwrap()).unwrap();
+        assert_eq!(by_file.root, data.canonicalize().unwrap());
+        assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
+        assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
+    }
+}

@@ -1,0 +1,216 @@
+//! Reading single values out of Arrow arrays, tolerant of the equivalent physical types
+//! that parquet writers produce (`string`/`large_string`/`string_view`,
+//! `binary`/`large_binary`/`binary_view`, `list`/`large_list`/`fixed_size_list`).
+//!
+//! Each accessor returns `Err(message)` with a short human-readable reason; callers attach
+//! the file, row and field.
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BinaryViewArray, BooleanArray, FixedSizeBinaryArray,
+    FixedSizeListArray, LargeBinaryArray, LargeListArray, LargeStringArray, ListArray, StringArray,
+    StringViewArray, StructArray,
+};
+use arrow::datatypes::DataType;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use serde_json::{Map, Number, Value};
+
+/// A string at row `i`: `Ok(None)` when null. String types are taken as they are; binary
+/// types must hold valid UTF-8 (the error says so otherwise).
+pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
+    if arr.is_null(i) {
+        return Ok(None);
+    }
+    let any = arr.as_any();
+    if let Some(a) = any.downcast_ref::<StringArray>() {
+        return Ok(Some(a.value(i).to_string()));
+    }
+    if let Some(a) = any.downcast_ref::<LargeStringArray>() {
+        return Ok(Some(a.value(i).to_string()));
+    }
+    if let Some(a) = any.downcast_ref::<StringViewArray>() {
+        return Ok(Some(a.value(i).to_string()));
+    }
+    match get_bytes(arr, i) {
+        Ok(Some(b)) => String::from_utf8(b).map(Some).map_err(|e| {
+            format!(
+                "binary value is not valid UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
+        }),
+        Ok(None) => Ok(None),
+        Err(_) => Err(format!("expected a string, found {}", arr.data_type())),
+    }
+}
+
+/// Bytes at row `i`: `Ok(None)` when null. Accepts the binary types only.
+pub fn get_bytes(arr: &dyn Array, i: usize) -> Result<Option<Vec<u8>>, String> {
+    if arr.is_null(i) {
+        return Ok(None);
+    }
+    let any = arr.as_any();
+    if let Some(a) = any.downcast_ref::<BinaryArray>() {
+        return Ok(Some(a.value(i).to_vec()));
+    }
+    if let Some(a) = any.downcast_ref::<LargeBinaryArray>() {
+        return Ok(Some(a.value(i).to_vec()));
+    }
+    if let Some(a) = any.downcast_ref::<BinaryViewArray>() {
+        return Ok(Some(a.value(i).to_vec()));
+    }
+    if let Some(a) = any.downcast_ref::<FixedSizeBinaryArray>() {
+        return Ok(Some(a.value(i).to_vec()));
+    }
+    Err(format!("expected binary, found {}", arr.data_type()))
+}
+
+/// The elements of the list at row `i`: `Ok(None)` when null. Accepts the list types.
+pub fn get_list(arr: &dyn Array, i: usize) -> Result<Option<ArrayRef>, String> {
+    if arr.is_null(i) {
+        return Ok(None);
+    }
+    let any = arr.as_any();
+    if let Some(a) = any.downcast_ref::<ListArray>() {
+        return Ok(Some(a.value(i)));
+    }
+    if let Some(a) = any.downcast_ref::<LargeListArray>() {
+        return Ok(Some(a.value(i)));
+    }
+    if let Some(a) = any.downcast_ref::<FixedSizeListArray>() {
+        return Ok(Some(a.value(i)));
+    }
+    Err(format!("expected a list, found {}", arr.data_type()))
+}
+
+/// `arr` as a struct array, or a message naming the type found.
+pub fn as_struct(arr: &dyn Array) -> Result<&StructArray, String> {
+    arr.as_any()
+        .downcast_ref::<StructArray>()
+        .ok_or_else(|| format!("expected a struct, found {}", arr.data_type()))
+}
+
+/// Any value as JSON, for carrying unknown columns through: null, bool, numbers, strings,
+/// lists and structs map to their JSON counterparts; binary becomes a lowercase hex string;
+/// anything else (dates, decimals, …) its Arrow display string.
+pub fn to_json(arr: &dyn Array, i: usize) -> Value {
+    if arr.is_null(i) {
+        return Value::Null;
+    }
+    match arr.data_type() {
+        DataType::Boolean => {
+            if let Some(a) = arr.as_any().downcast_ref::<BooleanArray>() {
+                return Value::Bool(a.value(i));
+            }
+        }
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+            if let Some(v) = display(arr, i).and_then(|s| s.parse::<i64>().ok()) {
+                return Value::Number(v.into());
+            }
+        }
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+            if let Some(v) = display(arr, i).and_then(|s| s.parse::<u64>().ok()) {
+                return Value::Number(v.into());
+            }
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            if let Some(n) = display(arr, i)
+                .and_then(|s| s.parse::<f64>().ok())
+                .and_then(Number::from_f64)
+            {
+                return Value::Number(n);
+            }
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            if let Ok(Some(s)) = get_string(arr, i) {
+                return Value::String(s);
+            }
+        }
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => {
+            if let Ok(Some(b)) = get_bytes(arr, i) {
+                return Value::String(hex::encode(b));
+            }
+        }
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
+            if let Ok(Some(items)) = get_list(arr, i) {
+                return Value::Array(
+                    (0..items.len())
+                        .map(|j| to_json(items.as_ref(), j))
+                        .collect(),
+                );
+            }
+        }
+        DataType::Struct(_) => {
+            let s = arr.as_struct();
+            let mut m = Map::new();
+            for (f, col) in s.fields().iter().zip(s.columns()) {
+                m.insert(f.name().clone(), to_json(col.as_ref(), i));
+            }
+            return Value::Object(m);
+        }
+        _ => {}
+    }
+    display(arr, i).map_or(Value::Null, Value::String)
+}
+
+fn display(arr: &dyn Array, i: usize) -> Option<String> {
+    let opts = FormatOptions::default();
+    ArrayFormatter::try_new(arr, &opts)
+        .ok()
+        .map(|f| f.value(i).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, LargeStringArray};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn strings_from_all_string_and_binary_types() {
+        let plain = StringArray::from(vec![Some("a"), None]);
+        let large = LargeStringArray::from(vec!["b"]);
+        let bin = BinaryArray::from(vec![b"c".as_ref()]);
+        let bad = BinaryArray::from(vec![b"\xffx".as_ref()]);
+        assert_eq!(get_string(&plain, 0), Ok(Some("a".into())));
+        assert_eq!(get_string(&plain, 1), Ok(None));
+        assert_eq!(get_string(&large, 0), Ok(Some("b".into())));
+        assert_eq!(get_string(&bin, 0), Ok(Some("c".into())));
+        assert!(get_string(&bad, 0).unwrap_err().contains("not valid UTF-8"));
+        assert!(get_string(&Int32Array::from(vec![1]), 0)
+            .unwrap_err()
+            .contains("expected a string, found Int32"));
+    }
+
+    #[test]
+    fn bytes_and_lists() {
+        let lb = LargeBinaryArray::from(vec![b"xy".as_ref()]);
+        assert_eq!(get_bytes(&lb, 0), Ok(Some(b"xy".to_vec())));
+        assert!(get_bytes(&StringArray::from(vec!["s"]), 0).is_err());
+        let list =
+            ListArray::from_iter_primitive::<arrow::datatypes::Int32Type, _, _>(vec![Some(vec![
+                Some(1),
+                Some(2),
+            ])]);
+        let items = get_list(&list, 0).unwrap().unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(to_json(&list, 0), json!([1, 2]));
+    }
+
+    #[test]
+    fn json_of_struct_with_binary_and_float() {
+        let s = StructArray::from(vec![
+            (
+                Arc::new(arrow::datatypes::Field::new("b", DataType::Binary, true)),
+                Arc::new(BinaryArray::from(vec![b"\x01\xab".as_ref()])) as ArrayRef,
+            ),
+            (
+                Arc::new(arrow::datatypes::Field::new("f", DataType::Float64, true)),
+                Arc::new(arrow::array::Float64Array::from(vec![0.5])) as ArrayRef,
+            ),
+        ]);
+        assert_eq!(to_json(&s, 0), json!({"b": "01ab", "f": 0.5}));
+    }
+}

@@ -1,0 +1,389 @@
+//! The input reader on broken files: each defect gives one clear `RowError` naming the file,
+//! row and field, and the good rows around it still come through. The bad files are made
+//! here with arrow (nothing binary is committed).
+
+mod dataset_util;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BinaryArray, LargeBinaryArray, LargeListArray, LargeStringArray, ListArray,
+    RecordBatch, StringArray, StructArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields};
+use parquet::arrow::ArrowWriter;
+use verisample::dataset::reader::InputReader;
+use verisample::dataset::writer::sha256_hex;
+use verisample::record::{InputRow, RowError};
+
+use dataset_util::png;
+
+fn image_col(bytes: Vec<Option<Vec<u8>>>, paths: Vec<Option<&str>>) -> ArrayRef {
+    let fields = Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        Field::new("path", DataType::Utf8, true),
+    ]);
+    let b = BinaryArray::from(bytes.iter().map(|o| o.as_deref()).collect::<Vec<_>>());
+    Arc::new(StructArray::new(
+        fields,
+        vec![
+            Arc::new(b) as ArrayRef,
+            Arc::new(StringArray::from(paths)) as ArrayRef,
+        ],
+        None,
+    ))
+}
+
+/// `qa` with one item per row; `question` as the given array (string or binary).
+fn qa_col(questions: ArrayRef, answers: Vec<&str>) -> ArrayRef {
+    let n = answers.len();
+    let fields = Fields::from(vec![
+        Field::new("question", questions.data_type().clone(), true),
+        Field::new("answer", DataType::Utf8, true),
+    ]);
+    let values = StructArray::new(
+        fields.clone(),
+        vec![questions, Arc::new(StringArray::from(answers)) as ArrayRef],
+        None,
+    );
+    let item = Arc::new(Field::new("item", DataType::Struct(fields), true));
+    Arc::new(ListArray::new(
+        item,
+        OffsetBuffer::from_lengths(std::iter::repeat_n(1, n)),
+        Arc::new(values),
+        None,
+    ))
+}
+
+fn write(path: &Path, cols: Vec<(&str, ArrayRef)>) {
+    let batch = RecordBatch::try_from_iter(cols).unwrap();
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn strings(v: &[&str]) -> ArrayRef {
+    Arc::new(StringArray::from(v.to_vec()))
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    good_png: Vec<u8>,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ds");
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(root.join("img")).unwrap();
+    let good = png(4, 3, 9);
+    std::fs::write(root.join("img/ok.png"), &good).unwrap();
+    std::fs::write(tmp.path().join("secret.png"), png(2, 2, 1)).unwrap();
+    let g = || Some(good.clone());
+
+    // a_null_bytes: rows 0 and 2 good, row 1 has neither bytes nor path.
+    write(
+        &data.join("a_null_bytes.parquet"),
+        vec![
+            (
+                "image",
+                image_col(
+                    vec![g(), None, g()],
+                    vec![Some("x.png"), None, Some("y.png")],
+                ),
+            ),
+            (
+                "qa",
+                qa_col(strings(&["q0", "q1", "q2"]), vec!["a0", "a1", "a2"]),
+            ),
+        ],
+    );
+    // b_bad_utf8: question stored as binary; row 1 is not UTF-8.
+    let qs: ArrayRef = Arc::new(BinaryArray::from(vec![
+        b"fine".as_ref(),
+        b"\xff\xfeoops".as_ref(),
+    ]));
+    write(
+        &data.join("b_bad_utf8.parquet"),
+        vec![
+            ("image", image_col(vec![g(), g()], vec![None, None])),
+            ("qa", qa_col(qs, vec!["a", "b"])),
+        ],
+    );
+    // c_paths: row 0 escapes with .., row 1 absolute, row 2 a good path-only image.
+    write(
+        &data.join("c_paths.parquet"),
+        vec![
+            (
+                "image",
+                image_col(
+                    vec![None, None, None],
+                    vec![
+                        Some("../../secret.png"),
+                        Some("/etc/passwd"),
+                        Some("img/ok.png"),
+                    ],
+                ),
+            ),
+            ("qa", qa_col(strings(&["q", "q", "q"]), vec!["a", "a", "a"])),
+        ],
+    );
+    // d_missing_qa: no qa column at all.
+    write(
+        &data.join("d_missing_qa.parquet"),
+        vec![("image", image_col(vec![g()], vec![None]))],
+    );
+    // e_wrong_qa: qa is a plain string.
+    write(
+        &data.join("e_wrong_qa.parquet"),
+        vec![
+            ("image", image_col(vec![g()], vec![None])),
+            ("qa", strings(&["not a list"])),
+        ],
+    );
+    // f_truncated: a valid file cut in half.
+    let full = data.join("f_full.tmp");
+    write(
+        &full,
+        vec![
+            ("image", image_col(vec![g(), g()], vec![None, None])),
+            ("qa", qa_col(strings(&["q", "q"]), vec!["a", "a"])),
+        ],
+    );
+    let bytes = std::fs::read(&full).unwrap();
+    std::fs::write(data.join("f_truncated.parquet"), &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::remove_file(full).unwrap();
+    // g_large: large_* variants, an extra column and an extra qa field, all good.
+    let img_fields = Fields::from(vec![
+        Field::new("bytes", DataType::LargeBinary, true),
+        Field::new("path", DataType::LargeUtf8, true),
+    ]);
+    let img: ArrayRef = Arc::new(StructArray::new(
+        img_fields,
+        vec![
+            Arc::new(LargeBinaryArray::from(vec![good.as_slice()])) as ArrayRef,
+            Arc::new(LargeStringArray::from(vec!["l.png"])) as ArrayRef,
+        ],
+        None,
+    ));
+    let qf = Fields::from(vec![
+        Field::new("question", DataType::LargeUtf8, true),
+        Field::new("answer", DataType::LargeUtf8, true),
+        Field::new("source", DataType::Utf8, true),
+        Field::new("lang", DataType::Utf8, true),
+    ]);
+    let qv = StructArray::new(
+        qf.clone(),
+        vec![
+            Arc::new(LargeStringArray::from(vec!["ql"])) as ArrayRef,
+            Arc::new(LargeStringArray::from(vec!["al"])) as ArrayRef,
+            Arc::new(StringArray::from(vec!["src"])) as ArrayRef,
+            Arc::new(StringArray::from(vec!["en"])) as ArrayRef,
+        ],
+        None,
+    );
+    let qa: ArrayRef = Arc::new(LargeListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(qf), true)),
+        OffsetBuffer::from_lengths([1]),
+        Arc::new(qv),
+        None,
+    ));
+    write(
+        &data.join("g_large.parquet"),
+        vec![
+            ("image", img),
+            ("qa", qa),
+            ("image_sha256", strings(&["abc"])),
+            ("family", strings(&["OrandCar"])),
+            (
+                "width",
+                Arc::new(arrow::array::Int64Array::from(vec![108])) as ArrayRef,
+            ),
+        ],
+    );
+    Fixture {
+        _tmp: tmp,
+        root,
+        good_png: good,
+    }
+}
+
+fn file_name(e: &RowError) -> String {
+    Path::new(&e.file)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn each_defect_is_one_clear_row_error_and_good_rows_survive() {
+    let fx = fixture();
+    let items: Vec<Result<InputRow, RowError>> = InputReader::open(fx.root.to_str().unwrap())
+        .unwrap()
+        .collect();
+    let errors: Vec<&RowError> = items.iter().filter_map(|r| r.as_ref().err()).collect();
+    let rows: Vec<&InputRow> = items.iter().filter_map(|r| r.as_ref().ok()).collect();
+
+    let got: BTreeSet<(String, Option<usize>, String)> = errors
+        .iter()
+        .map(|e| (file_name(e), e.row, e.field.clone()))
+        .collect();
+    let want: BTreeSet<(String, Option<usize>, String)> = [
+        ("a_null_bytes.parquet", Some(1), "image.bytes"),
+        ("b_bad_utf8.parquet", Some(1), "qa[0].question"),
+        ("c_paths.parquet", Some(0), "image.path"),
+        ("c_paths.parquet", Some(1), "image.path"),
+        ("d_missing_qa.parquet", Some(0), "qa"),
+        ("e_wrong_qa.parquet", Some(0), "qa"),
+        ("f_truncated.parquet", None, "file"),
+    ]
+    .into_iter()
+    .map(|(f, r, field)| (f.to_string(), r, field.to_string()))
+    .collect();
+    assert_eq!(got, want, "{errors:#?}");
+    assert_eq!(errors.len(), want.len(), "one error per defect");
+
+    let message = |file: &str, row: Option<usize>| {
+        errors
+            .iter()
+            .find(|e| file_name(e) == file && e.row == row)
+            .unwrap()
+            .message
+            .clone()
+    };
+    for (file, row, needle) in [
+        ("a_null_bytes.parquet", Some(1), "null image"),
+        ("b_bad_utf8.parquet", Some(1), "not valid UTF-8"),
+        ("c_paths.parquet", Some(0), "escapes the dataset folder"),
+        ("c_paths.parquet", Some(1), "absolute path"),
+        ("d_missing_qa.parquet", Some(0), "missing column `qa`"),
+        ("e_wrong_qa.parquet", Some(0), "expected a list"),
+        ("f_truncated.parquet", None, "parquet"),
+    ] {
+        let m = message(file, row);
+        assert!(m.contains(needle), "{file} {row:?}: {m}");
+    }
+
+    // Good rows, in file order, with their own row index.
+    let good: Vec<(String, usize)> = rows
+        .iter()
+        .map(|r| {
+            (
+                Path::new(&r.source_file)
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                r.row_index,
+            )
+        })
+        .collect();
+    assert_eq!(
+        good,
+        [
+            ("a_null_bytes.parquet".to_string(), 0),
+            ("a_null_bytes.parquet".to_string(), 2),
+            ("b_bad_utf8.parquet".to_string(), 0),
+            ("c_paths.parquet".to_string(), 2),
+            ("g_large.parquet".to_string(), 0),
+        ]
+    );
+    assert_eq!(rows[1].qa[0].question, "q2");
+    assert_eq!(rows[2].qa[0].question, "fine");
+    // The path-only image was read from inside the folder.
+    assert_eq!(rows[3].image.bytes.as_deref(), Some(fx.good_png.as_slice()));
+    assert_eq!(rows[3].image.path.as_deref(), Some("img/ok.png"));
+    // large_* types, extra column and extra qa field.
+    let g = rows[4];
+    assert_eq!(
+        g.image.bytes.as_deref().map(sha256_hex),
+        Some(sha256_hex(&fx.good_png))
+    );
+    assert_eq!(g.image.path.as_deref(), Some("l.png"));
+    assert_eq!(
+        (
+            g.qa[0].question.as_str(),
+            g.qa[0].answer.as_str(),
+            g.qa[0].source.as_deref()
+        ),
+        ("ql", "al", Some("src"))
+    );
+    assert_eq!(g.qa[0].extra.get("lang"), Some(&serde_json::json!("en")));
+    assert_eq!(g.image_sha256.as_deref(), Some("abc"));
+    assert_eq!(g.family.as_deref(), Some("OrandCar"));
+    assert_eq!(g.extra.get("width"), Some(&serde_json::json!(108)));
+}
+
+#[test]
+fn a_glob_and_a_single_file_read_the_same_rows() {
+    let fx = fixture();
+    let by_glob: Vec<_> = InputReader::open(&format!("{}/data/a_*.parquet", fx.root.display()))
+        .unwrap()
+        .collect();
+    let by_file: Vec<_> =
+        InputReader::open(fx.root.join("data/a_null_bytes.parquet").to_str().unwrap())
+            .unwrap()
+            .collect();
+    assert_eq!(by_glob, by_file);
+    assert_eq!(by_glob.len(), 3);
+    assert!(InputReader::open(&format!("{}/data/zzz*.parquet", fx.root.display())).is_err());
+}
+
+#[test]
+fn a_corrupt_row_group_is_one_error_and_the_next_row_group_still_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("h_corrupt_page.parquet");
+    let img = png(3, 3, 4);
+    let batch = RecordBatch::try_from_iter(vec![
+        (
+            "image",
+            image_col(vec![Some(img.clone()); 4], vec![None; 4]),
+        ),
+        (
+            "qa",
+            qa_col(
+                strings(&["q0", "q1", "q2", "q3"]),
+                vec!["a0", "a1", "a2", "a3"],
+            ),
+        ),
+    ])
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(2))
+        .build();
+    let mut w = ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    // Overwrite the first page header of row group 0 (it starts right after the `PAR1` magic).
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4..24].fill(0xff);
+    std::fs::write(&path, bytes).unwrap();
+
+    let items: Vec<Result<InputRow, RowError>> =
+        InputReader::open(path.to_str().unwrap()).unwrap().collect();
+    assert_eq!(items.len(), 3, "{items:#?}");
+    let e = items[0].as_ref().unwrap_err();
+    assert_eq!((e.row, e.field.as_str()), (Some(0), "file"));
+    assert!(e.message.contains("row group 0"), "{}", e.message);
+    let ok: Vec<(usize, String)> = items[1..]
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .map(|r| (r.row_index, r.qa[0].question.clone()))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ok, [(2, "q2".to_string()), (3, "q3".to_string())]);
+}

@@ -1,0 +1,209 @@
+//! `verisample prepare` through the real binary, read back with our reader.
+
+mod dataset_util;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use verisample::dataset::reader::InputReader;
+use verisample::dataset::writer::sha256_hex;
+use verisample::family::ORAND_CAR_QUESTION;
+use verisample::record::InputRow;
+
+use dataset_util::{bin, png, shared_data};
+
+fn read_all(spec: &Path) -> Vec<InputRow> {
+    InputReader::open(spec.to_str().unwrap())
+        .unwrap()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e:?}")))
+        .collect()
+}
+
+#[test]
+fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
+    let Some(data) = shared_data() else {
+        eprintln!("skipped: no ../shared/data");
+        return;
+    };
+    let src = data.join("orand-car-a");
+    let labels: Vec<serde_json::Value> = std::fs::read_to_string(src.join("labels.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_file: HashMap<String, &serde_json::Value> = labels
+        .iter()
+        .map(|v| (v["file"].as_str().unwrap().to_string(), v))
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut total = 0;
+    for (split, want_rows) in [("train", 1080), ("val", 78)] {
+        let out = tmp.path().join(split);
+        let st = bin()
+            .args(["-q", "prepare", "--labels"])
+            .arg(src.join("labels.jsonl"))
+            .args(["--family", "OrandCar", "--split", split, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let listed = String::from_utf8(st.stdout).unwrap();
+        assert_eq!(
+            listed.trim(),
+            out.join(format!("data/{split}-00000-of-00001.parquet"))
+                .display()
+                .to_string()
+        );
+
+        let rows = read_all(&out);
+        assert_eq!(rows.len(), want_rows, "{split}");
+        for r in &rows {
+            let file = r.extra["file"].as_str().unwrap();
+            let label = by_file[file];
+            let original = std::fs::read(src.join(file)).unwrap();
+            let bytes = r.image.bytes.as_deref().unwrap();
+            assert!(bytes == original.as_slice(), "{file}: image bytes differ");
+            let sha = sha256_hex(&original);
+            assert_eq!(r.image_sha256.as_deref(), Some(sha.as_str()), "{file}");
+            assert_eq!(
+                r.image.path.as_deref(),
+                Path::new(file).file_name().and_then(|n| n.to_str())
+            );
+            assert_eq!(r.family.as_deref(), Some("OrandCar"));
+            assert_eq!(r.qa.len(), 1);
+            assert_eq!(r.qa[0].question, ORAND_CAR_QUESTION);
+            assert_eq!(r.qa[0].answer, label["label"].as_str().unwrap());
+            assert_eq!(r.qa[0].source.as_deref(), Some(sha.as_str()));
+            assert_eq!(r.extra["split"], serde_json::json!(split));
+            assert_eq!(
+                r.extra["width"],
+                serde_json::json!(label["width"].to_string())
+            );
+            assert_eq!(
+                r.extra["digits"]
+                    .as_str()
+                    .map(|s| serde_json::from_str::<serde_json::Value>(s).unwrap()),
+                Some(label["digits"].clone())
+            );
+        }
+        // Row groups of at most 100 rows.
+        let f = SerializedFileReader::new(
+            std::fs::File::open(out.join(format!("data/{split}-00000-of-00001.parquet"))).unwrap(),
+        )
+        .unwrap();
+        assert!(f
+            .metadata()
+            .row_groups()
+            .iter()
+            .all(|g| g.num_rows() <= 100));
+        assert_eq!(f.metadata().num_row_groups(), want_rows.div_ceil(100));
+        total += rows.len();
+    }
+    assert_eq!(total, 1158);
+}
+
+#[test]
+fn prepare_generic_jsonl_groups_questions_per_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("imgs")).unwrap();
+    let a = png(5, 4, 1);
+    let b = png(6, 2, 2);
+    std::fs::write(src.join("imgs/a.png"), &a).unwrap();
+    std::fs::write(src.join("imgs/b.png"), &b).unwrap();
+    std::fs::write(
+        src.join("qa.jsonl"),
+        "{\"image\": \"imgs/a.png\", \"question\": \"Q1\", \"answer\": \"A1\"}\n\
+         {\"image\": \"imgs/b.png\", \"question\": \"Q2\", \"answer\": \"A2\", \"topic\": \"x\"}\n\
+         {\"image\": \"imgs/a.png\", \"question\": \"Q3\", \"answer\": \"A3\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(src.join("qa.jsonl"))
+        .args(["--family", "Mine", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let rows = read_all(&out);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].image.bytes.as_deref(), Some(a.as_slice()));
+    assert_eq!(
+        rows[0]
+            .qa
+            .iter()
+            .map(|q| (q.question.as_str(), q.answer.as_str()))
+            .collect::<Vec<_>>(),
+        [("Q1", "A1"), ("Q3", "A3")]
+    );
+    assert_eq!(rows[1].image.bytes.as_deref(), Some(b.as_slice()));
+    assert_eq!(
+        rows[1].qa[0].extra.get("topic"),
+        Some(&serde_json::json!("x"))
+    );
+    assert_eq!(
+        rows[0].qa[0].extra.get("topic"),
+        Some(&serde_json::Value::Null)
+    );
+    assert_eq!(rows[1].family.as_deref(), Some("Mine"));
+
+    // inspect shows the rows with decoded sizes and a verified hash.
+    let ins = bin()
+        .args(["inspect", "--rows", "1"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(ins.status.success());
+    let text = String::from_utf8(ins.stdout).unwrap();
+    assert!(text.contains("== train (1 file(s))"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "image: {} bytes, 5x4 Png, path \"a.png\"",
+            a.len()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(matches the bytes)"), "{text}");
+    assert!(text.contains("huggingface metadata: yes"), "{text}");
+    assert!(text.contains("  rows: 2\n"), "{text}");
+    assert!(text.contains("\"question\":\"Q1\""), "{text}");
+}
+
+#[test]
+fn prepare_refuses_images_outside_the_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(tmp.path().join("outside.png"), png(2, 2, 0)).unwrap();
+    std::fs::write(
+        src.join("labels.jsonl"),
+        "{\"file\": \"../outside.png\", \"label\": \"1\"}\n",
+    )
+    .unwrap();
+    let st = bin()
+        .args(["prepare", "--labels"])
+        .arg(src.join("labels.jsonl"))
+        .args(["--family", "OrandCar", "--out"])
+        .arg(tmp.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(err.contains("escapes the dataset folder"), "{err}");
+    assert!(!tmp
+        .path()
+        .join("o/data/train-00000-of-00001.parquet")
+        .exists());
+}

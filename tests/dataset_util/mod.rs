@@ -1,0 +1,129 @@
+//! Helpers shared by the `dataset_*` integration tests.
+#![allow(dead_code)]
+
+use std::io::Cursor;
+use std::path::PathBuf;
+
+use verisample::dataset::writer::sha256_hex;
+use verisample::record::{AcceptedQa, ImageRef, OutputRow, RejectedQa};
+
+/// The shared data folder (`orand-car-a/` lives in it), per COMMON.md: `$VERISAMPLE_SHARED_DATA`,
+/// else `<repo>/../../shared/data` (a worktree), else `<repo>/../shared/data`.
+pub fn shared_data() -> Option<PathBuf> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
+        Some(repo.join("../../shared/data")),
+        Some(repo.join("../shared/data")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("orand-car-a/labels.jsonl").is_file())
+}
+
+/// The built `verisample` binary.
+pub fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_verisample"))
+}
+
+/// A small PNG whose pixels depend on `seed` (so different seeds give different bytes).
+pub fn png(w: u32, h: u32, seed: u8) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([
+            seed,
+            (x as u8).wrapping_mul(7),
+            (y as u8).wrapping_add(seed),
+        ])
+    });
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)
+        .expect("encode png");
+    out.into_inner()
+}
+
+fn image(i: usize) -> (ImageRef, String) {
+    let bytes = png(3 + (i % 5) as u32, 2 + (i % 3) as u32, i as u8);
+    let sha = sha256_hex(&bytes);
+    (
+        ImageRef {
+            bytes: Some(bytes),
+            path: Some(format!("img_{i:04}.png")),
+        },
+        sha,
+    )
+}
+
+/// Accepted rows with varied content: unicode, empty strings, `None`s, several qa per row.
+pub fn accepted_rows(n: usize) -> Vec<OutputRow<AcceptedQa>> {
+    (0..n)
+        .map(|i| {
+            let (image, sha) = image(i);
+            let qa = (0..1 + i % 3)
+                .map(|j| AcceptedQa {
+                    question: format!("What is written in the image? #{i}.{j}"),
+                    answer: format!("{}", 1000 + i * 10 + j),
+                    org_answer: format!("{}", 1000 + i * 10 + j),
+                    think: if (i + j).is_multiple_of(4) {
+                        None
+                    } else {
+                        Some(format!("Reading digits… «{i}»\nline two"))
+                    },
+                    accepted_by: if j == 1 {
+                        "judge".into()
+                    } else {
+                        "verifier:alnum:first_line".into()
+                    },
+                    judge_verdict: if j == 1 { Some("CORRECT".into()) } else { None },
+                    vlm_answer: format!("{}", 1000 + i * 10 + j),
+                    judge_raw: if j == 1 { Some("CORRECT".into()) } else { None },
+                })
+                .collect();
+            OutputRow {
+                image,
+                qa,
+                clean_meta: format!("{{\"row\":{i},\"policy\":\"orandcar-v1\"}}"),
+                image_sha256: sha,
+            }
+        })
+        .collect()
+}
+
+/// Rejected rows, including an empty `wrong_vlm` and a whitespace-only one.
+pub fn rejected_rows(n: usize) -> Vec<OutputRow<RejectedQa>> {
+    (0..n)
+        .map(|i| {
+            let (image, sha) = image(1000 + i);
+            let qa = vec![RejectedQa {
+                question: "What is written in the image?".into(),
+                answer: "11850".into(),
+                wrong_vlm: match i % 3 {
+                    0 => "ll.850".into(),
+                    1 => " \t\n ".into(),
+                    _ => String::new(),
+                },
+                reason: if i.is_multiple_of(2) {
+                    "wrong_answer".into()
+                } else {
+                    "judge_unsure".into()
+                },
+                judge_verdict: if i.is_multiple_of(2) {
+                    None
+                } else {
+                    Some("UNSURE".into())
+                },
+                judge_raw: if i.is_multiple_of(2) {
+                    None
+                } else {
+                    Some("<think>hm</think>\nUNSURE".into())
+                },
+            }];
+            OutputRow {
+                image,
+                qa,
+                clean_meta: "{}".into(),
+                image_sha256: sha,
+            }
+        })
+        .collect()
+}
