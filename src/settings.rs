@@ -501,15 +501,11 @@ impl Settings {
             }
         }
         if let Some(f) = &settings_family {
-            let ok = !f.is_empty()
-                && f.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !ok {
+            if !crate::family::is_valid_family_name(f) {
                 return Err(SettingsError::Invalid {
                     key: "family",
                     value: f.clone(),
-                    why: "must be non-empty ASCII letters, digits, '_' or '-' (it names splits)"
-                        .into(),
+                    why: "must be ASCII letters, digits or '_' (it names the splits)".into(),
                 });
             }
         }

@@ -131,15 +131,10 @@ pub enum SplitRow {
 /// under OUT before [`SplitSink::finish`], which publishes all splits atomically (so a
 /// killed run never leaves a partial split behind).
 pub trait SplitSink {
-    /// Append `row` to split `split_name` (e.g. `OrandCar_RS_think`) of kind `kind`.
+    /// Append `row` to the split `kind.split_name(family)` (e.g. `OrandCar_RS_think`).
     ///
     /// Errors: I/O or encoding.
-    fn write(
-        &mut self,
-        split_name: &str,
-        kind: SplitKind,
-        row: SplitRow,
-    ) -> Result<(), BackendError>;
+    fn write(&mut self, family: &str, kind: SplitKind, row: SplitRow) -> Result<(), BackendError>;
 
     /// Close every split, write the dataset card with `card_stats` (Markdown: statistics
     /// section with the chart, see [`crate::report::card_markdown`]) and publish atomically.

@@ -22,6 +22,7 @@
 pub mod accounting;
 pub mod backend;
 pub mod control;
+mod dataset_io;
 mod decisions;
 pub mod inspect;
 pub mod outputs;
@@ -39,6 +40,7 @@ pub use backend::{
     SplitRow, SplitSink, Verdict,
 };
 pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
+pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
 
 use crate::journal::{Journal, JournalError};
@@ -112,7 +114,7 @@ pub enum PipelineError {
     Sink(BackendError),
     /// Writing one of the pipeline's files failed.
     #[error(transparent)]
-    Write(#[from] outputs::WriteError),
+    Write(#[from] crate::atomic::AtomicError),
     /// Stopped by Ctrl-C after journaling the finished work; rerun to resume.
     #[error("interrupted; finished work is journaled, rerun the same command to resume")]
     Interrupted,
@@ -370,7 +372,7 @@ pub fn run(
         torn_journal_bytes: prepared.torn_bytes,
     };
     let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
-    outputs::write_atomic(&settings.out.join(outputs::RUN_FILE), &json)?;
+    crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
     if !settings.quiet {
         eprint!("{}", crate::report::summary_table(&report.stats));
     }

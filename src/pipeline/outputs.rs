@@ -1,14 +1,11 @@
 //! The pipeline's own files under OUT (the splits and the card belong to the writer):
 //! `errors.jsonl`, `cleaning.jsonl`, `generations.jsonl`, `chart.png`, `run.json`, and the
-//! journal `journal.bin`. Every file is written atomically (temporary file, fsync, rename,
-//! fsync of the folder) so a kill never leaves half a file.
-
-use std::io::Write;
-use std::path::{Path, PathBuf};
+//! journal `journal.bin`. Every file is written atomically ([`crate::atomic`]: temporary file,
+//! fsync, rename, fsync of the folder) so a kill never leaves half a file.
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::{Generation, ItemKey, Pass};
+use super::backend::{Generation, ItemKey};
 
 /// The journal of completed generations (kept after success; see [`crate::journal`]).
 pub const JOURNAL_FILE: &str = "journal.bin";
@@ -94,46 +91,6 @@ pub struct GenerationLine {
     pub judge_role: Option<String>,
 }
 
-/// File failures.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot write {path}: {source}")]
-pub struct WriteError {
-    /// The file.
-    pub path: PathBuf,
-    /// The I/O error.
-    pub source: std::io::Error,
-}
-
-/// Write `bytes` to `path` atomically: a temporary sibling, `fsync`, rename over `path`,
-/// `fsync` of the folder.
-///
-/// Errors: [`WriteError`].
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let err = |source| WriteError {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(err)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
-        f.write_all(bytes).map_err(err)?;
-        f.sync_all().map_err(err)?;
-    }
-    std::fs::rename(&tmp, path).map_err(err)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(err)
-}
-
 /// Serialise `lines` as JSON lines.
 pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -144,12 +101,4 @@ pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
         }
     }
     out
-}
-
-/// Which pass generated a journal record, for the generation lines.
-pub fn pass_name(pass: Pass) -> &'static str {
-    match pass {
-        Pass::Answer => "answer",
-        Pass::Judge => "judge",
-    }
 }

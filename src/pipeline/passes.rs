@@ -142,6 +142,15 @@ pub(crate) fn plan_row(
     if row.qa.is_empty() {
         return (fail("qa", "row has no questions".into()), None);
     }
+    let family = settings
+        .family
+        .clone()
+        .or_else(|| row.family.clone().filter(|f| !f.is_empty()))
+        .unwrap_or_else(|| DEFAULT_FAMILY.to_string());
+    if !crate::family::is_valid_family_name(&family) {
+        let msg = format!("family {family:?} cannot name a split (ASCII letters, digits, '_')");
+        return (fail("family", msg), None);
+    }
     let cleaned = decisions.clean(&row);
     if cleaned.items.len() != row.qa.len() {
         let msg = format!(
@@ -163,11 +172,6 @@ pub(crate) fn plan_row(
         })
         .collect();
     let bytes = row.image.bytes.clone().unwrap_or_default();
-    let family = settings
-        .family
-        .clone()
-        .or_else(|| row.family.clone().filter(|f| !f.is_empty()))
-        .unwrap_or_else(|| DEFAULT_FAMILY.to_string());
     let clean_meta = serde_json::json!({
         "source_file": row.source_file,
         "row_index": row.row_index,

@@ -12,11 +12,12 @@ use super::backend::{
 };
 use super::control::{kill_self, KillStage, RunControl};
 use super::outputs::{
-    jsonl, write_atomic, CleaningLine, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
-    CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
+    jsonl, CleaningLine, ErrorLine, GenerationLine, PassRecord, CHART_FILE, CLEANING_FILE,
+    ERRORS_FILE, GENERATIONS_FILE,
 };
 use super::passes::{ItemPlan, JudgeRole, RowPlan};
 use super::{JournalOutcome, PipelineError};
+use crate::atomic::write_atomic;
 use crate::record::{AcceptedQa, InputRow, OutputRow, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RunStats};
 use crate::settings::Settings;
@@ -260,7 +261,7 @@ fn write_row_splits(
         *c.stats.split_rows.entry(name.clone()).or_insert(0) += 1;
         *c.stats.split_items.entry(name.clone()).or_insert(0) += n as u64;
         w.sink
-            .write(&name, kind, out)
+            .write(family, kind, out)
             .map_err(PipelineError::Sink)?;
         c.rows_written += 1;
         if w.control
@@ -359,18 +360,13 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
 
     let out = &w.settings.out;
-    write_atomic(&out.join(ERRORS_FILE), &jsonl(&c.errors))?;
-    write_atomic(&out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
-    write_atomic(&out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
+    write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
+    write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
+    write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
     // plotters picks the encoder from the extension: keep `.png` on the temporary name.
     let chart_tmp = out.join(format!(".chart.tmp-{}.png", std::process::id()));
     match chart::draw_chart(&chart_tmp, &c.stats) {
-        Ok(()) => std::fs::rename(&chart_tmp, out.join(CHART_FILE)).map_err(|source| {
-            super::outputs::WriteError {
-                path: out.join(CHART_FILE),
-                source,
-            }
-        })?,
+        Ok(()) => crate::atomic::rename_durable(&chart_tmp, &out.join(CHART_FILE))?,
         // The chart is decoration: a drawing failure is logged, not fatal.
         Err(e) => tracing::warn!("{e}"),
     }

@@ -181,6 +181,8 @@ impl RowSource for MemSource {
 /// completion order differs from input order); can raise the stop flag after `stop_after`
 /// completions, as Ctrl-C would, and then finishes the current batch (the engine step).
 pub struct ScriptedModel {
+    /// Image sha256 → what to answer about it when the question has no `[say:…]`.
+    pub oracle: BTreeMap<String, String>,
     pub max_batch: usize,
     pub calls: usize,
     pub completed: usize,
@@ -190,6 +192,7 @@ pub struct ScriptedModel {
 impl ScriptedModel {
     pub fn new() -> ScriptedModel {
         ScriptedModel {
+            oracle: BTreeMap::new(),
             max_batch: 5,
             calls: 0,
             completed: 0,
@@ -202,7 +205,7 @@ fn digits(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
 
-fn respond(req: &GenRequest) -> Result<Generation, String> {
+fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Generation, String> {
     let text = req.user_text.as_str();
     if text.contains("[engine-fail]") {
         return Err("image processor refused the image".into());
@@ -215,7 +218,14 @@ fn respond(req: &GenRequest) -> Result<Generation, String> {
             let said = text
                 .split_once("[say:")
                 .and_then(|(_, r)| r.rsplit_once(']'))
-                .map_or("1990", |(s, _)| s);
+                .map(|(s, _)| s.to_string())
+                .or_else(|| {
+                    let bytes = req.image.as_deref()?;
+                    oracle
+                        .get(&verisample::dataset::writer::sha256_hex(bytes))
+                        .cloned()
+                })
+                .unwrap_or_else(|| "1990".to_string());
             (
                 format!("<think>\nreading\n</think>\n\n{said}"),
                 FinishReason::Stop,
@@ -270,7 +280,7 @@ impl Generator for ScriptedModel {
                 let r = GenResult {
                     key: req.key,
                     pass: req.pass,
-                    outcome: respond(req),
+                    outcome: respond(req, &self.oracle),
                 };
                 if on_done(r).is_break() {
                     stop = true;
@@ -305,13 +315,8 @@ impl JsonlSink {
 }
 
 impl SplitSink for JsonlSink {
-    fn write(
-        &mut self,
-        split_name: &str,
-        _kind: SplitKind,
-        row: SplitRow,
-    ) -> Result<(), BackendError> {
-        let buf = self.staged.entry(split_name.to_string()).or_default();
+    fn write(&mut self, family: &str, kind: SplitKind, row: SplitRow) -> Result<(), BackendError> {
+        let buf = self.staged.entry(kind.split_name(family)).or_default();
         match row {
             SplitRow::Accepted(r) => serde_json::to_writer(&mut *buf, &r)?,
             SplitRow::Rejected(r) => serde_json::to_writer(&mut *buf, &r)?,
@@ -324,13 +329,10 @@ impl SplitSink for JsonlSink {
         let data = self.out.join("data");
         std::fs::create_dir_all(&data)?;
         for (name, bytes) in &self.staged {
-            verisample::pipeline::outputs::write_atomic(
-                &data.join(format!("{name}.jsonl")),
-                bytes,
-            )?;
+            verisample::atomic::write_atomic(data.join(format!("{name}.jsonl")), bytes)?;
         }
-        verisample::pipeline::outputs::write_atomic(
-            &self.out.join("README.md"),
+        verisample::atomic::write_atomic(
+            self.out.join("README.md"),
             format!("# test dataset\n\n{card_stats}").as_bytes(),
         )?;
         Ok(())
