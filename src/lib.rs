@@ -1,10 +1,12 @@
 //! verisample: turn a visual-QA dataset into verified training data with a VLM.
 
 pub mod atomic;
+pub mod bench;
 pub mod check;
 pub mod clean;
 pub mod cli;
 pub mod dataset;
+pub mod engine;
 pub mod family;
 pub mod journal;
 pub mod judge;

@@ -1,3 +1,49 @@
 //! VLM architectures on candle (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), built for a batch engine.
+//!
+//! # Public API (what the engine calls)
+//!
+//! Load once:
+//! - [`VlModel::load`]`(dir, dtype, &device)` → model (config, safetensors, vision + decoder);
+//!   [`VlModel::new_kv_cache`] or [`KvCache::new`] with [`VlModel::text_spec`] sizes.
+//! - [`ImageProcessor::from_dir`]`(dir)` → `preprocessor_config.json`; [`ImageLimits`] guard.
+//! - [`PromptBuilder::from_dir`]`(dir, model.image_token_id(), processor.merge_size)`.
+//!
+//! Per request:
+//! - [`ImageProcessor::preprocess`]`(bytes)` → [`ProcessedImage`] (`pixel_values`, `grid_thw`).
+//! - [`PromptBuilder::encode`]`(&[ChatMessage], RenderOptions, &[grid_thw])` → prompt ids with
+//!   image pads expanded.
+//! - [`get_rope_index`]`(ids, grids, image_token_id, merge)` → [`RopeIndex`] (M-RoPE positions
+//!   `[3][len]` and `rope_delta`); decode positions via [`decode_position`].
+//! - [`VlModel::encode_images`]`(&VisionInputs)` → [`ImageEmbeds`] (attention within each image).
+//!
+//! Per step (prefill chunks and decodes mixed in one ragged batch):
+//! - [`VlModel::forward`]`(&StepInput { input_ids, images }, &BatchMeta, &mut KvCache)` →
+//!   logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
+//!
+//! Modules: [`config`] (config.json), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
+//! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`],
+//! [`model`], [`batch`] (the engine interface types).
 
 pub mod batch;
+pub mod chat;
+pub mod config;
+pub mod layers;
+pub mod model;
+pub mod processor;
+mod resample;
+pub mod rope_index;
+pub mod text;
+pub mod vision;
+
+pub use batch::{BatchMeta, KvCache};
+pub use chat::{
+    ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
+};
+pub use config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec, SUPPORTED_MODEL_TYPES};
+pub use model::{LoadError, StepInput, VlModel};
+pub use processor::{
+    smart_resize, ImageLimits, ImageProcessor, ProcessedImage, ProcessorError, RgbImage,
+    VisionInputs,
+};
+pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
+pub use vision::ImageEmbeds;

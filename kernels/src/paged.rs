@@ -1,0 +1,221 @@
+//! `paged_attention`: ragged causal attention of a flattened batch of queries over the paged
+//! KV cache, with grouped-query attention (GQA).
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use crate::{require_cpu, Element, KernelError};
+
+const NAME: &str = "paged_attention";
+
+/// Batch metadata for [`paged_attention`] (the fields of `verisample_models::batch::BatchMeta`
+/// the kernel needs).
+#[derive(Debug, Clone, Copy)]
+pub struct PagedAttentionParams<'a> {
+    /// New tokens per sequence in this step; they sum to `total_tokens`.
+    pub query_lens: &'a [usize],
+    /// Tokens in the cache per sequence after this step (past + new), `>= query_lens[i]`.
+    pub context_lens: &'a [usize],
+    /// Cache blocks of each sequence, in order; must cover `context_lens[i]` tokens.
+    pub block_tables: &'a [Vec<u32>],
+    /// Softmax scale, usually `head_dim^-0.5`.
+    pub scale: f32,
+}
+
+/// Attention of `query` `[total_tokens, n_heads, head_dim]` over `key_cache`/`value_cache`
+/// `[num_blocks, block_size, n_kv_heads, head_dim]` (already holding this step's keys/values,
+/// see [`crate::reshape_and_cache`]); returns `[total_tokens, n_heads, head_dim]` in the query
+/// dtype.
+///
+/// Query `j` of sequence `s` attends to cache positions `0..=context_lens[s] - query_lens[s] + j`.
+/// Head `h` reads KV head `h / (n_heads / n_kv_heads)` (GQA). Softmax is the numerically stable
+/// one (max subtracted); products and sums accumulate in f32 whatever the storage dtype
+/// (f32/f16/bf16; query and cache must share it). Parallel over tokens × heads with rayon.
+///
+/// Errors: [`KernelError::Invalid`] for inconsistent shapes/metadata (lengths, a block table
+/// too short, a block id out of range, `n_heads % n_kv_heads != 0`);
+/// [`KernelError::UnsupportedDevice`] off the CPU.
+pub fn paged_attention(
+    query: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    params: &PagedAttentionParams<'_>,
+) -> Result<Tensor, KernelError> {
+    for t in [query, key_cache, value_cache] {
+        require_cpu(NAME, t)?;
+    }
+    let invalid = |msg: String| KernelError::Invalid { kernel: NAME, msg };
+    let (total, n_heads, hd) = query.dims3()?;
+    let (num_blocks, block_size, kvh, hd_c) = key_cache.dims4()?;
+    if value_cache.dims() != key_cache.dims() {
+        return Err(invalid(format!(
+            "value cache {:?} differs from key cache {:?}",
+            value_cache.dims(),
+            key_cache.dims()
+        )));
+    }
+    if hd != hd_c || kvh == 0 || n_heads % kvh != 0 {
+        return Err(invalid(format!(
+            "query {:?} incompatible with cache {:?}",
+            query.dims(),
+            key_cache.dims()
+        )));
+    }
+    let n = params.query_lens.len();
+    if params.context_lens.len() != n || params.block_tables.len() != n {
+        return Err(invalid(format!(
+            "{} query_lens, {} context_lens, {} block tables",
+            n,
+            params.context_lens.len(),
+            params.block_tables.len()
+        )));
+    }
+    if params.query_lens.iter().sum::<usize>() != total {
+        return Err(invalid(format!(
+            "query_lens sum to {} but there are {total} query rows",
+            params.query_lens.iter().sum::<usize>()
+        )));
+    }
+    // Per token: (sequence, cache position of the token).
+    let mut tokens = Vec::with_capacity(total);
+    for s in 0..n {
+        let (q, c) = (params.query_lens[s], params.context_lens[s]);
+        if q > c {
+            return Err(invalid(format!(
+                "sequence {s}: query_len {q} > context_len {c}"
+            )));
+        }
+        let table = &params.block_tables[s];
+        if table.len() * block_size < c {
+            return Err(invalid(format!(
+                "sequence {s}: {} blocks of {block_size} cannot hold {c} tokens",
+                table.len()
+            )));
+        }
+        if let Some(b) = table[..c.div_ceil(block_size)]
+            .iter()
+            .find(|&&b| b as usize >= num_blocks)
+        {
+            return Err(invalid(format!(
+                "sequence {s}: block {b} outside the pool of {num_blocks}"
+            )));
+        }
+        tokens.extend((0..q).map(|j| (s, c - q + j)));
+    }
+    let op = PagedOp {
+        tokens,
+        block_tables: params.block_tables,
+        block_size,
+        n_heads,
+        kv_heads: kvh,
+        head_dim: hd,
+        scale: params.scale,
+    };
+    let out = query.contiguous()?.apply_op3_no_bwd(
+        &key_cache.contiguous()?,
+        &value_cache.contiguous()?,
+        &op,
+    )?;
+    Ok(out)
+}
+
+struct PagedOp<'a> {
+    tokens: Vec<(usize, usize)>,
+    block_tables: &'a [Vec<u32>],
+    block_size: usize,
+    n_heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    scale: f32,
+}
+
+impl PagedOp<'_> {
+    fn run<T: Element>(&self, q: &[T], k: &[T], v: &[T]) -> Vec<T> {
+        let (hd, nh) = (self.head_dim, self.n_heads);
+        let group = nh / self.kv_heads;
+        let mut out = vec![T::from_f32(0.0); self.tokens.len() * nh * hd];
+        out.par_chunks_mut(hd).enumerate().for_each_init(
+            || (vec![0f32; hd], Vec::<f32>::new(), vec![0f32; hd]),
+            |(qf, scores, acc), (row, o)| {
+                let (tok, h) = (row / nh, row % nh);
+                let (seq, pos) = self.tokens[tok];
+                let table = &self.block_tables[seq];
+                let kvh = h / group;
+                let qrow = &q[row * hd..(row + 1) * hd];
+                for (dst, &x) in qf.iter_mut().zip(qrow) {
+                    *dst = x.to_f32() * self.scale;
+                }
+                let offset = |p: usize| {
+                    let slot =
+                        table[p / self.block_size] as usize * self.block_size + p % self.block_size;
+                    (slot * self.kv_heads + kvh) * hd
+                };
+                scores.clear();
+                let mut max = f32::NEG_INFINITY;
+                for p in 0..=pos {
+                    let off = offset(p);
+                    let s: f32 = k[off..off + hd]
+                        .iter()
+                        .zip(qf.iter())
+                        .map(|(&kx, &qx)| kx.to_f32() * qx)
+                        .sum();
+                    max = max.max(s);
+                    scores.push(s);
+                }
+                let mut denom = 0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    denom += *s;
+                }
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                for (p, &w) in scores.iter().enumerate() {
+                    let off = offset(p);
+                    for (a, &vx) in acc.iter_mut().zip(&v[off..off + hd]) {
+                        *a += w * vx.to_f32();
+                    }
+                }
+                for (dst, &a) in o.iter_mut().zip(acc.iter()) {
+                    *dst = T::from_f32(a / denom);
+                }
+            },
+        );
+        out
+    }
+}
+
+impl CustomOp3 for PagedOp<'_> {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let shape = Shape::from((self.tokens.len(), self.n_heads, self.head_dim));
+        let (a, b, c) = (l1.start_offset(), l2.start_offset(), l3.start_offset());
+        let out = match (s1, s2, s3) {
+            (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
+                CpuStorage::F32(self.run(&q[a..], &k[b..], &v[c..]))
+            }
+            (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => {
+                CpuStorage::F16(self.run(&q[a..], &k[b..], &v[c..]))
+            }
+            (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
+                CpuStorage::BF16(self.run(&q[a..], &k[b..], &v[c..]))
+            }
+            (q, k, _) => candle_core::bail!(
+                "{NAME}: unsupported dtypes query {:?} / cache {:?} (f32, f16, bf16; must match)",
+                q.dtype(),
+                k.dtype()
+            ),
+        };
+        Ok((out, shape))
+    }
+}

@@ -1,0 +1,252 @@
+//! `reshape_and_cache` + `paged_attention` against a dense naive reference.
+
+use candle_core::{DType, Device, Tensor};
+use verisample_kernels::{paged_attention, reshape_and_cache, KernelError, PagedAttentionParams};
+
+/// Deterministic pseudo-random floats in [-1, 1) (64-bit LCG, Knuth's constants).
+fn lcg(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+struct Case {
+    query_lens: Vec<usize>,
+    context_lens: Vec<usize>,
+    n_heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+}
+
+/// Dense causal attention of one sequence: q `[ql, nh, hd]`, k/v `[c, kvh, hd]`.
+#[allow(clippy::too_many_arguments)]
+fn naive(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ql: usize,
+    c: usize,
+    nh: usize,
+    kvh: usize,
+    hd: usize,
+) -> Vec<f32> {
+    let mut out = vec![0f32; ql * nh * hd];
+    let scale = 1.0 / (hd as f32).sqrt();
+    for j in 0..ql {
+        let pos = c - ql + j;
+        for h in 0..nh {
+            let g = h / (nh / kvh);
+            let qr = &q[(j * nh + h) * hd..(j * nh + h + 1) * hd];
+            let scores: Vec<f64> = (0..=pos)
+                .map(|p| {
+                    let kr = &k[(p * kvh + g) * hd..(p * kvh + g + 1) * hd];
+                    qr.iter()
+                        .zip(kr)
+                        .map(|(a, b)| (*a as f64) * (*b as f64))
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = (0..=pos)
+                    .map(|p| e[p] * v[(p * kvh + g) * hd + d] as f64)
+                    .sum();
+                out[(j * nh + h) * hd + d] = (acc / z) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// Runs the case through the paged kernels in `dtype`; returns (paged output, reference) in f32.
+fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
+    let dev = Device::Cpu;
+    let (nh, kvh, hd, bs) = (case.n_heads, case.kv_heads, case.head_dim, case.block_size);
+    let blocks_per_seq: Vec<usize> = case.context_lens.iter().map(|c| c.div_ceil(bs)).collect();
+    let num_blocks: usize = blocks_per_seq.iter().sum::<usize>() + 3;
+    // Interleave block ids across sequences so tables are not contiguous.
+    let mut ids: Vec<u32> = (0..num_blocks as u32).rev().collect();
+    ids.rotate_left(2);
+    let mut tables = Vec::new();
+    let mut next = 0;
+    for &nb in &blocks_per_seq {
+        tables.push(ids[next..next + nb].to_vec());
+        next += nb;
+    }
+    let kc = Tensor::zeros((num_blocks, bs, kvh, hd), dtype, &dev).unwrap();
+    let vc = kc.zeros_like().unwrap();
+    let slot = |s: usize, p: usize| tables[s][p / bs] * bs as u32 + (p % bs) as u32;
+    let mut q_all = Vec::new();
+    let mut reference = Vec::new();
+    for (s, (&ql, &c)) in case.query_lens.iter().zip(&case.context_lens).enumerate() {
+        let k = lcg(100 + s as u64, c * kvh * hd);
+        let v = lcg(200 + s as u64, c * kvh * hd);
+        let q = lcg(300 + s as u64, ql * nh * hd);
+        // Round through the storage dtype so the reference sees the same inputs.
+        let round = |x: Vec<f32>| -> Vec<f32> {
+            Tensor::new(x.as_slice(), &dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let (k, v, q) = (round(k), round(v), round(q));
+        // Past tokens first (as an earlier step would have), then this step's tokens.
+        for range in [0..c - ql, c - ql..c] {
+            if range.is_empty() {
+                continue;
+            }
+            let n = range.len();
+            let kt = Tensor::from_slice(
+                &k[range.start * kvh * hd..range.end * kvh * hd],
+                (n, kvh, hd),
+                &dev,
+            )
+            .unwrap();
+            let vt = Tensor::from_slice(
+                &v[range.start * kvh * hd..range.end * kvh * hd],
+                (n, kvh, hd),
+                &dev,
+            )
+            .unwrap();
+            let slots: Vec<u32> = range.clone().map(|p| slot(s, p)).collect();
+            reshape_and_cache(&kt, &vt, &kc, &vc, &slots).unwrap();
+        }
+        reference.extend(naive(&q, &k, &v, ql, c, nh, kvh, hd));
+        q_all.extend(q);
+    }
+    let total: usize = case.query_lens.iter().sum();
+    let q = Tensor::from_slice(&q_all, (total, nh, hd), &dev)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap();
+    let params = PagedAttentionParams {
+        query_lens: &case.query_lens,
+        context_lens: &case.context_lens,
+        block_tables: &tables,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let out = paged_attention(&q, &kc, &vc, &params).unwrap();
+    assert_eq!(out.dims(), &[total, nh, hd]);
+    assert_eq!(out.dtype(), dtype);
+    let out = out
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    (out, reference)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn mixed_case() -> Case {
+    // Prefill from scratch, chunked prefill on top of a prefix, two decodes, GQA 4:2.
+    Case {
+        query_lens: vec![7, 5, 1, 1],
+        context_lens: vec![7, 13, 9, 1],
+        n_heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        block_size: 4,
+    }
+}
+
+#[test]
+fn f32_matches_dense_reference() {
+    for case in [
+        mixed_case(),
+        Case {
+            query_lens: vec![33],
+            context_lens: vec![33],
+            n_heads: 2,
+            kv_heads: 2,
+            head_dim: 8,
+            block_size: 16,
+        },
+        Case {
+            query_lens: vec![1, 2, 3],
+            context_lens: vec![40, 2, 17],
+            n_heads: 6,
+            kv_heads: 1,
+            head_dim: 32,
+            block_size: 8,
+        },
+    ] {
+        let (out, reference) = run(&case, DType::F32);
+        let d = max_abs_diff(&out, &reference);
+        assert!(d <= 1e-5, "max |Δ| = {d}");
+    }
+}
+
+#[test]
+fn half_precision_accumulates_in_f32() {
+    for (dtype, tol) in [(DType::F16, 2e-3), (DType::BF16, 1.6e-2)] {
+        let (out, reference) = run(&mixed_case(), dtype);
+        let d = max_abs_diff(&out, &reference);
+        assert!(d <= tol, "{dtype:?}: max |Δ| = {d}");
+    }
+}
+
+#[test]
+fn first_query_of_a_fresh_prefill_returns_its_own_value() {
+    // Position 0 attends to itself only: the output is exactly v[0].
+    let case = Case {
+        query_lens: vec![3],
+        context_lens: vec![3],
+        n_heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+        block_size: 2,
+    };
+    let (out, _) = run(&case, DType::F32);
+    let v = lcg(200, 3 * 4);
+    assert_eq!(&out[0..4], &v[0..4]);
+    assert_eq!(&out[4..8], &v[0..4]);
+}
+
+#[test]
+fn bad_metadata_is_a_typed_error() {
+    let dev = Device::Cpu;
+    let kc = Tensor::zeros((2, 4, 1, 8), DType::F32, &dev).unwrap();
+    let q = Tensor::zeros((3, 2, 8), DType::F32, &dev).unwrap();
+    let tables = vec![vec![0u32]];
+    // 5 tokens do not fit one block of 4.
+    let params = PagedAttentionParams {
+        query_lens: &[3],
+        context_lens: &[5],
+        block_tables: &tables,
+        scale: 1.0,
+    };
+    assert!(matches!(
+        paged_attention(&q, &kc, &kc, &params),
+        Err(KernelError::Invalid { .. })
+    ));
+    // Slot 8 is outside 2 blocks x 4.
+    let k = Tensor::zeros((1, 1, 8), DType::F32, &dev).unwrap();
+    let vc = kc.zeros_like().unwrap();
+    assert!(matches!(
+        reshape_and_cache(&k, &k, &kc, &vc, &[8]),
+        Err(KernelError::Invalid { .. })
+    ));
+}

@@ -1,0 +1,228 @@
+//! Layers shared by every tower and decoder: norms, activations, MLPs, rotary embeddings and
+//! the non-causal segment attention of the vision towers. Family differences are arguments.
+
+use candle_core::{DType, Module, Result, Tensor, D};
+use candle_nn::{Linear, VarBuilder};
+
+/// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// `silu`.
+    Silu,
+    /// `quick_gelu`: `x * sigmoid(1.702 x)`.
+    QuickGelu,
+    /// `gelu` (exact, erf).
+    GeluErf,
+    /// `gelu_pytorch_tanh` (tanh approximation).
+    GeluTanh,
+}
+
+impl Act {
+    /// Parses a transformers activation name.
+    ///
+    /// Errors: a candle `Msg` error naming the unsupported activation.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Ok(match name {
+            "silu" | "swish" => Self::Silu,
+            "quick_gelu" => Self::QuickGelu,
+            "gelu" => Self::GeluErf,
+            "gelu_pytorch_tanh" | "gelu_new" => Self::GeluTanh,
+            other => candle_core::bail!("unsupported activation `{other}`"),
+        })
+    }
+
+    /// Applies the activation element-wise.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Silu => x.silu(),
+            Self::QuickGelu => x.mul(&candle_nn::ops::sigmoid(&(x * 1.702)?)?),
+            Self::GeluErf => x.gelu_erf(),
+            Self::GeluTanh => x.gelu(),
+        }
+    }
+}
+
+/// A linear layer `y = x Wᵀ (+ b)` loaded from `<prefix>.weight` (and `.bias`).
+pub fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Linear> {
+    candle_nn::linear_b(in_dim, out_dim, bias, vb)
+}
+
+/// RMSNorm (`weight * x / sqrt(mean(x²) + eps)`), transformers `Qwen2RMSNorm`.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// Loads `<prefix>.weight` `[dim]`.
+    pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get(dim, "weight")?,
+            eps: eps as f32,
+        })
+    }
+
+    /// Normalises over the last dimension.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+    }
+}
+
+/// LayerNorm or RMSNorm, per family.
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// `nn.LayerNorm` with weight and bias.
+    Layer(candle_nn::LayerNorm),
+    /// RMSNorm with weight.
+    Rms(RmsNorm),
+}
+
+impl Norm {
+    /// Loads a LayerNorm (`rms == false`) or an RMSNorm of width `dim`.
+    pub fn new(rms: bool, dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(if rms {
+            Self::Rms(RmsNorm::new(dim, eps, vb)?)
+        } else {
+            Self::Layer(candle_nn::layer_norm(dim, eps, vb)?)
+        })
+    }
+
+    /// Normalises over the last dimension.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Layer(n) => n.forward(&x.contiguous()?),
+            Self::Rms(n) => n.forward(x),
+        }
+    }
+}
+
+/// Feed-forward block: gated `down(act(gate(x)) * up(x))` or plain `fc2(act(fc1(x)))`.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    gate: Option<Linear>,
+    up: Linear,
+    down: Linear,
+    act: Act,
+}
+
+/// Tensor names of an MLP in the checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub enum MlpNames {
+    /// `gate_proj` / `up_proj` / `down_proj` (gated).
+    Gated,
+    /// `fc1` / `fc2` (Qwen2-VL vision).
+    Fc,
+    /// `linear_fc1` / `linear_fc2` (Qwen3-VL vision).
+    LinearFc,
+}
+
+impl Mlp {
+    /// Loads an MLP `dim → inner → dim` with the given names, bias and activation.
+    pub fn new(
+        dim: usize,
+        inner: usize,
+        names: MlpNames,
+        bias: bool,
+        act: Act,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let (gate, up, down) = match names {
+            MlpNames::Gated => (
+                Some(linear(dim, inner, bias, vb.pp("gate_proj"))?),
+                linear(dim, inner, bias, vb.pp("up_proj"))?,
+                linear(inner, dim, bias, vb.pp("down_proj"))?,
+            ),
+            MlpNames::Fc => (
+                None,
+                linear(dim, inner, bias, vb.pp("fc1"))?,
+                linear(inner, dim, bias, vb.pp("fc2"))?,
+            ),
+            MlpNames::LinearFc => (
+                None,
+                linear(dim, inner, bias, vb.pp("linear_fc1"))?,
+                linear(inner, dim, bias, vb.pp("linear_fc2"))?,
+            ),
+        };
+        Ok(Self {
+            gate,
+            up,
+            down,
+            act,
+        })
+    }
+
+    /// `[n, dim] → [n, dim]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = match &self.gate {
+            Some(g) => (self.act.forward(&g.forward(x)?)? * self.up.forward(x)?)?,
+            None => self.act.forward(&self.up.forward(x)?)?,
+        };
+        self.down.forward(&h)
+    }
+}
+
+/// Rotary inverse frequencies `1 / theta^(2i/dim)` for `i < dim/2`, computed in f32 as
+/// transformers does (`torch.arange(0, dim, 2, dtype=float) / dim`).
+pub fn inv_freq(dim: usize, theta: f64) -> Vec<f32> {
+    (0..dim / 2)
+        .map(|i| 1.0f32 / (theta as f32).powf((2 * i) as f32 / dim as f32))
+        .collect()
+}
+
+/// Applies rotary embeddings (rotate-half layout) to `x` `[n, heads, head_dim]` with `cos`/`sin`
+/// `[n, head_dim / 2]` (the first half of transformers' duplicated `[freq, freq]` tables).
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let x4 = x.to_dtype(cos.dtype())?.unsqueeze(0)?.contiguous()?;
+    candle_nn::rotary_emb::rope_thd(&x4, cos, sin)?
+        .squeeze(0)?
+        .to_dtype(dtype)
+}
+
+/// `cos`/`sin` tables `[n, half]` from per-token angles `angles[n][half]` (f32, as torch).
+pub fn cos_sin(
+    angles: &[f32],
+    n: usize,
+    half: usize,
+    device: &candle_core::Device,
+) -> Result<(Tensor, Tensor)> {
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    Ok((
+        Tensor::from_vec(cos, (n, half), device)?,
+        Tensor::from_vec(sin, (n, half), device)?,
+    ))
+}
+
+/// Bidirectional attention restricted to segments: `q`, `k`, `v` `[n, heads, head_dim]`; row
+/// ranges `segments` (e.g. one per image, or one per window) never attend to each other.
+/// Softmax in f32 (transformers eager). Returns `[n, heads, head_dim]`.
+pub fn segment_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segments: &[(usize, usize)],
+    scale: f64,
+) -> Result<Tensor> {
+    let dtype = q.dtype();
+    let mut outs = Vec::with_capacity(segments.len());
+    for &(start, len) in segments {
+        if len == 0 {
+            continue;
+        }
+        // [heads, len, hd]
+        let qs = q.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
+        let ks = k.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
+        let vs = v.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
+        let w = (qs.matmul(&ks.t()?)? * scale)?;
+        let w = candle_nn::ops::softmax_last_dim(&w.to_dtype(DType::F32)?)?.to_dtype(dtype)?;
+        outs.push(w.matmul(&vs)?.transpose(0, 1)?);
+    }
+    Tensor::cat(&outs, 0)?.contiguous()
+}
+
+/// Sums the last dimension after an element-wise product (a small helper for weighted gathers).
+pub fn weighted_sum(rows: &Tensor, weights: &Tensor) -> Result<Tensor> {
+    rows.broadcast_mul(&weights.unsqueeze(D::Minus1)?)?.sum(1)
+}

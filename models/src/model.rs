@@ -1,0 +1,299 @@
+//! A loaded Qwen-VL checkpoint: vision tower + decoder, glued for a batch engine.
+//!
+//! The model owns weights only: no KV cache, no per-call state. Each call takes the token ids
+//! of one step, the image embeddings for the image-pad tokens among them, the step's
+//! [`BatchMeta`] and the engine's [`KvCache`].
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Result as CResult, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::batch::{BatchMeta, KvCache};
+use crate::config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec};
+use crate::processor::VisionInputs;
+use crate::text::TextModel;
+use crate::vision::{ImageEmbeds, VisionTower};
+
+/// Errors loading a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// `config.json` is invalid or unsupported.
+    #[error("{path}: {source}")]
+    Config {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: ConfigError,
+    },
+    /// The directory has neither `model.safetensors` nor `model.safetensors.index.json`, or the
+    /// index is malformed.
+    #[error("{0}")]
+    Weights(String),
+    /// A tensor is missing, mis-shaped, or the dtype is unsupported (the message names it).
+    #[error("loading weights: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// One step's inputs for [`VlModel::forward`].
+#[derive(Debug, Clone, Copy)]
+pub struct StepInput<'a> {
+    /// Token ids of the step, `[total_tokens]`, sequences concatenated as in [`BatchMeta`].
+    pub input_ids: &'a [u32],
+    /// Embeddings for the image-pad tokens of this step, in order of appearance (rows must
+    /// equal the number of `image_token_id` tokens in `input_ids`); `None` if there are none.
+    pub images: Option<&'a ImageEmbeds>,
+}
+
+/// A Qwen2-VL / Qwen2.5-VL / Qwen3-VL model.
+pub struct VlModel {
+    config: ModelConfig,
+    text_spec: TextSpec,
+    vision_spec: VisionSpec,
+    vision: VisionTower,
+    text: TextModel,
+    device: Device,
+    dtype: DType,
+}
+
+/// Safetensors files of a checkpoint: `model.safetensors`, or the shards named by
+/// `model.safetensors.index.json` (`weight_map` values, deduplicated, sorted).
+///
+/// Errors: [`LoadError::Weights`] when neither exists; [`LoadError::Io`] for unreadable files.
+pub fn safetensors_files(dir: &Path) -> std::result::Result<Vec<PathBuf>, LoadError> {
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => LoadError::Weights(format!(
+            "{}: no model.safetensors or model.safetensors.index.json",
+            dir.display()
+        )),
+        _ => LoadError::Io {
+            path: index.clone(),
+            source,
+        },
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| LoadError::Weights(format!("{}: {e}", index.display())))?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| LoadError::Weights(format!("{}: no weight_map", index.display())))?;
+    let mut files: Vec<String> = map
+        .values()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    files.sort();
+    files.dedup();
+    Ok(files.into_iter().map(|f| dir.join(f)).collect())
+}
+
+impl VlModel {
+    /// Loads `config.json` and the safetensors weights (memory-mapped, converted to `dtype`:
+    /// f32, bf16 or f16) from a checkpoint directory onto `device`.
+    ///
+    /// Accepts both tensor layouts: published (`visual.*`, `model.layers.*`) and transformers 5
+    /// (`model.visual.*`, `model.language_model.*`); `lm_head.weight` unless embeddings are tied.
+    ///
+    /// Errors: [`LoadError`] naming the file or the missing / mis-shaped tensor.
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> std::result::Result<Self, LoadError> {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|source| LoadError::Io {
+            path: cfg_path.clone(),
+            source,
+        })?;
+        let config = ModelConfig::from_json(&text).map_err(|source| LoadError::Config {
+            path: cfg_path.clone(),
+            source,
+        })?;
+        if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+            return Err(LoadError::Weights(format!(
+                "unsupported dtype {dtype:?} (f32, bf16, f16)"
+            )));
+        }
+        let files = safetensors_files(dir)?;
+        // SAFETY: the files are memory-mapped read-only; like every mmap user we rely on them
+        // not being modified while the model is alive (candle's documented contract).
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files, dtype, device)? };
+        Self::from_var_builder(config, vb, dtype, device)
+    }
+
+    /// Builds the model from a parsed config and a `VarBuilder` at the checkpoint root.
+    ///
+    /// Errors: [`LoadError::Config`] for inconsistent configs, [`LoadError::Candle`] for weights.
+    pub fn from_var_builder(
+        config: ModelConfig,
+        vb: VarBuilder,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Self, LoadError> {
+        let text_spec = config.text().map_err(|source| LoadError::Config {
+            path: PathBuf::from("config.json"),
+            source,
+        })?;
+        let vision_spec = config.vision();
+        let (text_prefix, vision_prefix) =
+            if vb.contains_tensor("model.language_model.embed_tokens.weight") {
+                ("model.language_model", "model.visual")
+            } else {
+                ("model", "visual")
+            };
+        let vision = VisionTower::new(&vision_spec, vb.pp(vision_prefix))?;
+        let text = TextModel::new(&text_spec, vb.pp(text_prefix), vb.clone())?;
+        Ok(Self {
+            config,
+            text_spec,
+            vision_spec,
+            vision,
+            text,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    /// The parsed `config.json`.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The family.
+    pub fn family(&self) -> Family {
+        self.config.family()
+    }
+
+    /// Resolved decoder spec (layers, KV heads, head_dim for sizing the [`KvCache`]).
+    pub fn text_spec(&self) -> &TextSpec {
+        &self.text_spec
+    }
+
+    /// Resolved vision spec.
+    pub fn vision_spec(&self) -> &VisionSpec {
+        &self.vision_spec
+    }
+
+    /// `<|image_pad|>` id.
+    pub fn image_token_id(&self) -> u32 {
+        self.config.token_ids().image_token_id
+    }
+
+    /// Device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Weight dtype (use it for the [`KvCache`] too).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Allocates a KV cache sized for this model (`num_blocks` × `block_size` tokens).
+    ///
+    /// Errors: allocation failures.
+    pub fn new_kv_cache(&self, num_blocks: usize, block_size: usize) -> CResult<KvCache> {
+        let s = &self.text_spec;
+        KvCache::new(
+            s.num_layers,
+            num_blocks,
+            block_size,
+            s.num_kv_heads,
+            s.head_dim,
+            self.dtype,
+            &self.device,
+        )
+    }
+
+    /// Runs the vision tower on a batch of images (attention stays inside each image).
+    ///
+    /// Errors: candle errors when `pixel_values` does not match `grid_thw`.
+    pub fn encode_images(&self, inputs: &VisionInputs) -> CResult<ImageEmbeds> {
+        self.vision.forward(
+            &inputs.pixel_values.to_device(&self.device)?,
+            &inputs.grid_thw,
+        )
+    }
+
+    /// Token embeddings with image embeddings spliced in at the image-pad positions:
+    /// `[total_tokens, hidden]`, plus the image-pad row indices (u32, for DeepStack).
+    ///
+    /// Errors: when the number of image-pad tokens differs from the embedding rows.
+    pub fn input_embeds(&self, input: &StepInput<'_>) -> CResult<(Tensor, Option<Tensor>)> {
+        let text = self.text.embed(input.input_ids, &self.device)?;
+        let image_tok = self.image_token_id();
+        let rows: Vec<u32> = input
+            .input_ids
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t == image_tok)
+            .map(|(i, _)| i as u32)
+            .collect();
+        let have = input
+            .images
+            .map(|e| e.embeds.dim(0))
+            .transpose()?
+            .unwrap_or(0);
+        if rows.len() != have {
+            candle_core::bail!(
+                "{} image tokens in the step but {have} image embeddings",
+                rows.len()
+            );
+        }
+        let Some(images) = input.images.filter(|_| !rows.is_empty()) else {
+            return Ok((text, None));
+        };
+        // Gather from [text rows; image rows]: row r is text r or image k for the k-th pad.
+        let n = input.input_ids.len();
+        let mut gather: Vec<u32> = (0..n as u32).collect();
+        for (k, &r) in rows.iter().enumerate() {
+            gather[r as usize] = (n + k) as u32;
+        }
+        let all = Tensor::cat(&[text, images.embeds.to_dtype(self.dtype)?], 0)?;
+        let embeds = all.index_select(&Tensor::new(gather.as_slice(), &self.device)?, 0)?;
+        Ok((embeds, Some(Tensor::new(rows.as_slice(), &self.device)?)))
+    }
+
+    /// One engine step: embeds `input.input_ids` (splicing `input.images`), runs the decoder
+    /// over the ragged batch described by `meta`, writes K/V into `cache`, and returns logits
+    /// `[meta.logits_indices.len(), vocab]` (f32).
+    ///
+    /// Errors: candle/kernel errors for inconsistent inputs or an unsupported device.
+    pub fn forward(
+        &self,
+        input: &StepInput<'_>,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+    ) -> CResult<Tensor> {
+        let (embeds, rows) = self.input_embeds(input)?;
+        let deepstack = match (&rows, input.images) {
+            (Some(r), Some(img)) if !img.deepstack.is_empty() => {
+                Some((r, img.deepstack.as_slice()))
+            }
+            _ => None,
+        };
+        self.text.forward(&embeds, meta, cache, deepstack)
+    }
+
+    /// Same as [`Self::forward`] from precomputed input embeddings `[total_tokens, hidden]`
+    /// (DeepStack features, if any, added at `deepstack.0` rows).
+    ///
+    /// Errors: as [`Self::forward`].
+    pub fn forward_embeds(
+        &self,
+        embeds: &Tensor,
+        deepstack: Option<(&Tensor, &[Tensor])>,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+    ) -> CResult<Tensor> {
+        self.text.forward(embeds, meta, cache, deepstack)
+    }
+}

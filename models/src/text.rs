@@ -1,0 +1,243 @@
+//! The language model: Qwen2 decoder (Qwen2-VL, Qwen2.5-VL) or Qwen3 decoder (Qwen3-VL, q/k
+//! RMSNorm, interleaved M-RoPE) over a flattened ragged batch and the paged KV cache.
+//!
+//! Reference: transformers `Qwen2VLTextModel` / `Qwen3VLTextModel`. M-RoPE: rotary pair `i` of a
+//! head takes its position from axis `t`, `h` or `w` — contiguous chunks of `mrope_section`
+//! (Qwen2) or interleaved `t h w t h w …` for the first `3·section[1..]` pairs (Qwen3).
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Embedding, Linear, VarBuilder};
+use verisample_kernels::{paged_attention, reshape_and_cache, PagedAttentionParams};
+
+use crate::batch::{BatchMeta, KvCache};
+use crate::config::TextSpec;
+use crate::layers::{apply_rotary, cos_sin, inv_freq, linear, Act, Mlp, MlpNames, RmsNorm};
+
+struct Layer {
+    input_norm: RmsNorm,
+    post_norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    mlp: Mlp,
+}
+
+/// The decoder with its embeddings and LM head.
+pub struct TextModel {
+    spec: TextSpec,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    inv_freq: Vec<f32>,
+    /// Axis (0 = t, 1 = h, 2 = w) of each rotary pair.
+    pair_axis: Vec<usize>,
+}
+
+impl TextModel {
+    /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
+    /// `lm_head` from `head_vb` unless embeddings are tied.
+    ///
+    /// Errors: a candle error naming any missing or mis-shaped tensor.
+    pub fn new(spec: &TextSpec, vb: VarBuilder, head_vb: VarBuilder) -> Result<Self> {
+        let (h, hd) = (spec.hidden_size, spec.head_dim);
+        let embed = candle_nn::embedding(spec.vocab_size, h, vb.pp("embed_tokens"))?;
+        let act = Act::from_name(&spec.hidden_act)?;
+        let layers = (0..spec.num_layers)
+            .map(|i| {
+                let l = vb.pp("layers").pp(i);
+                let a = l.pp("self_attn");
+                Ok(Layer {
+                    input_norm: RmsNorm::new(h, spec.rms_norm_eps, l.pp("input_layernorm"))?,
+                    post_norm: RmsNorm::new(
+                        h,
+                        spec.rms_norm_eps,
+                        l.pp("post_attention_layernorm"),
+                    )?,
+                    q: linear(h, spec.num_heads * hd, spec.qkv_bias, a.pp("q_proj"))?,
+                    k: linear(h, spec.num_kv_heads * hd, spec.qkv_bias, a.pp("k_proj"))?,
+                    v: linear(h, spec.num_kv_heads * hd, spec.qkv_bias, a.pp("v_proj"))?,
+                    o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"))?,
+                    q_norm: spec
+                        .qk_norm
+                        .then(|| RmsNorm::new(hd, spec.rms_norm_eps, a.pp("q_norm")))
+                        .transpose()?,
+                    k_norm: spec
+                        .qk_norm
+                        .then(|| RmsNorm::new(hd, spec.rms_norm_eps, a.pp("k_norm")))
+                        .transpose()?,
+                    mlp: Mlp::new(
+                        h,
+                        spec.intermediate_size,
+                        MlpNames::Gated,
+                        false,
+                        act,
+                        l.pp("mlp"),
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(h, spec.rms_norm_eps, vb.pp("norm"))?;
+        let lm_head = if spec.tie_word_embeddings {
+            Linear::new(embed.embeddings().clone(), None)
+        } else {
+            linear(h, spec.vocab_size, false, head_vb.pp("lm_head"))?
+        };
+        Ok(Self {
+            pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
+            inv_freq: inv_freq(hd, spec.rope_theta),
+            spec: spec.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    /// The resolved spec.
+    pub fn spec(&self) -> &TextSpec {
+        &self.spec
+    }
+
+    /// Token embeddings `[n, hidden]` of `ids`.
+    pub fn embed(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        self.embed.forward(&Tensor::new(ids, device)?)
+    }
+
+    /// Runs the decoder over `embeds` `[total_tokens, hidden]` (one step of a ragged batch),
+    /// writing this step's K/V into `cache` at `meta.slot_mapping`, and returns the logits
+    /// `[meta.logits_indices.len(), vocab]` (f32) of the asked rows only.
+    ///
+    /// `deepstack`: Qwen3-VL features added after decoder layer `i` (for `i < len`) to the rows
+    /// `rows` (the image-token rows of this step).
+    ///
+    /// Errors: candle errors for inconsistent shapes/metadata, kernel errors (non-CPU device).
+    pub fn forward(
+        &self,
+        embeds: &Tensor,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+        deepstack: Option<(&Tensor, &[Tensor])>,
+    ) -> Result<Tensor> {
+        let dev = embeds.device().clone();
+        let n = embeds.dim(0)?;
+        if meta.total_tokens() != n
+            || meta.slot_mapping.len() != n
+            || meta.positions.dims() != [3, n]
+        {
+            candle_core::bail!(
+                "batch meta does not match {n} tokens: query_lens sum {}, {} slots, positions {:?}",
+                meta.total_tokens(),
+                meta.slot_mapping.len(),
+                meta.positions.dims()
+            );
+        }
+        if cache.layers.len() != self.layers.len() {
+            candle_core::bail!(
+                "KV cache has {} layers, model has {}",
+                cache.layers.len(),
+                self.layers.len()
+            );
+        }
+        let (cos, sin) = self.rotary(&meta.positions, n, &dev)?;
+        let (nh, kvh, hd) = (
+            self.spec.num_heads,
+            self.spec.num_kv_heads,
+            self.spec.head_dim,
+        );
+        let params = PagedAttentionParams {
+            query_lens: &meta.query_lens,
+            context_lens: &meta.context_lens,
+            block_tables: &meta.block_tables,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let mut x = embeds.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            let h = l.input_norm.forward(&x)?;
+            let mut q = l.q.forward(&h)?.reshape((n, nh, hd))?;
+            let mut k = l.k.forward(&h)?.reshape((n, kvh, hd))?;
+            let v = l.v.forward(&h)?.reshape((n, kvh, hd))?;
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                q = qn.forward(&q)?;
+                k = kn.forward(&k)?;
+            }
+            let q = apply_rotary(&q, &cos, &sin)?;
+            let k = apply_rotary(&k, &cos, &sin)?;
+            let (kc, vc) = &cache.layers[i];
+            reshape_and_cache(&k, &v, kc, vc, &meta.slot_mapping)?;
+            let q = q.to_dtype(kc.dtype())?;
+            let attn = paged_attention(&q, kc, vc, &params)?
+                .to_dtype(x.dtype())?
+                .reshape((n, nh * hd))?;
+            x = (x + l.o.forward(&attn)?)?;
+            x = (&x + l.mlp.forward(&l.post_norm.forward(&x)?)?)?;
+            if let Some((rows, feats)) = deepstack {
+                if let Some(f) = feats.get(i) {
+                    x = x.index_add(rows, &f.to_dtype(x.dtype())?, 0)?;
+                }
+            }
+        }
+        let idx: Vec<u32> = meta.logits_indices.iter().map(|&i| i as u32).collect();
+        if let Some(&bad) = meta.logits_indices.iter().find(|&&i| i >= n) {
+            candle_core::bail!("logits index {bad} outside {n} rows");
+        }
+        let last = x.index_select(&Tensor::new(idx.as_slice(), &dev)?, 0)?;
+        self.lm_head
+            .forward(&self.norm.forward(&last)?)?
+            .to_dtype(DType::F32)
+    }
+
+    /// M-RoPE `cos`/`sin` `[n, head_dim/2]` from positions `[3, n]`.
+    fn rotary(&self, positions: &Tensor, n: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+        let pos: Vec<Vec<u32>> = positions.to_dtype(DType::U32)?.to_vec2()?;
+        let half = self.inv_freq.len();
+        let mut angles = Vec::with_capacity(n * half);
+        for ((&t, &h), &w) in pos[0].iter().zip(&pos[1]).zip(&pos[2]) {
+            let p = [t, h, w];
+            for (i, f) in self.inv_freq.iter().enumerate() {
+                angles.push(p[self.pair_axis[i]] as f32 * f);
+            }
+        }
+        cos_sin(&angles, n, half, dev)
+    }
+}
+
+/// Axis of each rotary pair: contiguous sections (Qwen2-VL `mrope_section` split) or
+/// interleaved (Qwen3-VL: pair `i` is `h` when `i % 3 == 1` and `i < 3·section[1]`, `w` when
+/// `i % 3 == 2` and `i < 3·section[2]`, else `t`).
+pub fn pair_axes(section: [usize; 3], interleaved: bool) -> Vec<usize> {
+    let half: usize = section.iter().sum();
+    (0..half)
+        .map(|i| {
+            if interleaved {
+                match i % 3 {
+                    1 if i < 3 * section[1] => 1,
+                    2 if i < 3 * section[2] => 2,
+                    _ => 0,
+                }
+            } else if i < section[0] {
+                0
+            } else if i < section[0] + section[1] {
+                1
+            } else {
+                2
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pair_axes;
+
+    #[test]
+    fn mrope_axes() {
+        assert_eq!(pair_axes([2, 3, 3], false), vec![0, 0, 1, 1, 1, 2, 2, 2]);
+        // Qwen3-VL interleaved: t h w t h w t h (h/w limited to 3·section).
+        assert_eq!(pair_axes([2, 3, 3], true), vec![0, 1, 2, 0, 1, 2, 0, 1]);
+        assert_eq!(pair_axes([24, 20, 20], true)[57..64], [0, 1, 2, 0, 0, 0, 0]);
+    }
+}

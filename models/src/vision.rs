@@ -1,0 +1,435 @@
+//! Vision towers of Qwen2-VL, Qwen2.5-VL and Qwen3-VL, each followed by its patch merger.
+//!
+//! One implementation; the families differ by switches of [`VisionSpec`]:
+//! - Qwen2-VL: LayerNorm blocks, `fc1/fc2` QuickGELU MLP, full attention per image;
+//! - Qwen2.5-VL: RMSNorm blocks, gated SiLU MLP, window attention except in
+//!   `fullatt_block_indexes` (patches permuted into windows, un-permuted after the merger);
+//! - Qwen3-VL: patch-embedding bias, learned position embeddings bilinearly interpolated to the
+//!   grid, `linear_fc1/fc2` tanh-GELU MLP, DeepStack mergers on `deepstack_visual_indexes`.
+//!
+//! Attention never crosses images: segments are images (or windows inside an image).
+//! Reference: transformers `modeling_qwen2_vl.py`, `modeling_qwen2_5_vl.py`,
+//! `modeling_qwen3_vl.py`, `vision_utils.py`.
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Linear, VarBuilder};
+
+use crate::config::{Family, VisionSpec};
+use crate::layers::{
+    apply_rotary, cos_sin, inv_freq, linear, segment_attention, weighted_sum, Act, Mlp, MlpNames,
+    Norm,
+};
+
+/// Output of the vision tower for a batch of images.
+#[derive(Debug, Clone)]
+pub struct ImageEmbeds {
+    /// Merged image tokens `[Σ t·h·w/merge², out_hidden]`, images in input order.
+    pub embeds: Tensor,
+    /// Qwen3-VL DeepStack features, one `[Σ tokens, out_hidden]` per decoder layer 0, 1, …
+    /// (empty for the other families).
+    pub deepstack: Vec<Tensor>,
+}
+
+impl ImageEmbeds {
+    /// Rows `start..start + len` of the embeddings and of every DeepStack feature (for a prefill
+    /// chunk that holds only part of the image tokens).
+    pub fn narrow(&self, start: usize, len: usize) -> Result<Self> {
+        Ok(Self {
+            embeds: self.embeds.narrow(0, start, len)?,
+            deepstack: self
+                .deepstack
+                .iter()
+                .map(|d| d.narrow(0, start, len))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Concatenates the embeddings of several batches (images in the given order).
+    pub fn cat(parts: &[&ImageEmbeds]) -> Result<Self> {
+        let embeds = Tensor::cat(
+            &parts.iter().map(|p| p.embeds.clone()).collect::<Vec<_>>(),
+            0,
+        )?;
+        let n = parts.first().map(|p| p.deepstack.len()).unwrap_or(0);
+        let deepstack = (0..n)
+            .map(|i| {
+                Tensor::cat(
+                    &parts
+                        .iter()
+                        .map(|p| p.deepstack[i].clone())
+                        .collect::<Vec<_>>(),
+                    0,
+                )
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { embeds, deepstack })
+    }
+}
+
+struct Block {
+    norm1: Norm,
+    norm2: Norm,
+    qkv: Linear,
+    proj: Linear,
+    mlp: Mlp,
+}
+
+struct Merger {
+    norm: Norm,
+    postshuffle: bool,
+    fc1: Linear,
+    fc2: Linear,
+    merged: usize,
+}
+
+impl Merger {
+    fn new(spec: &VisionSpec, postshuffle: bool, vb: VarBuilder) -> Result<Self> {
+        let merged = spec.hidden_size * spec.spatial_merge_size * spec.spatial_merge_size;
+        let (norm_name, fc1, fc2) = match spec.family {
+            Family::Qwen3Vl => ("norm", "linear_fc1", "linear_fc2"),
+            _ => ("ln_q", "mlp.0", "mlp.2"),
+        };
+        let norm_dim = if postshuffle {
+            merged
+        } else {
+            spec.hidden_size
+        };
+        Ok(Self {
+            norm: Norm::new(
+                spec.family == Family::Qwen25Vl,
+                norm_dim,
+                1e-6,
+                vb.pp(norm_name),
+            )?,
+            postshuffle,
+            fc1: linear(merged, merged, true, vb.pp(fc1))?,
+            fc2: linear(merged, spec.out_hidden_size, true, vb.pp(fc2))?,
+            merged,
+        })
+    }
+
+    /// `[n_patches, hidden] → [n_patches / merge², out_hidden]` (exact GELU between the linears).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let n = x.dim(0)? * x.dim(1)? / self.merged;
+        let x = if self.postshuffle {
+            self.norm.forward(&x.reshape((n, self.merged))?)?
+        } else {
+            self.norm.forward(x)?.reshape((n, self.merged))?
+        };
+        self.fc2.forward(&self.fc1.forward(&x)?.gelu_erf()?)
+    }
+}
+
+/// A vision tower with its merger(s).
+pub struct VisionTower {
+    spec: VisionSpec,
+    /// Conv3d weight flattened to `[hidden, C·T·P·P]`.
+    patch_w: Tensor,
+    patch_b: Option<Tensor>,
+    pos_embed: Option<Tensor>,
+    blocks: Vec<Block>,
+    merger: Merger,
+    deepstack: Vec<Merger>,
+    inv_freq: Vec<f32>,
+    dtype: DType,
+}
+
+impl VisionTower {
+    /// Loads the tower from `vb` positioned at the vision prefix (`visual` or `model.visual`).
+    ///
+    /// Errors: a candle error naming any missing or mis-shaped tensor.
+    pub fn new(spec: &VisionSpec, vb: VarBuilder) -> Result<Self> {
+        let (hid, p, t, c) = (
+            spec.hidden_size,
+            spec.patch_size,
+            spec.temporal_patch_size,
+            spec.in_channels,
+        );
+        let patch_w = vb
+            .get((hid, c, t, p, p), "patch_embed.proj.weight")?
+            .reshape((hid, c * t * p * p))?;
+        let patch_b = match spec.family {
+            Family::Qwen3Vl => Some(vb.get(hid, "patch_embed.proj.bias")?),
+            _ => None,
+        };
+        let pos_embed = match spec.num_position_embeddings {
+            0 => None,
+            n => Some(vb.get((n, hid), "pos_embed.weight")?),
+        };
+        let act = Act::from_name(&spec.hidden_act)?;
+        let (rms, names) = match spec.family {
+            Family::Qwen2Vl => (false, MlpNames::Fc),
+            Family::Qwen25Vl => (true, MlpNames::Gated),
+            Family::Qwen3Vl => (false, MlpNames::LinearFc),
+        };
+        let blocks = (0..spec.depth)
+            .map(|i| {
+                let b = vb.pp("blocks").pp(i);
+                Ok(Block {
+                    norm1: Norm::new(rms, hid, 1e-6, b.pp("norm1"))?,
+                    norm2: Norm::new(rms, hid, 1e-6, b.pp("norm2"))?,
+                    qkv: linear(hid, 3 * hid, true, b.pp("attn").pp("qkv"))?,
+                    proj: linear(hid, hid, true, b.pp("attn").pp("proj"))?,
+                    mlp: Mlp::new(hid, spec.intermediate_size, names, true, act, b.pp("mlp"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let merger = Merger::new(spec, false, vb.pp("merger"))?;
+        let deepstack = (0..spec.deepstack_visual_indexes.len())
+            .map(|i| Merger::new(spec, true, vb.pp("deepstack_merger_list").pp(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let head_dim = hid / spec.num_heads;
+        Ok(Self {
+            spec: spec.clone(),
+            dtype: patch_w.dtype(),
+            patch_w,
+            patch_b,
+            pos_embed,
+            blocks,
+            merger,
+            deepstack,
+            inv_freq: inv_freq(head_dim / 2, spec.rope_theta),
+        })
+    }
+
+    /// Encodes `pixel_values` `[Σ t·h·w, C·T·P·P]` of the images with grids `grid_thw` into
+    /// merged tokens `[Σ t·h·w / merge², out_hidden]` (+ DeepStack features for Qwen3-VL).
+    ///
+    /// Errors: candle shape errors when `pixel_values` rows do not match the grids.
+    pub fn forward(&self, pixel_values: &Tensor, grid_thw: &[[usize; 3]]) -> Result<ImageEmbeds> {
+        let dev = pixel_values.device().clone();
+        let m = self.spec.spatial_merge_size;
+        let unit = m * m;
+        let n: usize = grid_thw.iter().map(|g| g[0] * g[1] * g[2]).sum();
+        if pixel_values.dim(0)? != n {
+            candle_core::bail!(
+                "pixel_values has {} rows but grid_thw {grid_thw:?} needs {n}",
+                pixel_values.dim(0)?
+            );
+        }
+        let mut x = pixel_values
+            .to_dtype(self.dtype)?
+            .matmul(&self.patch_w.t()?)?;
+        if let Some(b) = &self.patch_b {
+            x = x.broadcast_add(b)?;
+        }
+        let coords = patch_coords(grid_thw, m);
+        if let Some(table) = &self.pos_embed {
+            x = (x + self.interpolated_pos_embed(table, &coords, grid_thw, &dev)?)?;
+        }
+        // 2D rotary: first half h·inv_freq, second half w·inv_freq.
+        let q = self.inv_freq.len();
+        let half = 2 * q;
+        let mut angles = Vec::with_capacity(n * half);
+        for &(_, r, c) in &coords {
+            angles.extend(self.inv_freq.iter().map(|f| r as f32 * f));
+            angles.extend(self.inv_freq.iter().map(|f| c as f32 * f));
+        }
+        let (mut cos, mut sin) = cos_sin(&angles, n, half, &dev)?;
+        let image_segments = segments(grid_thw.iter().map(|g| g[0] * g[1] * g[2]));
+        let (window_segments, window_perm) = if self.spec.window_size > 0 {
+            let (order, lens) = window_index(
+                grid_thw,
+                m,
+                self.spec.window_size / m / self.spec.patch_size,
+            );
+            let rows: Vec<u32> = order
+                .iter()
+                .flat_map(|&j| (0..unit).map(move |u| (j * unit + u) as u32))
+                .collect();
+            let idx = Tensor::new(rows.as_slice(), &dev)?;
+            x = x.index_select(&idx, 0)?;
+            cos = cos.index_select(&idx, 0)?;
+            sin = sin.index_select(&idx, 0)?;
+            (segments(lens.iter().map(|l| l * unit)), Some(order))
+        } else {
+            (image_segments.clone(), None)
+        };
+        let mut deepstack = Vec::new();
+        for (i, blk) in self.blocks.iter().enumerate() {
+            let segs = if window_perm.is_some() && !self.spec.fullatt_block_indexes.contains(&i) {
+                &window_segments
+            } else {
+                &image_segments
+            };
+            x = self.block(blk, &x, &cos, &sin, segs)?;
+            if let Some(k) = self
+                .spec
+                .deepstack_visual_indexes
+                .iter()
+                .position(|&d| d == i)
+            {
+                deepstack.push(self.deepstack[k].forward(&x)?);
+            }
+        }
+        let mut embeds = self.merger.forward(&x)?;
+        if let Some(order) = window_perm {
+            // argsort of the window order restores image order.
+            let mut inverse = vec![0u32; order.len()];
+            for (pos, &j) in order.iter().enumerate() {
+                inverse[j] = pos as u32;
+            }
+            embeds = embeds.index_select(&Tensor::new(inverse.as_slice(), &dev)?, 0)?;
+        }
+        Ok(ImageEmbeds { embeds, deepstack })
+    }
+
+    fn block(
+        &self,
+        b: &Block,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        segs: &[(usize, usize)],
+    ) -> Result<Tensor> {
+        let (n, hid) = x.dims2()?;
+        let heads = self.spec.num_heads;
+        let hd = hid / heads;
+        let qkv = b
+            .qkv
+            .forward(&b.norm1.forward(x)?)?
+            .reshape((n, 3, heads, hd))?;
+        let q = apply_rotary(&qkv.narrow(1, 0, 1)?.squeeze(1)?, cos, sin)?;
+        let k = apply_rotary(&qkv.narrow(1, 1, 1)?.squeeze(1)?, cos, sin)?;
+        let v = qkv.narrow(1, 2, 1)?.squeeze(1)?;
+        let attn =
+            segment_attention(&q, &k, &v, segs, 1.0 / (hd as f64).sqrt())?.reshape((n, hid))?;
+        let x = (x + b.proj.forward(&attn)?)?;
+        &x + b.mlp.forward(&b.norm2.forward(&x)?)?
+    }
+
+    /// Bilinear (align_corners) interpolation of the square learned table to each patch
+    /// (transformers `get_vision_interpolation_indices_and_weights`, border padding).
+    fn interpolated_pos_embed(
+        &self,
+        table: &Tensor,
+        coords: &[(usize, usize, usize)],
+        grids: &[[usize; 3]],
+        dev: &Device,
+    ) -> Result<Tensor> {
+        let side = (self.spec.num_position_embeddings as f64).sqrt() as usize;
+        let taps = |i: usize, size: usize| -> [(usize, f32); 2] {
+            let src = (i as f32 * (side - 1) as f32) / (size.max(2) - 1) as f32;
+            let f = src.floor();
+            let t0 = (f as usize).min(side - 1);
+            let t1 = (f as usize + 1).min(side - 1);
+            [
+                (t0, (1.0 - (src - f)).max(0.0)),
+                (t1, (1.0 - (src - f - 1.0).abs()).max(0.0)),
+            ]
+        };
+        let mut idx = Vec::with_capacity(coords.len() * 4);
+        let mut w = Vec::with_capacity(coords.len() * 4);
+        for &(img, r, c) in coords {
+            let g = grids[img];
+            for (hi, hw) in taps(r, g[1]) {
+                for (wi, ww) in taps(c, g[2]) {
+                    idx.push((hi * side + wi) as u32);
+                    w.push(hw * ww);
+                }
+            }
+        }
+        let n = coords.len();
+        let rows = table
+            .index_select(&Tensor::new(idx.as_slice(), dev)?, 0)?
+            .reshape((n, 4, table.dim(1)?))?;
+        let weights = Tensor::from_vec(w, (n, 4), dev)?.to_dtype(table.dtype())?;
+        weighted_sum(&rows, &weights)
+    }
+}
+
+/// `(image, row, col)` of every patch in processor order: merge blocks row-major, patches
+/// row-major inside a block, frames one after another.
+fn patch_coords(grids: &[[usize; 3]], m: usize) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    for (img, g) in grids.iter().enumerate() {
+        for _ in 0..g[0] {
+            for bh in 0..g[1] / m {
+                for bw in 0..g[2] / m {
+                    for mh in 0..m {
+                        for mw in 0..m {
+                            out.push((img, bh * m + mh, bw * m + mw));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `(start, len)` ranges of consecutive segments of the given lengths.
+fn segments(lens: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
+    let mut start = 0;
+    lens.map(|l| {
+        let s = (start, l);
+        start += l;
+        s
+    })
+    .collect()
+}
+
+/// Qwen2.5-VL window order of merged tokens (transformers `get_vision_window_index`): returns
+/// the merged-token order (windows of `ws × ws` merged tokens, row-major windows, row-major
+/// inside) and the merged tokens per non-empty window.
+fn window_index(grids: &[[usize; 3]], m: usize, ws: usize) -> (Vec<usize>, Vec<usize>) {
+    let ws = ws.max(1);
+    let (mut order, mut lens, mut base) = (Vec::new(), Vec::new(), 0);
+    for g in grids {
+        let (gh, gw) = (g[1] / m, g[2] / m);
+        for t in 0..g[0] {
+            for wy in 0..gh.div_ceil(ws) {
+                for wx in 0..gw.div_ceil(ws) {
+                    let before = order.len();
+                    for y in wy * ws..((wy + 1) * ws).min(gh) {
+                        for x in wx * ws..((wx + 1) * ws).min(gw) {
+                            order.push(base + t * gh * gw + y * gw + x);
+                        }
+                    }
+                    lens.push(order.len() - before);
+                }
+            }
+        }
+        base += g[0] * gh * gw;
+    }
+    (order, lens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_coords_follow_merge_blocks() {
+        let c = patch_coords(&[[1, 2, 4]], 2);
+        let rc: Vec<(usize, usize)> = c.iter().map(|&(_, r, c)| (r, c)).collect();
+        assert_eq!(
+            rc,
+            vec![
+                (0, 0),
+                (0, 1),
+                (1, 0),
+                (1, 1),
+                (0, 2),
+                (0, 3),
+                (1, 2),
+                (1, 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn window_index_matches_transformers() {
+        // Merged grid 3x5 with windows of 2: transformers gives windows
+        // [0,1,5,6] [2,3,7,8] [4,9] [10,11] [12,13] [14].
+        let (order, lens) = window_index(&[[1, 6, 10]], 2, 2);
+        assert_eq!(
+            order,
+            vec![0, 1, 5, 6, 2, 3, 7, 8, 4, 9, 10, 11, 12, 13, 14]
+        );
+        assert_eq!(lens, vec![4, 4, 2, 2, 2, 1]);
+        // A second image is offset by the first one's token count.
+        let (order, _) = window_index(&[[1, 2, 2], [1, 2, 4]], 2, 2);
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+}

@@ -1,0 +1,241 @@
+//! Shared helpers of the model parity tests: fixture paths, goldens, a tiny block allocator
+//! building `BatchMeta`, and a greedy loop over `VlModel::forward`.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+use verisample_models::{decode_position, BatchMeta, ImageEmbeds, KvCache, StepInput, VlModel};
+
+/// `models/tests/fixtures/<family>`.
+pub fn fixture_dir(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
+        .join(family)
+}
+
+/// The shared data directory (`VERISAMPLE_SHARED_DATA`, else `<repo>/../../shared/data`, else
+/// `<repo>/../shared/data`), or `None` when absent.
+pub fn shared_data() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("VERISAMPLE_SHARED_DATA") {
+        let p = PathBuf::from(p);
+        return p.is_dir().then_some(p);
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    [repo.join("../../shared/data"), repo.join("../shared/data")]
+        .into_iter()
+        .find(|p| p.is_dir())
+}
+
+/// Golden tensors of a family (`goldens.safetensors`) and its metadata (`goldens.json`).
+pub struct Goldens {
+    pub tensors: HashMap<String, Tensor>,
+    pub meta: serde_json::Value,
+}
+
+impl Goldens {
+    pub fn load(family: &str) -> Self {
+        let dir = fixture_dir(family);
+        let tensors =
+            candle_core::safetensors::load(dir.join("goldens.safetensors"), &Device::Cpu).unwrap();
+        let meta =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap())
+                .unwrap();
+        Self { tensors, meta }
+    }
+    pub fn n(&self) -> usize {
+        self.meta["images"].as_array().unwrap().len()
+    }
+    pub fn t(&self, name: &str, i: usize) -> &Tensor {
+        &self.tensors[&format!("{name}_{i}")]
+    }
+    pub fn ids(&self, name: &str, i: usize) -> Vec<u32> {
+        self.t(name, i)
+            .to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|v| v as u32)
+            .collect()
+    }
+    pub fn f32s(&self, name: &str, i: usize) -> Vec<f32> {
+        self.t(name, i)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    }
+    pub fn grid(&self, i: usize) -> [usize; 3] {
+        let g = self.t("grid_thw", i).to_vec2::<i64>().unwrap();
+        [g[0][0] as usize, g[0][1] as usize, g[0][2] as usize]
+    }
+    pub fn positions(&self, i: usize) -> [Vec<u32>; 3] {
+        let p = self.t("position_ids", i).to_vec2::<i64>().unwrap();
+        let row = |r: usize| p[r].iter().map(|&v| v as u32).collect();
+        [row(0), row(1), row(2)]
+    }
+    pub fn rope_delta(&self, i: usize) -> i64 {
+        self.t("rope_delta", i).to_vec1::<i64>().unwrap()[0]
+    }
+}
+
+/// One sequence to run: prompt ids, M-RoPE positions, delta, and its image embeddings.
+pub struct SeqInput {
+    pub ids: Vec<u32>,
+    pub positions: [Vec<u32>; 3],
+    pub rope_delta: i64,
+    pub images: ImageEmbeds,
+}
+
+/// Output of [`run_greedy`]: per sequence the prefill logits (last row) and greedy tokens.
+pub struct Run {
+    pub prefill_logits: Vec<Vec<f32>>,
+    pub tokens: Vec<Vec<u32>>,
+}
+
+pub const BLOCK_SIZE: usize = 16;
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Prefills all `seqs` as one ragged batch (their blocks starting at `first_block`, taken in a
+/// scattered order), then decodes `steps` greedy tokens for all of them together.
+pub fn run_greedy(
+    model: &VlModel,
+    cache: &mut KvCache,
+    seqs: &[SeqInput],
+    steps: usize,
+    first_block: usize,
+) -> Run {
+    let dev = model.device().clone();
+    // Block tables: interleave blocks across sequences so tables are not contiguous.
+    let need: Vec<usize> = seqs
+        .iter()
+        .map(|s| (s.ids.len() + steps).div_ceil(BLOCK_SIZE))
+        .collect();
+    let mut tables: Vec<Vec<u32>> = vec![Vec::new(); seqs.len()];
+    let mut next = first_block as u32;
+    for round in 0..need.iter().copied().max().unwrap_or(0) {
+        for (s, &n) in need.iter().enumerate().rev() {
+            if round < n {
+                tables[s].push(next);
+                next += 1;
+            }
+        }
+    }
+    let slot = |s: usize, p: usize| {
+        tables[s][p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32
+    };
+    // Prefill.
+    let ids: Vec<u32> = seqs.iter().flat_map(|s| s.ids.iter().copied()).collect();
+    let mut pos: [Vec<u32>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    for s in seqs {
+        for (dst, src) in pos.iter_mut().zip(&s.positions) {
+            dst.extend(src);
+        }
+    }
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+    let mut logits_indices = Vec::new();
+    let mut acc = 0;
+    for &l in &lens {
+        acc += l;
+        logits_indices.push(acc - 1);
+    }
+    let flat: Vec<u32> = pos.concat();
+    let meta = BatchMeta {
+        positions: Tensor::from_vec(flat, (3, ids.len()), &dev).unwrap(),
+        query_lens: lens.clone(),
+        context_lens: lens.clone(),
+        block_tables: tables.clone(),
+        slot_mapping: seqs
+            .iter()
+            .enumerate()
+            .flat_map(|(s, q)| (0..q.ids.len()).map(move |p| (s, p)))
+            .map(|(s, p)| slot(s, p))
+            .collect(),
+        logits_indices,
+    };
+    let parts: Vec<&ImageEmbeds> = seqs.iter().map(|s| &s.images).collect();
+    let images = ImageEmbeds::cat(&parts).unwrap();
+    let logits = model
+        .forward(
+            &StepInput {
+                input_ids: &ids,
+                images: Some(&images),
+            },
+            &meta,
+            cache,
+        )
+        .unwrap();
+    let prefill_logits: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+    let mut tokens: Vec<Vec<u32>> = prefill_logits.iter().map(|l| vec![argmax(l)]).collect();
+    // Decode.
+    for step in 1..steps {
+        let ids: Vec<u32> = tokens.iter().map(|t| t[step - 1]).collect();
+        let idx: Vec<usize> = lens.iter().map(|&l| l + step - 1).collect();
+        let p: Vec<u32> = seqs
+            .iter()
+            .zip(&idx)
+            .map(|(s, &i)| decode_position(i, s.rope_delta))
+            .collect();
+        let flat: Vec<u32> = [p.clone(), p.clone(), p].concat();
+        let meta = BatchMeta {
+            positions: Tensor::from_vec(flat, (3, seqs.len()), &dev).unwrap(),
+            query_lens: vec![1; seqs.len()],
+            context_lens: idx.iter().map(|i| i + 1).collect(),
+            block_tables: tables.clone(),
+            slot_mapping: idx.iter().enumerate().map(|(s, &i)| slot(s, i)).collect(),
+            logits_indices: (0..seqs.len()).collect(),
+        };
+        let logits: Vec<Vec<f32>> = model
+            .forward(
+                &StepInput {
+                    input_ids: &ids,
+                    images: None,
+                },
+                &meta,
+                cache,
+            )
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        for (t, l) in tokens.iter_mut().zip(&logits) {
+            t.push(argmax(l));
+        }
+    }
+    Run {
+        prefill_logits,
+        tokens,
+    }
+}
+
+/// A fresh f32 CPU cache big enough for the fixtures.
+pub fn fresh_cache(model: &VlModel) -> KvCache {
+    model.new_kv_cache(64, BLOCK_SIZE).unwrap()
+}
+
+pub fn load_model(family: &str) -> VlModel {
+    VlModel::load(&fixture_dir(family), DType::F32, &Device::Cpu).unwrap()
+}
+
+pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+pub fn mean_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f32>() / a.len() as f32
+}

@@ -1,0 +1,237 @@
+//! Parity with transformers on the tiny fixture checkpoints (see tests/fixtures/README.md):
+//! preprocessing, prompt ids, M-RoPE positions, prefill logits, greedy tokens, and batch
+//! invariance of the ragged forward. f32 on CPU.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::*;
+use verisample_models::{
+    get_rope_index, ChatMessage, ImageProcessor, PromptBuilder, RenderOptions, VisionInputs,
+    VlModel,
+};
+
+/// Sequence `i` fed the reference `pixel_values` and the reference prompt.
+fn reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
+    let pv = g.t("pixel_values", i).clone();
+    let images = model
+        .encode_images(&VisionInputs {
+            pixel_values: pv,
+            grid_thw: vec![g.grid(i)],
+        })
+        .unwrap();
+    SeqInput {
+        ids: g.ids("input_ids", i),
+        positions: g.positions(i),
+        rope_delta: g.rope_delta(i),
+        images,
+    }
+}
+
+fn preprocessing(family: &str) {
+    let Some(data) = shared_data() else {
+        println!("skipped: no ../shared/data");
+        return;
+    };
+    let g = Goldens::load(family);
+    let dir = fixture_dir(family);
+    let proc = ImageProcessor::from_dir(&dir).unwrap();
+    let model_cfg = verisample_models::ModelConfig::from_json(
+        &std::fs::read_to_string(dir.join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let image_tok = model_cfg.token_ids().image_token_id;
+    let prompts = PromptBuilder::from_dir(&dir, image_tok, proc.merge_size).unwrap();
+    let question = g.meta["question"].as_str().unwrap();
+    let mut grids = Vec::new();
+    for i in 0..g.n() {
+        let path = data.join(g.meta["images"][i].as_str().unwrap());
+        let out = proc.preprocess(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(out.grid_thw, g.grid(i), "grid_thw of image {i}");
+        let want = g.f32s("pixel_values", i);
+        let (mx, mean) = (
+            max_abs(&out.pixel_values, &want),
+            mean_abs(&out.pixel_values, &want),
+        );
+        println!(
+            "{family} image {i}: grid {:?} pixel_values max |Δ| {mx:.3e} mean |Δ| {mean:.3e}",
+            out.grid_thw
+        );
+        assert!(
+            mx <= 2e-2 && mean <= 1e-3,
+            "image {i}: max {mx} mean {mean}"
+        );
+        let ids = prompts
+            .encode(
+                &[ChatMessage::user_image_question(question)],
+                RenderOptions {
+                    add_generation_prompt: true,
+                    enable_thinking: Some(true),
+                },
+                &[out.grid_thw],
+            )
+            .unwrap();
+        assert_eq!(ids, g.ids("input_ids", i), "prompt ids of sequence {i}");
+        let rope = get_rope_index(&ids, &[out.grid_thw], image_tok, proc.merge_size).unwrap();
+        assert_eq!(rope.positions, g.positions(i), "positions of sequence {i}");
+        assert_eq!(
+            rope.rope_delta,
+            g.rope_delta(i),
+            "rope_delta of sequence {i}"
+        );
+        grids.push(out.grid_thw);
+    }
+    // Non-square images keep their own grids (they differ from each other and are not square).
+    assert!(grids.iter().all(|g| g[1] != g[2]), "{grids:?}");
+    assert!(grids.windows(2).any(|w| w[0] != w[1]), "{grids:?}");
+}
+
+fn single_sequences(family: &str) {
+    let g = Goldens::load(family);
+    let model = load_model(family);
+    for i in 0..g.n() {
+        let mut cache = fresh_cache(&model);
+        let run = run_greedy(&model, &mut cache, &[reference_seq(&model, &g, i)], 24, 0);
+        let d = max_abs(&run.prefill_logits[0], &g.f32s("logits", i));
+        println!("{family} seq {i}: prefill logits max |Δ| {d:.3e}");
+        assert!(d <= 1e-4, "sequence {i}: prefill logits max |Δ| {d}");
+        assert_eq!(
+            run.tokens[0],
+            g.ids("greedy", i),
+            "greedy tokens of sequence {i}"
+        );
+    }
+}
+
+fn ragged_batch(family: &str) {
+    let g = Goldens::load(family);
+    let model = load_model(family);
+    let seqs: Vec<SeqInput> = (0..g.n()).map(|i| reference_seq(&model, &g, i)).collect();
+    // One by one.
+    let single: Vec<Run> = (0..g.n())
+        .map(|i| {
+            run_greedy(
+                &model,
+                &mut fresh_cache(&model),
+                std::slice::from_ref(&seqs[i]),
+                24,
+                0,
+            )
+        })
+        .collect();
+    // All four in one ragged batch; the vision tower also sees all images in one call.
+    let pv = Tensor::cat(
+        &(0..g.n())
+            .map(|i| g.t("pixel_values", i).clone())
+            .collect::<Vec<_>>(),
+        0,
+    )
+    .unwrap();
+    let joint = model
+        .encode_images(&VisionInputs {
+            pixel_values: pv,
+            grid_thw: (0..g.n()).map(|i| g.grid(i)).collect(),
+        })
+        .unwrap();
+    let mut start = 0;
+    let batched_seqs: Vec<SeqInput> = seqs
+        .iter()
+        .map(|s| {
+            let n = s.images.embeds.dim(0).unwrap();
+            let images = joint.narrow(start, n).unwrap();
+            start += n;
+            SeqInput {
+                ids: s.ids.clone(),
+                positions: s.positions.clone(),
+                rope_delta: s.rope_delta,
+                images,
+            }
+        })
+        .collect();
+    let batch = run_greedy(&model, &mut fresh_cache(&model), &batched_seqs, 24, 3);
+    for (i, one) in single.iter().enumerate() {
+        let d = max_abs(&batch.prefill_logits[i], &one.prefill_logits[0]);
+        println!("{family} seq {i}: batched vs single prefill logits max |Δ| {d:.3e}");
+        assert!(d <= 1e-5, "sequence {i}: batched vs single max |Δ| {d}");
+        assert_eq!(
+            batch.tokens[i], single[i].tokens[0],
+            "tokens of sequence {i}"
+        );
+        assert_eq!(
+            batch.tokens[i],
+            g.ids("greedy", i),
+            "tokens of sequence {i} vs reference"
+        );
+    }
+}
+
+fn identical_sequences(family: &str) {
+    let g = Goldens::load(family);
+    let model = load_model(family);
+    let a = reference_seq(&model, &g, 1);
+    let b = reference_seq(&model, &g, 1);
+    let run = run_greedy(&model, &mut fresh_cache(&model), &[a, b], 24, 0);
+    assert_eq!(run.prefill_logits[0], run.prefill_logits[1]);
+    assert_eq!(run.tokens[0], run.tokens[1]);
+}
+
+fn consecutive_calls(family: &str) {
+    // Batch of 2, then batch of 4 on the same cache (other blocks): the second call must equal a
+    // fresh run of the same 4 sequences.
+    let g = Goldens::load(family);
+    let model = load_model(family);
+    let seqs = |idx: &[usize]| {
+        idx.iter()
+            .map(|&i| reference_seq(&model, &g, i))
+            .collect::<Vec<_>>()
+    };
+    let mut cache = fresh_cache(&model);
+    let first = run_greedy(&model, &mut cache, &seqs(&[2, 0]), 4, 0);
+    let second = run_greedy(&model, &mut cache, &seqs(&[0, 1, 2, 3]), 4, 20);
+    let fresh = run_greedy(&model, &mut fresh_cache(&model), &seqs(&[0, 1, 2, 3]), 4, 0);
+    assert_eq!(second.prefill_logits, fresh.prefill_logits);
+    assert_eq!(second.tokens, fresh.tokens);
+    assert_eq!(first.tokens[0], fresh.tokens[2]);
+}
+
+fn config_shapes(family: &str) {
+    let model = load_model(family);
+    let s = model.text_spec();
+    assert_eq!(s.vocab_size, Goldens::load(family).f32s("logits", 0).len());
+    assert_eq!(model.device().location(), Device::Cpu.location());
+}
+
+macro_rules! family_tests {
+    ($m:ident, $name:literal) => {
+        mod $m {
+            #[test]
+            fn preprocessing_matches_reference() {
+                super::preprocessing($name)
+            }
+            #[test]
+            fn single_sequences_match_reference() {
+                super::single_sequences($name)
+            }
+            #[test]
+            fn ragged_batch_matches_single() {
+                super::ragged_batch($name)
+            }
+            #[test]
+            fn identical_sequences_identical_outputs() {
+                super::identical_sequences($name)
+            }
+            #[test]
+            fn consecutive_calls_are_stateless() {
+                super::consecutive_calls($name)
+            }
+            #[test]
+            fn loads_with_reference_vocab() {
+                super::config_shapes($name)
+            }
+        }
+    };
+}
+
+family_tests!(qwen2_vl, "qwen2_vl");
+family_tests!(qwen2_5_vl, "qwen2_5_vl");
+family_tests!(qwen3_vl, "qwen3_vl");

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Benchmark verisample's engine against transformers' batched ``generate`` on CPU.
+
+Same checkpoint, same images (the first N files of orand-car-a/val by name), same prompt
+(the OrandCar question through the checkpoint's chat template, thinking enabled), greedy, f32,
+same thread count. For each model size and batch size it runs our engine (the ``bench``
+example binary, one process per run) and transformers (this script in ``--hf-worker`` mode,
+one process per run, so that peak RSS is per engine), asserts that both generated the same
+tokens, and prints one table: images/s, prefill tokens/s, decode tokens/s, peak RSS.
+
+Model sizes: the tiny fixture checkpoint (models/tests/fixtures/qwen2_vl) and a ~100 M
+parameter random Qwen2-VL built here from the fixture's tokenizer and processor (written to a
+temporary folder, never committed).
+
+It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
+fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / prefill
+model seconds).
+
+Usage (from the repository root, after ``cargo build --release --example bench``):
+    python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
+        [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
+        [--models tiny,100m] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_vl")
+QUESTION = (
+    "What is written in the image? Answer this question using the text in the image "
+    "directly without any other context. Answer in short without any other content."
+)
+
+
+def shared_data() -> str:
+    env = os.environ.get("VERISAMPLE_SHARED_DATA")
+    if env:
+        return env
+    for cand in (os.path.join(REPO, "..", "..", "shared", "data"), os.path.join(REPO, "..", "shared", "data")):
+        if os.path.isdir(cand):
+            return os.path.abspath(cand)
+    return os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
+
+
+def list_images(folder: str, n: int) -> list[str]:
+    files = sorted(f for f in os.listdir(folder) if f.lower().endswith((".jpg", ".jpeg", ".png")))
+    return [os.path.join(folder, f) for f in (files[:n] if n else files)]
+
+
+def make_100m(out_dir: str) -> None:
+    """A random Qwen2-VL of ~100 M parameters with the fixture's tokenizer and processor."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    for name in os.listdir(FIXTURE):
+        if name not in ("config.json", "model.safetensors") and not name.startswith("goldens"):
+            shutil.copy(os.path.join(FIXTURE, name), out_dir)
+    with open(os.path.join(FIXTURE, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["text_config"].update(
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=12,
+        num_key_value_heads=2, layer_types=["full_attention"] * 14,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]},
+    )
+    cfg["vision_config"].update(depth=6, embed_dim=384, num_heads=6, mlp_ratio=4, hidden_size=768)
+    config = Qwen2VLConfig.from_dict(cfg)
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config).to(torch.float32).eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def decoder_layer_params(model_dir: str) -> tuple[int, int]:
+    """(parameters of the text decoder layers, all parameters) from the safetensors header."""
+    from safetensors import safe_open
+
+    layers = total = 0
+    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            n = 1
+            for d in f.get_slice(k).get_shape():
+                n *= d
+            total += n
+            if ".layers." in k and "visual" not in k:
+                layers += n
+    return layers, total
+
+
+def gemm_gflops(threads: int) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def hf_worker(args: argparse.Namespace) -> None:
+    """Run transformers' batched greedy generate; print one JSON object."""
+    import torch
+    from PIL import Image
+    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+
+    torch.set_num_threads(args.threads)
+    processor = AutoProcessor.from_pretrained(args.model, use_fast=False)
+    processor.tokenizer.padding_side = "left"
+    model = Qwen2VLForConditionalGeneration.from_pretrained(args.model, dtype=torch.float32).eval()
+    tok = processor.tokenizer
+    eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+    pad = tok.convert_tokens_to_ids("<|endoftext|>")
+    files = list_images(args.images, args.num_images)
+    items, prefill_tokens, prefill_secs, gen_secs, decode_tokens = [], 0, 0.0, 0.0, 0
+    # Warm-up (untimed): one forward over the first image, so that one-off start-up costs of
+    # torch are not counted against transformers.
+    warm_msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+    warm = processor(text=[processor.apply_chat_template(warm_msgs, add_generation_prompt=True, enable_thinking=True)],
+                     images=[Image.open(files[0])], return_tensors="pt")
+    with torch.inference_mode():
+        model(**warm)
+    t_all = time.perf_counter()
+    for lo in range(0, len(files), args.batch):
+        chunk = files[lo : lo + args.batch]
+        images = [Image.open(f) for f in chunk]
+        msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+        prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=True)
+        inputs = processor(text=[prompt] * len(chunk), images=images, padding=True, return_tensors="pt")
+        n_in = inputs["input_ids"].shape[1]
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            model(**inputs)  # prefill alone, timed for prefill tokens/s
+            prefill_secs += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            out = model.generate(
+                **inputs, do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens,
+                eos_token_id=eos, pad_token_id=pad,
+            )
+            gen_secs += time.perf_counter() - t0
+        prefill_tokens += int(inputs["attention_mask"].sum())
+        for f, row, mask in zip(chunk, out[:, n_in:].tolist(), inputs["attention_mask"]):
+            ids = []
+            for t in row:
+                ids.append(t)
+                if t in eos:
+                    break
+            decode_tokens += max(len(ids) - 1, 0)
+            items.append({"file": os.path.basename(f), "prompt_tokens": int(mask.sum()), "token_ids": ids})
+    wall = time.perf_counter() - t_all - prefill_secs  # the separate prefill pass is not part of the run
+    decode_secs = max(gen_secs - prefill_secs, 1e-9)
+    print(json.dumps({
+        "images": len(files), "wall_secs": wall, "images_per_sec": len(files) / wall,
+        "prefill_tokens_per_sec": prefill_tokens / prefill_secs, "prefill_tokens": prefill_tokens,
+        "prefill_secs": prefill_secs, "decode_tokens_per_sec": decode_tokens / decode_secs,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "items": items,
+    }))
+
+
+def run_json(cmd: list[str], env: dict) -> dict:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-4000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", default=os.path.join(shared_data(), "orand-car-a", "val"))
+    ap.add_argument("--num-images", type=int, default=32)
+    ap.add_argument("--batch-sizes", default="1,16")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    ap.add_argument("--bin", default=os.path.join(target, "release", "examples", "bench"))
+    ap.add_argument("--models", default="tiny,100m")
+    ap.add_argument("--json", help="also write all results to this file")
+    ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.hf_worker:
+        hf_worker(args)
+        return
+    if not os.path.isdir(args.images):
+        sys.exit(f"skipped: no images at {args.images}")
+    if not os.path.exists(args.bin):
+        sys.exit(f"no bench binary at {args.bin}: run `cargo build --release --example bench`")
+
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
+    tmp = tempfile.mkdtemp(prefix="verisample-bench-")
+    models = {}
+    for name in args.models.split(","):
+        if name == "tiny":
+            models[name] = FIXTURE
+        elif name == "100m":
+            d = os.path.join(tmp, "qwen2_vl_100m")
+            os.makedirs(d)
+            make_100m(d)
+            models[name] = d
+    gflops = gemm_gflops(args.threads)
+    rows, results, mismatches = [], [], 0
+    for name, mdir in models.items():
+        layer_params, total_params = decoder_layer_params(mdir)
+        for b in [int(x) for x in args.batch_sizes.split(",")]:
+            common = ["--images", args.images, "--num-images", str(args.num_images), "--max-new-tokens", str(args.max_new_tokens)]
+            ours = run_json([args.bin, "--model", mdir, "--max-batch", str(b), *common], env)
+            hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--batch", str(b),
+                           "--threads", str(args.threads), *common], env)
+            bad = [(o["file"], o["token_ids"], h["token_ids"]) for o, h in zip(ours["items"], hf["items"])
+                   if o["token_ids"] != h["token_ids"]]
+            mismatches += len(bad)
+            for f, o, h in bad[:3]:
+                first = next((i for i, (x, y) in enumerate(zip(o, h)) if x != y), min(len(o), len(h)))
+                print(f"MISMATCH {name} b={b} {f}: first difference at token {first}: ours {o[first:first+4]} hf {h[first:first+4]}")
+            frac = ours["prefill_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
+            results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
+                            "mismatched_items": len(bad), "prefill_fraction_of_gemm": frac})
+            for eng, r in (("verisample", ours), ("transformers", hf)):
+                rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, r["images_per_sec"],
+                             r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r["peak_rss_bytes"] / 2**20))
+            rows.append((name, "", b, "speed-up", ours["images_per_sec"] / hf["images_per_sec"],
+                         ours["prefill_tokens_per_sec"] / hf["prefill_tokens_per_sec"],
+                         ours["decode_tokens_per_sec"] / hf["decode_tokens_per_sec"],
+                         ours["peak_rss_bytes"] / hf["peak_rss_bytes"]))
+            print(f"# {name} b={b}: our prefill reaches {100 * frac:.1f}% of the GEMM peak", flush=True)
+
+    print(f"\nthreads: {args.threads}; images: {args.num_images} from {args.images}; "
+          f"max_new_tokens: {args.max_new_tokens}; f32 GEMM (torch 2048^3): {gflops:.1f} GFLOP/s\n")
+    print("| model | params | batch | engine | images/s | prefill tok/s | decode tok/s | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m, p, b, e, ips, pf, dc, rss in rows:
+        if e == "speed-up":
+            print(f"| {m} | {p} | {b} | **ours / hf** | **{ips:.2f}×** | {pf:.2f}× | {dc:.2f}× | {rss:.2f}× |")
+        else:
+            print(f"| {m} | {p} | {b} | {e} | {ips:.2f} | {pf:.0f} | {dc:.0f} | {rss:.0f} |")
+    for r in results:
+        print(f"prefill of {r['model']} at batch {r['batch']}: {100 * r['prefill_fraction_of_gemm']:.1f}% of the GEMM GFLOP/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gemm_gflops": gflops, "threads": args.threads, "results": results}, f, indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if mismatches:
+        sys.exit(f"FAIL: {mismatches} items generated different tokens")
+    print("generated tokens identical for every item and run")
+
+
+if __name__ == "__main__":
+    main()

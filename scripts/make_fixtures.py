@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Write the tiny Qwen-VL fixture checkpoints and golden outputs used by models/tests/.
+
+For each family (qwen2_vl, qwen2_5_vl, qwen3_vl) this writes, under
+``models/tests/fixtures/<family>/``:
+
+* a tiny random checkpoint in the Hugging Face layout: ``config.json`` (the nested layout
+  transformers 5 writes), ``model.safetensors`` (f32), ``tokenizer.json`` +
+  ``tokenizer_config.json`` + ``chat_template.jinja`` (from scripts/tiny_tokenizer.py: small
+  byte-level BPE with the Qwen special tokens, chat template with images and
+  ``enable_thinking``), ``preprocessor_config.json``;
+* ``goldens.safetensors``: per sequence ``i`` (one real image + the OrandCar question):
+  ``pixel_values_i`` [n_patches, C*T*P*P] f32, ``grid_thw_i`` [1, 3] i64, ``input_ids_i`` [L] i64,
+  ``position_ids_i`` [3, L] i64, ``rope_delta_i`` [1] i64, ``logits_i`` [vocab] f32 (last
+  position after prefill), ``greedy_i`` [24] i64 (greedy tokens, no stop on EOS),
+  ``greedy_margin_i`` [24] f32 (top-1 minus top-2 logit at each greedy step);
+* ``goldens.json``: transformers/torch versions, image processor class, image file names
+  (relative to the shared data directory), question, prompt text.
+
+Reference path: ``AutoProcessor.from_pretrained(dir, use_fast=False)`` (the PIL image
+processor), ``apply_chat_template(..., add_generation_prompt=True, enable_thinking=True)``,
+``processor(text=..., images=...)``, ``AutoModelForImageTextToText`` in f32 with eager
+attention, a manual greedy loop over the model with its KV cache.
+
+Usage:  python scripts/make_fixtures.py [--family qwen2_vl|qwen2_5_vl|qwen3_vl|all]
+        [--data /work/shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import tiny_tokenizer  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+IMAGES = ["a_car_007000.jpg", "a_car_007006.jpg", "a_car_007016.jpg", "a_car_007009.jpg"]
+N_GREEDY = 24
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+
+def family_config(family: str, vocab: int, ids: dict) -> dict:
+    """Tiny config.json content of one family (nested transformers-5 layout)."""
+    tok = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+    text = {
+        "vocab_size": vocab,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+    }
+    if family == "qwen2_vl":
+        vision = {
+            "depth": 2, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2,
+            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        }
+        return {"model_type": "qwen2_vl", "text_config": text, "vision_config": vision, **tok,
+                "tie_word_embeddings": False}
+    if family == "qwen2_5_vl":
+        vision = {
+            "depth": 4, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+            "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1, 3],
+        }
+        return {"model_type": "qwen2_5_vl", "text_config": text, "vision_config": vision, **tok,
+                "tie_word_embeddings": False}
+    if family == "qwen3_vl":
+        text = dict(text)
+        text["num_hidden_layers"] = 3
+        text["head_dim"] = 16
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 5000000.0,
+                                   "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+        vision = {
+            "depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+            "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0, 1],
+        }
+        return {"model_type": "qwen3_vl", "text_config": text, "vision_config": vision, **tok,
+                "tie_word_embeddings": True}
+    raise ValueError(family)
+
+
+def preprocessor_config(family: str) -> dict:
+    """preprocessor_config.json: the published layout of each family, smaller pixel bounds."""
+    if family == "qwen3_vl":
+        return {
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen3VLProcessor",
+            "size": {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 64},
+            "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "do_rescale": True, "do_normalize": True, "do_resize": True, "do_convert_rgb": True,
+            "resample": 3, "rescale_factor": 1 / 255,
+        }
+    proc = "Qwen2VLProcessor" if family == "qwen2_vl" else "Qwen2_5_VLProcessor"
+    return {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "processor_class": proc,
+        "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 64,
+        "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+        "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
+        "do_rescale": True, "do_normalize": True, "do_resize": True, "do_convert_rgb": True,
+        "resample": 3, "rescale_factor": 0.00392156862745098,
+    }
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    """Weights with healthy magnitudes so logits have clear margins (default init is ~0.02)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.ndim == 1 and ("norm" in name or "ln_" in name):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+            else:
+                fan_in = math.prod(p.shape[1:])
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
+
+
+def build(family: str, data: str) -> None:
+    import transformers
+    from PIL import Image
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    out = os.path.join(REPO, "models", "tests", "fixtures", family)
+    os.makedirs(out, exist_ok=True)
+    info = tiny_tokenizer.build_tokenizer(out)
+    for extra in ("vocab.json", "merges.txt"):  # the Rust side reads tokenizer.json only
+        os.remove(os.path.join(out, extra))
+    cfg_dict = family_config(family, info["vocab_size"], info["special_ids"])
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
+        json.dump(preprocessor_config(family), f, indent=2)
+        f.write("\n")
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(**cfg_dict)
+    config._attn_implementation = "eager"
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    randomize(model, seed={"qwen2_vl": 1, "qwen2_5_vl": 2, "qwen3_vl": 3}[family])
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        p = os.path.join(out, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    # Reload from disk exactly as a user would.
+    model = AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    processor = AutoProcessor.from_pretrained(out, use_fast=False)
+
+    goldens: dict[str, torch.Tensor] = {}
+    meta = {
+        "family": family,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "image_processor": type(processor.image_processor).__name__ + " (use_fast=False, PIL bicubic)",
+        "images": [f"orand-car-a/val/{n}" for n in IMAGES],
+        "question": tiny_tokenizer.ORAND_QUESTION,
+        "enable_thinking": True,
+        "prompts": [],
+    }
+    for i, name in enumerate(IMAGES):
+        image = Image.open(os.path.join(data, "orand-car-a", "val", name))
+        messages = [{"role": "user", "content": [
+            {"type": "image"}, {"type": "text", "text": tiny_tokenizer.ORAND_QUESTION}]}]
+        prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                               enable_thinking=True)
+        meta["prompts"].append(prompt)
+        inputs = processor(text=[prompt], images=[image], return_tensors="pt")
+        ids = inputs["input_ids"]
+        pos, delta = model.model.get_rope_index(
+            ids, mm_token_type_ids=inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"])
+        goldens[f"pixel_values_{i}"] = inputs["pixel_values"].float().contiguous()
+        goldens[f"grid_thw_{i}"] = inputs["image_grid_thw"].long().contiguous()
+        goldens[f"input_ids_{i}"] = ids[0].long().contiguous()
+        goldens[f"position_ids_{i}"] = pos[:, 0, :].long().contiguous()
+        goldens[f"rope_delta_{i}"] = delta.reshape(1).long().contiguous()
+        with torch.no_grad():
+            o = model(**inputs, use_cache=True)
+            logits = o.logits[0, -1].float()
+            goldens[f"logits_{i}"] = logits.contiguous()
+            cache = o.cache
+            toks, margins = [], []
+            for _ in range(N_GREEDY):
+                top = torch.topk(logits, 2)
+                nxt = int(top.indices[0])
+                toks.append(nxt)
+                margins.append(float(top.values[0] - top.values[1]))
+                o = model(input_ids=torch.tensor([[nxt]]), cache=cache, use_cache=True)
+                cache = o.cache
+                logits = o.logits[0, -1].float()
+        goldens[f"greedy_{i}"] = torch.tensor(toks, dtype=torch.long)
+        goldens[f"greedy_margin_{i}"] = torch.tensor(margins, dtype=torch.float32)
+        print(family, name, "grid", inputs["image_grid_thw"].tolist(), "len", ids.shape[1],
+              "min margin %.4f" % min(margins), "tokens", toks[:8])
+    save_file(goldens, os.path.join(out, "goldens.safetensors"))
+    with open(os.path.join(out, "goldens.json"), "w") as f:
+        json.dump(meta, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--family", default="all", choices=["all", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+    ap.add_argument("--data", default=os.environ.get("VERISAMPLE_SHARED_DATA", "/work/shared/data"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    fams = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] if args.family == "all" else [args.family]
+    for fam in fams:
+        build(fam, args.data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+//! Engine settings and KV cache pool sizing from a memory budget.
+
+use candle_core::Device;
+
+use super::model::KvLayout;
+use super::EngineError;
+use verisample_models::batch::KvCache;
+
+/// How much memory the KV cache pool may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvBudget {
+    /// A fixed size in GiB (2^30 bytes).
+    Gib(f64),
+    /// A fraction (0, 1] of the memory free when the engine starts: `MemAvailable` of
+    /// `/proc/meminfo` on CPU. On accelerators, give [`KvBudget::Gib`].
+    FreeFraction(f64),
+    /// Exactly this many blocks (tests, benchmarks).
+    Blocks(usize),
+}
+
+/// Engine settings. `Default` gives the values documented on each field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Tokens per KV cache block (16, as vLLM's default).
+    pub block_size: usize,
+    /// KV cache pool size (`FreeFraction(0.25)`).
+    pub kv_budget: KvBudget,
+    /// Most sequences running at once (16).
+    pub max_batch: usize,
+    /// Most new tokens per prefill step (4096); longer prompts are prefilled in chunks.
+    pub max_batch_tokens: usize,
+    /// Default generation limit per request (512).
+    pub max_new_tokens: usize,
+    /// Share computed full blocks between sequences with the same prefix (true).
+    pub prefix_caching: bool,
+    /// Worker threads of the input pipeline (0 = `min(4, available cores)`).
+    pub prepare_threads: usize,
+    /// Prepared requests buffered ahead of admission (0 = `2 · max_batch`): bounds the memory
+    /// of preprocessed images waiting for a slot.
+    pub lookahead: usize,
+    /// Most images per vision-encoder forward (16).
+    pub max_vision_batch: usize,
+    /// Free blocks kept back when admitting while others run, as a fraction of the pool
+    /// (0.01, vLLM's `watermark`).
+    pub watermark: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            kv_budget: KvBudget::FreeFraction(0.25),
+            max_batch: 16,
+            max_batch_tokens: 4096,
+            max_new_tokens: 512,
+            prefix_caching: true,
+            prepare_threads: 0,
+            lookahead: 0,
+            max_vision_batch: 16,
+            watermark: 0.01,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Check the settings before anything is loaded.
+    ///
+    /// Errors: [`EngineError::Config`] naming the bad field.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |m: &str| Err(EngineError::Config(m.to_string()));
+        if self.block_size == 0 {
+            return bad("block_size must be ≥ 1");
+        }
+        if self.max_batch == 0 || self.max_batch_tokens == 0 || self.max_vision_batch == 0 {
+            return bad("max_batch, max_batch_tokens and max_vision_batch must be ≥ 1");
+        }
+        if !(0.0..0.5).contains(&self.watermark) {
+            return bad("watermark must be in [0, 0.5)");
+        }
+        match self.kv_budget {
+            KvBudget::Gib(g) if !(g > 0.0 && g.is_finite()) => bad("kv_cache_gib must be > 0"),
+            KvBudget::FreeFraction(f) if !(f > 0.0 && f <= 1.0) => {
+                bad("KV cache fraction must be in (0, 1]")
+            }
+            KvBudget::Blocks(0) => bad("KV cache must have ≥ 1 block"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Blocks that fit in `budget_bytes` at `bytes_per_block` each (floor).
+pub fn blocks_in_budget(budget_bytes: u64, bytes_per_block: usize) -> usize {
+    if bytes_per_block == 0 {
+        return 0;
+    }
+    usize::try_from(budget_bytes / bytes_per_block as u64).unwrap_or(usize::MAX)
+}
+
+/// `MemAvailable` from a `/proc/meminfo` text, in bytes.
+pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Number of pool blocks for `layout` under `cfg.kv_budget` on `device`.
+///
+/// Errors: [`EngineError::Config`] when free memory cannot be measured on this device or the
+/// budget holds no block.
+pub fn pool_blocks(
+    cfg: &EngineConfig,
+    layout: &KvLayout,
+    device: &Device,
+) -> Result<usize, EngineError> {
+    let per_block = KvCache::bytes_per_block(
+        layout.num_layers,
+        cfg.block_size,
+        layout.n_kv_heads,
+        layout.head_dim,
+        layout.dtype,
+    );
+    let blocks = match cfg.kv_budget {
+        KvBudget::Blocks(n) => n,
+        KvBudget::Gib(g) => blocks_in_budget((g * (1u64 << 30) as f64) as u64, per_block),
+        KvBudget::FreeFraction(f) => {
+            if !device.is_cpu() {
+                return Err(EngineError::Config(
+                    "a fraction of free memory is measured on CPU only; give the KV cache size in GiB".into(),
+                ));
+            }
+            let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| {
+                EngineError::Config(format!(
+                    "cannot read /proc/meminfo ({e}); give the KV cache size in GiB"
+                ))
+            })?;
+            let free = parse_mem_available(&text).ok_or_else(|| {
+                EngineError::Config(
+                    "no MemAvailable in /proc/meminfo; give the KV cache size in GiB".into(),
+                )
+            })?;
+            blocks_in_budget((free as f64 * f) as u64, per_block)
+        }
+    };
+    if blocks == 0 {
+        return Err(EngineError::Config(format!(
+            "the KV cache budget holds no block of {per_block} bytes"
+        )));
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_in_budget_table() {
+        for (budget, per, want) in [
+            (0, 10, 0),
+            (9, 10, 0),
+            (10, 10, 1),
+            (1 << 30, 1 << 20, 1024),
+            (5, 0, 0),
+        ] {
+            assert_eq!(blocks_in_budget(budget, per), want, "{budget}/{per}");
+        }
+    }
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(parse_mem_available(text), Some(2048 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn pool_blocks_from_gib_and_exact_blocks() {
+        let layout = KvLayout {
+            num_layers: 2,
+            n_kv_heads: 2,
+            head_dim: 64,
+            dtype: candle_core::DType::F32,
+        };
+        // Per block: 2 (K,V) · 2 layers · 16 tokens · 2 heads · 64 · 4 bytes = 32 KiB.
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Gib(1.0 / 1024.0),
+            ..Default::default()
+        };
+        assert_eq!(pool_blocks(&cfg, &layout, &Device::Cpu).unwrap(), 32);
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(7),
+            ..Default::default()
+        };
+        assert_eq!(pool_blocks(&cfg, &layout, &Device::Cpu).unwrap(), 7);
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Gib(1e-9),
+            ..Default::default()
+        };
+        assert!(matches!(
+            pool_blocks(&cfg, &layout, &Device::Cpu),
+            Err(EngineError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn validate_rejects_zero_limits() {
+        assert!(EngineConfig::default().validate().is_ok());
+        let bad = [
+            EngineConfig {
+                block_size: 0,
+                ..Default::default()
+            },
+            EngineConfig {
+                max_batch: 0,
+                ..Default::default()
+            },
+            EngineConfig {
+                kv_budget: KvBudget::FreeFraction(1.5),
+                ..Default::default()
+            },
+            EngineConfig {
+                kv_budget: KvBudget::Blocks(0),
+                ..Default::default()
+            },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+    }
+}

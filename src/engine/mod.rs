@@ -1,0 +1,307 @@
+//! The batch engine: continuous batching with greedy decoding over a paged KV cache.
+//!
+//! ```text
+//! requests ─▶ input pipeline (rayon pool: image decode + preprocessing, chat template,
+//!             tokenizer, M-RoPE positions) ─▶ bounded channel ─▶ waiting queue
+//!          ─▶ scheduler step: prefill newly admitted sequences (ragged, no padding; vision
+//!             encoder batched over images not seen yet) or decode one token per running
+//!             sequence ─▶ greedy sampler ─▶ completions, in completion order
+//! ```
+//!
+//! The engine is the only owner of the KV cache ([`verisample_models::batch::KvCache`], one
+//! preallocated pool per layer, sized from a memory budget). Blocks are handed out by the
+//! [`block_manager`], with prefix caching of full blocks (system prompts, duplicate image +
+//! prompt rows); when the pool runs out the youngest running sequence is preempted and
+//! recomputed later, so every request completes. A sequence's tokens do not depend on the
+//! batch it ran in or on the input order (given a model whose per-row results do not depend
+//! on the batch composition).
+
+pub mod block_manager;
+pub mod config;
+pub mod model;
+pub mod request;
+pub mod sampler;
+pub mod scheduler;
+pub mod sequence;
+mod step;
+pub mod vision_cache;
+pub mod vl;
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use serde::Serialize;
+use verisample_models::batch::KvCache;
+
+pub use config::{EngineConfig, KvBudget};
+pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
+pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
+
+use block_manager::BlockManager;
+use scheduler::{Scheduler, SchedulerConfig};
+use step::Core;
+
+/// Error a completion callback may return; it stops `generate` (anyhow errors convert with `?`
+/// or `.into()`).
+pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Errors of the engine. Per-request problems are not errors: they come back as completions
+/// with `FinishReason::Error`.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A bad setting, or a KV cache budget that cannot be resolved.
+    #[error("engine configuration: {0}")]
+    Config(String),
+    /// The model (or a tensor operation of the engine) failed.
+    #[error("model: {0}")]
+    Model(#[from] candle_core::Error),
+    /// The input pipeline's thread pool could not start.
+    #[error("input pipeline thread pool: {0}")]
+    ThreadPool(#[from] rayon::ThreadPoolBuildError),
+    /// The completion callback returned an error.
+    #[error("completion callback: {0}")]
+    Callback(CallbackError),
+    /// An internal invariant does not hold (a bug).
+    #[error("engine invariant broken: {0}")]
+    Internal(String),
+}
+
+/// Counters since the engine was built. Times are wall-clock seconds of the model calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EngineStats {
+    /// Model steps run.
+    pub steps: u64,
+    /// Prefill steps.
+    pub prefill_steps: u64,
+    /// Decode steps.
+    pub decode_steps: u64,
+    /// Tokens computed in prefill steps (prompt tokens not served by the prefix cache, plus
+    /// recomputed tokens of preempted sequences).
+    pub prefill_tokens: u64,
+    /// Seconds in prefill forwards (vision encoder excluded).
+    pub prefill_secs: f64,
+    /// Tokens computed in decode steps.
+    pub decode_tokens: u64,
+    /// Seconds in decode forwards.
+    pub decode_secs: f64,
+    /// Distinct images run through the vision encoder.
+    pub vision_images: u64,
+    /// Seconds in the vision encoder.
+    pub vision_secs: f64,
+    /// Seconds the loop waited for the input pipeline with nothing to compute.
+    pub input_wait_secs: f64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_prompt_tokens: u64,
+    /// Preemptions (a sequence preempted twice counts twice).
+    pub preemptions: u64,
+    /// Completions handed out (all finish reasons).
+    pub completed: u64,
+    /// Completions with `FinishReason::Error`.
+    pub failed: u64,
+    /// Generated tokens over all completions.
+    pub generated_tokens: u64,
+}
+
+/// The batch engine over a model `M` and its input processor `P`.
+pub struct Engine<M, P> {
+    core: Core<M>,
+    processor: P,
+    pool: rayon::ThreadPool,
+}
+
+impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
+    /// Build an engine: validate `cfg`, size and allocate the KV cache pool on the model's
+    /// device, start the input pipeline's worker threads.
+    ///
+    /// Errors: [`EngineError::Config`] (bad settings, unresolvable budget),
+    /// [`EngineError::Model`] (pool allocation), [`EngineError::ThreadPool`].
+    pub fn new(model: M, processor: P, cfg: EngineConfig) -> Result<Self, EngineError> {
+        cfg.validate()?;
+        let layout = model.kv_layout();
+        let num_blocks = config::pool_blocks(&cfg, &layout, model.device())?;
+        let cache = KvCache::new(
+            layout.num_layers,
+            num_blocks,
+            cfg.block_size,
+            layout.n_kv_heads,
+            layout.head_dim,
+            layout.dtype,
+            model.device(),
+        )?;
+        let scheduler = Scheduler::new(
+            SchedulerConfig {
+                max_batch: cfg.max_batch,
+                max_batch_tokens: cfg.max_batch_tokens,
+                watermark_blocks: (num_blocks as f64 * cfg.watermark) as usize,
+            },
+            BlockManager::new(num_blocks, cfg.block_size, cfg.prefix_caching),
+        );
+        let threads = match cfg.prepare_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
+            n => n,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("verisample-input-{i}"))
+            .build()?;
+        tracing::info!(
+            num_blocks,
+            block_size = cfg.block_size,
+            max_batch = cfg.max_batch,
+            "KV cache pool allocated"
+        );
+        let core = Core {
+            model,
+            cfg,
+            cache,
+            scheduler,
+            vision: Default::default(),
+            stats: EngineStats::default(),
+            next_arrival: 0,
+        };
+        Ok(Self {
+            core,
+            processor,
+            pool,
+        })
+    }
+
+    /// Generate greedily for every request, handing each [`Completion`] to `on_done` as soon
+    /// as its sequence finishes (completion order, not input order; match them by `id`).
+    ///
+    /// Requests are pulled lazily: at most `lookahead` of them are being prepared or waiting
+    /// for admission at any time. Per-request failures (undecodable image, prompt larger
+    /// than the KV cache) are completions with `FinishReason::Error`; the run goes on.
+    ///
+    /// Errors: [`EngineError::Model`] from the model, [`EngineError::Callback`] when
+    /// `on_done` fails (generation stops; unfinished requests are dropped and a later call
+    /// starts clean), [`EngineError::Internal`].
+    pub fn generate<I, F>(&mut self, requests: I, mut on_done: F) -> Result<(), EngineError>
+    where
+        I: IntoIterator<Item = Request>,
+        F: FnMut(Completion) -> Result<(), CallbackError>,
+    {
+        let Engine {
+            core,
+            processor,
+            pool,
+        } = self;
+        core.reset();
+        let processor = &*processor;
+        let lookahead = match core.cfg.lookahead {
+            0 => 2 * core.cfg.max_batch,
+            n => n,
+        };
+        let mut requests = requests.into_iter();
+        let result = pool.in_place_scope(|scope| -> Result<(), EngineError> {
+            type Prepared = (u64, u64, Option<usize>, Result<PreparedInput, String>);
+            let (tx, rx) = mpsc::sync_channel::<Prepared>(lookahead);
+            let mut emit = |core: &mut Core<M>, c: Completion| {
+                core.stats.completed += 1;
+                core.stats.failed += u64::from(c.finish_reason == FinishReason::Error);
+                core.stats.generated_tokens += c.generated_tokens as u64;
+                core.stats.cached_prompt_tokens += c.cached_prompt_tokens as u64;
+                on_done(c).map_err(EngineError::Callback)
+            };
+            let (mut submitted, mut next_in, mut exhausted) = (0u64, 0u64, false);
+            let mut ready: BTreeMap<u64, Prepared> = BTreeMap::new();
+            loop {
+                // Feed the input pipeline up to the lookahead.
+                while !exhausted
+                    && (submitted - next_in) as usize + core.scheduler.num_waiting() < lookahead
+                {
+                    let Some(req) = requests.next() else {
+                        exhausted = true;
+                        break;
+                    };
+                    let (tx, idx) = (tx.clone(), submitted);
+                    submitted += 1;
+                    scope.spawn(move |_| {
+                        let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
+                            .unwrap_or_else(|_| Err("input processor panicked".to_string()));
+                        // The receiver is gone only when generate is returning early.
+                        let _ = tx.send((idx, req.id, req.max_new_tokens, r));
+                    });
+                }
+                // Collect prepared inputs; block only when there is nothing to compute.
+                loop {
+                    let must_wait = core.scheduler.num_unfinished() == 0
+                        && next_in < submitted
+                        && !ready.contains_key(&next_in);
+                    let msg = if must_wait {
+                        let t0 = Instant::now();
+                        let m = rx
+                            .recv()
+                            .map_err(|_| EngineError::Internal("input pipeline closed".into()))?;
+                        core.stats.input_wait_secs += t0.elapsed().as_secs_f64();
+                        m
+                    } else {
+                        match rx.try_recv() {
+                            Ok(m) => m,
+                            Err(_) => break,
+                        }
+                    };
+                    ready.insert(msg.0, msg);
+                }
+                // Queue them in input order.
+                while let Some((_, id, max_new, r)) = ready.remove(&next_in) {
+                    next_in += 1;
+                    let failed = match r {
+                        Ok(p) => core.add(id, max_new, p),
+                        Err(e) => Some(Completion::failed(id, 0, e)),
+                    };
+                    if let Some(c) = failed {
+                        emit(core, c)?;
+                    }
+                }
+                if core.scheduler.num_unfinished() == 0 {
+                    if exhausted && next_in == submitted {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                for c in core.step(processor)? {
+                    emit(core, c)?;
+                }
+            }
+        });
+        if result.is_err() {
+            core.reset();
+        }
+        result
+    }
+
+    /// Counters since the engine was built.
+    pub fn stats(&self) -> &EngineStats {
+        &self.core.stats
+    }
+
+    /// Blocks in the KV cache pool.
+    pub fn num_blocks(&self) -> usize {
+        self.core.scheduler.blocks().num_blocks()
+    }
+
+    /// Free blocks of the pool now (plain free + evictable prefix-cache blocks).
+    pub fn num_free_blocks(&self) -> usize {
+        self.core.scheduler.blocks().num_free()
+    }
+
+    /// The engine's settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.core.cfg
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        &self.core.model
+    }
+
+    /// The input processor.
+    pub fn processor(&self) -> &P {
+        &self.processor
+    }
+}

@@ -1,0 +1,92 @@
+//! What the engine needs from a model: a step forward over a flattened ragged batch with the
+//! paged KV cache, a batched vision encoder, and an input processor (chat template,
+//! tokenizer, image preprocessing) that runs on worker threads.
+//!
+//! The models crate's architectures implement these traits; tests drive the engine with a
+//! small arithmetic model through the same traits.
+
+use candle_core::{DType, Device, Tensor};
+use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
+
+use super::request::{PreparedInput, Request};
+
+/// Shape of one layer's KV cache entries, for sizing and allocating the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// Key/value heads per layer (GQA).
+    pub n_kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Cache dtype (the model's activation dtype).
+    pub dtype: DType,
+}
+
+/// Vision embeddings of the image-placeholder rows of a flattened batch.
+///
+/// The rows are given explicitly rather than found by comparing `input_ids` with the image
+/// token id: a generated token that happens to be the image-pad id (possible with random or
+/// small models) is an ordinary text token and must keep its token embedding.
+#[derive(Debug, Clone)]
+pub struct StepImages {
+    /// Embeddings (and DeepStack features) `[rows.len(), hidden]`, on the model's device.
+    pub embeds: ImageEmbeds,
+    /// Index of each embedding's row in the flattened batch, ascending.
+    pub rows: Vec<usize>,
+}
+
+/// A decoder (with its vision tower) the engine can step.
+pub trait EngineModel {
+    /// The device the model's weights and the KV cache live on.
+    fn device(&self) -> &Device;
+
+    /// Layout of the KV cache this model reads and writes.
+    fn kv_layout(&self) -> KvLayout;
+
+    /// Vision encoder over a batch of images: `pixel_values` `[sum n_patches, patch_dim]`
+    /// (images concatenated in order, on the model's device) and one `grid_thw` per image.
+    /// Returns the merged embeddings `[sum num_tokens, hidden]` (and DeepStack features),
+    /// images in order.
+    ///
+    /// Errors: candle errors (shape, device, out of memory).
+    fn encode_images(
+        &self,
+        pixel_values: &Tensor,
+        grid_thw: &[[usize; 3]],
+    ) -> candle_core::Result<ImageEmbeds>;
+
+    /// One step over a flattened batch: `input_ids` (`total_tokens` ids), the vision
+    /// embeddings that replace the token embeddings of some rows (image placeholders), and the
+    /// batch layout. Writes the new tokens' K/V into `cache` at `meta.slot_mapping` and
+    /// returns logits `[meta.logits_indices.len(), vocab]`.
+    ///
+    /// Errors: candle errors.
+    fn forward(
+        &self,
+        input_ids: &[u32],
+        images: Option<&StepImages>,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+    ) -> candle_core::Result<Tensor>;
+}
+
+/// Chat template, tokenizer and image preprocessing of a model. Called from the input
+/// pipeline's worker threads, hence `Send + Sync`.
+pub trait InputProcessor: Send + Sync {
+    /// Turn a request into prompt tokens, M-RoPE positions and preprocessed images.
+    ///
+    /// Errors: a human-readable message (undecodable image, template error, …); the request
+    /// then completes with `FinishReason::Error`.
+    fn prepare(&self, request: &Request) -> Result<PreparedInput, String>;
+
+    /// Decode generated tokens to text, special tokens skipped.
+    ///
+    /// Errors: a human-readable message from the tokenizer.
+    fn decode(&self, tokens: &[u32]) -> Result<String, String>;
+
+    /// Token ids that end generation (from `generation_config.json` `eos_token_id` and the
+    /// tokenizer: `<|im_end|>`, `<|endoftext|>` for Qwen2-VL).
+    fn eos_token_ids(&self) -> &[u32];
+}

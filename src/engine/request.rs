@@ -1,0 +1,124 @@
+//! What goes into the engine (a [`Request`]), what the input pipeline makes of it (a
+//! [`PreparedInput`]) and what comes out (a [`Completion`]).
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// An encoded image (PNG, JPEG, …) attached to a request.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    /// The encoded file, unchanged; shared, so that several questions about one image do not
+    /// copy it.
+    pub bytes: Arc<[u8]>,
+    /// SHA-256 of `bytes`. Keys the vision-embedding cache (one vision forward per distinct
+    /// image) and the prefix cache.
+    pub sha256: [u8; 32],
+}
+
+impl ImageInput {
+    /// Wrap encoded image bytes, hashing them.
+    pub fn new(bytes: impl Into<Arc<[u8]>>) -> Self {
+        let bytes = bytes.into();
+        let sha256 = Sha256::digest(&bytes).into();
+        Self { bytes, sha256 }
+    }
+}
+
+/// One generation request: a chat turn, text-only (the judge) or about one image.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Caller's id, returned in the [`Completion`].
+    pub id: u64,
+    /// Optional system message (e.g. the judge instruction).
+    pub system: Option<String>,
+    /// Optional image, placed before the text in the user turn.
+    pub image: Option<ImageInput>,
+    /// User text, byte-identical to what the model receives inside the chat template.
+    pub text: String,
+    /// Per-request generation limit; `None` takes the engine's `max_new_tokens`.
+    pub max_new_tokens: Option<usize>,
+}
+
+/// One image of a prepared prompt: preprocessed pixels and where its placeholder tokens are.
+#[derive(Debug, Clone)]
+pub struct PreparedImage {
+    /// SHA-256 of the encoded image.
+    pub sha256: [u8; 32],
+    /// Patches `[n_patches, channels · temporal_patch · patch · patch]`, f32, on the host.
+    pub pixel_values: Tensor,
+    /// Grid of patches `(t, h, w)` before spatial merging.
+    pub grid_thw: [usize; 3],
+    /// Index of its first image-pad token in `PreparedInput::token_ids`.
+    pub start: usize,
+    /// Number of image-pad tokens (`t · h · w / merge²`), equal to the vision encoder's
+    /// output rows for this image.
+    pub num_tokens: usize,
+}
+
+/// A request after the input pipeline: chat template applied, tokenized, image preprocessed,
+/// M-RoPE position ids computed.
+#[derive(Debug, Clone)]
+pub struct PreparedInput {
+    /// Prompt token ids, image placeholders expanded.
+    pub token_ids: Vec<u32>,
+    /// M-RoPE `(t, h, w)` position id of each prompt token.
+    pub positions: Vec<[u32; 3]>,
+    /// Position id of the first generated token (`max(positions) + 1`).
+    pub next_position: u32,
+    /// The prompt's images, in token order.
+    pub images: Vec<PreparedImage>,
+}
+
+/// Why generation of a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// An end-of-sequence token was generated (it is the last of `token_ids`).
+    Stop,
+    /// `max_new_tokens` were generated without an end-of-sequence token (or, rarely, the
+    /// sequence grew to fill the whole KV cache pool).
+    Truncated,
+    /// The request could not be run (bad image, prompt larger than the KV cache, …);
+    /// `Completion::error` says why.
+    Error,
+}
+
+/// The result of one request, handed to the caller as soon as it finishes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    /// The request's id.
+    pub id: u64,
+    /// Generated token ids, including the final end-of-sequence token when `Stop`.
+    pub token_ids: Vec<u32>,
+    /// `token_ids` decoded, special tokens skipped.
+    pub text: String,
+    /// Prompt length in tokens (0 when the request failed before tokenization).
+    pub prompt_tokens: usize,
+    /// `token_ids.len()`.
+    pub generated_tokens: usize,
+    /// Prompt tokens served from the prefix cache at the last admission.
+    pub cached_prompt_tokens: usize,
+    /// Why generation ended.
+    pub finish_reason: FinishReason,
+    /// The error message when `finish_reason` is `Error`.
+    pub error: Option<String>,
+}
+
+impl Completion {
+    /// A failed request.
+    pub fn failed(id: u64, prompt_tokens: usize, message: impl Into<String>) -> Self {
+        Self {
+            id,
+            token_ids: vec![],
+            text: String::new(),
+            prompt_tokens,
+            generated_tokens: 0,
+            cached_prompt_tokens: 0,
+            finish_reason: FinishReason::Error,
+            error: Some(message.into()),
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! One engine step: plan (scheduler), encode missing images, build the flattened batch, run
+//! the model, sample greedily, and turn finished sequences into completions.
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
+
+use super::config::EngineConfig;
+use super::model::{EngineModel, InputProcessor, StepImages};
+use super::request::{Completion, FinishReason, PreparedInput};
+use super::sampler::greedy_rows;
+use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
+use super::sequence::{ImageSpan, Sequence};
+use super::vision_cache::VisionCache;
+use super::{EngineError, EngineStats};
+
+/// The engine state owned by the generation loop (everything but the input processor).
+pub(crate) struct Core<M> {
+    pub model: M,
+    pub cfg: EngineConfig,
+    pub cache: KvCache,
+    pub scheduler: Scheduler,
+    pub vision: VisionCache,
+    pub stats: EngineStats,
+    pub next_arrival: u64,
+}
+
+/// The flattened inputs of one step.
+struct StepBatch {
+    input_ids: Vec<u32>,
+    images: Option<StepImages>,
+    meta: BatchMeta,
+}
+
+/// `[lo, hi)` of the image-pad tokens of `img` inside tokens `start..end`, if any.
+fn overlap(img: &ImageSpan, start: usize, end: usize) -> Option<(usize, usize)> {
+    let (lo, hi) = (start.max(img.start), end.min(img.end()));
+    (lo < hi).then_some((lo, hi))
+}
+
+impl<M: EngineModel> Core<M> {
+    /// Queue a prepared request. Returns a failed completion when the prepared input is
+    /// inconsistent (nothing is queued then).
+    pub fn add(
+        &mut self,
+        id: u64,
+        max_new_tokens: Option<usize>,
+        p: PreparedInput,
+    ) -> Option<Completion> {
+        let n = p.token_ids.len();
+        if n == 0 || p.positions.len() != n {
+            return Some(Completion::failed(
+                id,
+                n,
+                format!(
+                    "prepared prompt has {n} tokens and {} positions",
+                    p.positions.len()
+                ),
+            ));
+        }
+        if let Some(img) = p
+            .images
+            .iter()
+            .find(|i| i.num_tokens == 0 || i.start + i.num_tokens > n)
+        {
+            return Some(Completion::failed(
+                id,
+                n,
+                format!(
+                    "image tokens {}..{} outside the {n}-token prompt",
+                    img.start,
+                    img.start + img.num_tokens
+                ),
+            ));
+        }
+        for img in &p.images {
+            self.vision.add_user(img);
+        }
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.scheduler.add(Sequence {
+            arrival,
+            id,
+            prompt_len: n,
+            tokens: p.token_ids,
+            prompt_positions: p.positions,
+            next_position: p.next_position,
+            images: p
+                .images
+                .iter()
+                .map(|i| ImageSpan {
+                    start: i.start,
+                    len: i.num_tokens,
+                    sha256: i.sha256,
+                })
+                .collect(),
+            max_new_tokens: max_new_tokens.unwrap_or(self.cfg.max_new_tokens).max(1),
+            block_table: vec![],
+            num_computed: 0,
+            in_prefill: false,
+            hashes: vec![],
+            preemptions: 0,
+            cached_tokens: 0,
+        });
+        None
+    }
+
+    /// Drop every unfinished sequence (after an interrupted `generate`).
+    pub fn reset(&mut self) {
+        let keys: Vec<u64> = self
+            .scheduler
+            .running()
+            .iter()
+            .copied()
+            .chain(self.scheduler.waiting())
+            .collect();
+        for k in keys {
+            if let Some(s) = self.scheduler.finish(k) {
+                self.release_images(&s);
+            }
+        }
+    }
+
+    fn release_images(&mut self, s: &Sequence) {
+        for img in &s.images {
+            self.vision.remove_user(&img.sha256);
+        }
+    }
+
+    /// Run one step. Returns the sequences that finished in it.
+    pub fn step<P: InputProcessor>(
+        &mut self,
+        processor: &P,
+    ) -> Result<Vec<Completion>, EngineError> {
+        let Some(plan) = self.scheduler.schedule() else {
+            return Ok(vec![]);
+        };
+        let mut done = Vec::new();
+        for (s, why) in &plan.dropped {
+            self.release_images(s);
+            let c = match why {
+                Dropout::PromptTooLong { needed, pool } => Completion::failed(
+                    s.id,
+                    s.prompt_len,
+                    format!(
+                        "prompt of {} tokens needs {needed} KV cache blocks; the pool has {pool}",
+                        s.prompt_len
+                    ),
+                ),
+                Dropout::PoolFull => self.completion(s, FinishReason::Truncated, processor),
+            };
+            done.push(c);
+        }
+        if plan.seqs.is_empty() {
+            return Ok(done);
+        }
+        self.stats.preemptions += plan.preempted.len() as u64;
+        if plan.kind == StepKind::Prefill {
+            self.encode_missing_images(&plan.seqs)?;
+        }
+        let t0 = Instant::now();
+        let batch = self.build_batch(&plan)?;
+        let logits = self.model.forward(
+            &batch.input_ids,
+            batch.images.as_ref(),
+            &batch.meta,
+            &mut self.cache,
+        )?;
+        let tokens = greedy_rows(&logits)?;
+        let secs = t0.elapsed().as_secs_f64();
+        let n_tokens = batch.meta.total_tokens() as u64;
+        self.stats.steps += 1;
+        match plan.kind {
+            StepKind::Prefill => {
+                self.stats.prefill_steps += 1;
+                self.stats.prefill_tokens += n_tokens;
+                self.stats.prefill_secs += secs;
+            }
+            StepKind::Decode => {
+                self.stats.decode_steps += 1;
+                self.stats.decode_tokens += n_tokens;
+                self.stats.decode_secs += secs;
+            }
+        }
+        if tokens.len() != batch.meta.logits_indices.len() {
+            return Err(EngineError::Internal(format!(
+                "model returned {} logits rows for {} sampled sequences",
+                tokens.len(),
+                batch.meta.logits_indices.len()
+            )));
+        }
+        self.scheduler.commit(&plan);
+        let sampled: Vec<&ScheduledSeq> = plan.seqs.iter().filter(|s| s.sample).collect();
+        for (sc, tok) in sampled.into_iter().zip(tokens) {
+            let Some(tok) = tok else {
+                if let Some(s) = self.scheduler.finish(sc.seq) {
+                    self.release_images(&s);
+                    let mut c = self.completion(&s, FinishReason::Error, processor);
+                    c.error = Some("logits are all NaN".into());
+                    done.push(c);
+                }
+                continue;
+            };
+            self.scheduler.append_token(sc.seq, tok);
+            let Some(s) = self.scheduler.seq(sc.seq) else {
+                continue;
+            };
+            let reason = if processor.eos_token_ids().contains(&tok) {
+                FinishReason::Stop
+            } else if s.generated().len() >= s.max_new_tokens {
+                FinishReason::Truncated
+            } else {
+                continue;
+            };
+            if let Some(s) = self.scheduler.finish(sc.seq) {
+                self.release_images(&s);
+                done.push(self.completion(&s, reason, processor));
+            }
+        }
+        Ok(done)
+    }
+
+    fn completion<P: InputProcessor>(
+        &self,
+        s: &Sequence,
+        reason: FinishReason,
+        processor: &P,
+    ) -> Completion {
+        let (text, reason, error) = match processor.decode(s.generated()) {
+            Ok(t) => (t, reason, None),
+            Err(e) => (
+                String::new(),
+                FinishReason::Error,
+                Some(format!("decoding generated tokens: {e}")),
+            ),
+        };
+        Completion {
+            id: s.id,
+            token_ids: s.generated().to_vec(),
+            text,
+            prompt_tokens: s.prompt_len,
+            generated_tokens: s.generated().len(),
+            cached_prompt_tokens: s.cached_tokens,
+            finish_reason: reason,
+            error,
+        }
+    }
+
+    /// Run the vision encoder, in batches of `max_vision_batch` images, over every image
+    /// whose tokens are computed in this step and whose embeddings are not cached yet.
+    fn encode_missing_images(&mut self, seqs: &[ScheduledSeq]) -> Result<(), EngineError> {
+        let mut missing: Vec<([u8; 32], usize)> = Vec::new();
+        for sc in seqs {
+            let Some(s) = self.scheduler.seq(sc.seq) else {
+                continue;
+            };
+            for img in &s.images {
+                if overlap(img, sc.start, sc.end).is_some()
+                    && self.vision.embeds(&img.sha256).is_none()
+                    && !missing.iter().any(|(h, _)| *h == img.sha256)
+                {
+                    missing.push((img.sha256, img.len));
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let device = self.model.device().clone();
+        for chunk in missing.chunks(self.cfg.max_vision_batch) {
+            let mut pixels = Vec::with_capacity(chunk.len());
+            let mut grids = Vec::with_capacity(chunk.len());
+            for (sha, _) in chunk {
+                let (p, g) = self.vision.pending_pixels(sha).ok_or_else(|| {
+                    EngineError::Internal("image without pixels or embeddings".into())
+                })?;
+                pixels.push(p.to_device(&device)?);
+                grids.push(*g);
+            }
+            let embeds = self
+                .model
+                .encode_images(&Tensor::cat(&pixels, 0)?, &grids)?;
+            let want: usize = chunk.iter().map(|(_, n)| n).sum();
+            if embeds.embeds.dim(0)? != want {
+                return Err(EngineError::Internal(format!(
+                    "vision encoder returned {} rows for {want} image tokens",
+                    embeds.embeds.dim(0)?
+                )));
+            }
+            let mut off = 0;
+            for (sha, n) in chunk {
+                self.vision.set_embeds(sha, embeds.narrow(off, *n)?);
+                off += n;
+            }
+        }
+        self.stats.vision_images += missing.len() as u64;
+        self.stats.vision_secs += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Flatten the planned sequences into one ragged batch.
+    fn build_batch(&self, plan: &Schedule) -> Result<StepBatch, EngineError> {
+        let bs = self.cache.block_size;
+        let total: usize = plan.seqs.iter().map(|s| s.end - s.start).sum();
+        let mut ids = Vec::with_capacity(total);
+        let mut pos: [Vec<u32>; 3] = [
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+        ];
+        let mut meta = BatchMeta {
+            positions: Tensor::zeros(0, candle_core::DType::U32, &candle_core::Device::Cpu)?,
+            query_lens: Vec::with_capacity(plan.seqs.len()),
+            context_lens: Vec::with_capacity(plan.seqs.len()),
+            block_tables: Vec::with_capacity(plan.seqs.len()),
+            slot_mapping: Vec::with_capacity(total),
+            logits_indices: Vec::new(),
+        };
+        let mut chunks = Vec::new();
+        let mut rows = Vec::new();
+        for sc in &plan.seqs {
+            let row0 = ids.len();
+            let s = self.scheduler.seq(sc.seq).ok_or_else(|| {
+                EngineError::Internal(format!("scheduled sequence {} is gone", sc.seq))
+            })?;
+            for i in sc.start..sc.end {
+                ids.push(s.tokens[i]);
+                let p = s.position(i);
+                for r in 0..3 {
+                    pos[r].push(p[r]);
+                }
+                meta.slot_mapping
+                    .push(s.block_table[i / bs] * bs as u32 + (i % bs) as u32);
+            }
+            meta.query_lens.push(sc.end - sc.start);
+            meta.context_lens.push(sc.end);
+            meta.block_tables.push(s.block_table.clone());
+            if sc.sample {
+                meta.logits_indices.push(ids.len() - 1);
+            }
+            for img in &s.images {
+                if let Some((lo, hi)) = overlap(img, sc.start, sc.end) {
+                    let e = self.vision.embeds(&img.sha256).ok_or_else(|| {
+                        EngineError::Internal("image embeddings missing at batch time".into())
+                    })?;
+                    chunks.push(e.narrow(lo - img.start, hi - lo)?);
+                    rows.extend((lo..hi).map(|i| row0 + i - sc.start));
+                }
+            }
+        }
+        let device = self.model.device();
+        let flat: Vec<u32> = pos.concat();
+        meta.positions = Tensor::from_vec(flat, (3, total), device)?;
+        let images = if chunks.is_empty() {
+            None
+        } else {
+            let parts: Vec<&ImageEmbeds> = chunks.iter().collect();
+            Some(StepImages {
+                embeds: ImageEmbeds::cat(&parts)?,
+                rows,
+            })
+        };
+        Ok(StepBatch {
+            input_ids: ids,
+            images,
+            meta,
+        })
+    }
+}

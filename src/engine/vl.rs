@@ -1,0 +1,238 @@
+//! The models crate's [`VlModel`] (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) behind the engine traits,
+//! and [`VlInputs`]: its chat template, tokenizer, image processor and M-RoPE index as the
+//! engine's input processor.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::{
+    decode_position, get_rope_index, ChatMessage, ImageProcessor, PromptBuilder, RenderOptions, StepInput, VisionInputs,
+    VlModel,
+};
+
+use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
+use super::request::{PreparedImage, PreparedInput, Request};
+use super::{Engine, EngineConfig, EngineError};
+
+/// Errors loading a checkpoint for the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum VlLoadError {
+    /// Weights or `config.json`.
+    #[error(transparent)]
+    Model(#[from] verisample_models::LoadError),
+    /// `preprocessor_config.json`.
+    #[error(transparent)]
+    Processor(#[from] verisample_models::ProcessorError),
+    /// Tokenizer or chat template.
+    #[error(transparent)]
+    Chat(#[from] verisample_models::ChatError),
+    /// `generation_config.json` exists but is not valid JSON.
+    #[error("{path}: {msg}")]
+    GenerationConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The engine could not start.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl EngineModel for VlModel {
+    fn device(&self) -> &Device {
+        VlModel::device(self)
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        let spec = self.text_spec();
+        KvLayout {
+            num_layers: spec.num_layers,
+            n_kv_heads: spec.num_kv_heads,
+            head_dim: spec.head_dim,
+            dtype: self.dtype(),
+        }
+    }
+
+    fn encode_images(
+        &self,
+        pixel_values: &Tensor,
+        grid_thw: &[[usize; 3]],
+    ) -> candle_core::Result<verisample_models::ImageEmbeds> {
+        VlModel::encode_images(self, &VisionInputs { pixel_values: pixel_values.clone(), grid_thw: grid_thw.to_vec() })
+    }
+
+    fn forward(
+        &self,
+        input_ids: &[u32],
+        images: Option<&StepImages>,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+    ) -> candle_core::Result<Tensor> {
+        // The model finds image rows by the image-pad id; they must be exactly ours (a
+        // generated image-pad token would be taken for an image row).
+        let image_tok = self.image_token_id();
+        let pad_rows = input_ids.iter().filter(|&&t| t == image_tok).count();
+        let ours = images.map_or(0, |i| i.rows.len());
+        if pad_rows != ours {
+            candle_core::bail!(
+                "{pad_rows} image-pad tokens in the step but {ours} image rows: a generated \
+                 image-pad token cannot be told apart from an image by VlModel::forward"
+            );
+        }
+        VlModel::forward(self, &StepInput { input_ids, images: images.map(|i| &i.embeds) }, meta, cache)
+    }
+}
+
+/// Chat template + tokenizer + image processor + M-RoPE index of a checkpoint.
+#[derive(Debug)]
+pub struct VlInputs {
+    images: ImageProcessor,
+    prompts: PromptBuilder,
+    image_token_id: u32,
+    eos: Vec<u32>,
+    render: RenderOptions,
+}
+
+/// End-of-sequence ids: `eos_token_id` of `generation_config.json` (a number or a list) when
+/// the file exists, plus `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted.
+/// (The caller adds `config.json`'s own `eos_token_id`.)
+///
+/// Errors: [`VlLoadError::GenerationConfig`] for an unreadable or invalid file.
+pub fn eos_token_ids(dir: &Path, prompts: &PromptBuilder) -> Result<Vec<u32>, VlLoadError> {
+    let mut ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| prompts.token_id(t)).collect();
+    let path = dir.join("generation_config.json");
+    if path.exists() {
+        let bad = |msg: String| VlLoadError::GenerationConfig { path: path.clone(), msg };
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        ids.extend(parse_eos(v.get("eos_token_id")));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Token ids of an `eos_token_id` JSON value: a number, a list of numbers, or absent.
+pub fn parse_eos(v: Option<&serde_json::Value>) -> Vec<u32> {
+    match v {
+        Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()).into_iter().collect(),
+        Some(serde_json::Value::Array(a)) => {
+            a.iter().filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok())).collect()
+        }
+        _ => vec![],
+    }
+}
+
+impl VlInputs {
+    /// Load the processor, tokenizer and chat template of the checkpoint in `dir` for `model`
+    /// (its image token id and `config.json` end-of-sequence ids); `enable_thinking` is passed
+    /// to the chat template (SPEC §4 "reasoning enabled").
+    ///
+    /// Errors: [`VlLoadError`] naming the file at fault.
+    pub fn from_dir(dir: &Path, model: &VlModel, enable_thinking: Option<bool>) -> Result<Self, VlLoadError> {
+        let image_token_id = model.image_token_id();
+        let images = ImageProcessor::from_dir(dir)?;
+        let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
+        let mut eos = eos_token_ids(dir, &prompts)?;
+        eos.extend(&model.text_spec().eos_token_ids);
+        eos.sort_unstable();
+        eos.dedup();
+        Ok(Self {
+            images,
+            prompts,
+            image_token_id,
+            eos,
+            render: RenderOptions { add_generation_prompt: true, enable_thinking },
+        })
+    }
+
+    /// The tokenizer and chat template.
+    pub fn prompts(&self) -> &PromptBuilder {
+        &self.prompts
+    }
+}
+
+impl InputProcessor for VlInputs {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, String> {
+        let mut messages = Vec::with_capacity(2);
+        if let Some(s) = &req.system {
+            messages.push(ChatMessage::text("system", s));
+        }
+        let mut image = None;
+        match &req.image {
+            Some(img) => {
+                let p = self.images.preprocess(&img.bytes).map_err(|e| format!("image: {e}"))?;
+                messages.push(ChatMessage::user_image_question(&req.text));
+                image = Some((img.sha256, p));
+            }
+            None => messages.push(ChatMessage::text("user", &req.text)),
+        }
+        let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
+        let ids = self.prompts.encode(&messages, self.render, &grids).map_err(|e| format!("prompt: {e}"))?;
+        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)
+            .map_err(|e| format!("M-RoPE index: {e}"))?;
+        let [t, h, w] = &rope.positions;
+        let positions = (0..ids.len()).map(|i| [t[i], h[i], w[i]]).collect();
+        let mut images = Vec::new();
+        if let Some((sha256, p)) = image {
+            let start = ids.iter().position(|&x| x == self.image_token_id).ok_or("no image-pad token in the prompt")?;
+            let n_patches = p.pixel_values.len() / p.patch_dim.max(1);
+            images.push(PreparedImage {
+                sha256,
+                pixel_values: Tensor::from_vec(p.pixel_values, (n_patches, p.patch_dim), &Device::Cpu)
+                    .map_err(|e| format!("pixel values: {e}"))?,
+                grid_thw: p.grid_thw,
+                start,
+                num_tokens: self.images.num_image_tokens(p.grid_thw),
+            });
+        }
+        let next_position = decode_position(ids.len(), rope.rope_delta);
+        Ok(PreparedInput { token_ids: ids, positions, next_position, images })
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
+        self.prompts.decode(tokens, true).map_err(|e| e.to_string())
+    }
+
+    fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+}
+
+/// Load a checkpoint directory into a ready engine: weights in `dtype` on `device`, its
+/// processor, tokenizer and chat template, and a KV cache pool sized by `cfg`.
+///
+/// Errors: [`VlLoadError`].
+pub fn load_engine(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+    cfg: EngineConfig,
+    enable_thinking: Option<bool>,
+) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
+    cfg.validate()?;
+    let model = VlModel::load(dir, dtype, device)?;
+    let inputs = VlInputs::from_dir(dir, &model, enable_thinking)?;
+    Ok(Engine::new(model, inputs, cfg)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eos_ids_from_number_list_or_nothing() {
+        let cases = [
+            (serde_json::json!(151645), vec![151645]),
+            (serde_json::json!([151645, 151643]), vec![151645, 151643]),
+            (serde_json::json!(null), vec![]),
+            (serde_json::json!("x"), vec![]),
+        ];
+        for (v, want) in cases {
+            assert_eq!(parse_eos(Some(&v)), want, "{v}");
+        }
+        assert_eq!(parse_eos(None), Vec::<u32>::new());
+    }
+}

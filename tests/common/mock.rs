@@ -1,0 +1,276 @@
+//! An arithmetic stand-in for a VLM that exercises everything the engine owns: block
+//! tables, slot mapping, prefix sharing, image embedding slicing, M-RoPE positions.
+//!
+//! Each computed token writes a "KV" value (a hash of its id, its M-RoPE position and, for an
+//! image-pad token, its vision embedding) into the slot the engine assigned; the logits of a
+//! sequence's last token are peaked at `Σ_i value_i · (i + 1) mod VOCAB` over the cache
+//! positions `0..context_len` read back through the block table. A wrong slot, a stale or
+//! wrongly shared block, or a misplaced image row changes the tokens. [`reference`] computes
+//! the same tokens directly from the prompt, with no cache.
+
+use std::cell::{Cell, RefCell};
+
+use candle_core::{DType, Device, Tensor};
+use verisample::engine::{StepImages, 
+    EngineModel, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
+    Request,
+};
+use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::ImageEmbeds;
+
+pub const VOCAB: usize = 97;
+pub const EOS: u32 = 0;
+pub const IMAGE_PAD: u32 = 3;
+const P: u64 = 1_000_000_007;
+
+fn value(token: u32, pos: [u32; 3], emb: Option<f32>) -> u64 {
+    let e = emb.map_or(0, |e| e as u64 + 1);
+    (token as u64 * 1_000_003
+        + pos[0] as u64 * 7919
+        + pos[1] as u64 * 31
+        + pos[2] as u64 * 17
+        + e * 13)
+        % P
+}
+
+fn next_token(values: &[u64]) -> u32 {
+    let acc = values
+        .iter()
+        .enumerate()
+        .fold(0u64, |a, (i, v)| (a + v * (i as u64 + 1)) % P);
+    (acc % VOCAB as u64) as u32
+}
+
+/// Vision embedding of image-pad token `k` of an image with these pixel rows: the sum of its
+/// two patch rows.
+fn embed_rows(pixels: &[Vec<f32>]) -> Vec<f32> {
+    pixels.chunks(2).map(|c| c.iter().flatten().sum()).collect()
+}
+
+pub struct MockModel {
+    device: Device,
+    store: RefCell<Vec<Option<u64>>>,
+    /// Images run through `encode_images`, summed over calls.
+    pub images_encoded: Cell<usize>,
+    /// Largest number of sequences in one step.
+    pub max_seqs_in_step: Cell<usize>,
+}
+
+impl Default for MockModel {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            store: RefCell::default(),
+            images_encoded: Cell::default(),
+            max_seqs_in_step: Cell::default(),
+        }
+    }
+}
+
+impl EngineModel for MockModel {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            num_layers: 1,
+            n_kv_heads: 1,
+            head_dim: 1,
+            dtype: DType::F32,
+        }
+    }
+
+    fn encode_images(
+        &self,
+        pixel_values: &Tensor,
+        grid_thw: &[[usize; 3]],
+    ) -> candle_core::Result<ImageEmbeds> {
+        self.images_encoded
+            .set(self.images_encoded.get() + grid_thw.len());
+        let rows = pixel_values.to_vec2::<f32>()?;
+        let e = embed_rows(&rows);
+        let n = e.len();
+        Ok(ImageEmbeds { embeds: Tensor::from_vec(e, (n, 1), &self.device)?, deepstack: vec![] })
+    }
+
+    fn forward(
+        &self,
+        input_ids: &[u32],
+        images: Option<&StepImages>,
+        meta: &BatchMeta,
+        cache: &mut KvCache,
+    ) -> candle_core::Result<Tensor> {
+        let ids = input_ids;
+        let pos = meta.positions.to_vec2::<u32>()?;
+        let (emb, rows): (Vec<f32>, &[usize]) = match images {
+            Some(e) => (e.embeds.embeds.flatten_all()?.to_vec1()?, &e.rows),
+            None => (vec![], &[]),
+        };
+        let bs = cache.block_size;
+        let mut store = self.store.borrow_mut();
+        let slots = cache.layers[0].0.dim(0)? * bs;
+        if store.len() != slots {
+            *store = vec![None; slots];
+        }
+        if rows.len() != emb.len() || rows.iter().any(|&r| ids.get(r) != Some(&IMAGE_PAD)) {
+            return Err(candle_core::Error::Msg(format!(
+                "{} image rows for {} embeddings",
+                rows.len(),
+                emb.len()
+            )));
+        }
+        for (t, &id) in ids.iter().enumerate() {
+            let e = rows.iter().position(|&r| r == t).map(|k| emb[k]);
+            store[meta.slot_mapping[t] as usize] =
+                Some(value(id, [pos[0][t], pos[1][t], pos[2][t]], e));
+        }
+        self.max_seqs_in_step
+            .set(self.max_seqs_in_step.get().max(meta.query_lens.len()));
+        let mut logits = Vec::new();
+        let mut row_end = 0;
+        for (s, (&q, &c)) in meta.query_lens.iter().zip(&meta.context_lens).enumerate() {
+            row_end += q;
+            if !meta.logits_indices.contains(&(row_end - 1)) {
+                continue;
+            }
+            let values = (0..c)
+                .map(|i| {
+                    let slot = meta.block_tables[s][i / bs] as usize * bs + i % bs;
+                    store[slot].ok_or_else(|| {
+                        candle_core::Error::Msg(format!("read of unwritten slot {slot}"))
+                    })
+                })
+                .collect::<candle_core::Result<Vec<u64>>>()?;
+            let target = next_token(&values) as f32;
+            logits.extend((0..VOCAB).map(|v| -(v as f32 - target).abs()));
+        }
+        let n = logits.len() / VOCAB;
+        Tensor::from_vec(logits, (n, VOCAB), &self.device)
+    }
+}
+
+/// Byte-level "tokenizer" with a chat-like template and a toy M-RoPE layout for images.
+pub struct MockProcessor {
+    eos: Vec<u32>,
+}
+
+impl Default for MockProcessor {
+    fn default() -> Self {
+        Self { eos: vec![EOS] }
+    }
+}
+
+fn text_tokens(s: &str) -> impl Iterator<Item = u32> + '_ {
+    s.bytes().map(|b| 10 + b as u32 % 80)
+}
+
+impl InputProcessor for MockProcessor {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, String> {
+        let mut ids = vec![1];
+        if let Some(sys) = &req.system {
+            ids.extend(text_tokens(sys));
+            ids.push(2);
+        }
+        let mut positions: Vec<[u32; 3]> = (0..ids.len() as u32).map(|p| [p, p, p]).collect();
+        let mut images = vec![];
+        if let Some(img) = &req.image {
+            if img.bytes.starts_with(b"BAD") {
+                return Err("undecodable image".into());
+            }
+            let n = 1 + img.bytes.len() % 7;
+            let start = ids.len();
+            let p0 = start as u32;
+            for k in 0..n as u32 {
+                ids.push(IMAGE_PAD);
+                positions.push([p0, p0 + k / 2, p0 + k % 2]);
+            }
+            let rows: Vec<f32> = (0..2 * n * 3)
+                .map(|i| img.bytes[i % img.bytes.len()] as f32)
+                .collect();
+            images.push(PreparedImage {
+                sha256: img.sha256,
+                pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu)
+                    .map_err(|e| e.to_string())?,
+                grid_thw: [1, 2, 2 * n],
+                start,
+                num_tokens: n,
+            });
+        }
+        let mut next = positions
+            .iter()
+            .map(|p| p.iter().max().copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+            + 1;
+        for t in text_tokens(&req.text).chain([4]) {
+            ids.push(t);
+            positions.push([next; 3]);
+            next += 1;
+        }
+        Ok(PreparedInput {
+            token_ids: ids,
+            positions,
+            next_position: next,
+            images,
+        })
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
+        Ok(tokens
+            .iter()
+            .filter(|&&t| t != EOS)
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(","))
+    }
+
+    fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+}
+
+/// The tokens the mock generates for `req`, computed directly (no cache, no batching):
+/// generated ids including the final EOS, and whether it stopped (`false`: truncated).
+pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, bool) {
+    let p = MockProcessor::default()
+        .prepare(req)
+        .expect("reference prepare");
+    let mut emb = vec![None; p.token_ids.len()];
+    for img in &p.images {
+        let rows = img.pixel_values.to_vec2::<f32>().expect("pixels");
+        for (k, e) in embed_rows(&rows).into_iter().enumerate() {
+            emb[img.start + k] = Some(e);
+        }
+    }
+    let mut values: Vec<u64> = p
+        .token_ids
+        .iter()
+        .zip(&p.positions)
+        .zip(&emb)
+        .map(|((&t, &pos), &e)| value(t, pos, e))
+        .collect();
+    let mut out = vec![];
+    let mut pos = p.next_position;
+    loop {
+        let t = next_token(&values);
+        out.push(t);
+        if t == EOS {
+            return (out, true);
+        }
+        if out.len() >= max_new {
+            return (out, false);
+        }
+        values.push(value(t, [pos; 3], None));
+        pos += 1;
+    }
+}
+
+/// An image whose "pixels" are derived from `seed`.
+pub fn image(seed: u8, len: usize) -> ImageInput {
+    ImageInput::new(
+        (0..len)
+            .map(|i| seed.wrapping_mul(31).wrapping_add(i as u8))
+            .collect::<Vec<u8>>(),
+    )
+}

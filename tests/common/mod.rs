@@ -1,0 +1,3 @@
+//! Shared helpers of the engine integration tests.
+
+pub mod mock;

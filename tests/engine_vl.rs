@@ -1,0 +1,179 @@
+//! The engine with the real Qwen2-VL code on the tiny fixture checkpoint
+//! (models/tests/fixtures/qwen2_vl): a sequence's tokens must not depend on the batch it ran
+//! in, the input order, prefix caching, preemption, or what ran before.
+//!
+//! Images are synthetic PNGs made here (hermetic); the parity of the model itself with
+//! transformers is tested in the models crate.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+
+use candle_core::{DType, Device};
+use verisample::engine::vl::{load_engine, VlInputs};
+use verisample::engine::{Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
+use verisample_models::VlModel;
+
+const QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
+const JUDGE: &str = "You are grading an answer to a question about an image. You cannot see the image. Do not solve the question yourself: only compare the candidate answer with the reference answer.";
+const MAX_NEW: usize = 16;
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures/qwen2_vl")
+}
+
+fn engine(max_batch: usize, blocks: usize, prefix_caching: bool) -> Engine<VlModel, VlInputs> {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Blocks(blocks),
+        max_batch,
+        max_new_tokens: MAX_NEW,
+        prefix_caching,
+        ..Default::default()
+    };
+    load_engine(&fixture(), DType::F32, &Device::Cpu, cfg, Some(true)).expect("load fixture")
+}
+
+/// A synthetic `w`×`h` PNG with a pattern that depends on `seed`.
+fn png(seed: u32, w: u32, h: u32) -> ImageInput {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        let v = (x * 7 + y * 13 + seed * 31) % 256;
+        image::Rgb([v as u8, ((v + seed * 50) % 256) as u8, ((x * y + seed) % 256) as u8])
+    });
+    let mut bytes = Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgb8(img).write_to(&mut bytes, image::ImageFormat::Png).expect("encode png");
+    ImageInput::new(bytes.into_inner())
+}
+
+/// 24 requests: 16 image questions over 6 images (rows 6..12 repeat rows 0..6: duplicate
+/// image + prompt rows), 8 text-only judge-style requests sharing a system prompt.
+fn items(id0: u64) -> Vec<Request> {
+    let mut out = vec![];
+    for i in 0..16u64 {
+        let k = (i % 6) as u32;
+        let text = if i < 12 { QUESTION.to_string() } else { format!("{QUESTION} ({i})") };
+        out.push(Request {
+            id: id0 + i,
+            system: None,
+            image: Some(png(k, 60 + 20 * k, 28 + 6 * k)),
+            text,
+            max_new_tokens: None,
+        });
+    }
+    for i in 0..8u64 {
+        out.push(Request {
+            id: id0 + 16 + i,
+            system: Some(JUDGE.to_string()),
+            image: None,
+            text: format!("Reference answer: {}\nCandidate answer: {}", 1000 + 37 * i, 1000 + 41 * i),
+            max_new_tokens: None,
+        });
+    }
+    out
+}
+
+fn run(e: &mut Engine<VlModel, VlInputs>, reqs: Vec<Request>) -> BTreeMap<u64, Completion> {
+    let mut got = BTreeMap::new();
+    e.generate(reqs, |c| {
+        assert!(got.insert(c.id, c).is_none(), "one completion per id");
+        Ok(())
+    })
+    .expect("generate");
+    got
+}
+
+fn tokens(got: &BTreeMap<u64, Completion>) -> BTreeMap<u64, Vec<u32>> {
+    got.iter().map(|(k, c)| (*k, c.token_ids.clone())).collect()
+}
+
+fn assert_complete(got: &BTreeMap<u64, Completion>, n: usize) {
+    assert_eq!(got.len(), n);
+    for c in got.values() {
+        assert_ne!(c.finish_reason, FinishReason::Error, "{c:?}");
+        assert!(!c.token_ids.is_empty() && c.token_ids.len() <= MAX_NEW);
+        assert_eq!(c.finish_reason == FinishReason::Truncated, c.token_ids.len() == MAX_NEW, "{c:?}");
+    }
+}
+
+#[test]
+fn tokens_do_not_depend_on_batch_size_or_input_order() {
+    let base = run(&mut engine(1, 512, true), items(0));
+    assert_complete(&base, 24);
+    for max_batch in [5, 24] {
+        let got = run(&mut engine(max_batch, 512, true), items(0));
+        assert_eq!(tokens(&got), tokens(&base), "max_batch {max_batch}");
+        let mut shuffled = items(0);
+        shuffled.reverse();
+        shuffled.rotate_left(7);
+        let got = run(&mut engine(max_batch, 512, true), shuffled);
+        assert_eq!(tokens(&got), tokens(&base), "max_batch {max_batch}, shuffled");
+    }
+    // Duplicate image + prompt rows give the same tokens as their first occurrence.
+    for i in 6..12 {
+        assert_eq!(base[&i].token_ids, base[&(i - 6)].token_ids, "row {i}");
+    }
+}
+
+#[test]
+fn duplicate_rows_reuse_vision_embeddings_and_prefix_blocks() {
+    let mut e = engine(24, 512, true);
+    let got = run(&mut e, items(0));
+    assert_complete(&got, 24);
+    assert!(e.stats().vision_images <= 12, "at most one encoder pass per image and question group");
+    assert!(e.stats().cached_prompt_tokens > 0, "duplicates and the shared system prompt hit the prefix cache");
+}
+
+#[test]
+fn prefix_caching_on_and_off_give_identical_tokens() {
+    let mut reqs = items(0);
+    reqs.extend(items(100).into_iter().map(|mut r| {
+        r.id -= 100;
+        r.id += 1000;
+        r
+    }));
+    let mut on = engine(8, 512, true);
+    let got_on = run(&mut on, reqs.clone());
+    let got_off = run(&mut engine(8, 512, false), reqs);
+    assert_complete(&got_on, 48);
+    assert_eq!(tokens(&got_on), tokens(&got_off));
+    assert!(on.stats().cached_prompt_tokens > 0);
+}
+
+#[test]
+fn a_small_pool_preempts_and_matches_an_unconstrained_run() {
+    let free = run(&mut engine(24, 512, false), items(0));
+    // Prompts are ~45–60 tokens (≤ 5 blocks of 16 with 16 new tokens): 12 blocks hold two
+    // or three sequences at a time, so a batch of 24 must preempt.
+    let mut small = engine(24, 12, false);
+    let got = run(&mut small, items(0));
+    assert_complete(&got, 24);
+    assert!(small.stats().preemptions > 0);
+    assert_eq!(tokens(&got), tokens(&free));
+    assert_eq!(small.num_free_blocks(), 12);
+}
+
+#[test]
+fn two_batches_of_different_sizes_in_a_row_leave_no_stale_state() {
+    let mut e = engine(6, 256, true);
+    let first: Vec<Request> = items(0).into_iter().take(5).collect();
+    let second: Vec<Request> = items(0).into_iter().skip(3).collect();
+    let a = run(&mut e, first);
+    let b = run(&mut e, second);
+    let fresh = run(&mut engine(6, 256, true), items(0));
+    for (id, c) in a.iter().chain(b.iter()) {
+        assert_eq!(c.token_ids, fresh[id].token_ids, "request {id}");
+    }
+    assert_eq!(b.len(), 21);
+    assert_eq!(e.num_free_blocks(), 256);
+}
+
+#[test]
+fn undecodable_image_is_a_per_item_error() {
+    let mut reqs = items(0);
+    reqs.truncate(3);
+    reqs[1].image = Some(ImageInput::new(b"not an image".to_vec()));
+    let got = run(&mut engine(4, 64, true), reqs);
+    assert_eq!(got[&1].finish_reason, FinishReason::Error);
+    assert!(got[&1].error.as_deref().unwrap_or("").starts_with("image:"), "{:?}", got[&1].error);
+    assert_ne!(got[&0].finish_reason, FinishReason::Error);
+    assert_ne!(got[&2].finish_reason, FinishReason::Error);
+}
