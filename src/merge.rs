@@ -39,8 +39,8 @@ pub struct MergeArgs {
     /// Progress display. [default: bar on a terminal, else jsonl]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
-    /// No progress and no summary table.
-    #[arg(short = 'q', long)]
+    /// No progress and no summary table: set from the CLI's global `-q`.
+    #[arg(skip)]
     pub quiet: bool,
 }
 

@@ -232,8 +232,8 @@ pub struct RunArgs {
     /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
-    /// No progress and no summary table.
-    #[arg(short = 'q', long)]
+    /// No progress and no summary table: set from the CLI's global `-q`, not a flag of its own.
+    #[arg(skip)]
     pub quiet: bool,
 }
 

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use verisample::engine::vl::{load_engine, VlInputs};
-use verisample::engine::{Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
+use verisample::engine::{
+    Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request,
+};
 use verisample_models::VlModel;
 
 const QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
@@ -37,10 +39,16 @@ fn engine(max_batch: usize, blocks: usize, prefix_caching: bool) -> Engine<VlMod
 fn png(seed: u32, w: u32, h: u32) -> ImageInput {
     let img = image::RgbImage::from_fn(w, h, |x, y| {
         let v = (x * 7 + y * 13 + seed * 31) % 256;
-        image::Rgb([v as u8, ((v + seed * 50) % 256) as u8, ((x * y + seed) % 256) as u8])
+        image::Rgb([
+            v as u8,
+            ((v + seed * 50) % 256) as u8,
+            ((x * y + seed) % 256) as u8,
+        ])
     });
     let mut bytes = Cursor::new(Vec::new());
-    image::DynamicImage::ImageRgb8(img).write_to(&mut bytes, image::ImageFormat::Png).expect("encode png");
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut bytes, image::ImageFormat::Png)
+        .expect("encode png");
     ImageInput::new(bytes.into_inner())
 }
 
@@ -50,7 +58,11 @@ fn items(id0: u64) -> Vec<Request> {
     let mut out = vec![];
     for i in 0..16u64 {
         let k = (i % 6) as u32;
-        let text = if i < 12 { QUESTION.to_string() } else { format!("{QUESTION} ({i})") };
+        let text = if i < 12 {
+            QUESTION.to_string()
+        } else {
+            format!("{QUESTION} ({i})")
+        };
         out.push(Request {
             id: id0 + i,
             system: None,
@@ -64,7 +76,11 @@ fn items(id0: u64) -> Vec<Request> {
             id: id0 + 16 + i,
             system: Some(JUDGE.to_string()),
             image: None,
-            text: format!("Reference answer: {}\nCandidate answer: {}", 1000 + 37 * i, 1000 + 41 * i),
+            text: format!(
+                "Reference answer: {}\nCandidate answer: {}",
+                1000 + 37 * i,
+                1000 + 41 * i
+            ),
             max_new_tokens: None,
         });
     }
@@ -90,7 +106,11 @@ fn assert_complete(got: &BTreeMap<u64, Completion>, n: usize) {
     for c in got.values() {
         assert_ne!(c.finish_reason, FinishReason::Error, "{c:?}");
         assert!(!c.token_ids.is_empty() && c.token_ids.len() <= MAX_NEW);
-        assert_eq!(c.finish_reason == FinishReason::Truncated, c.token_ids.len() == MAX_NEW, "{c:?}");
+        assert_eq!(
+            c.finish_reason == FinishReason::Truncated,
+            c.token_ids.len() == MAX_NEW,
+            "{c:?}"
+        );
     }
 }
 
@@ -105,7 +125,11 @@ fn tokens_do_not_depend_on_batch_size_or_input_order() {
         shuffled.reverse();
         shuffled.rotate_left(7);
         let got = run(&mut engine(max_batch, 512, true), shuffled);
-        assert_eq!(tokens(&got), tokens(&base), "max_batch {max_batch}, shuffled");
+        assert_eq!(
+            tokens(&got),
+            tokens(&base),
+            "max_batch {max_batch}, shuffled"
+        );
     }
     // Duplicate image + prompt rows give the same tokens as their first occurrence.
     for i in 6..12 {
@@ -118,8 +142,14 @@ fn duplicate_rows_reuse_vision_embeddings_and_prefix_blocks() {
     let mut e = engine(24, 512, true);
     let got = run(&mut e, items(0));
     assert_complete(&got, 24);
-    assert!(e.stats().vision_images <= 12, "at most one encoder pass per image and question group");
-    assert!(e.stats().cached_prompt_tokens > 0, "duplicates and the shared system prompt hit the prefix cache");
+    assert!(
+        e.stats().vision_images <= 12,
+        "at most one encoder pass per image and question group"
+    );
+    assert!(
+        e.stats().cached_prompt_tokens > 0,
+        "duplicates and the shared system prompt hit the prefix cache"
+    );
 }
 
 #[test]
@@ -173,7 +203,11 @@ fn undecodable_image_is_a_per_item_error() {
     reqs[1].image = Some(ImageInput::new(b"not an image".to_vec()));
     let got = run(&mut engine(4, 64, true), reqs);
     assert_eq!(got[&1].finish_reason, FinishReason::Error);
-    assert!(got[&1].error.as_deref().unwrap_or("").starts_with("image:"), "{:?}", got[&1].error);
+    assert!(
+        got[&1].error.as_deref().unwrap_or("").starts_with("image:"),
+        "{:?}",
+        got[&1].error
+    );
     assert_ne!(got[&0].finish_reason, FinishReason::Error);
     assert_ne!(got[&2].finish_reason, FinishReason::Error);
 }

@@ -41,7 +41,9 @@ fn flags_win_over_config_file_over_defaults() {
     )
     .unwrap();
     let cfg = config.to_str().unwrap();
-    let s = Settings::resolve(&parse(&["--config", cfg, "--max-new-tokens", "99", "-q"])).unwrap();
+    let mut args = parse(&["--config", cfg, "--max-new-tokens", "99"]);
+    args.quiet = true; // the CLI's global -q
+    let s = Settings::resolve(&args).unwrap();
     // Relative paths in the file are relative to the file.
     assert_eq!(s.model.dir, model);
     assert_eq!(s.data, data);

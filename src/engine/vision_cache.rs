@@ -106,7 +106,13 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert!(c.pending_pixels(&[1; 32]).is_some());
         let e = Tensor::ones((1, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
-        c.set_embeds(&[1; 32], ImageEmbeds { embeds: e, deepstack: vec![] });
+        c.set_embeds(
+            &[1; 32],
+            ImageEmbeds {
+                embeds: e,
+                deepstack: vec![],
+            },
+        );
         assert!(c.pending_pixels(&[1; 32]).is_none());
         assert_eq!(c.embeds(&[1; 32]).unwrap().embeds.dims(), &[1, 8]);
         c.remove_user(&[1; 32]);

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::{
-    decode_position, get_rope_index, ChatMessage, ImageProcessor, PromptBuilder, RenderOptions, StepInput, VisionInputs,
-    VlModel,
+    decode_position, get_rope_index, ChatMessage, ImageProcessor, PromptBuilder, RenderOptions,
+    StepInput, VisionInputs, VlModel,
 };
 
 use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
@@ -60,7 +60,13 @@ impl EngineModel for VlModel {
         pixel_values: &Tensor,
         grid_thw: &[[usize; 3]],
     ) -> candle_core::Result<verisample_models::ImageEmbeds> {
-        VlModel::encode_images(self, &VisionInputs { pixel_values: pixel_values.clone(), grid_thw: grid_thw.to_vec() })
+        VlModel::encode_images(
+            self,
+            &VisionInputs {
+                pixel_values: pixel_values.clone(),
+                grid_thw: grid_thw.to_vec(),
+            },
+        )
     }
 
     fn forward(
@@ -81,7 +87,15 @@ impl EngineModel for VlModel {
                  image-pad token cannot be told apart from an image by VlModel::forward"
             );
         }
-        VlModel::forward(self, &StepInput { input_ids, images: images.map(|i| &i.embeds) }, meta, cache)
+        VlModel::forward(
+            self,
+            &StepInput {
+                input_ids,
+                images: images.map(|i| &i.embeds),
+            },
+            meta,
+            cache,
+        )
     }
 }
 
@@ -101,10 +115,16 @@ pub struct VlInputs {
 ///
 /// Errors: [`VlLoadError::GenerationConfig`] for an unreadable or invalid file.
 pub fn eos_token_ids(dir: &Path, prompts: &PromptBuilder) -> Result<Vec<u32>, VlLoadError> {
-    let mut ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| prompts.token_id(t)).collect();
+    let mut ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+        .iter()
+        .filter_map(|t| prompts.token_id(t))
+        .collect();
     let path = dir.join("generation_config.json");
     if path.exists() {
-        let bad = |msg: String| VlLoadError::GenerationConfig { path: path.clone(), msg };
+        let bad = |msg: String| VlLoadError::GenerationConfig {
+            path: path.clone(),
+            msg,
+        };
         let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         ids.extend(parse_eos(v.get("eos_token_id")));
@@ -117,10 +137,15 @@ pub fn eos_token_ids(dir: &Path, prompts: &PromptBuilder) -> Result<Vec<u32>, Vl
 /// Token ids of an `eos_token_id` JSON value: a number, a list of numbers, or absent.
 pub fn parse_eos(v: Option<&serde_json::Value>) -> Vec<u32> {
     match v {
-        Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()).into_iter().collect(),
-        Some(serde_json::Value::Array(a)) => {
-            a.iter().filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok())).collect()
-        }
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .into_iter()
+            .collect(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect(),
         _ => vec![],
     }
 }
@@ -131,7 +156,11 @@ impl VlInputs {
     /// to the chat template (SPEC §4 "reasoning enabled").
     ///
     /// Errors: [`VlLoadError`] naming the file at fault.
-    pub fn from_dir(dir: &Path, model: &VlModel, enable_thinking: Option<bool>) -> Result<Self, VlLoadError> {
+    pub fn from_dir(
+        dir: &Path,
+        model: &VlModel,
+        enable_thinking: Option<bool>,
+    ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
         let images = ImageProcessor::from_dir(dir)?;
         let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
@@ -144,7 +173,10 @@ impl VlInputs {
             prompts,
             image_token_id,
             eos,
-            render: RenderOptions { add_generation_prompt: true, enable_thinking },
+            render: RenderOptions {
+                add_generation_prompt: true,
+                enable_thinking,
+            },
         })
     }
 
@@ -163,33 +195,51 @@ impl InputProcessor for VlInputs {
         let mut image = None;
         match &req.image {
             Some(img) => {
-                let p = self.images.preprocess(&img.bytes).map_err(|e| format!("image: {e}"))?;
+                let p = self
+                    .images
+                    .preprocess(&img.bytes)
+                    .map_err(|e| format!("image: {e}"))?;
                 messages.push(ChatMessage::user_image_question(&req.text));
                 image = Some((img.sha256, p));
             }
             None => messages.push(ChatMessage::text("user", &req.text)),
         }
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
-        let ids = self.prompts.encode(&messages, self.render, &grids).map_err(|e| format!("prompt: {e}"))?;
+        let ids = self
+            .prompts
+            .encode(&messages, self.render, &grids)
+            .map_err(|e| format!("prompt: {e}"))?;
         let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)
             .map_err(|e| format!("M-RoPE index: {e}"))?;
         let [t, h, w] = &rope.positions;
         let positions = (0..ids.len()).map(|i| [t[i], h[i], w[i]]).collect();
         let mut images = Vec::new();
         if let Some((sha256, p)) = image {
-            let start = ids.iter().position(|&x| x == self.image_token_id).ok_or("no image-pad token in the prompt")?;
+            let start = ids
+                .iter()
+                .position(|&x| x == self.image_token_id)
+                .ok_or("no image-pad token in the prompt")?;
             let n_patches = p.pixel_values.len() / p.patch_dim.max(1);
             images.push(PreparedImage {
                 sha256,
-                pixel_values: Tensor::from_vec(p.pixel_values, (n_patches, p.patch_dim), &Device::Cpu)
-                    .map_err(|e| format!("pixel values: {e}"))?,
+                pixel_values: Tensor::from_vec(
+                    p.pixel_values,
+                    (n_patches, p.patch_dim),
+                    &Device::Cpu,
+                )
+                .map_err(|e| format!("pixel values: {e}"))?,
                 grid_thw: p.grid_thw,
                 start,
                 num_tokens: self.images.num_image_tokens(p.grid_thw),
             });
         }
         let next_position = decode_position(ids.len(), rope.rope_delta);
-        Ok(PreparedInput { token_ids: ids, positions, next_position, images })
+        Ok(PreparedInput {
+            token_ids: ids,
+            positions,
+            next_position,
+            images,
+        })
     }
 
     fn decode(&self, tokens: &[u32]) -> Result<String, String> {

@@ -21,9 +21,11 @@
 
 pub mod accounting;
 pub mod backend;
+pub mod command;
 pub mod control;
 mod dataset_io;
 mod decisions;
+mod engine_io;
 pub mod inspect;
 pub mod outputs;
 mod passes;
@@ -42,6 +44,7 @@ pub use backend::{
 pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
+pub use engine_io::{prompt_prefills_think, EngineGenerator};
 
 use crate::journal::{Journal, JournalError};
 use crate::report::RunStats;

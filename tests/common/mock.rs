@@ -11,9 +11,9 @@
 use std::cell::{Cell, RefCell};
 
 use candle_core::{DType, Device, Tensor};
-use verisample::engine::{StepImages, 
-    EngineModel, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
-    Request,
+use verisample::engine::{
+    EngineModel, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput, Request,
+    StepImages,
 };
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::ImageEmbeds;
@@ -91,7 +91,10 @@ impl EngineModel for MockModel {
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
-        Ok(ImageEmbeds { embeds: Tensor::from_vec(e, (n, 1), &self.device)?, deepstack: vec![] })
+        Ok(ImageEmbeds {
+            embeds: Tensor::from_vec(e, (n, 1), &self.device)?,
+            deepstack: vec![],
+        })
     }
 
     fn forward(
