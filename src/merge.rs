@@ -24,8 +24,15 @@ use crate::pipeline::{
 use crate::settings::{fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
 
-/// The flags of `verisample merge`.
+/// Join the outputs of `run --shard I/N` into one dataset (same bytes as an unsharded run).
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(
+    long_about = "Join the outputs of `verisample run --shard I/N` into the dataset an unsharded run \
+would have written, byte for byte. Every shard 0/N … N-1/N must be given once and be a finished run \
+of the same job (same model files, same settings except --shard). The input dataset is read again \
+(no model is loaded): from the path recorded in the shards' run.json, or --data.",
+    after_help = "Example:\n  verisample merge out-0 out-1 out-2 out-3 --out out"
+)]
 pub struct MergeArgs {
     /// Output folders of the shard runs (`run --shard I/N --out OUT_I`), in any order.
     #[arg(required = true, num_args = 1.., value_name = "SHARD_OUT")]

@@ -170,9 +170,23 @@ impl TryFrom<String> for DeviceSpec {
     }
 }
 
+/// Sample, verify, judge and write the three splits per family.
+///
 /// The flags of `verisample run`. Every value is optional so that a TOML file can supply it;
 /// see [`Settings::resolve`] for precedence and defaults.
 #[derive(Args, Debug, Clone, Default, PartialEq)]
+#[command(
+    long_about = "Run the whole job: read the input dataset, check and clean it, prompt the model with its \
+own chat template, decode greedily in batches, verify each answer, judge the rejected ones (and \
+optionally calibrate the judge on accepted ones), and write OUT/data/<Family>_{RS_think,RS_nothink,rejected}-*.parquet, \
+OUT/README.md, OUT/run.json, OUT/errors.jsonl, OUT/cleaning.jsonl and OUT/generations.jsonl.\n\n\
+Settings come from flags, then --config FILE.toml (same keys as the long flags), then defaults. \
+Finished work is journaled in OUT/journal.bin: rerunning the same command after a crash, kill or \
+Ctrl-C (exit 130) resumes and writes byte-identical outputs; a changed setting or model is \
+refused unless --restart.",
+    after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
+verisample run --config job.toml --shard 0/4 --out out-0"
+)]
 pub struct RunArgs {
     /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
     /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub). [default: assets/model]

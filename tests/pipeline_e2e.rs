@@ -3,8 +3,11 @@
 //! byte-identical outputs, Ctrl-C exits 130 and resumes, and the run works with no network.
 //!
 //! They need the integrated binary (the `run` subcommand wired to the real reader, engine,
-//! decisions and writer) and the assets (`assets/model`, `assets/sample/data`); until then
-//! each test prints "skipped: …" and returns. Kill points use the documented test hook
+//! decisions and writer) and the assets (`assets/model`, `assets/sample/data`, or the
+//! folders named by `VERISAMPLE_E2E_MODEL` / `VERISAMPLE_E2E_DATA`); until then each test
+//! prints "skipped: …" and returns. `VERISAMPLE_E2E_BIN` runs another binary than the one
+//! cargo built (an installed one), `VERISAMPLE_E2E_ARGS` adds flags to every run
+//! (e.g. `--max-new-tokens 16` for a random-weight fixture). Kill points use the documented test hook
 //! `VERISAMPLE_TEST_KILL_AT=<stage>:<n>[:torn]` (src/pipeline/control.rs).
 
 use std::collections::BTreeMap;
@@ -22,13 +25,22 @@ fn repo() -> PathBuf {
 
 /// The binary and assets, or the reason to skip.
 fn setup() -> Result<(PathBuf, PathBuf, PathBuf), String> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_verisample"));
+    let bin = std::env::var_os("VERISAMPLE_E2E_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_verisample")),
+        PathBuf::from,
+    );
     let help = Command::new(&bin).args(["run", "--help"]).output();
-    if !help.is_ok_and(|o| o.status.success()) {
-        return Err("the binary has no `run` subcommand yet".into());
+    let wired = help.is_ok_and(|o| {
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--judge-calibrate")
+    });
+    if !wired {
+        return Err("the binary's `run` is not the pipeline's yet".into());
     }
-    let model = repo().join("assets/model");
-    let data = repo().join("assets/sample/data");
+    let from_env = |var: &str, default: &str| {
+        std::env::var_os(var).map_or_else(|| repo().join(default), PathBuf::from)
+    };
+    let model = from_env("VERISAMPLE_E2E_MODEL", "assets/model");
+    let data = from_env("VERISAMPLE_E2E_DATA", "assets/sample/data");
     if !model.join("config.json").exists() || !data.exists() {
         return Err("no assets/model or assets/sample/data".into());
     }
@@ -64,6 +76,11 @@ fn run_cmd(bin: &Path, model: &Path, data: &Path, out: &Path) -> Command {
             "--judge-calibrate",
             "10",
         ])
+        .args(
+            std::env::var("VERISAMPLE_E2E_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env_remove("VERISAMPLE_TEST_KILL_AT");
     c
 }
@@ -135,7 +152,7 @@ fn kill_9_at_three_points_then_resume_is_byte_identical() {
             .unwrap();
         // The judge pass may be empty if the tiny model's answers all pass the verifier.
         if killed.status.success() && point.starts_with("judge") {
-            println!("note: {point} never reached (no verifier rejects)");
+            println!("note: {point} never reached (no judge requests)");
             continue;
         }
         assert_eq!(
