@@ -100,6 +100,12 @@ pub trait Generator {
 
     /// Engine name and version for `run.json` (e.g. `verisample-engine 0.1.0`).
     fn version(&self) -> String;
+
+    /// Engine counters for `run.json` (prefill/decode tokens and seconds, preemptions, …),
+    /// when the engine keeps any.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The input dataset, readable twice (once to generate, once to write the splits) in the

@@ -131,6 +131,10 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
     fn version(&self) -> String {
         format!("verisample-engine {}", env!("CARGO_PKG_VERSION"))
     }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(self.engine.stats()).ok()
+    }
 }
 
 #[cfg(test)]

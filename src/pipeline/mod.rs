@@ -294,6 +294,9 @@ pub struct RunReport {
     pub verisample_version: String,
     /// The engine's [`Generator::version`].
     pub engine_version: String,
+    /// The engine's [`Generator::stats`] (this process only).
+    #[serde(default)]
+    pub engine_stats: Option<serde_json::Value>,
     /// All settings of the run.
     pub settings: Settings,
     /// Fingerprint (canonical settings, model file hashes).
@@ -360,6 +363,7 @@ pub fn run(
         status: "complete".into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),
         engine_version: generator.version(),
+        engine_stats: generator.stats(),
         settings: settings.clone(),
         fingerprint: prepared.fingerprint.clone(),
         model_weights: prepared

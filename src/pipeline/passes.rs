@@ -121,7 +121,7 @@ pub(crate) fn plan_row(
     settings: &Settings,
     decisions: &dyn Decisions,
 ) -> (RowPlan, Option<Arc<Vec<u8>>>) {
-    let row = match element {
+    let mut row = match element {
         Ok(row) => row,
         Err(e) => return (row_error(position, e), None),
     };
@@ -151,6 +151,9 @@ pub(crate) fn plan_row(
         let msg = format!("family {family:?} cannot name a split (ASCII letters, digits, '_')");
         return (fail("family", msg), None);
     }
+    // `--family` says which benchmark the rows belong to: cleaning (task purity) and the
+    // verifier choice follow it.
+    row.family = Some(family.clone());
     let cleaned = decisions.clean(&row);
     if cleaned.items.len() != row.qa.len() {
         let msg = format!(
