@@ -16,7 +16,7 @@ It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same thre
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
 prefill seconds). Prefill tokens/s in the table include the vision encoder on both sides.
 
-Usage (from the repository root, after ``cargo build --release --example bench``):
+Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
         [--models tiny,100m] [--json OUT.json]
@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    ap.add_argument("--bin", default=os.path.join(target, "release", "examples", "bench"))
+    ap.add_argument("--bin", default=os.path.join(target, "release", "verisample"))
     ap.add_argument("--models", default="tiny,100m")
     ap.add_argument("--json", help="also write all results to this file")
     ap.add_argument("--tie-tol", type=float, default=1e-3,
@@ -221,7 +221,7 @@ def main() -> None:
     if not os.path.isdir(args.images):
         sys.exit(f"skipped: no images at {args.images}")
     if not os.path.exists(args.bin):
-        sys.exit(f"no bench binary at {args.bin}: run `cargo build --release --example bench`")
+        sys.exit(f"no bench binary at {args.bin}: run `cargo build --release`")
 
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     tmp = tempfile.mkdtemp(prefix="verisample-bench-")
@@ -240,7 +240,7 @@ def main() -> None:
         layer_params, total_params = decoder_layer_params(mdir)
         for b in [int(x) for x in args.batch_sizes.split(",")]:
             common = ["--images", args.images, "--num-images", str(args.num_images), "--max-new-tokens", str(args.max_new_tokens)]
-            ours = run_json([args.bin, "--model", mdir, "--max-batch", str(b), *common], env)
+            ours = run_json([args.bin, "bench", "--json", "--model", mdir, "--max-batch", str(b), *common], env)
             hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--batch", str(b),
                            "--threads", str(args.threads), *common], env)
             verdicts = [(o["file"], *compare(o, h, args.tie_tol)) for o, h in zip(ours["items"], hf["items"])]

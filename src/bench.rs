@@ -14,9 +14,6 @@ use crate::engine::{
     InputProcessor, Request,
 };
 
-/// The OrandCar question (SPEC §4), the default bench prompt.
-pub const ORAND_QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
-
 /// Errors of the bench.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -86,6 +83,30 @@ pub struct BenchReport {
     pub stats: EngineStats,
     /// Per image, in file-name order.
     pub items: Vec<BenchItem>,
+}
+
+impl BenchReport {
+    /// A one-row text table: images, batch, wall seconds, images/s, prefill and decode
+    /// tokens/s, peak RSS in MiB.
+    pub fn to_table(&self) -> String {
+        format!(
+            "{:>7} {:>6} {:>9} {:>9} {:>13} {:>12} {:>13}\n{:>7} {:>6} {:>9.2} {:>9.2} {:>13.0} {:>12.0} {:>13.0}",
+            "images",
+            "batch",
+            "wall_s",
+            "images/s",
+            "prefill tok/s",
+            "decode tok/s",
+            "peak RSS MiB",
+            self.images,
+            self.max_batch,
+            self.wall_secs,
+            self.images_per_sec,
+            self.prefill_tokens_per_sec,
+            self.decode_tokens_per_sec,
+            self.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+        )
+    }
 }
 
 /// Image files of `dir` (`.jpg`, `.jpeg`, `.png`), sorted by name, the first `limit` (0 = all).

@@ -43,13 +43,13 @@ pub enum Command {
     #[allow(missing_docs)]
     Inspect(InspectArgs),
     #[allow(missing_docs)]
-    Run(RunArgs),
+    Run(crate::settings::RunArgs),
     #[allow(missing_docs)]
     Verify(VerifyArgs),
     #[allow(missing_docs)]
     Check(CheckArgs),
     #[allow(missing_docs)]
-    Merge(MergeArgs),
+    Merge(crate::merge::MergeArgs),
     #[allow(missing_docs)]
     Bench(BenchArgs),
 }
@@ -116,36 +116,6 @@ pub struct InspectArgs {
     pub rows: usize,
 }
 
-/// Sample, verify, judge and write the three splits per family.
-#[derive(Debug, Args)]
-#[command(
-    long_about = "Run the whole job: read the input dataset, clean it, prompt the model with its own \
-chat template (reasoning on), decode greedily in batches, verify each answer, judge the rejected \
-ones, and write OUT/data/<Family>_{RS_think,RS_nothink,rejected}-*.parquet, OUT/README.md and \
-OUT/run.json. Without arguments it runs the embedded default model on the bundled sample.",
-    after_help = "Example:\n  verisample run --model ~/models/Qwen2-VL-2B-Instruct --input orand --out verisample-out"
-)]
-pub struct RunArgs {
-    /// Model directory (config.json, safetensors, tokenizer, chat template).
-    #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
-    /// Input dataset (parquet file, folder or glob).
-    #[arg(long, value_name = "PATH")]
-    pub input: Option<String>,
-    /// Output directory.
-    #[arg(long, value_name = "DIR", default_value = "verisample-out")]
-    pub out: PathBuf,
-    /// Device: cpu, cuda[:N] or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// This process's shard of the input, as INDEX/COUNT (e.g. 0/8).
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<String>,
-    /// Process at most this many rows.
-    #[arg(long)]
-    pub limit: Option<usize>,
-}
-
 /// Recompute every accept/reject decision of an output from its stored splits.
 #[derive(Debug, Args)]
 #[command(
@@ -194,40 +164,41 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-/// Merge the outputs of several shard runs into one output.
+/// Measure engine throughput on a folder of images.
 #[derive(Debug, Args)]
 #[command(
-    long_about = "Merge the output directories of several shard runs (one per GPU or machine) into \
-one output directory with one set of splits, a new dataset card and a combined run.json.",
-    after_help = "Example:\n  verisample merge --out verisample-out shard-0 shard-1 shard-2"
-)]
-pub struct MergeArgs {
-    /// Output directory of the merge.
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
-    /// Output directories of the shard runs.
-    #[arg(required = true, value_name = "DIR")]
-    pub inputs: Vec<PathBuf>,
-}
-
-/// Measure engine throughput (prefill/decode tokens per second).
-#[derive(Debug, Args)]
-#[command(
-    long_about = "Measure the engine: prefill and decode tokens per second for a model on a device at \
-given batch sizes, printed as a table (and JSON with --json).",
-    after_help = "Example:\n  verisample bench --model ~/models/Qwen2-VL-2B-Instruct --device cuda --batch-sizes 1,8,32"
+    long_about = "Measure the engine on a folder of images: the OrandCar question about each image, \
+greedy, batched with continuous batching. Prints images/s, prefill and decode tokens/s and peak \
+RSS as a table, or one JSON report (with every image's generated tokens) with --json. \
+scripts/bench_vs_transformers.py runs it side by side with transformers.",
+    after_help = "Example:\n  verisample bench --model assets/model --images ../shared/data/orand-car-a/val --max-batch 16"
 )]
 pub struct BenchArgs {
-    /// Model directory.
+    /// Checkpoint directory (config.json, safetensors, tokenizer, chat template).
+    #[arg(long, value_name = "DIR", default_value = "assets/model")]
+    pub model: PathBuf,
+    /// Folder of images (`.jpg`, `.jpeg`, `.png`), taken in file-name order.
     #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
-    /// Device: cpu, cuda[:N] or metal.
+    pub images: PathBuf,
+    /// Images to run (0 = all).
+    #[arg(long, default_value_t = 32)]
+    pub num_images: usize,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 16)]
+    pub max_batch: usize,
+    /// Generation limit per image.
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    /// KV cache pool in GiB.
+    #[arg(long, default_value_t = 1.0)]
+    pub kv_cache_gib: f64,
+    /// Turn prefix caching off.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Device: cpu, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Batch sizes to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,8")]
-    pub batch_sizes: Vec<usize>,
-    /// Print JSON instead of a table.
+    pub device: crate::settings::DeviceSpec,
+    /// Print one JSON report instead of a table.
     #[arg(long)]
     pub json: bool,
 }
@@ -237,22 +208,13 @@ pub struct BenchArgs {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// A subcommand that another issue implements (exit code 2).
-#[derive(Debug, thiserror::Error)]
-#[error("`{command}` is not implemented yet (issue {issue})")]
-pub struct NotImplemented {
-    /// The subcommand.
-    pub command: &'static str,
-    /// The issue that implements it.
-    pub issue: u32,
-}
-
-/// The process exit code for a command result: 0 ok, 2 usage / not implemented, 1 otherwise.
+/// The process exit code for a command result: 0 ok, 2 usage or invalid settings, 130 after
+/// Ctrl-C, 1 otherwise (see [`crate::pipeline::command::exit_code`]).
 pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
     match result {
         Ok(()) => 0,
-        Err(e) if e.is::<UsageError>() || e.is::<NotImplemented>() => 2,
-        Err(_) => 1,
+        Err(e) if e.is::<UsageError>() => 2,
+        Err(e) => crate::pipeline::command::exit_code(e),
     }
 }
 
@@ -262,28 +224,16 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 /// Run a parsed command line.
 ///
-/// Errors: [`UsageError`] / [`NotImplemented`] (exit 2), anything else (exit 1).
+/// Errors: [`UsageError`] (exit 2), pipeline errors (see [`exit_code`]), anything else (exit 1).
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Prepare(a) => run_prepare(a),
         Command::Inspect(a) => run_inspect(a),
-        Command::Run(_) => Err(NotImplemented {
-            command: "run",
-            issue: 6,
-        }
-        .into()),
+        Command::Run(a) => crate::pipeline::command::run_command(&a, cli.quiet).map(|_| ()),
         Command::Verify(a) => crate::commands::verify_dir(&a),
         Command::Check(a) => crate::commands::check(&a),
-        Command::Merge(_) => Err(NotImplemented {
-            command: "merge",
-            issue: 6,
-        }
-        .into()),
-        Command::Bench(_) => Err(NotImplemented {
-            command: "bench",
-            issue: 5,
-        }
-        .into()),
+        Command::Merge(a) => crate::pipeline::command::merge_command(&a, cli.quiet).map(|_| ()),
+        Command::Bench(a) => crate::commands::bench(&a),
     }
 }
 
@@ -410,14 +360,6 @@ mod tests {
     fn exit_codes() {
         assert_eq!(exit_code(&Ok(())), 0);
         assert_eq!(exit_code(&Err(usage("x"))), 2);
-        assert_eq!(
-            exit_code(&Err(NotImplemented {
-                command: "run",
-                issue: 6
-            }
-            .into())),
-            2
-        );
         assert_eq!(exit_code(&Err(anyhow::anyhow!("io"))), 1);
     }
 

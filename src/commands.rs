@@ -1,5 +1,5 @@
-//! The I/O sides of the model-free commands `verify` and `check`: read what they need from
-//! disk or arguments, call the pure decision code (`verify_output`, `check`), print.
+//! The I/O sides of `verify`, `check` and `bench`: read what they need from disk or
+//! arguments, call the library code (`verify_output`, `check`, `bench`), print.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -131,6 +131,41 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
         println!("{}", report.to_json());
     } else {
         print!("{}", report.to_human());
+    }
+    Ok(())
+}
+
+/// `verisample bench`: load the model, run the OrandCar question over a folder of images
+/// through the engine, print the throughput table (or the JSON report).
+///
+/// Errors: invalid settings (usage), model loading, unreadable images, engine errors.
+pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
+    use crate::bench::{self, BenchOptions};
+    use crate::engine::vl::load_engine;
+    use crate::engine::{EngineConfig, KvBudget};
+
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Gib(a.kv_cache_gib),
+        max_batch: a.max_batch,
+        max_new_tokens: a.max_new_tokens,
+        prefix_caching: !a.no_prefix_caching,
+        ..Default::default()
+    };
+    cfg.validate().map_err(|e| UsageError(e.to_string()))?;
+    let device = a.device.open().context("opening the device")?;
+    let mut engine = load_engine(&a.model, candle_core::DType::F32, &device, cfg, Some(true))
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    let opts = BenchOptions {
+        images_dir: a.images.clone(),
+        num_images: a.num_images,
+        question: crate::family::ORAND_CAR_QUESTION.to_string(),
+        max_new_tokens: a.max_new_tokens,
+    };
+    let report = bench::run(&mut engine, &opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.to_table());
     }
     Ok(())
 }

@@ -1,12 +1,12 @@
 //! The `verisample` binary: parse arguments, set up logging, run, map the result to an exit
-//! code (0 ok, 1 error, 2 usage / not implemented).
+//! code (0 ok, 1 error, 2 usage, 130 interrupted).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use verisample::cli::{dispatch, exit_code, Cli, NotImplemented, UsageError};
+use verisample::cli::{dispatch, exit_code, Cli, UsageError};
 
 /// Log to stderr. `RUST_LOG` wins when set; else -q → warn, default info, -v debug, -vv trace.
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     init_tracing(cli.verbose, cli.quiet);
     let result = dispatch(cli);
     if let Err(e) = &result {
-        if e.is::<NotImplemented>() || e.is::<UsageError>() {
+        if e.is::<UsageError>() {
             eprintln!("{e}");
         } else {
             eprintln!("error: {e:#}");

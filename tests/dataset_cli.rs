@@ -1,28 +1,8 @@
-//! The command line surface: exit codes, not-implemented commands, help texts.
+//! The command line surface: exit codes and help texts.
 
 mod dataset_util;
 
 use dataset_util::bin;
-
-#[test]
-fn unimplemented_commands_exit_2_with_their_issue() {
-    for (args, issue) in [
-        (vec!["run"], 6),
-        (vec!["merge", "--out", "o", "a", "b"], 6),
-        (vec!["verify", "out"], 3),
-        (vec!["check", "pred", "ref"], 3),
-        (vec!["bench"], 5),
-    ] {
-        let out = bin().args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stdout.is_empty(), "no fake output for {args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            err.trim(),
-            format!("`{}` is not implemented yet (issue {issue})", args[0])
-        );
-    }
-}
 
 #[test]
 fn usage_errors_exit_2_and_help_has_examples() {

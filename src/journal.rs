@@ -1,0 +1,363 @@
+//! The crash-safe journal of completed work: an append-only file of checksummed records.
+//!
+//! Record framing (little-endian):
+//!
+//! ```text
+//! [u32 payload length][u32 crc32 (IEEE, crc32fast) of payload][payload: one JSON value]
+//! ```
+//!
+//! Each [`Journal::append`] writes one record with a single `write_all` and then
+//! `fsync`s (`File::sync_data`) before returning, so a record that `append` returned for
+//! survives a kill -9 or power loss. On [`Journal::open`] the file is replayed from the
+//! start; the first record that is incomplete (short header, short payload) or whose
+//! checksum does not match ends the replay: it and anything after it are a torn tail from an
+//! interrupted write, are reported in [`Replay::torn_bytes`], and the file is truncated to
+//! the last good record before new appends. A record with a valid checksum that does not
+//! decode as `T` is an error (a journal written by another version), never skipped.
+//!
+//! The pipeline keeps the journal after a successful run (`OUT/journal.bin`): it makes a
+//! rerun of a finished job cheap and is what `verisample merge` joins.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Bytes of framing before each payload.
+pub const RECORD_HEADER_BYTES: usize = 8;
+/// Largest payload accepted on replay; a larger length field is treated as a torn record.
+pub const MAX_RECORD_BYTES: usize = 256 << 20;
+
+/// Journal failures.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// Reading, writing, syncing or truncating the file failed.
+    #[error("journal {path}: {source}")]
+    Io {
+        /// The journal file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A record passed its checksum but is not a valid record of this version.
+    #[error("journal {path}: record {index} at byte {offset} does not decode: {message}")]
+    Decode {
+        /// The journal file.
+        path: PathBuf,
+        /// 0-based record number.
+        index: usize,
+        /// Byte offset of the record.
+        offset: u64,
+        /// The serde error.
+        message: String,
+    },
+    /// A record could not be serialised.
+    #[error("journal {path}: cannot encode record: {message}")]
+    Encode {
+        /// The journal file.
+        path: PathBuf,
+        /// The serde error.
+        message: String,
+    },
+}
+
+/// What [`Journal::open`] found in an existing file.
+#[derive(Debug)]
+pub struct Replay<T> {
+    /// The intact records in file order.
+    pub records: Vec<T>,
+    /// Bytes dropped from the tail (0 when the last record was complete).
+    pub torn_bytes: u64,
+}
+
+/// An open journal, positioned for appending records of type `T`.
+#[derive(Debug)]
+pub struct Journal<T> {
+    file: File,
+    path: PathBuf,
+    records: usize,
+    _t: PhantomData<fn(&T)>,
+}
+
+/// Frame one payload: length, crc32, bytes.
+pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(RECORD_HEADER_BYTES + payload.len());
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    buf.extend_from_slice(payload);
+    buf
+}
+
+/// Split `bytes` into intact payloads; returns the payloads with their offsets and the
+/// length of the intact prefix. Stops at the first short or checksum-failing record.
+pub fn decode_frames(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while bytes.len() - pos >= RECORD_HEADER_BYTES {
+        let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]])
+            as usize;
+        let crc = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]);
+        let start = pos + RECORD_HEADER_BYTES;
+        if len > MAX_RECORD_BYTES || bytes.len() - start < len {
+            break;
+        }
+        let payload = &bytes[start..start + len];
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        out.push((pos as u64, payload));
+        pos = start + len;
+    }
+    (out, pos)
+}
+
+fn decode_records<T: DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(Vec<T>, usize), JournalError> {
+    let (frames, good) = decode_frames(bytes);
+    let mut records = Vec::with_capacity(frames.len());
+    for (index, (offset, payload)) in frames.into_iter().enumerate() {
+        let rec = serde_json::from_slice(payload).map_err(|e| JournalError::Decode {
+            path: path.to_path_buf(),
+            index,
+            offset,
+            message: e.to_string(),
+        })?;
+        records.push(rec);
+    }
+    Ok((records, good))
+}
+
+/// Read the intact records of the journal at `path` without modifying it (a torn tail is
+/// reported in [`Replay::torn_bytes`] and left in place). Used to read shard journals.
+///
+/// Errors: [`JournalError::Io`], [`JournalError::Decode`].
+pub fn read_records<T: DeserializeOwned>(path: &Path) -> Result<Replay<T>, JournalError> {
+    let bytes = std::fs::read(path).map_err(|source| JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (records, good) = decode_records(path, &bytes)?;
+    Ok(Replay {
+        records,
+        torn_bytes: (bytes.len() - good) as u64,
+    })
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    // Make the file's directory entry durable (POSIX: fsync the directory).
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => File::open(".")?.sync_all(),
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> Journal<T> {
+    /// Open `path` for appending, creating it (and its folder) when missing, and replay the
+    /// records already in it. A torn tail is truncated away (and the truncation synced).
+    ///
+    /// Errors: [`JournalError::Io`], or [`JournalError::Decode`] for an intact record that
+    /// is not a `T`.
+    pub fn open(path: &Path) -> Result<(Journal<T>, Replay<T>), JournalError> {
+        let io = |source| JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let existed = path.exists();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        if !existed {
+            sync_dir(path).map_err(io)?;
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        let (records, good) = decode_records(path, &bytes)?;
+        let torn_bytes = (bytes.len() - good) as u64;
+        if torn_bytes > 0 {
+            file.set_len(good as u64).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        file.seek(SeekFrom::Start(good as u64)).map_err(io)?;
+        let n = records.len();
+        Ok((
+            Journal {
+                file,
+                path: path.to_path_buf(),
+                records: n,
+                _t: PhantomData,
+            },
+            Replay {
+                records,
+                torn_bytes,
+            },
+        ))
+    }
+
+    /// Remove any journal at `path` and open a fresh, empty one.
+    ///
+    /// Errors: [`JournalError::Io`].
+    pub fn create_new(path: &Path) -> Result<Journal<T>, JournalError> {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(JournalError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        Ok(Self::open(path)?.0)
+    }
+
+    /// Append one record and make it durable (`fsync`) before returning.
+    ///
+    /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
+    pub fn append(&mut self, record: &T) -> Result<(), JournalError> {
+        let payload = serde_json::to_vec(record).map_err(|e| JournalError::Encode {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let frame = encode_frame(&payload);
+        let io = |source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        self.file.write_all(&frame).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Write only the first `keep` bytes of the next record's frame and stop: used by the
+    /// documented test hook `VERISAMPLE_TEST_KILL_AT=<stage>:<n>:torn` to leave a torn
+    /// record behind before the process kills itself.
+    ///
+    /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
+    pub fn append_torn(&mut self, record: &T, keep: usize) -> Result<(), JournalError> {
+        let payload = serde_json::to_vec(record).map_err(|e| JournalError::Encode {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let frame = encode_frame(&payload);
+        let io = |source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        self.file
+            .write_all(&frame[..keep.min(frame.len().saturating_sub(1))])
+            .map_err(io)?;
+        self.file.sync_data().map_err(io)
+    }
+
+    /// Records in the file (replayed + appended).
+    pub fn len(&self) -> usize {
+        self.records
+    }
+
+    /// `true` when the journal holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// The journal file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Rec {
+        id: u32,
+        text: String,
+    }
+
+    fn rec(id: u32) -> Rec {
+        Rec {
+            id,
+            text: format!("item {id} \u{e9}"),
+        }
+    }
+
+    #[test]
+    fn frames_roundtrip_and_stop_at_damage() {
+        let mut bytes = Vec::new();
+        for p in [&b"{}"[..], b"[1,2]", b"\"x\""] {
+            bytes.extend(encode_frame(p));
+        }
+        let (frames, good) = decode_frames(&bytes);
+        assert_eq!(frames.len(), 3);
+        assert_eq!(good, bytes.len());
+        assert_eq!(frames[1], (10, &b"[1,2]"[..]));
+        // Flip one payload byte of the second record: replay keeps only the first.
+        let mut bad = bytes.clone();
+        bad[10 + RECORD_HEADER_BYTES] ^= 0x20;
+        let (frames, good) = decode_frames(&bad);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(good, 10);
+        // Every truncation point inside the last record keeps exactly the first two.
+        let second_end = 10 + RECORD_HEADER_BYTES + 5;
+        for cut in second_end..bytes.len() {
+            let (frames, good) = decode_frames(&bytes[..cut]);
+            assert_eq!((frames.len(), good), (2, second_end), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn torn_tail_is_ignored_truncated_and_appends_continue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.bin");
+        {
+            let (mut j, replay) = Journal::<Rec>::open(&path).unwrap();
+            assert!(replay.records.is_empty());
+            for i in 0..3 {
+                j.append(&rec(i)).unwrap();
+            }
+            j.append_torn(&rec(3), 11).unwrap();
+        }
+        let intact = std::fs::metadata(&path).unwrap().len() - 11;
+        let (mut j, replay) = Journal::<Rec>::open(&path).unwrap();
+        assert_eq!(replay.records, vec![rec(0), rec(1), rec(2)]);
+        assert_eq!(replay.torn_bytes, 11);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), intact);
+        j.append(&rec(4)).unwrap();
+        drop(j);
+        let (_, replay) = Journal::<Rec>::open(&path).unwrap();
+        assert_eq!(replay.records, vec![rec(0), rec(1), rec(2), rec(4)]);
+        assert_eq!(replay.torn_bytes, 0);
+    }
+
+    #[test]
+    fn intact_record_of_wrong_type_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.bin");
+        std::fs::write(&path, encode_frame(b"{\"other\":1}")).unwrap();
+        let err = Journal::<Rec>::open(&path).unwrap_err();
+        assert!(
+            matches!(err, JournalError::Decode { index: 0, .. }),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! `verisample merge OUT1 OUT2 ... --out OUT`: join the outputs of `run --shard I/N` into
+//! the dataset an unsharded run would have written, byte for byte.
+//!
+//! How: the shards' journals together hold every generation of the whole input. The merge
+//! checks that the shards are complete runs of the same job (same model files, same
+//! settings except `--shard`, shards `0/N … N-1/N` each exactly once), imports all their
+//! journal records into a fresh journal in OUT, and runs the unsharded pipeline with
+//! [`JournalOnly`] in place of the engine: cleaning, verification, judge parsing and routing
+//! are pure, so the splits, `errors.jsonl`, `cleaning.jsonl` and `generations.jsonl` come out
+//! identical to an unsharded run's. The input dataset must be readable (the path recorded
+//! in the shards' `run.json`, or `--data`); no model is loaded.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::journal::{read_records, JournalError};
+use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
+use crate::pipeline::{
+    import_results, prepare, BackendError, GenRequest, GenResult, Generator, JournalEntry,
+    PipelineError, Prepared, RunReport,
+};
+use crate::settings::{fingerprint, ProgressMode, Settings};
+use crate::shard::Shard;
+
+/// Join the outputs of `run --shard I/N` into one dataset (same bytes as an unsharded run).
+#[derive(Args, Debug, Clone, PartialEq)]
+#[command(
+    long_about = "Join the outputs of `verisample run --shard I/N` into the dataset an unsharded run \
+would have written, byte for byte. Every shard 0/N … N-1/N must be given once and be a finished run \
+of the same job (same model files, same settings except --shard). The input dataset is read again \
+(no model is loaded): from the path recorded in the shards' run.json, or --data.",
+    after_help = "Example:\n  verisample merge out-0 out-1 out-2 out-3 --out out"
+)]
+pub struct MergeArgs {
+    /// Output folders of the shard runs (`run --shard I/N --out OUT_I`), in any order.
+    #[arg(required = true, num_args = 1.., value_name = "SHARD_OUT")]
+    pub shards: Vec<PathBuf>,
+    /// Output folder of the merged dataset (its previous pipeline files are replaced).
+    #[arg(long, value_name = "OUT", default_value = crate::settings::DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// Input dataset, when not at the path recorded in the shards' run.json.
+    #[arg(long, value_name = "INPUT")]
+    pub data: Option<PathBuf>,
+    /// Progress display. [default: bar on a terminal, else jsonl]
+    #[arg(long, value_enum)]
+    pub progress: Option<ProgressMode>,
+    /// No progress and no summary table: set from the CLI's global `-q`.
+    #[arg(skip)]
+    pub quiet: bool,
+}
+
+/// Why a merge was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// A shard's `run.json` is missing or unreadable.
+    #[error("{path}: cannot read run.json ({message}); is it the output of a finished `verisample run`?")]
+    Report {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The shards are not parts of one job.
+    #[error("{path}: not a shard of the same job as {first}: {what}")]
+    Mismatch {
+        /// The offending shard folder.
+        path: PathBuf,
+        /// The first shard folder.
+        first: PathBuf,
+        /// What differs.
+        what: String,
+    },
+    /// Shards missing or given twice.
+    #[error("shards do not cover the input exactly once: {0}")]
+    Coverage(String),
+    /// The input dataset is not there.
+    #[error("input dataset {0} not found; pass --data")]
+    DataNotFound(PathBuf),
+    /// Reading a shard journal failed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// Preparing the merged journal failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+/// A merge ready to run: the unsharded settings and the journal with every shard's records.
+#[derive(Debug)]
+pub struct MergePlan {
+    /// Settings of the merged (unsharded) run.
+    pub settings: Settings,
+    /// The prepared journal.
+    pub prepared: Prepared,
+    /// The shards' engine version.
+    pub engine_version: String,
+}
+
+fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
+    let path = dir.join(RUN_FILE);
+    let err = |message: String| MergeError::Report {
+        path: path.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+    let report: RunReport = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+    if report.status != "complete" {
+        return Err(err(format!("status is `{}`", report.status)));
+    }
+    Ok(report)
+}
+
+/// Check the shard folders and build the merged journal in `args.out`.
+///
+/// Errors: [`MergeError`].
+pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
+    let mut reports = Vec::new();
+    for dir in &args.shards {
+        reports.push((dir.clone(), read_report(dir)?));
+    }
+    let (first_dir, first) = &reports[0];
+    let count = first.settings.shard.count;
+    let mut seen = vec![None::<PathBuf>; count];
+    for (dir, r) in &reports {
+        let mismatch = |what: String| MergeError::Mismatch {
+            path: dir.clone(),
+            first: first_dir.clone(),
+            what,
+        };
+        if r.fingerprint.model_files != first.fingerprint.model_files {
+            return Err(mismatch("model files differ".into()));
+        }
+        let mut a = r.fingerprint.settings.clone();
+        let mut b = first.fingerprint.settings.clone();
+        a.shard = String::new();
+        b.shard = String::new();
+        let diff = b.diff(&a);
+        if !diff.is_empty() {
+            return Err(mismatch(diff.join("; ")));
+        }
+        let s = r.settings.shard;
+        if s.count != count {
+            return Err(mismatch(format!("shard {s} vs {}", first.settings.shard)));
+        }
+        if let Some(other) = &seen[s.index] {
+            return Err(MergeError::Coverage(format!(
+                "shard {s} given twice ({} and {})",
+                other.display(),
+                dir.display()
+            )));
+        }
+        seen[s.index] = Some(dir.clone());
+    }
+    let missing: Vec<String> = (0..count)
+        .filter(|&i| seen[i].is_none())
+        .map(|i| format!("{i}/{count}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(MergeError::Coverage(format!(
+            "missing {}",
+            missing.join(", ")
+        )));
+    }
+
+    let mut settings = first.settings.clone();
+    settings.shard = Shard::WHOLE;
+    settings.out = args.out.clone();
+    settings.restart = true;
+    settings.quiet = args.quiet;
+    if let Some(d) = &args.data {
+        settings.data = d.clone();
+    }
+    if !settings.data.exists() {
+        return Err(MergeError::DataNotFound(settings.data));
+    }
+    settings.progress = if args.quiet {
+        ProgressMode::None
+    } else {
+        args.progress.unwrap_or(settings.progress)
+    };
+    let fp = fingerprint(settings.canonical(), first.fingerprint.model_files.clone());
+    let mut prepared = prepare(&settings, fp)?;
+    settings.restart = false;
+    for (dir, _) in &reports {
+        let replay = read_records::<JournalEntry>(&dir.join(JOURNAL_FILE))?;
+        let results = replay.records.into_iter().filter_map(|r| match r {
+            JournalEntry::Generated { key, pass, outcome } => Some((key, pass, outcome)),
+            JournalEntry::Header { .. } => None,
+        });
+        import_results(&mut prepared, results)?;
+    }
+    Ok(MergePlan {
+        settings,
+        prepared,
+        engine_version: first.engine_version.clone(),
+    })
+}
+
+/// The engine stand-in of a merge: every generation must come from the shard journals, so
+/// any request is an error (the shards were incomplete or of another input).
+#[derive(Debug, Clone)]
+pub struct JournalOnly {
+    /// Reported as the engine version (the shards' engine).
+    pub engine_version: String,
+}
+
+impl Generator for JournalOnly {
+    fn generate(
+        &mut self,
+        requests: Vec<GenRequest>,
+        _on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
+    ) -> Result<(), BackendError> {
+        match requests.first() {
+            None => Ok(()),
+            Some(r) => Err(format!(
+                "{} generations are missing from the shard journals (first: position {} qa {}, {:?} pass); \
+                 were the shards run on this input?",
+                requests.len(),
+                r.key.position,
+                r.key.qa,
+                r.pass
+            )
+            .into()),
+        }
+    }
+
+    fn version(&self) -> String {
+        self.engine_version.clone()
+    }
+}

@@ -1,0 +1,119 @@
+//! The `run` and `merge` commands: settings → fingerprint → journal check → model → run.
+//! Errors are `anyhow` here (the CLI edge); [`exit_code`] maps them to the process status.
+//!
+//! Order matters: flags and the config file are validated first (milliseconds), then the
+//! model files are hashed and the journal in OUT is checked against the fingerprint (a
+//! changed setting or model is refused before any weight is loaded), then the model loads.
+
+use anyhow::Context as _;
+
+use super::control::{install_ctrlc, RunControl};
+use super::engine_io::{prompt_prefills_think, EngineGenerator};
+use super::{
+    prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
+};
+use crate::engine::{vl::load_engine, EngineConfig, KvBudget};
+use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
+use crate::settings::{fingerprint, hash_model_files, DeviceSpec, RunArgs, Settings};
+
+/// Default KV cache size on a GPU when `--kv-cache-gib` is not given (the engine sizes the
+/// CPU pool from free memory but needs an explicit size on accelerators).
+pub const DEFAULT_GPU_KV_CACHE_GIB: f64 = 4.0;
+
+/// The engine settings of a run.
+pub fn engine_config(settings: &Settings) -> EngineConfig {
+    let defaults = EngineConfig::default();
+    let kv_budget = match (settings.kv_cache_gib, settings.device) {
+        (Some(g), _) => KvBudget::Gib(g),
+        (None, DeviceSpec::Cpu) => defaults.kv_budget,
+        (None, _) => KvBudget::Gib(DEFAULT_GPU_KV_CACHE_GIB),
+    };
+    EngineConfig {
+        kv_budget,
+        max_batch: settings.max_batch,
+        max_batch_tokens: settings.max_batch_tokens,
+        max_new_tokens: settings.max_new_tokens,
+        ..defaults
+    }
+}
+
+/// `verisample run`. `quiet` is the CLI's global `-q` (it also silences progress).
+///
+/// Errors: settings, model lookup, a refused resume, model loading, the run itself.
+pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
+    let mut args = args.clone();
+    args.quiet |= quiet;
+    let settings = Settings::resolve(&args)?;
+    let model_files = hash_model_files(&settings.model.dir)
+        .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
+    let prepared = prepare(&settings, fingerprint(settings.canonical(), model_files))?;
+    let control = RunControl::from_env();
+    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
+    let device = settings.device.open().context("opening the device")?;
+    let engine = load_engine(
+        &settings.model.dir,
+        settings.dtype.to_dtype(),
+        &device,
+        engine_config(&settings),
+        Some(settings.think),
+    )
+    .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
+    let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
+        .context("rendering the chat template")?;
+    let mut generator = EngineGenerator::new(engine, prefilled);
+    let source = ParquetSource::new(&settings.data);
+    let mut sink = ParquetSink::new(&settings.out);
+    let report = run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: &mut generator,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        &control,
+    )?;
+    Ok(report)
+}
+
+/// `verisample merge`. `quiet` is the CLI's global `-q`.
+///
+/// Errors: the shards are not one complete job, the input is missing, the run fails.
+pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport> {
+    let mut args = args.clone();
+    args.quiet |= quiet;
+    let plan = prepare_merge(&args)?;
+    let control = RunControl::from_env();
+    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
+    let source = ParquetSource::new(&plan.settings.data);
+    let mut sink = ParquetSink::new(&plan.settings.out);
+    let mut generator = JournalOnly {
+        engine_version: plan.engine_version.clone(),
+    };
+    let report = run(
+        plan.prepared,
+        Backends {
+            source: &source,
+            generator: &mut generator,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        &control,
+    )?;
+    Ok(report)
+}
+
+/// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C,
+/// 2 for invalid settings, 1 otherwise.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(p) = err.downcast_ref::<PipelineError>() {
+        return u8::try_from(p.exit_code()).unwrap_or(1);
+    }
+    if err
+        .downcast_ref::<crate::settings::SettingsError>()
+        .is_some()
+    {
+        return 2;
+    }
+    1
+}

@@ -1,0 +1,149 @@
+//! Stopping a run: Ctrl-C (clean stop after the current step, exit 130) and the test-only
+//! kill hook used by the end-to-end crash tests.
+//!
+//! Test hook (documented, test-only): `VERISAMPLE_TEST_KILL_AT=<stage>:<n>[:torn]` makes the
+//! process SIGKILL itself right after the `n`-th event of `stage` in this process:
+//! `generation` (answer records journaled), `judge` (judge records journaled) or `write`
+//! (split rows handed to the writer). With `:torn` the `n`-th journal record is written
+//! only half before the kill, leaving a torn record for the replay to detect. The variable
+//! is read once at start; without it the hook costs one branch per event.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Environment variable of the test kill hook.
+pub const KILL_AT_ENV: &str = "VERISAMPLE_TEST_KILL_AT";
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Where the kill hook fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillStage {
+    /// After answer records are journaled.
+    Generation,
+    /// After judge records are journaled.
+    Judge,
+    /// After split rows are written.
+    Write,
+}
+
+/// A parsed `VERISAMPLE_TEST_KILL_AT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillAt {
+    /// The stage.
+    pub stage: KillStage,
+    /// Fire at the `n`-th event (1-based).
+    pub n: u64,
+    /// Leave a torn journal record behind.
+    pub torn: bool,
+}
+
+impl KillAt {
+    /// Parse `<stage>:<n>[:torn]`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<KillAt> {
+        let mut parts = s.split(':');
+        let stage = match parts.next()? {
+            "generation" => KillStage::Generation,
+            "judge" => KillStage::Judge,
+            "write" => KillStage::Write,
+            _ => return None,
+        };
+        let n = parts.next()?.parse().ok().filter(|&n| n > 0)?;
+        let torn = match parts.next() {
+            None => false,
+            Some("torn") => true,
+            Some(_) => return None,
+        };
+        parts.next().is_none().then_some(KillAt { stage, n, torn })
+    }
+
+    /// Read [`KILL_AT_ENV`]; `None` when unset or malformed.
+    pub fn from_env() -> Option<KillAt> {
+        std::env::var(KILL_AT_ENV)
+            .ok()
+            .as_deref()
+            .and_then(KillAt::parse)
+    }
+}
+
+/// Kill this process now with SIGKILL (no destructor, no flush), as a test's `kill -9`.
+pub fn kill_self() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status();
+    // If `kill` is unavailable, abort is the closest: no unwinding, no buffered writes.
+    std::process::abort()
+}
+
+/// Stop controls handed to [`super::run`].
+#[derive(Debug, Clone, Default)]
+pub struct RunControl {
+    /// Set (by the Ctrl-C handler) to stop after the current step.
+    pub stop: Arc<AtomicBool>,
+    /// The test kill hook.
+    pub kill_at: Option<KillAt>,
+}
+
+impl RunControl {
+    /// A control with the kill hook read from the environment and a fresh stop flag.
+    pub fn from_env() -> RunControl {
+        RunControl {
+            stop: Arc::new(AtomicBool::new(false)),
+            kill_at: KillAt::from_env(),
+        }
+    }
+
+    /// `true` once a stop was requested.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Whether the hook fires at the `count`-th event of `stage` (and whether torn).
+    pub fn kill_due(&self, stage: KillStage, count: u64) -> Option<bool> {
+        self.kill_at
+            .filter(|k| k.stage == stage && k.n == count)
+            .map(|k| k.torn)
+    }
+}
+
+/// Install the process-wide Ctrl-C handler: the first Ctrl-C sets `control.stop` (the run
+/// finishes its step, flushes and exits 130); a second one exits 130 at once. Call once,
+/// from the binary.
+///
+/// Errors: the handler was already installed or the OS refused it.
+pub fn install_ctrlc(control: &RunControl) -> Result<(), ctrlc::Error> {
+    let stop = control.stop.clone();
+    ctrlc::set_handler(move || {
+        if stop.swap(true, Ordering::SeqCst) {
+            std::process::exit(EXIT_INTERRUPTED);
+        }
+        eprintln!(
+            "verisample: interrupt received, finishing the current step (Ctrl-C again to quit now)"
+        );
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_at_parse_table() {
+        let k = |stage, n, torn| Some(KillAt { stage, n, torn });
+        let cases = [
+            ("generation:5", k(KillStage::Generation, 5, false)),
+            ("judge:1:torn", k(KillStage::Judge, 1, true)),
+            ("write:12", k(KillStage::Write, 12, false)),
+            ("write:0", None),
+            ("generation", None),
+            ("generation:x", None),
+            ("decode:3", None),
+            ("judge:2:soft", None),
+            ("judge:2:torn:x", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(KillAt::parse(s), want, "{s}");
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The product [`RowSource`] and [`SplitSink`]: the streaming parquet reader and the split
+//! writers of [`crate::dataset`], plus the dataset card with the run's statistics.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::backend::{BackendError, RowSource, SplitRow, SplitSink};
+use crate::dataset::card::{output_configs, render_card, scan_output_dir};
+use crate::dataset::reader::{resolve_inputs, InputReader};
+use crate::dataset::shards::ShardOptions;
+use crate::dataset::writer::SplitWriter;
+use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
+
+/// The input dataset as a parquet file, folder or glob, read with [`InputReader`] (a fresh
+/// reader per pass, so both passes see the same order).
+#[derive(Debug, Clone)]
+pub struct ParquetSource {
+    /// The input spec (file, folder or glob).
+    pub spec: String,
+}
+
+impl ParquetSource {
+    /// A source for `path`.
+    pub fn new(path: &Path) -> ParquetSource {
+        ParquetSource {
+            spec: path.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+impl RowSource for ParquetSource {
+    fn rows(
+        &self,
+    ) -> Result<Box<dyn Iterator<Item = Result<InputRow, RowError>> + '_>, BackendError> {
+        Ok(Box::new(InputReader::open(&self.spec)?))
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        let files = resolve_inputs(&self.spec).ok()?;
+        let mut n = 0u64;
+        for f in files.files {
+            let file = std::fs::File::open(&f).ok()?;
+            let reader = parquet::file::reader::SerializedFileReader::new(file).ok()?;
+            let rows = parquet::file::reader::FileReader::metadata(&reader)
+                .file_metadata()
+                .num_rows();
+            n += u64::try_from(rows).unwrap_or(0);
+        }
+        Some(n)
+    }
+}
+
+/// Writes the splits as sharded parquet under `OUT/data/` (staged until [`SplitSink::finish`])
+/// and the dataset card `OUT/README.md` with the run's statistics.
+#[derive(Debug)]
+pub struct ParquetSink {
+    out: PathBuf,
+    opts: ShardOptions,
+    accepted: BTreeMap<(String, SplitKind), SplitWriter<AcceptedQa>>,
+    rejected: BTreeMap<String, SplitWriter<RejectedQa>>,
+}
+
+impl ParquetSink {
+    /// A sink writing under `out` with the default shard options.
+    pub fn new(out: &Path) -> ParquetSink {
+        ParquetSink {
+            out: out.to_path_buf(),
+            opts: ShardOptions::default(),
+            accepted: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+        }
+    }
+}
+
+impl SplitSink for ParquetSink {
+    fn write(&mut self, family: &str, kind: SplitKind, row: SplitRow) -> Result<(), BackendError> {
+        match row {
+            SplitRow::Accepted(r) => {
+                let key = (family.to_string(), kind);
+                if !self.accepted.contains_key(&key) {
+                    let w = SplitWriter::create(&self.out, family, kind, self.opts)?;
+                    self.accepted.insert(key.clone(), w);
+                }
+                if let Some(w) = self.accepted.get_mut(&key) {
+                    w.write_row(r)?;
+                }
+            }
+            SplitRow::Rejected(r) => {
+                if !self.rejected.contains_key(family) {
+                    let w = SplitWriter::create(&self.out, family, SplitKind::Rejected, self.opts)?;
+                    self.rejected.insert(family.to_string(), w);
+                }
+                if let Some(w) = self.rejected.get_mut(family) {
+                    w.write_row(r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
+        let mut families: Vec<String> = self.rejected.keys().cloned().collect();
+        for ((family, _), w) in std::mem::take(&mut self.accepted) {
+            families.push(family);
+            w.finish()?;
+        }
+        for (_, w) in std::mem::take(&mut self.rejected) {
+            w.finish()?;
+        }
+        families.sort();
+        families.dedup();
+        let splits = if self.out.join("data").is_dir() {
+            scan_output_dir(&self.out)?
+        } else {
+            Vec::new()
+        };
+        let configs = output_configs(&splits);
+        let title = if families.is_empty() {
+            "verisample output".to_string()
+        } else {
+            format!("verisample output: {}", families.join(", "))
+        };
+        let card = format!("{}\n{card_stats}", render_card(&configs, &title)?);
+        crate::atomic::write_atomic(self.out.join("README.md"), card.as_bytes())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! The product [`Generator`]: the batch [`Engine`] (continuous batching, greedy decoding over
+//! the paged KV cache) behind the pipeline's request/result types.
+
+use std::fmt;
+use std::ops::ControlFlow;
+
+use super::backend::{
+    BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, ItemKey, Pass,
+};
+use crate::engine::{
+    self, Completion, Engine, EngineError, EngineModel, ImageInput, InputProcessor,
+};
+
+/// Returned by the completion callback to make the engine stop (a Ctrl-C or a journal
+/// failure); [`EngineGenerator::generate`] turns it back into a clean return.
+#[derive(Debug)]
+struct Stopped;
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("stopped by the pipeline")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// An [`Engine`] as the pipeline's [`Generator`]. The chat template's thinking mode is fixed
+/// when the engine is loaded (`load_engine(.., enable_thinking)`), so [`GenRequest::think`]
+/// must agree with it; `prefilled_think` says whether that template ends the prompt with an
+/// open `<think>` (see [`prompt_prefills_think`]).
+pub struct EngineGenerator<M, P> {
+    engine: Engine<M, P>,
+    prefilled_think: bool,
+}
+
+impl<M, P> EngineGenerator<M, P> {
+    /// Wrap a loaded engine.
+    pub fn new(engine: Engine<M, P>, prefilled_think: bool) -> Self {
+        EngineGenerator {
+            engine,
+            prefilled_think,
+        }
+    }
+
+    /// The engine (for its statistics).
+    pub fn engine(&self) -> &Engine<M, P> {
+        &self.engine
+    }
+}
+
+/// Whether `template` rendered for one user turn with the generation prompt ends with an
+/// open `<think>` (Qwen3 thinking templates pre-fill it, so the generated text starts inside
+/// the reasoning and has only the closing tag).
+///
+/// Errors: the template fails to render.
+pub fn prompt_prefills_think(
+    template: &verisample_models::chat::ChatTemplate,
+    thinking: bool,
+) -> Result<bool, verisample_models::ChatError> {
+    let prompt = template.render(
+        &[verisample_models::chat::ChatMessage::text("user", "x")],
+        verisample_models::chat::RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: Some(thinking),
+        },
+    )?;
+    Ok(prompt
+        .trim_end()
+        .ends_with(crate::verify::think::THINK_OPEN))
+}
+
+fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> GenResult {
+    let finish = match c.finish_reason {
+        engine::FinishReason::Stop => FinishReason::Stop,
+        engine::FinishReason::Truncated => FinishReason::Length,
+        engine::FinishReason::Error => {
+            return GenResult {
+                key,
+                pass,
+                outcome: Err(c.error.unwrap_or_else(|| "request failed".into())),
+            }
+        }
+    };
+    GenResult {
+        key,
+        pass,
+        outcome: Ok(Generation {
+            text: c.text,
+            token_ids: c.token_ids,
+            prompt_tokens: c.prompt_tokens,
+            finish,
+            prefilled_think,
+        }),
+    }
+}
+
+impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
+    fn generate(
+        &mut self,
+        requests: Vec<GenRequest>,
+        on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
+    ) -> Result<(), BackendError> {
+        let keys: Vec<(ItemKey, Pass)> = requests.iter().map(|r| (r.key, r.pass)).collect();
+        let engine_requests = requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| engine::Request {
+                id: i as u64,
+                system: None,
+                image: r.image.map(|b| ImageInput::new(b.as_slice())),
+                text: r.user_text,
+                max_new_tokens: Some(r.max_new_tokens),
+            });
+        let prefilled = self.prefilled_think;
+        let result = self.engine.generate(engine_requests, |c: Completion| {
+            let Some(&(key, pass)) = usize::try_from(c.id).ok().and_then(|i| keys.get(i)) else {
+                return Ok(());
+            };
+            match on_done(to_result(c, key, pass, prefilled)) {
+                ControlFlow::Continue(()) => Ok(()),
+                ControlFlow::Break(()) => Err(Box::new(Stopped)),
+            }
+        });
+        match result {
+            Ok(()) => Ok(()),
+            Err(EngineError::Callback(e)) if e.is::<Stopped>() => Ok(()),
+            Err(e) => Err(Box::new(e)),
+        }
+    }
+
+    fn version(&self) -> String {
+        format!("verisample-engine {}", env!("CARGO_PKG_VERSION"))
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(self.engine.stats()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_map_to_results() {
+        let key = ItemKey { position: 3, qa: 1 };
+        let done = |finish_reason, error: Option<&str>| Completion {
+            id: 0,
+            token_ids: vec![1, 2],
+            text: "42".into(),
+            prompt_tokens: 9,
+            generated_tokens: 2,
+            cached_prompt_tokens: 0,
+            finish_reason,
+            error: error.map(str::to_string),
+        };
+        let r = to_result(
+            done(engine::FinishReason::Stop, None),
+            key,
+            Pass::Answer,
+            true,
+        );
+        let g = r.outcome.unwrap();
+        assert_eq!(
+            (g.finish, g.prompt_tokens, g.prefilled_think),
+            (FinishReason::Stop, 9, true)
+        );
+        let r = to_result(
+            done(engine::FinishReason::Truncated, None),
+            key,
+            Pass::Judge,
+            false,
+        );
+        assert_eq!(r.outcome.unwrap().finish, FinishReason::Length);
+        let r = to_result(
+            done(engine::FinishReason::Error, Some("image: bad")),
+            key,
+            Pass::Answer,
+            false,
+        );
+        assert_eq!(r.outcome.unwrap_err(), "image: bad");
+    }
+}

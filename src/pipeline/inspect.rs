@@ -1,0 +1,173 @@
+//! Input checks that turn bad input into reported errors instead of crashes: images that
+//! do not decode (corrupt, truncated, zero-size, unsupported format, decompression bombs)
+//! and questions or references that are missing or blank.
+
+use std::io::Cursor;
+
+use crate::record::QaItem;
+
+/// Largest accepted image side in pixels (the `image` crate would allocate for any value).
+pub const MAX_IMAGE_SIDE: u32 = 16_384;
+/// Largest accepted image area in pixels: Pillow's `Image.MAX_IMAGE_PIXELS` (89,478,485,
+/// "a 0.25 GiB 3-byte RGB image"), the threshold of its decompression-bomb warning.
+pub const MAX_IMAGE_PIXELS: u64 = 89_478_485;
+/// Most bytes the decoder may allocate at once: 1 GiB (`image::Limits::max_alloc`).
+pub const MAX_DECODE_ALLOC: u64 = 1 << 30;
+
+/// A problem with one field of an input row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    /// The field (`image.bytes`, `qa`, `qa[2].question`, …).
+    pub field: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldProblem {
+    FieldProblem {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Check that `bytes` is an image of a supported format that decodes completely within the
+/// limits above. Returns its `(width, height)`.
+///
+/// Errors: a [`FieldProblem`] on `image.bytes` saying what is wrong.
+pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
+    const FIELD: &str = "image.bytes";
+    let bytes = match bytes {
+        None => return Err(problem(FIELD, "no image bytes")),
+        Some([]) => return Err(problem(FIELD, "image is empty (0 bytes)")),
+        Some(b) => b,
+    };
+    let reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| problem(FIELD, format!("cannot read image header: {e}")))?;
+    if reader.format().is_none() {
+        return Err(problem(FIELD, "unsupported or unrecognised image format"));
+    }
+    let (w, h) = reader
+        .into_dimensions()
+        .map_err(|e| problem(FIELD, format!("cannot read image header: {e}")))?;
+    if w == 0 || h == 0 {
+        return Err(problem(FIELD, format!("image has zero size ({w}x{h})")));
+    }
+    if w > MAX_IMAGE_SIDE || h > MAX_IMAGE_SIDE || u64::from(w) * u64::from(h) > MAX_IMAGE_PIXELS {
+        return Err(problem(
+            FIELD,
+            format!(
+                "image too large ({w}x{h}); limits: side {MAX_IMAGE_SIDE}, {MAX_IMAGE_PIXELS} pixels"
+            ),
+        ));
+    }
+    let mut reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| problem(FIELD, format!("cannot read image: {e}")))?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_IMAGE_SIDE);
+    limits.max_image_height = Some(MAX_IMAGE_SIDE);
+    limits.max_alloc = Some(MAX_DECODE_ALLOC);
+    reader.limits(limits);
+    reader
+        .decode()
+        .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
+    Ok((w, h))
+}
+
+/// Check one `qa` entry: question and reference must be present and not blank.
+///
+/// Errors: a [`FieldProblem`] on `qa[i].question` or `qa[i].answer`.
+pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
+    if item.question.trim().is_empty() {
+        return Err(problem(
+            format!("qa[{index}].question"),
+            "question is missing or blank",
+        ));
+    }
+    if item.answer.trim().is_empty() {
+        return Err(problem(
+            format!("qa[{index}].answer"),
+            "reference answer is missing or blank",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png(w: u32, h: u32) -> Vec<u8> {
+        let img = image::RgbImage::from_pixel(w, h, image::Rgb([10, 20, 30]));
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    }
+
+    /// A PNG header (signature + IHDR) claiming `w`x`h`, with no image data.
+    fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+        let mut v = png(1, 1);
+        // IHDR data starts at byte 16: width, height (big endian); fix the CRC after it.
+        v[16..20].copy_from_slice(&w.to_be_bytes());
+        v[20..24].copy_from_slice(&h.to_be_bytes());
+        let crc = crc32fast::hash(&v[12..29]);
+        v[29..33].copy_from_slice(&crc.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn image_check_table() {
+        let good = png(3, 2);
+        let truncated = good[..good.len() - 20].to_vec();
+        let bomb = png_header_only(100_000, 100_000);
+        let wide = png_header_only(20_000, 1);
+        type Case = (
+            &'static str,
+            Option<Vec<u8>>,
+            Result<(u32, u32), &'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            ("good", Some(good.clone()), Ok((3, 2))),
+            ("missing", None, Err("no image bytes")),
+            ("empty", Some(vec![]), Err("0 bytes")),
+            (
+                "text",
+                Some(b"hello, not an image".to_vec()),
+                Err("unsupported"),
+            ),
+            ("truncated", Some(truncated), Err("does not decode")),
+            ("bomb", Some(bomb), Err("too large")),
+            ("wide", Some(wide), Err("too large")),
+        ];
+        for (name, bytes, want) in cases {
+            let got = check_image(bytes.as_deref());
+            match (got, want) {
+                (Ok(d), Ok(w)) => assert_eq!(d, w, "{name}"),
+                (Err(p), Err(w)) => {
+                    assert_eq!(p.field, "image.bytes", "{name}");
+                    assert!(p.message.contains(w), "{name}: {}", p.message);
+                }
+                (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn qa_check_table() {
+        let qa = |q: &str, a: &str| QaItem {
+            question: q.into(),
+            answer: a.into(),
+            ..Default::default()
+        };
+        assert_eq!(check_qa(0, &qa("What?", "1")), Ok(()));
+        assert_eq!(
+            check_qa(2, &qa(" \n", "1")).unwrap_err().field,
+            "qa[2].question"
+        );
+        assert_eq!(
+            check_qa(1, &qa("What?", "")).unwrap_err().field,
+            "qa[1].answer"
+        );
+    }
+}

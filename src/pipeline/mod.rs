@@ -1,0 +1,387 @@
+//! `verisample run`: read → check → clean → prompt → batched greedy generation →
+//! think/answer split → string verifier → judge pass over the verifier's rejects (and the
+//! optional calibration pass over its accepts) → route to splits → write.
+//!
+//! The run goes in three phases over the input stream of this shard:
+//!
+//! 1. **generate** — read rows, check images and fields, clean, and send the kept questions
+//!    in chunks to the [`Generator`]; every finished answer is journaled (fsync) before it
+//!    counts as done.
+//! 2. **judge** — split each answer at `</think>`, run the verifier; the rejects with an
+//!    answer (and the first `--judge-calibrate N` accepts) go to the same model as a
+//!    text-only judge; every verdict text is journaled.
+//! 3. **write** — read the input again, route every question, hand the rows to the
+//!    [`SplitSink`] in input order, write `errors.jsonl`, `cleaning.jsonl`,
+//!    `generations.jsonl`, the chart and `run.json`, and check the accounting: every input
+//!    question is in exactly one of a split, the cleaning report or `errors.jsonl`.
+//!
+//! Only generations are journaled: cleaning, verification and routing are pure functions of
+//! the input and the generations, so a resumed run recomputes them and writes the same
+//! bytes. Rerunning a finished run replays everything and rewrites identical outputs.
+
+pub mod accounting;
+pub mod backend;
+pub mod command;
+pub mod control;
+mod dataset_io;
+mod decisions;
+mod engine_io;
+pub mod inspect;
+pub mod outputs;
+mod passes;
+mod write;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use backend::{
+    Assessed, BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest,
+    GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
+    SplitRow, SplitSink, Verdict,
+};
+pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
+pub use dataset_io::{ParquetSink, ParquetSource};
+pub use decisions::StandardDecisions;
+pub use engine_io::{prompt_prefills_think, EngineGenerator};
+
+use crate::journal::{Journal, JournalError};
+use crate::report::RunStats;
+use crate::settings::{Fingerprint, Settings};
+
+/// Version of the journal record format.
+pub const JOURNAL_FORMAT: u32 = 1;
+
+/// One journal record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JournalEntry {
+    /// First record: what produced this journal.
+    Header {
+        /// [`JOURNAL_FORMAT`].
+        format: u32,
+        /// The run's fingerprint.
+        fingerprint: Fingerprint,
+    },
+    /// A finished generation request.
+    Generated {
+        /// The question.
+        key: ItemKey,
+        /// The pass.
+        pass: Pass,
+        /// What came out.
+        outcome: JournalOutcome,
+    },
+}
+
+/// A journaled generation result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JournalOutcome {
+    /// The engine produced a generation.
+    Done(Generation),
+    /// The engine refused this request (recorded in `errors.jsonl`, not retried).
+    Failed(String),
+}
+
+/// Why a run stopped without producing its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Journal I/O or decoding.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// OUT holds a journal of a run with other settings or another model.
+    #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
+    FingerprintMismatch {
+        /// The output folder.
+        out: PathBuf,
+        /// Fingerprint in the journal.
+        old: String,
+        /// Fingerprint of this run.
+        new: String,
+        /// What differs (`think: true -> false`, `model file model.safetensors`, …).
+        changed: Vec<String>,
+    },
+    /// The journal does not start with a header.
+    #[error("journal {0} has no header record; remove it or use --restart")]
+    NoHeader(PathBuf),
+    /// The input cannot be opened.
+    #[error("cannot read input: {0}")]
+    Source(BackendError),
+    /// The engine failed.
+    #[error("generation failed: {0}")]
+    Engine(BackendError),
+    /// The split writer failed.
+    #[error("writing splits failed: {0}")]
+    Sink(BackendError),
+    /// Writing one of the pipeline's files failed.
+    #[error(transparent)]
+    Write(#[from] crate::atomic::AtomicError),
+    /// Stopped by Ctrl-C after journaling the finished work; rerun to resume.
+    #[error("interrupted; finished work is journaled, rerun the same command to resume")]
+    Interrupted,
+    /// More input errors than `--max-errors`.
+    #[error("{count} input errors exceed --max-errors {max}; see errors.jsonl counts in the log")]
+    TooManyErrors {
+        /// Errors so far.
+        count: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// The input changed between the generate and write phases.
+    #[error("input changed during the run at stream position {position}: {what}")]
+    InputChanged {
+        /// Stream position.
+        position: u64,
+        /// What differs.
+        what: String,
+    },
+    /// A question has no journaled answer in the write phase (a merge of incomplete shards).
+    #[error("no generation for position {} qa {} ({pass:?} pass)", key.position, key.qa)]
+    Missing {
+        /// The question.
+        key: ItemKey,
+        /// The pass.
+        pass: Pass,
+    },
+    /// The end-of-run accounting found questions in no output or in two.
+    #[error("accounting check failed: {0}")]
+    Accounting(String),
+}
+
+impl PipelineError {
+    /// Process exit status for this error: 130 for Ctrl-C, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PipelineError::Interrupted => EXIT_INTERRUPTED,
+            _ => 1,
+        }
+    }
+}
+
+/// The journal opened and checked against this run's fingerprint; made before the model is
+/// loaded so that a refused resume fails fast.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The run's settings.
+    pub settings: Settings,
+    /// The run's fingerprint.
+    pub fingerprint: Fingerprint,
+    journal: Journal<JournalEntry>,
+    results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    /// Bytes of a torn last record dropped on open.
+    pub torn_bytes: u64,
+}
+
+impl Prepared {
+    /// Generation results replayed from the journal.
+    pub fn replayed(&self) -> usize {
+        self.results.len()
+    }
+}
+
+fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
+    let mut changed = old.settings.diff(&new.settings);
+    let names: std::collections::BTreeSet<&String> = old
+        .model_files
+        .keys()
+        .chain(new.model_files.keys())
+        .collect();
+    for name in names {
+        if old.model_files.get(name) != new.model_files.get(name) {
+            changed.push(format!("model file {name}"));
+        }
+    }
+    changed
+}
+
+/// Open (or create) `OUT/journal.bin`, check its header against `fingerprint`, and replay
+/// it. With `settings.restart` the journal and the pipeline's files in OUT are discarded.
+///
+/// Errors: [`PipelineError::FingerprintMismatch`] (settings or model changed),
+/// [`PipelineError::NoHeader`], journal I/O.
+pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
+    let path = settings.out.join(outputs::JOURNAL_FILE);
+    if settings.restart {
+        for name in outputs::OWNED_FILES {
+            let p = settings.out.join(name);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(JournalError::Io { path: p, source }.into());
+                }
+            }
+        }
+    }
+    let (mut journal, replay) = Journal::<JournalEntry>::open(&path)?;
+    let mut records = replay.records.into_iter();
+    match records.next() {
+        None => journal.append(&JournalEntry::Header {
+            format: JOURNAL_FORMAT,
+            fingerprint: fingerprint.clone(),
+        })?,
+        Some(JournalEntry::Header {
+            fingerprint: old, ..
+        }) => {
+            if old.sha256 != fingerprint.sha256 {
+                return Err(PipelineError::FingerprintMismatch {
+                    out: settings.out.clone(),
+                    old: old.sha256.clone(),
+                    new: fingerprint.sha256.clone(),
+                    changed: fingerprint_changes(&old, &fingerprint),
+                });
+            }
+        }
+        Some(JournalEntry::Generated { .. }) => return Err(PipelineError::NoHeader(path)),
+    }
+    let mut results = BTreeMap::new();
+    for rec in records {
+        if let JournalEntry::Generated { key, pass, outcome } = rec {
+            results.insert((key, pass), outcome);
+        }
+    }
+    Ok(Prepared {
+        settings: settings.clone(),
+        fingerprint,
+        journal,
+        results,
+        torn_bytes: replay.torn_bytes,
+    })
+}
+
+/// Append pre-existing generation results (from shard journals) to a freshly prepared
+/// journal: used by `verisample merge`. Existing keys are kept.
+///
+/// Errors: journal I/O.
+pub fn import_results(
+    prepared: &mut Prepared,
+    results: impl IntoIterator<Item = (ItemKey, Pass, JournalOutcome)>,
+) -> Result<(), PipelineError> {
+    for (key, pass, outcome) in results {
+        if prepared.results.contains_key(&(key, pass)) {
+            continue;
+        }
+        prepared.journal.append(&JournalEntry::Generated {
+            key,
+            pass,
+            outcome: outcome.clone(),
+        })?;
+        prepared.results.insert((key, pass), outcome);
+    }
+    Ok(())
+}
+
+/// The backends a run talks to.
+pub struct Backends<'a> {
+    /// The input dataset.
+    pub source: &'a dyn RowSource,
+    /// The batch engine.
+    pub generator: &'a mut dyn Generator,
+    /// Cleaning, verifier, judge prompt/parser, routing.
+    pub decisions: &'a dyn Decisions,
+    /// The split writer (publishes atomically on finish).
+    pub sink: &'a mut dyn SplitSink,
+}
+
+/// `run.json`: what ran, on what, and what came out.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    /// `complete` (the file is written last, only after a successful run).
+    pub status: String,
+    /// `verisample` crate version.
+    pub verisample_version: String,
+    /// The engine's [`Generator::version`].
+    pub engine_version: String,
+    /// The engine's [`Generator::stats`] (this process only).
+    #[serde(default)]
+    pub engine_stats: Option<serde_json::Value>,
+    /// All settings of the run.
+    pub settings: Settings,
+    /// Fingerprint (canonical settings, model file hashes).
+    pub fingerprint: Fingerprint,
+    /// sha256 of each safetensors file of the model.
+    pub model_weights: BTreeMap<String, String>,
+    /// Counts and throughput.
+    pub stats: RunStats,
+    /// Peak resident memory, bytes (`VmHWM`).
+    pub peak_memory_bytes: Option<u64>,
+    /// Generation results replayed from the journal at start.
+    pub replayed_results: usize,
+    /// Bytes of a torn journal record dropped at start.
+    pub torn_journal_bytes: u64,
+}
+
+/// Run the job prepared by [`prepare`] to completion.
+///
+/// Errors: [`PipelineError`]; on [`PipelineError::Interrupted`] (exit 130) and on a kill,
+/// the journal holds every finished generation and a rerun resumes.
+pub fn run(
+    mut prepared: Prepared,
+    backends: Backends<'_>,
+    control: &RunControl,
+) -> Result<RunReport, PipelineError> {
+    let Backends {
+        source,
+        generator,
+        decisions,
+        sink,
+    } = backends;
+    let settings = prepared.settings.clone();
+    let replayed_results = prepared.replayed();
+    let mut progress = crate::report::Progress::new(settings.progress);
+    let mut ctx = passes::PassContext {
+        settings: &settings,
+        decisions,
+        control,
+        journal: &mut prepared.journal,
+        results: &mut prepared.results,
+        progress: &mut progress,
+        prompt_tokens: 0,
+        replayed: 0,
+        errors_seen: 0,
+    };
+    let plans = passes::generate_answers(&mut ctx, source, generator)?;
+    let judged = passes::judge_answers(&mut ctx, &plans, generator)?;
+    let replayed = ctx.replayed;
+    let prompt_tokens = ctx.prompt_tokens;
+    let stats = write::write_outputs(write::WriteInput {
+        settings: &settings,
+        decisions,
+        control,
+        source,
+        sink,
+        plans: &plans,
+        judged: &judged,
+        results: &prepared.results,
+        progress: &mut progress,
+        prompt_tokens,
+        replayed,
+    })?;
+    let report = RunReport {
+        status: "complete".into(),
+        verisample_version: env!("CARGO_PKG_VERSION").into(),
+        engine_version: generator.version(),
+        engine_stats: generator.stats(),
+        settings: settings.clone(),
+        fingerprint: prepared.fingerprint.clone(),
+        model_weights: prepared
+            .fingerprint
+            .model_files
+            .iter()
+            .filter(|(k, _)| k.ends_with(".safetensors"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        stats,
+        peak_memory_bytes: crate::report::peak_memory_bytes(),
+        replayed_results,
+        torn_journal_bytes: prepared.torn_bytes,
+    };
+    let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
+    crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
+    if !settings.quiet {
+        eprint!("{}", crate::report::summary_table(&report.stats));
+    }
+    Ok(report)
+}

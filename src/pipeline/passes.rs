@@ -1,0 +1,470 @@
+//! Phases 1 and 2 of a run: plan every row of the shard and generate the answers, then
+//! verify them and run the judge (rescue over rejects, calibration over accepts). Every
+//! finished generation is journaled before it counts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::backend::{
+    CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
+};
+use super::control::{kill_self, KillStage, RunControl};
+use super::inspect::{check_image, check_qa, FieldProblem};
+use super::{JournalEntry, JournalOutcome, PipelineError};
+use crate::journal::Journal;
+use crate::record::{InputRow, QaItem, RowError};
+use crate::report::Progress;
+use crate::settings::Settings;
+
+/// Family used in split names when neither `--family` nor the row names one.
+pub const DEFAULT_FAMILY: &str = "Default";
+/// Smallest number of requests handed to the engine at once. Chunks are
+/// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
+/// the input is streamed (only one chunk of encoded images is held in memory).
+pub const MIN_CHUNK: usize = 256;
+/// Bytes of a record left behind by the `:torn` test hook (header + a few payload bytes).
+const TORN_BYTES: usize = 12;
+
+/// What happens to one `qa` entry of a readable row.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ItemPlan {
+    /// Cleaned question to generate for.
+    Keep(QaItem),
+    /// Dropped by cleaning for this reason.
+    Dropped(String),
+    /// Blank question or reference.
+    Invalid(FieldProblem),
+}
+
+/// A readable row of the shard.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowOk {
+    pub family: String,
+    pub clean_meta: String,
+    pub image_sha256: String,
+    pub items: Vec<ItemPlan>,
+}
+
+/// The plan of one input stream element of the shard (images are not kept).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowPlan {
+    pub position: u64,
+    pub file: String,
+    pub row: Option<usize>,
+    pub body: Result<RowOk, FieldProblem>,
+}
+
+/// Why the judge looks at an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JudgeRole {
+    /// A verifier reject: the verdict can move it to the accepted splits.
+    Rescue,
+    /// A verifier accept (calibration): the verdict is only reported.
+    Calibration,
+}
+
+impl JudgeRole {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            JudgeRole::Rescue => "rescue",
+            JudgeRole::Calibration => "calibration",
+        }
+    }
+}
+
+/// State shared by the passes.
+pub(crate) struct PassContext<'a> {
+    pub settings: &'a Settings,
+    pub decisions: &'a dyn Decisions,
+    pub control: &'a RunControl,
+    pub journal: &'a mut Journal<JournalEntry>,
+    pub results: &'a mut BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    pub progress: &'a mut Progress,
+    pub prompt_tokens: u64,
+    pub replayed: u64,
+    pub errors_seen: u64,
+}
+
+impl PassContext<'_> {
+    fn count_errors(&mut self, n: u64) -> Result<(), PipelineError> {
+        self.errors_seen += n;
+        match self.settings.max_errors {
+            Some(max) if self.errors_seen > max as u64 => Err(PipelineError::TooManyErrors {
+                count: self.errors_seen,
+                max,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn row_error(position: u64, e: RowError) -> RowPlan {
+    RowPlan {
+        position,
+        file: e.file,
+        row: e.row,
+        body: Err(FieldProblem {
+            field: e.field,
+            message: e.message,
+        }),
+    }
+}
+
+/// Plan one stream element: checks, cleaning, `clean_meta`. Returns the plan and, for a
+/// readable row, its image bytes for the answer requests.
+pub(crate) fn plan_row(
+    position: u64,
+    element: Result<InputRow, RowError>,
+    settings: &Settings,
+    decisions: &dyn Decisions,
+) -> (RowPlan, Option<Arc<Vec<u8>>>) {
+    let mut row = match element {
+        Ok(row) => row,
+        Err(e) => return (row_error(position, e), None),
+    };
+    let fail = |field: &str, message: String| {
+        row_error(
+            position,
+            RowError {
+                file: row.source_file.clone(),
+                row: Some(row.row_index),
+                field: field.into(),
+                message,
+            },
+        )
+    };
+    if let Err(p) = check_image(row.image.bytes.as_deref()) {
+        return (fail(&p.field, p.message), None);
+    }
+    if row.qa.is_empty() {
+        return (fail("qa", "row has no questions".into()), None);
+    }
+    let family = settings
+        .family
+        .clone()
+        .or_else(|| row.family.clone().filter(|f| !f.is_empty()))
+        .unwrap_or_else(|| DEFAULT_FAMILY.to_string());
+    if !crate::family::is_valid_family_name(&family) {
+        let msg = format!("family {family:?} cannot name a split (ASCII letters, digits, '_')");
+        return (fail("family", msg), None);
+    }
+    // `--family` says which benchmark the rows belong to: cleaning (task purity) and the
+    // verifier choice follow it.
+    row.family = Some(family.clone());
+    let cleaned = decisions.clean(&row);
+    if cleaned.items.len() != row.qa.len() {
+        let msg = format!(
+            "cleaning returned {} decisions for {} questions",
+            cleaned.items.len(),
+            row.qa.len()
+        );
+        return (fail("qa", msg), None);
+    }
+    let items = row
+        .qa
+        .iter()
+        .zip(cleaned.items)
+        .enumerate()
+        .map(|(i, (qa, c))| match (check_qa(i, qa), c) {
+            (Err(p), _) => ItemPlan::Invalid(p),
+            (Ok(()), CleanedItem::Keep(q)) => ItemPlan::Keep(q),
+            (Ok(()), CleanedItem::Drop { reason }) => ItemPlan::Dropped(reason),
+        })
+        .collect();
+    let bytes = row.image.bytes.clone().unwrap_or_default();
+    let clean_meta = serde_json::json!({
+        "source_file": row.source_file,
+        "row_index": row.row_index,
+        "position": position,
+        "cleaning": cleaned.meta,
+    })
+    .to_string();
+    let plan = RowPlan {
+        position,
+        file: row.source_file.clone(),
+        row: Some(row.row_index),
+        body: Ok(RowOk {
+            family,
+            clean_meta,
+            image_sha256: hex::encode(Sha256::digest(&bytes)),
+            items,
+        }),
+    };
+    (plan, Some(Arc::new(bytes)))
+}
+
+/// Requests per engine call.
+fn chunk_size(settings: &Settings) -> usize {
+    MIN_CHUNK.max(8 * settings.max_batch)
+}
+
+/// Send `requests` to the engine, journaling each result (fsync) before it counts.
+/// `verify_ctx` maps answer keys to (family, question) for the live accept rate.
+fn run_requests(
+    ctx: &mut PassContext<'_>,
+    generator: &mut dyn Generator,
+    requests: Vec<GenRequest>,
+    pass: Pass,
+    verify_ctx: &HashMap<ItemKey, (String, QaItem)>,
+    appended: &mut u64,
+) -> Result<(), PipelineError> {
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let stage = match pass {
+        Pass::Answer => KillStage::Generation,
+        Pass::Judge => KillStage::Judge,
+    };
+    let decisions = ctx.decisions;
+    let control = ctx.control;
+    let mut failure: Option<PipelineError> = None;
+    let mut new_errors = 0u64;
+    let mut prompt_tokens = 0u64;
+    {
+        let journal = &mut *ctx.journal;
+        let results = &mut *ctx.results;
+        let progress = &mut *ctx.progress;
+        let mut on_done = |r: GenResult| -> ControlFlow<()> {
+            let outcome = match r.outcome {
+                Ok(g) => JournalOutcome::Done(g),
+                Err(m) => JournalOutcome::Failed(m),
+            };
+            let entry = JournalEntry::Generated {
+                key: r.key,
+                pass: r.pass,
+                outcome,
+            };
+            *appended += 1;
+            match control.kill_due(stage, *appended) {
+                Some(torn) => {
+                    let _ = if torn {
+                        journal.append_torn(&entry, TORN_BYTES)
+                    } else {
+                        journal.append(&entry)
+                    };
+                    kill_self();
+                }
+                None => {
+                    if let Err(e) = journal.append(&entry) {
+                        failure = Some(e.into());
+                        return ControlFlow::Break(());
+                    }
+                }
+            }
+            let JournalEntry::Generated { key, pass, outcome } = entry else {
+                return ControlFlow::Continue(());
+            };
+            let (tokens, accepted) = match &outcome {
+                JournalOutcome::Done(g) => {
+                    prompt_tokens += g.prompt_tokens as u64;
+                    let accepted = verify_ctx
+                        .get(&key)
+                        .map(|(family, item)| decisions.assess(family, item, g).accepted);
+                    (g.token_ids.len() as u64, accepted)
+                }
+                JournalOutcome::Failed(_) => {
+                    if pass == Pass::Answer {
+                        new_errors += 1;
+                    }
+                    (0, None)
+                }
+            };
+            results.insert((key, pass), outcome);
+            progress.advance(tokens, true, accepted);
+            if control.stopped() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        generator
+            .generate(requests, &mut on_done)
+            .map_err(PipelineError::Engine)?;
+    }
+    ctx.prompt_tokens += prompt_tokens;
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    ctx.count_errors(new_errors)?;
+    if control.stopped() {
+        return Err(PipelineError::Interrupted);
+    }
+    Ok(())
+}
+
+/// Phase 1: plan every element of the shard and generate the missing answers.
+pub(crate) fn generate_answers(
+    ctx: &mut PassContext<'_>,
+    source: &dyn RowSource,
+    generator: &mut dyn Generator,
+) -> Result<Vec<RowPlan>, PipelineError> {
+    let settings = ctx.settings;
+    let shard = settings.shard;
+    let rows_est = source.len_hint().map(|n| {
+        n.saturating_sub(shard.index as u64)
+            .div_ceil(shard.count as u64)
+    });
+    ctx.progress.phase("generate", rows_est.unwrap_or(0));
+    let chunk = chunk_size(settings);
+    let mut plans = Vec::new();
+    let mut pending = Vec::new();
+    let mut verify_ctx = HashMap::new();
+    let mut appended = 0u64;
+    let mut items_seen = 0u64;
+    let stream = source.rows().map_err(PipelineError::Source)?;
+    for (position, element) in stream.enumerate() {
+        let position = position as u64;
+        if !shard.contains(position) {
+            continue;
+        }
+        if ctx.control.stopped() {
+            return Err(PipelineError::Interrupted);
+        }
+        let (plan, image) = plan_row(position, element, settings, ctx.decisions);
+        let body = match &plan.body {
+            Ok(body) => body,
+            Err(_) => {
+                ctx.count_errors(1)?;
+                plans.push(plan);
+                continue;
+            }
+        };
+        items_seen += body.items.len() as u64;
+        if let Some(rows) = rows_est {
+            let per_row = items_seen as f64 / (plans.len() + 1) as f64;
+            ctx.progress
+                .set_total(((rows as f64) * per_row).round().max(items_seen as f64) as u64);
+        }
+        let invalid = body
+            .items
+            .iter()
+            .filter(|i| matches!(i, ItemPlan::Invalid(_)))
+            .count();
+        ctx.count_errors(invalid as u64)?;
+        for (qa, item) in body.items.iter().enumerate() {
+            let ItemPlan::Keep(q) = item else { continue };
+            let key = ItemKey {
+                position,
+                qa: qa as u32,
+            };
+            match ctx.results.get(&(key, Pass::Answer)) {
+                Some(JournalOutcome::Done(g)) => {
+                    let ok = ctx.decisions.assess(&body.family, q, g);
+                    ctx.progress.advance(0, false, Some(ok.accepted));
+                    ctx.replayed += 1;
+                }
+                Some(JournalOutcome::Failed(_)) => {
+                    ctx.progress.advance(0, false, None);
+                    ctx.replayed += 1;
+                    ctx.count_errors(1)?;
+                }
+                None => {
+                    verify_ctx.insert(key, (body.family.clone(), q.clone()));
+                    pending.push(GenRequest {
+                        key,
+                        pass: Pass::Answer,
+                        image: image.clone(),
+                        user_text: q.question.clone(),
+                        think: settings.think,
+                        max_new_tokens: settings.max_new_tokens,
+                    });
+                }
+            }
+        }
+        plans.push(plan);
+        if pending.len() >= chunk {
+            let reqs = std::mem::take(&mut pending);
+            run_requests(
+                ctx,
+                generator,
+                reqs,
+                Pass::Answer,
+                &verify_ctx,
+                &mut appended,
+            )?;
+            verify_ctx.clear();
+        }
+    }
+    run_requests(
+        ctx,
+        generator,
+        pending,
+        Pass::Answer,
+        &verify_ctx,
+        &mut appended,
+    )?;
+    Ok(plans)
+}
+
+/// Phase 2: verify every answer; judge the rejects with an answer (when `--judge on`) and
+/// the first `--judge-calibrate N` verifier accepts of the shard in input order. Returns the
+/// role of every judged item.
+///
+/// Merging shards: each shard calibrates its own first N accepts; the first N accepts of
+/// the whole input are, per shard, a prefix of those, so the merge finds all of them.
+pub(crate) fn judge_answers(
+    ctx: &mut PassContext<'_>,
+    plans: &[RowPlan],
+    generator: &mut dyn Generator,
+) -> Result<BTreeMap<ItemKey, JudgeRole>, PipelineError> {
+    let settings = ctx.settings;
+    let mut roles = BTreeMap::new();
+    let mut pending = Vec::new();
+    let mut replayed = 0u64;
+    let mut calibrated = 0usize;
+    for plan in plans {
+        let Ok(body) = &plan.body else { continue };
+        for (qa, item) in body.items.iter().enumerate() {
+            let ItemPlan::Keep(q) = item else { continue };
+            let key = ItemKey {
+                position: plan.position,
+                qa: qa as u32,
+            };
+            let Some(JournalOutcome::Done(g)) = ctx.results.get(&(key, Pass::Answer)) else {
+                continue;
+            };
+            let assessed = ctx.decisions.assess(&body.family, q, g);
+            let role = if !assessed.accepted {
+                (settings.judge && assessed.needs_judge).then_some(JudgeRole::Rescue)
+            } else if calibrated < settings.judge_calibrate {
+                calibrated += 1;
+                Some(JudgeRole::Calibration)
+            } else {
+                None
+            };
+            let Some(role) = role else { continue };
+            roles.insert(key, role);
+            if ctx.results.contains_key(&(key, Pass::Judge)) {
+                replayed += 1;
+                continue;
+            }
+            pending.push(GenRequest {
+                key,
+                pass: Pass::Judge,
+                image: None,
+                user_text: ctx
+                    .decisions
+                    .judge_prompt(&q.question, &q.answer, &assessed.candidate),
+                think: settings.think,
+                max_new_tokens: settings.max_new_tokens,
+            });
+        }
+    }
+    ctx.progress.phase("judge", roles.len() as u64);
+    for _ in 0..replayed {
+        ctx.progress.advance(0, false, None);
+    }
+    ctx.replayed += replayed;
+    let chunk = chunk_size(settings);
+    let mut appended = 0u64;
+    let none = HashMap::new();
+    while !pending.is_empty() {
+        let rest = pending.split_off(pending.len().min(chunk));
+        let reqs = std::mem::replace(&mut pending, rest);
+        run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
+    }
+    Ok(roles)
+}

@@ -1,0 +1,377 @@
+//! Phase 3 of a run: read the input again, route every question, write the splits in input
+//! order, the pipeline's own files and the card statistics, and check the accounting.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::accounting::Ledger;
+use super::backend::{
+    Decisions, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource, SplitRow, SplitSink,
+    Verdict,
+};
+use super::control::{kill_self, KillStage, RunControl};
+use super::outputs::{
+    jsonl, CleaningLine, ErrorLine, GenerationLine, PassRecord, CHART_FILE, CLEANING_FILE,
+    ERRORS_FILE, GENERATIONS_FILE,
+};
+use super::passes::{ItemPlan, JudgeRole, RowPlan};
+use super::{JournalOutcome, PipelineError};
+use crate::atomic::write_atomic;
+use crate::record::{AcceptedQa, InputRow, OutputRow, RejectedQa, SplitKind};
+use crate::report::{card_markdown, chart, Calibration, Progress, RunStats};
+use crate::settings::Settings;
+
+/// Inputs of [`write_outputs`].
+pub(crate) struct WriteInput<'a> {
+    pub settings: &'a Settings,
+    pub decisions: &'a dyn Decisions,
+    pub control: &'a RunControl,
+    pub source: &'a dyn RowSource,
+    pub sink: &'a mut dyn SplitSink,
+    pub plans: &'a [RowPlan],
+    pub judged: &'a BTreeMap<ItemKey, JudgeRole>,
+    pub results: &'a BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    pub progress: &'a mut Progress,
+    pub prompt_tokens: u64,
+    pub replayed: u64,
+}
+
+fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    *map.entry(key.to_string()).or_insert(0) += 1;
+}
+
+fn pass_record(outcome: &JournalOutcome) -> PassRecord {
+    match outcome {
+        JournalOutcome::Done(g) => PassRecord {
+            generation: Some(g.clone()),
+            error: None,
+        },
+        JournalOutcome::Failed(m) => PassRecord {
+            generation: None,
+            error: Some(m.clone()),
+        },
+    }
+}
+
+/// Per-row collector of the entries of each split.
+#[derive(Default)]
+struct RowSplits {
+    think: Vec<AcceptedQa>,
+    nothink: Vec<AcceptedQa>,
+    rejected: Vec<RejectedQa>,
+}
+
+/// Everything the write phase accumulates.
+struct Collected {
+    stats: RunStats,
+    ledger: Ledger,
+    errors: Vec<ErrorLine>,
+    cleaning: Vec<CleaningLine>,
+    generations: Vec<GenerationLine>,
+    rows_written: u64,
+}
+
+fn input_changed(position: u64, what: impl Into<String>) -> PipelineError {
+    PipelineError::InputChanged {
+        position,
+        what: what.into(),
+    }
+}
+
+/// Route the kept questions of one readable row into `splits`.
+fn route_row(
+    w: &WriteInput<'_>,
+    c: &mut Collected,
+    plan: &RowPlan,
+    family: &str,
+    items: &[ItemPlan],
+    splits: &mut RowSplits,
+) -> Result<(), PipelineError> {
+    let row = plan.row.unwrap_or(0);
+    for (qa, item) in items.iter().enumerate() {
+        let key = ItemKey {
+            position: plan.position,
+            qa: qa as u32,
+        };
+        let unit = (plan.position, Some(key.qa));
+        c.ledger.expect(unit);
+        let q = match item {
+            ItemPlan::Invalid(p) => {
+                c.errors.push(ErrorLine {
+                    file: plan.file.clone(),
+                    row: plan.row,
+                    position: plan.position,
+                    qa: Some(key.qa),
+                    field: p.field.clone(),
+                    message: p.message.clone(),
+                });
+                c.ledger.place(unit, "errors");
+                continue;
+            }
+            ItemPlan::Dropped(reason) => {
+                bump(&mut c.stats.cleaning_drops, reason);
+                c.cleaning.push(CleaningLine {
+                    file: plan.file.clone(),
+                    row,
+                    position: plan.position,
+                    qa: key.qa,
+                    reason: reason.clone(),
+                });
+                c.ledger.place(unit, "cleaning");
+                continue;
+            }
+            ItemPlan::Keep(q) => q,
+        };
+        let answer = w
+            .results
+            .get(&(key, Pass::Answer))
+            .ok_or(PipelineError::Missing {
+                key,
+                pass: Pass::Answer,
+            })?;
+        let role = w.judged.get(&key).copied();
+        let judge_outcome =
+            match role {
+                Some(_) => Some(w.results.get(&(key, Pass::Judge)).ok_or(
+                    PipelineError::Missing {
+                        key,
+                        pass: Pass::Judge,
+                    },
+                )?),
+                None => None,
+            };
+        c.generations.push(GenerationLine {
+            file: plan.file.clone(),
+            row,
+            key,
+            answer: pass_record(answer),
+            judge: judge_outcome.map(pass_record),
+            judge_role: role.map(|r| r.name().to_string()),
+        });
+        let generation = match answer {
+            JournalOutcome::Done(g) => g,
+            JournalOutcome::Failed(m) => {
+                c.errors.push(ErrorLine {
+                    file: plan.file.clone(),
+                    row: plan.row,
+                    position: plan.position,
+                    qa: Some(key.qa),
+                    field: "generation".into(),
+                    message: m.clone(),
+                });
+                c.ledger.place(unit, "errors");
+                continue;
+            }
+        };
+        // A judge request the engine refused counts as an unparseable verdict: UNSURE.
+        let judge = judge_outcome.map(|o| match o {
+            JournalOutcome::Done(g) => JudgeOutcome {
+                verdict: w.decisions.parse_verdict(&g.text),
+                raw: g.text.clone(),
+            },
+            JournalOutcome::Failed(_) => JudgeOutcome {
+                verdict: Verdict::Unsure,
+                raw: String::new(),
+            },
+        });
+        let rescue = role == Some(JudgeRole::Rescue);
+        if let (Some(JudgeRole::Calibration), Some(j)) = (role, &judge) {
+            let cal = c.stats.calibration.get_or_insert(Calibration::default());
+            cal.total += 1;
+            cal.agreed += u64::from(j.verdict == Verdict::Correct);
+        }
+        if let (true, Some(j)) = (rescue, &judge) {
+            c.stats.judge.judged += 1;
+            bump(&mut c.stats.judge.verdicts, j.verdict.as_str());
+        }
+        let routed = w.decisions.route(&RouteInput {
+            family,
+            item: q,
+            generation,
+            judge: if rescue { judge.as_ref() } else { None },
+            number_guard: w.settings.number_guard,
+            thinking: w.settings.think,
+        });
+        match routed {
+            Routed::Accepted { think, nothink } => {
+                c.stats.accepted += 1;
+                bump(&mut c.stats.accepted_by, &nothink.accepted_by);
+                if rescue {
+                    c.stats.judge.overturns += 1;
+                }
+                splits.think.extend(think);
+                splits.nothink.push(nothink);
+                c.ledger.place(unit, "accepted");
+            }
+            Routed::Rejected(r) => {
+                c.stats.rejected += 1;
+                bump(&mut c.stats.reject_reasons, &r.reason);
+                if r.reason == "judge_numbers_disagree" {
+                    c.stats.judge.number_guard_blocks += 1;
+                }
+                splits.rejected.push(r);
+                c.ledger.place(unit, "rejected");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Hand the non-empty splits of one row to the sink, in the order think, nothink, rejected.
+fn write_row_splits(
+    w: &mut WriteInput<'_>,
+    c: &mut Collected,
+    row: &InputRow,
+    family: &str,
+    clean_meta: &str,
+    image_sha256: &str,
+    splits: RowSplits,
+) -> Result<(), PipelineError> {
+    fn make<Q>(row: &InputRow, qa: Vec<Q>, clean_meta: &str, sha: &str) -> OutputRow<Q> {
+        OutputRow {
+            image: row.image.clone(),
+            qa,
+            clean_meta: clean_meta.to_string(),
+            image_sha256: sha.to_string(),
+        }
+    }
+    let rows = [
+        (
+            SplitKind::Think,
+            splits.think.len(),
+            SplitRow::Accepted(make(row, splits.think, clean_meta, image_sha256)),
+        ),
+        (
+            SplitKind::NoThink,
+            splits.nothink.len(),
+            SplitRow::Accepted(make(row, splits.nothink, clean_meta, image_sha256)),
+        ),
+        (
+            SplitKind::Rejected,
+            splits.rejected.len(),
+            SplitRow::Rejected(make(row, splits.rejected, clean_meta, image_sha256)),
+        ),
+    ];
+    for (kind, n, out) in rows {
+        if n == 0 {
+            continue;
+        }
+        let name = kind.split_name(family);
+        *c.stats.split_rows.entry(name.clone()).or_insert(0) += 1;
+        *c.stats.split_items.entry(name.clone()).or_insert(0) += n as u64;
+        w.sink
+            .write(family, kind, out)
+            .map_err(PipelineError::Sink)?;
+        c.rows_written += 1;
+        if w.control
+            .kill_due(KillStage::Write, c.rows_written)
+            .is_some()
+        {
+            kill_self();
+        }
+    }
+    Ok(())
+}
+
+/// Phase 3. Returns the run's statistics.
+pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineError> {
+    let shard = w.settings.shard;
+    w.progress.phase("write", w.plans.len() as u64);
+    let mut c = Collected {
+        stats: RunStats::default(),
+        ledger: Ledger::new(),
+        errors: Vec::new(),
+        cleaning: Vec::new(),
+        generations: Vec::new(),
+        rows_written: 0,
+    };
+    c.stats.input_rows = w.plans.len() as u64;
+    let mut plans = w.plans.iter();
+    let stream = w.source.rows().map_err(PipelineError::Source)?;
+    for (position, element) in stream.enumerate() {
+        let position = position as u64;
+        if !shard.contains(position) {
+            continue;
+        }
+        if w.control.stopped() {
+            return Err(PipelineError::Interrupted);
+        }
+        let plan = plans
+            .next()
+            .ok_or_else(|| input_changed(position, "more rows than in the generate phase"))?;
+        if plan.position != position {
+            return Err(input_changed(position, "row order differs"));
+        }
+        if let Ok(row) = &element {
+            c.stats.input_items += row.qa.len() as u64;
+        }
+        match (&plan.body, element) {
+            (Err(p), _) => {
+                let unit = (position, None);
+                c.ledger.expect(unit);
+                c.errors.push(ErrorLine {
+                    file: plan.file.clone(),
+                    row: plan.row,
+                    position,
+                    qa: None,
+                    field: p.field.clone(),
+                    message: p.message.clone(),
+                });
+                c.ledger.place(unit, "errors");
+            }
+            (Ok(body), Ok(row)) => {
+                let sha = hex::encode(Sha256::digest(row.image.bytes.as_deref().unwrap_or(&[])));
+                if sha != body.image_sha256 || row.qa.len() != body.items.len() {
+                    return Err(input_changed(position, "image bytes or questions differ"));
+                }
+                let mut splits = RowSplits::default();
+                route_row(&w, &mut c, plan, &body.family, &body.items, &mut splits)?;
+                write_row_splits(
+                    &mut w,
+                    &mut c,
+                    &row,
+                    &body.family,
+                    &body.clean_meta,
+                    &body.image_sha256,
+                    splits,
+                )?;
+            }
+            (Ok(_), Err(_)) => return Err(input_changed(position, "row no longer readable")),
+        }
+        w.progress.advance(0, false, None);
+    }
+    if plans.next().is_some() {
+        return Err(input_changed(
+            u64::MAX,
+            "fewer rows than in the generate phase",
+        ));
+    }
+    c.ledger.check().map_err(PipelineError::Accounting)?;
+    c.stats.errors = c.errors.len() as u64;
+    for e in &c.errors {
+        let field = if e.field.starts_with("qa[") {
+            e.field.split_once('.').map_or("qa", |(_, f)| f).to_string()
+        } else {
+            e.field.clone()
+        };
+        bump(&mut c.stats.errors_by_field, &field);
+    }
+    c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
+
+    let out = &w.settings.out;
+    write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
+    write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
+    write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
+    // plotters picks the encoder from the extension: keep `.png` on the temporary name.
+    let chart_tmp = out.join(format!(".chart.tmp-{}.png", std::process::id()));
+    match chart::draw_chart(&chart_tmp, &c.stats) {
+        Ok(()) => crate::atomic::rename_durable(&chart_tmp, &out.join(CHART_FILE))?,
+        // The chart is decoration: a drawing failure is logged, not fatal.
+        Err(e) => tracing::warn!("{e}"),
+    }
+    w.sink
+        .finish(&card_markdown(&c.stats, CHART_FILE))
+        .map_err(PipelineError::Sink)?;
+    Ok(c.stats)
+}

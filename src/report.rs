@@ -1,0 +1,449 @@
+//! What a run tells people and scripts: live progress (bar, JSON lines or nothing), the
+//! statistics of `run.json`, the final summary table, the statistics section of the dataset
+//! card and its chart ([`chart`]).
+
+pub mod chart;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::settings::ProgressMode;
+
+/// Seconds between two JSON progress lines.
+pub const JSONL_INTERVAL: Duration = Duration::from_secs(5);
+/// Seconds between two throughput samples kept for the chart.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// Most throughput samples kept (older ones are thinned by half when full).
+pub const MAX_SAMPLES: usize = 4096;
+
+/// One point of throughput over the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputSample {
+    /// Seconds since the start of the run.
+    pub t_s: f64,
+    /// Items finished in this process so far (both passes).
+    pub items: u64,
+    /// Tokens generated in this process so far (both passes).
+    pub tokens: u64,
+}
+
+/// Judge pass statistics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JudgeStats {
+    /// Verifier rejects the judge looked at.
+    pub judged: u64,
+    /// Verdict → count over `judged`.
+    pub verdicts: BTreeMap<String, u64>,
+    /// Verifier rejects the judge moved into the accepted splits.
+    pub overturns: u64,
+    /// Judge `CORRECT`s refused by the number guard.
+    pub number_guard_blocks: u64,
+}
+
+/// Calibration agreement: the judge on verifier accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Items judged `CORRECT`.
+    pub agreed: u64,
+    /// Items judged.
+    pub total: u64,
+}
+
+/// Throughput of this process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Wall time of the run, seconds.
+    pub elapsed_s: f64,
+    /// Requests generated in this process (answer + judge).
+    pub generated_items: u64,
+    /// Tokens generated in this process.
+    pub generated_tokens: u64,
+    /// Prompt tokens processed in this process.
+    pub prompt_tokens: u64,
+    /// Results taken from the journal instead of generated (resume).
+    pub replayed_items: u64,
+    /// `generated_items / elapsed_s`.
+    pub items_per_s: f64,
+    /// `generated_tokens / elapsed_s`.
+    pub tokens_per_s: f64,
+    /// Samples over time for the chart.
+    pub samples: Vec<ThroughputSample>,
+}
+
+/// Counts of one run (one shard or a merge).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunStats {
+    /// Input stream elements (rows or unreadable rows/files) in this shard.
+    pub input_rows: u64,
+    /// `qa` entries of readable rows in this shard.
+    pub input_items: u64,
+    /// Split name → rows written.
+    pub split_rows: BTreeMap<String, u64>,
+    /// Split name → `qa` entries written.
+    pub split_items: BTreeMap<String, u64>,
+    /// Items accepted (each lands in `_RS_nothink`, and in `_RS_think` with reasoning on).
+    pub accepted: u64,
+    /// Items rejected.
+    pub rejected: u64,
+    /// How accepted items were accepted (`verifier:alnum:first_line`, `judge`, …) → count.
+    pub accepted_by: BTreeMap<String, u64>,
+    /// Reject reason → count.
+    pub reject_reasons: BTreeMap<String, u64>,
+    /// Cleaning drop reason → count.
+    pub cleaning_drops: BTreeMap<String, u64>,
+    /// Lines of `errors.jsonl`.
+    pub errors: u64,
+    /// Error field (`image.bytes`, `qa[0].answer`, `generation`, …) → count.
+    pub errors_by_field: BTreeMap<String, u64>,
+    /// Judge statistics.
+    pub judge: JudgeStats,
+    /// Calibration agreement, when `--judge-calibrate N > 0`.
+    pub calibration: Option<Calibration>,
+    /// Throughput.
+    pub throughput: Throughput,
+}
+
+/// Peak resident memory of this process in bytes: `VmHWM` of `/proc/self/status` (Linux);
+/// `None` elsewhere.
+pub fn peak_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Live progress of a run, written to stderr.
+#[derive(Debug)]
+pub struct Progress {
+    mode: ProgressMode,
+    bar: Option<ProgressBar>,
+    start: Instant,
+    phase: &'static str,
+    phase_start: Instant,
+    phase_done: u64,
+    total: u64,
+    items: u64,
+    tokens: u64,
+    verified: u64,
+    accepted: u64,
+    last_line: Instant,
+    last_sample: Instant,
+    samples: Vec<ThroughputSample>,
+}
+
+impl Progress {
+    /// Start progress in `mode` (`ProgressMode::None` = silent).
+    pub fn new(mode: ProgressMode) -> Progress {
+        let now = Instant::now();
+        Progress {
+            mode,
+            bar: None,
+            start: now,
+            phase: "start",
+            phase_start: now,
+            phase_done: 0,
+            total: 0,
+            items: 0,
+            tokens: 0,
+            verified: 0,
+            accepted: 0,
+            last_line: now,
+            last_sample: now,
+            samples: Vec::new(),
+        }
+    }
+
+    /// Begin a phase (`generate`, `judge`, `write`) of about `total` items.
+    pub fn phase(&mut self, name: &'static str, total: u64) {
+        self.end_phase();
+        self.phase = name;
+        self.phase_start = Instant::now();
+        self.phase_done = 0;
+        self.total = total;
+        if self.mode == ProgressMode::Bar {
+            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            let style =
+                ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} {msg} ETA {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_prefix(name);
+            self.bar = Some(bar);
+        }
+    }
+
+    /// Update the estimated total of the current phase.
+    pub fn set_total(&mut self, total: u64) {
+        self.total = total;
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+        }
+    }
+
+    /// Count one finished item of the current phase. `tokens`: generated tokens (0 when
+    /// replayed); `accepted`: the verifier's decision, when known.
+    pub fn advance(&mut self, tokens: u64, generated: bool, accepted: Option<bool>) {
+        self.phase_done += 1;
+        if generated {
+            self.items += 1;
+            self.tokens += tokens;
+        }
+        if let Some(a) = accepted {
+            self.verified += 1;
+            self.accepted += u64::from(a);
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last_sample) >= SAMPLE_INTERVAL {
+            self.last_sample = now;
+            self.push_sample(now);
+        }
+        match self.mode {
+            ProgressMode::Bar => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(self.phase_done);
+                    bar.set_message(self.rates_message(now));
+                }
+            }
+            ProgressMode::Jsonl => {
+                if now.duration_since(self.last_line) >= JSONL_INTERVAL {
+                    self.last_line = now;
+                    self.emit_line(now);
+                }
+            }
+            ProgressMode::None => {}
+        }
+    }
+
+    fn push_sample(&mut self, now: Instant) {
+        if self.samples.len() >= MAX_SAMPLES {
+            let kept: Vec<_> = self.samples.iter().copied().step_by(2).collect();
+            self.samples = kept;
+        }
+        self.samples.push(ThroughputSample {
+            t_s: now.duration_since(self.start).as_secs_f64(),
+            items: self.items,
+            tokens: self.tokens,
+        });
+    }
+
+    fn rates(&self, now: Instant) -> (f64, f64, Option<f64>, Option<f64>) {
+        let secs = now.duration_since(self.phase_start).as_secs_f64().max(1e-9);
+        let all = now.duration_since(self.start).as_secs_f64().max(1e-9);
+        let items_s = self.phase_done as f64 / secs;
+        let tok_s = self.tokens as f64 / all;
+        let rate = (self.verified > 0).then(|| self.accepted as f64 / self.verified as f64);
+        let eta = (items_s > 0.0 && self.total >= self.phase_done)
+            .then(|| (self.total - self.phase_done) as f64 / items_s);
+        (items_s, tok_s, rate, eta)
+    }
+
+    fn rates_message(&self, now: Instant) -> String {
+        let (items_s, tok_s, rate, _) = self.rates(now);
+        let rate = rate.map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r));
+        format!("{items_s:.2} it/s {tok_s:.0} tok/s accept {rate}")
+    }
+
+    fn emit_line(&self, now: Instant) {
+        let (items_s, tok_s, rate, eta) = self.rates(now);
+        let line = serde_json::json!({
+            "phase": self.phase,
+            "done": self.phase_done,
+            "total": self.total,
+            "items_per_s": items_s,
+            "tokens_per_s": tok_s,
+            "accept_rate": rate,
+            "eta_s": eta,
+            "elapsed_s": now.duration_since(self.start).as_secs_f64(),
+        });
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+
+    fn end_phase(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        if self.mode == ProgressMode::Jsonl && self.phase != "start" {
+            self.emit_line(Instant::now());
+        }
+    }
+
+    /// Close the bar and return the throughput of the run so far.
+    pub fn finish(&mut self, prompt_tokens: u64, replayed_items: u64) -> Throughput {
+        self.end_phase();
+        let now = Instant::now();
+        self.push_sample(now);
+        let elapsed_s = now.duration_since(self.start).as_secs_f64();
+        let per_s = |n: u64| {
+            if elapsed_s > 0.0 {
+                n as f64 / elapsed_s
+            } else {
+                0.0
+            }
+        };
+        Throughput {
+            elapsed_s,
+            generated_items: self.items,
+            generated_tokens: self.tokens,
+            prompt_tokens,
+            replayed_items,
+            items_per_s: per_s(self.items),
+            tokens_per_s: per_s(self.tokens),
+            samples: self.samples.clone(),
+        }
+    }
+}
+
+fn count_rows(map: &BTreeMap<String, u64>) -> Vec<(String, String)> {
+    map.iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect()
+}
+
+/// The final summary as aligned text lines (for stderr).
+pub fn summary_table(stats: &RunStats) -> String {
+    let mut rows: Vec<(String, String)> = vec![
+        ("input rows".into(), stats.input_rows.to_string()),
+        ("input items".into(), stats.input_items.to_string()),
+        ("accepted".into(), stats.accepted.to_string()),
+        ("rejected".into(), stats.rejected.to_string()),
+        (
+            "cleaning drops".into(),
+            stats.cleaning_drops.values().sum::<u64>().to_string(),
+        ),
+        ("errors".into(), stats.errors.to_string()),
+        ("judged".into(), stats.judge.judged.to_string()),
+        ("judge overturns".into(), stats.judge.overturns.to_string()),
+    ];
+    if let Some(c) = stats.calibration {
+        rows.push(("calibration".into(), format!("{}/{}", c.agreed, c.total)));
+    }
+    rows.extend(
+        count_rows(&stats.split_items)
+            .into_iter()
+            .map(|(k, v)| (format!("split {k}"), v)),
+    );
+    rows.extend(
+        count_rows(&stats.reject_reasons)
+            .into_iter()
+            .map(|(k, v)| (format!("reject {k}"), v)),
+    );
+    let t = &stats.throughput;
+    rows.push((
+        "throughput".into(),
+        format!(
+            "{:.2} items/s, {:.1} tokens/s over {:.1} s",
+            t.items_per_s, t.tokens_per_s, t.elapsed_s
+        ),
+    ));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
+}
+
+fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
+    let mut s = format!("| {} | {} |\n| --- | ---: |\n", title.0, title.1);
+    if map.is_empty() {
+        s.push_str("| (none) | 0 |\n");
+    }
+    for (k, v) in map {
+        s.push_str(&format!("| `{k}` | {v} |\n"));
+    }
+    s
+}
+
+/// The statistics section of the dataset card (Markdown), embedding the chart at
+/// `chart_file` (relative to the card).
+pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
+    let mut s = String::from("## Statistics\n\n");
+    s.push_str(&format!(
+        "![split sizes, reject reasons and throughput]({chart_file})\n\n\
+         Chart panels, left to right: items per split (green `_RS_think`, blue `_RS_nothink`, \
+         red `_rejected`), reject reasons (largest first), generated tokens/s over the run.\n\n"
+    ));
+    s.push_str(&format!(
+        "Input: {} rows, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
+        stats.input_rows,
+        stats.input_items,
+        stats.accepted,
+        stats.rejected,
+        stats.cleaning_drops.values().sum::<u64>(),
+        stats.errors
+    ));
+    s.push_str(&md_table(("split", "questions"), &stats.split_items));
+    s.push('\n');
+    s.push_str(&md_table(
+        ("reject reason", "questions"),
+        &stats.reject_reasons,
+    ));
+    s.push('\n');
+    s.push_str(&md_table(("accepted by", "questions"), &stats.accepted_by));
+    s.push('\n');
+    s.push_str(&md_table(
+        ("cleaning drop", "questions"),
+        &stats.cleaning_drops,
+    ));
+    s.push('\n');
+    s.push_str(&format!(
+        "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",
+        stats.judge.judged, stats.judge.overturns, stats.judge.number_guard_blocks
+    ));
+    if let Some(c) = stats.calibration {
+        s.push_str(&format!(
+            "Calibration: the judge agreed with the string verifier on {}/{} verifier accepts (decisions unchanged).\n",
+            c.agreed, c.total
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_and_card_show_the_counts() {
+        let stats = RunStats {
+            input_rows: 78,
+            input_items: 78,
+            accepted: 60,
+            rejected: 18,
+            split_items: BTreeMap::from([
+                ("OrandCar_RS_think".to_string(), 60),
+                ("OrandCar_rejected".to_string(), 18),
+            ]),
+            reject_reasons: BTreeMap::from([("wrong_answer".to_string(), 18)]),
+            calibration: Some(Calibration {
+                agreed: 59,
+                total: 60,
+            }),
+            ..Default::default()
+        };
+        let table = summary_table(&stats);
+        let value = |key: &str| {
+            table
+                .lines()
+                .find_map(|l| l.strip_prefix(key).filter(|r| r.starts_with(' ')))
+                .map(|r| r.trim().to_string())
+        };
+        assert_eq!(value("calibration").as_deref(), Some("59/60"), "{table}");
+        assert_eq!(value("split OrandCar_rejected").as_deref(), Some("18"));
+        assert_eq!(value("reject wrong_answer").as_deref(), Some("18"));
+        let card = card_markdown(&stats, "chart.png");
+        assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
+        assert!(card.contains("59/60"));
+        assert!(card.contains("](chart.png)"));
+    }
+
+    #[test]
+    fn peak_memory_is_read_on_linux() {
+        if cfg!(target_os = "linux") {
+            let m = peak_memory_bytes().expect("VmHWM");
+            assert!(m > 1 << 20, "{m}");
+        }
+    }
+}

@@ -1,0 +1,724 @@
+//! Settings of `verisample run`: the clap flags ([`RunArgs`]), an optional TOML file
+//! ([`ConfigFile`], `--config FILE.toml`), and the validated result ([`Settings`]).
+//!
+//! Precedence: a flag given on the command line wins over the same key in the TOML file,
+//! which wins over the built-in default. Everything is validated by [`Settings::resolve`]
+//! before any weight or image is loaded, so a bad `--shard` or a missing model fails in
+//! milliseconds (ripgrep's low-args → high-args split, STYLE §11).
+//!
+//! The [`fingerprint`] of a run (sha256 of the canonical settings JSON plus the hashes of the
+//! model files) is written into the journal header and `run.json`; a resumed run with a
+//! different fingerprint is refused unless `--restart`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::shard::{Shard, ShardParseError};
+
+mod model;
+pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
+
+/// Default output folder (relative to the working directory).
+pub const DEFAULT_OUT: &str = "verisample-out";
+/// Default model folder: the bundled tiny model (relative to the working directory, falling
+/// back to the source checkout the binary was built from).
+pub const DEFAULT_MODEL: &str = "assets/model";
+/// Default input dataset: the bundled sample (same lookup as [`DEFAULT_MODEL`]).
+pub const DEFAULT_DATA: &str = "assets/sample/data";
+/// Default generation budget per answer, in tokens (reasoning trace + answer).
+pub const DEFAULT_MAX_NEW_TOKENS: usize = 2048;
+/// Default number of sequences the engine may run at once.
+pub const DEFAULT_MAX_BATCH: usize = 64;
+/// Default number of tokens (prefill + decode) the engine may schedule in one step.
+pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16384;
+
+/// An on/off switch as written on the command line and in the TOML file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+impl Switch {
+    /// `true` for [`Switch::On`].
+    pub fn is_on(self) -> bool {
+        self == Switch::On
+    }
+}
+
+/// How progress is shown on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressMode {
+    /// An indicatif bar (default when stderr is a terminal).
+    Bar,
+    /// One JSON object per interval on stderr (default otherwise).
+    Jsonl,
+    /// Nothing.
+    None,
+}
+
+/// Floating-point type of the weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DTypeSpec {
+    /// 32-bit float (CPU default).
+    F32,
+    /// bfloat16 (CUDA / Metal default).
+    Bf16,
+    /// IEEE half.
+    F16,
+}
+
+impl DTypeSpec {
+    /// The candle dtype.
+    pub fn to_dtype(self) -> candle_core::DType {
+        match self {
+            DTypeSpec::F32 => candle_core::DType::F32,
+            DTypeSpec::Bf16 => candle_core::DType::BF16,
+            DTypeSpec::F16 => candle_core::DType::F16,
+        }
+    }
+}
+
+/// The device to run on: `cpu`, `cuda:N` (`cuda` = `cuda:0`) or `metal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum DeviceSpec {
+    /// The host CPU.
+    Cpu,
+    /// CUDA device by ordinal.
+    Cuda(usize),
+    /// The Metal device.
+    Metal,
+}
+
+impl DeviceSpec {
+    /// The device kind without the ordinal (`cpu`, `cuda`, `metal`): what can change numerics.
+    pub fn kind(self) -> &'static str {
+        match self {
+            DeviceSpec::Cpu => "cpu",
+            DeviceSpec::Cuda(_) => "cuda",
+            DeviceSpec::Metal => "metal",
+        }
+    }
+
+    /// The default device: CUDA 0 when built with `cuda`, Metal when built with `metal`, else CPU.
+    pub fn default_for_build() -> Self {
+        if cfg!(feature = "cuda") {
+            DeviceSpec::Cuda(0)
+        } else if cfg!(feature = "metal") {
+            DeviceSpec::Metal
+        } else {
+            DeviceSpec::Cpu
+        }
+    }
+
+    /// Open the candle device. Errors: candle's device errors (no such GPU, driver).
+    pub fn open(self) -> candle_core::Result<candle_core::Device> {
+        match self {
+            DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
+            DeviceSpec::Cuda(i) => candle_core::Device::new_cuda(i),
+            DeviceSpec::Metal => candle_core::Device::new_metal(0),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => write!(f, "cpu"),
+            DeviceSpec::Cuda(i) => write!(f, "cuda:{i}"),
+            DeviceSpec::Metal => write!(f, "metal"),
+        }
+    }
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "metal" => Ok(DeviceSpec::Metal),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(i)) => Ok(DeviceSpec::Cuda(i)),
+                _ => Err(format!(
+                    "invalid device `{s}`: expected cpu, cuda, cuda:N or metal"
+                )),
+            },
+        }
+    }
+}
+
+impl From<DeviceSpec> for String {
+    fn from(d: DeviceSpec) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for DeviceSpec {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+/// Sample, verify, judge and write the three splits per family.
+///
+/// The flags of `verisample run`. Every value is optional so that a TOML file can supply it;
+/// see [`Settings::resolve`] for precedence and defaults.
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+#[command(
+    long_about = "Run the whole job: read the input dataset, check and clean it, prompt the model with its \
+own chat template, decode greedily in batches, verify each answer, judge the rejected ones (and \
+optionally calibrate the judge on accepted ones), and write OUT/data/<Family>_{RS_think,RS_nothink,rejected}-*.parquet, \
+OUT/README.md, OUT/run.json, OUT/errors.jsonl, OUT/cleaning.jsonl and OUT/generations.jsonl.\n\n\
+Settings come from flags, then --config FILE.toml (same keys as the long flags), then defaults. \
+Finished work is journaled in OUT/journal.bin: rerunning the same command after a crash, kill or \
+Ctrl-C (exit 130) resumes and writes byte-identical outputs; a changed setting or model is \
+refused unless --restart.",
+    after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
+verisample run --config job.toml --shard 0/4 --out out-0"
+)]
+pub struct RunArgs {
+    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
+    /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub). [default: assets/model]
+    #[arg(long, value_name = "DIR_OR_ID")]
+    pub model: Option<String>,
+    /// Input dataset (HF parquet folder or file). [default: assets/sample/data]
+    #[arg(long, value_name = "INPUT")]
+    pub data: Option<PathBuf>,
+    /// Output folder. [default: ./verisample-out]
+    #[arg(long, value_name = "OUT")]
+    pub out: Option<PathBuf>,
+    /// Benchmark family used in split names (overrides the input's `family` column).
+    #[arg(long, value_name = "F")]
+    pub family: Option<String>,
+    /// Reasoning (thinking mode of the chat template). [default: on]
+    #[arg(long, value_enum)]
+    pub think: Option<Switch>,
+    /// Judge pass over the verifier's rejects. [default: on]
+    #[arg(long, value_enum)]
+    pub judge: Option<Switch>,
+    /// Also judge the first N verifier accepts and report the agreement. [default: 0]
+    #[arg(long, value_name = "N")]
+    pub judge_calibrate: Option<usize>,
+    /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
+    #[arg(long, value_enum)]
+    pub number_guard: Option<Switch>,
+    /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
+    #[arg(long, value_parser = DeviceSpec::from_str)]
+    pub device: Option<DeviceSpec>,
+    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
+    #[arg(long, value_enum)]
+    pub dtype: Option<DTypeSpec>,
+    /// Generation budget per answer in tokens. [default: 2048]
+    #[arg(long, value_name = "N")]
+    pub max_new_tokens: Option<usize>,
+    /// Most sequences in flight at once. [default: 64]
+    #[arg(long, value_name = "N")]
+    pub max_batch: Option<usize>,
+    /// Most tokens scheduled in one engine step. [default: 16384]
+    #[arg(long, value_name = "N")]
+    pub max_batch_tokens: Option<usize>,
+    /// KV cache size in GiB. [default: chosen by the engine from free memory]
+    #[arg(long, value_name = "X")]
+    pub kv_cache_gib: Option<f64>,
+    /// Process shard I of N (0-based I): input positions p with p % N == I.
+    #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
+    pub shard: Option<Shard>,
+    /// Progress display. [default: bar on a terminal, else jsonl]
+    #[arg(long, value_enum)]
+    pub progress: Option<ProgressMode>,
+    /// Abort when more than N input errors were recorded. [default: unlimited]
+    #[arg(long, value_name = "N")]
+    pub max_errors: Option<usize>,
+    /// Discard an existing journal and outputs in OUT instead of resuming.
+    #[arg(long)]
+    pub restart: bool,
+    /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
+    /// No progress and no summary table: set from the CLI's global `-q`, not a flag of its own.
+    #[arg(skip)]
+    pub quiet: bool,
+}
+
+/// The TOML config file: the same keys as the long flags (kebab-case); unknown keys are an
+/// error so that a typo is not silently ignored. Relative paths are resolved against the
+/// folder of the config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ConfigFile {
+    /// See [`RunArgs::model`].
+    pub model: Option<String>,
+    /// See [`RunArgs::data`].
+    pub data: Option<PathBuf>,
+    /// See [`RunArgs::out`].
+    pub out: Option<PathBuf>,
+    /// See [`RunArgs::family`].
+    pub family: Option<String>,
+    /// See [`RunArgs::think`].
+    pub think: Option<Switch>,
+    /// See [`RunArgs::judge`].
+    pub judge: Option<Switch>,
+    /// See [`RunArgs::judge_calibrate`].
+    pub judge_calibrate: Option<usize>,
+    /// See [`RunArgs::number_guard`].
+    pub number_guard: Option<Switch>,
+    /// See [`RunArgs::device`].
+    pub device: Option<DeviceSpec>,
+    /// See [`RunArgs::dtype`].
+    pub dtype: Option<DTypeSpec>,
+    /// See [`RunArgs::max_new_tokens`].
+    pub max_new_tokens: Option<usize>,
+    /// See [`RunArgs::max_batch`].
+    pub max_batch: Option<usize>,
+    /// See [`RunArgs::max_batch_tokens`].
+    pub max_batch_tokens: Option<usize>,
+    /// See [`RunArgs::kv_cache_gib`].
+    pub kv_cache_gib: Option<f64>,
+    /// See [`RunArgs::shard`], written `"I/N"`.
+    pub shard: Option<String>,
+    /// See [`RunArgs::progress`].
+    pub progress: Option<ProgressMode>,
+    /// See [`RunArgs::max_errors`].
+    pub max_errors: Option<usize>,
+}
+
+/// Validated settings of one run (serialised into `run.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The model folder.
+    pub model: ResolvedModel,
+    /// Input dataset path.
+    pub data: PathBuf,
+    /// Output folder.
+    pub out: PathBuf,
+    /// Family override for split names.
+    pub family: Option<String>,
+    /// Thinking mode on.
+    pub think: bool,
+    /// Judge pass over verifier rejects on.
+    pub judge: bool,
+    /// Number of verifier accepts to also judge (calibration); 0 = off.
+    pub judge_calibrate: usize,
+    /// Number guard on the judge's CORRECT (SPEC §6).
+    pub number_guard: bool,
+    /// Device to run on.
+    pub device: DeviceSpec,
+    /// Weight dtype.
+    pub dtype: DTypeSpec,
+    /// Generation budget per answer, tokens.
+    pub max_new_tokens: usize,
+    /// Most sequences in flight.
+    pub max_batch: usize,
+    /// Most tokens per engine step.
+    pub max_batch_tokens: usize,
+    /// KV cache size in GiB, `None` = engine default.
+    pub kv_cache_gib: Option<f64>,
+    /// Which part of the input this process takes.
+    pub shard: Shard,
+    /// Progress display.
+    pub progress: ProgressMode,
+    /// Abort when more input errors than this were recorded.
+    pub max_errors: Option<usize>,
+    /// Discard an existing journal instead of resuming.
+    pub restart: bool,
+    /// Silence progress and the summary table.
+    pub quiet: bool,
+}
+
+/// Why settings were refused. Every variant names the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    ConfigRead {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML or has unknown keys / wrong types.
+    #[error("invalid config file {path}: {message}")]
+    ConfigParse {
+        /// The file.
+        path: PathBuf,
+        /// The TOML error.
+        message: String,
+    },
+    /// A bad `--shard`.
+    #[error("invalid shard: {0}")]
+    Shard(#[from] ShardParseError),
+    /// A value out of its range.
+    #[error("invalid --{key} {value}: {why}")]
+    Invalid {
+        /// The flag name.
+        key: &'static str,
+        /// The given value.
+        value: String,
+        /// What is expected.
+        why: String,
+    },
+    /// The input path does not exist.
+    #[error("input dataset not found: {0}")]
+    DataNotFound(PathBuf),
+    /// `--model` is neither a local folder nor in the local HF cache.
+    #[error("model `{spec}` not found; looked in: {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    ModelNotFound {
+        /// What the user wrote.
+        spec: String,
+        /// Every place looked at.
+        looked: Vec<PathBuf>,
+    },
+    /// The binary lacks the backend for the requested device.
+    #[error(
+        "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
+    )]
+    DeviceNotBuilt(DeviceSpec, &'static str),
+}
+
+fn pick<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
+    flag.or(file).unwrap_or(default)
+}
+
+/// Resolve `p` against `base` unless absolute.
+pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
+    if p.is_absolute() {
+        p
+    } else {
+        base.join(p)
+    }
+}
+
+/// A bundled asset: `rel` under the working directory, else under the source checkout.
+fn bundled(rel: &str) -> PathBuf {
+    let local = PathBuf::from(rel);
+    if local.exists() {
+        return local;
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() {
+        built
+    } else {
+        local
+    }
+}
+
+impl Settings {
+    /// Merge flags, the `--config` file and defaults, then validate: shard spec, numeric
+    /// ranges, family name, device backend, input existence and model lookup. Loads nothing
+    /// but the TOML file and directory listings.
+    ///
+    /// Errors: [`SettingsError`], one per first problem found.
+    pub fn resolve(args: &RunArgs) -> Result<Settings, SettingsError> {
+        let (file, base) = match &args.config {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| SettingsError::ConfigRead {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let file: ConfigFile =
+                    toml::from_str(&text).map_err(|e| SettingsError::ConfigParse {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                let base = path
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from("."));
+                (file, base)
+            }
+            None => (ConfigFile::default(), PathBuf::from(".")),
+        };
+        let file_shard = match &file.shard {
+            Some(s) => Some(s.parse::<Shard>()?),
+            None => None,
+        };
+        let device = pick(args.device, file.device, DeviceSpec::default_for_build());
+        let default_dtype = match device {
+            DeviceSpec::Cpu => DTypeSpec::F32,
+            _ => DTypeSpec::Bf16,
+        };
+        let settings_family = args.family.clone().or(file.family.clone());
+        let kv_cache_gib = args.kv_cache_gib.or(file.kv_cache_gib);
+        let progress_default = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            ProgressMode::Bar
+        } else {
+            ProgressMode::Jsonl
+        };
+        let quiet = args.quiet;
+        let progress = if quiet {
+            ProgressMode::None
+        } else {
+            pick(args.progress, file.progress, progress_default)
+        };
+
+        let positive = |key: &'static str, v: usize| {
+            if v == 0 {
+                Err(SettingsError::Invalid {
+                    key,
+                    value: v.to_string(),
+                    why: "must be at least 1".into(),
+                })
+            } else {
+                Ok(v)
+            }
+        };
+        let max_new_tokens = positive(
+            "max-new-tokens",
+            pick(
+                args.max_new_tokens,
+                file.max_new_tokens,
+                DEFAULT_MAX_NEW_TOKENS,
+            ),
+        )?;
+        let max_batch = positive(
+            "max-batch",
+            pick(args.max_batch, file.max_batch, DEFAULT_MAX_BATCH),
+        )?;
+        let max_batch_tokens = positive(
+            "max-batch-tokens",
+            pick(
+                args.max_batch_tokens,
+                file.max_batch_tokens,
+                DEFAULT_MAX_BATCH_TOKENS,
+            ),
+        )?;
+        if let Some(g) = kv_cache_gib {
+            if !(g.is_finite() && g > 0.0) {
+                return Err(SettingsError::Invalid {
+                    key: "kv-cache-gib",
+                    value: g.to_string(),
+                    why: "must be a positive number of GiB".into(),
+                });
+            }
+        }
+        if let Some(f) = &settings_family {
+            if !crate::family::is_valid_family_name(f) {
+                return Err(SettingsError::Invalid {
+                    key: "family",
+                    value: f.clone(),
+                    why: "must be ASCII letters, digits or '_' (it names the splits)".into(),
+                });
+            }
+        }
+        match device {
+            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
+                return Err(SettingsError::DeviceNotBuilt(device, "cuda"))
+            }
+            DeviceSpec::Metal if !cfg!(feature = "metal") => {
+                return Err(SettingsError::DeviceNotBuilt(device, "metal"))
+            }
+            _ => {}
+        }
+
+        let data = match (&args.data, &file.data) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => rebase(&base, d.clone()),
+            (None, None) => bundled(DEFAULT_DATA),
+        };
+        if !data.exists() {
+            return Err(SettingsError::DataNotFound(data));
+        }
+        let out = match (&args.out, &file.out) {
+            (Some(o), _) => o.clone(),
+            (None, Some(o)) => rebase(&base, o.clone()),
+            (None, None) => PathBuf::from(DEFAULT_OUT),
+        };
+        if out.exists() && !out.is_dir() {
+            return Err(SettingsError::Invalid {
+                key: "out",
+                value: out.display().to_string(),
+                why: "exists and is not a folder".into(),
+            });
+        }
+        let model = match (&args.model, &file.model) {
+            (Some(m), _) => resolve_model(m, Path::new("."))?,
+            (None, Some(m)) => resolve_model(m, &base)?,
+            (None, None) => {
+                resolve_model(&bundled(DEFAULT_MODEL).to_string_lossy(), Path::new("."))?
+            }
+        };
+
+        Ok(Settings {
+            model,
+            data,
+            out,
+            family: settings_family,
+            think: pick(args.think, file.think, Switch::On).is_on(),
+            judge: pick(args.judge, file.judge, Switch::On).is_on(),
+            judge_calibrate: pick(args.judge_calibrate, file.judge_calibrate, 0),
+            number_guard: pick(args.number_guard, file.number_guard, Switch::On).is_on(),
+            device,
+            dtype: pick(args.dtype, file.dtype, default_dtype),
+            max_new_tokens,
+            max_batch,
+            max_batch_tokens,
+            kv_cache_gib,
+            shard: pick(args.shard, file_shard, Shard::WHOLE),
+            progress,
+            max_errors: args.max_errors.or(file.max_errors),
+            restart: args.restart,
+            quiet,
+        })
+    }
+
+    /// The settings that determine the output bytes, in canonical form for the fingerprint.
+    /// Excluded on purpose: `out`, scheduling knobs (`max_batch`, `max_batch_tokens`,
+    /// `kv_cache_gib`: greedy results do not depend on them), display (`progress`, `quiet`),
+    /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
+    pub fn canonical(&self) -> CanonicalSettings {
+        let data = std::fs::canonicalize(&self.data).unwrap_or_else(|_| self.data.clone());
+        CanonicalSettings {
+            data: data.to_string_lossy().into_owned(),
+            family: self.family.clone(),
+            think: self.think,
+            judge: self.judge,
+            judge_calibrate: self.judge_calibrate,
+            number_guard: self.number_guard,
+            device: self.device.kind().to_string(),
+            dtype: self.dtype,
+            max_new_tokens: self.max_new_tokens,
+            shard: self.shard.to_string(),
+        }
+    }
+}
+
+/// The output-determining settings (see [`Settings::canonical`]). Field order is fixed, so
+/// its JSON is canonical.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanonicalSettings {
+    /// Canonical input path.
+    pub data: String,
+    /// Family override.
+    pub family: Option<String>,
+    /// Thinking mode.
+    pub think: bool,
+    /// Judge pass.
+    pub judge: bool,
+    /// Calibration size.
+    pub judge_calibrate: usize,
+    /// Number guard.
+    pub number_guard: bool,
+    /// Device kind.
+    pub device: String,
+    /// Dtype.
+    pub dtype: DTypeSpec,
+    /// Generation budget.
+    pub max_new_tokens: usize,
+    /// Shard `I/N`.
+    pub shard: String,
+}
+
+impl CanonicalSettings {
+    /// The names of the fields that differ between `self` and `other` (for the resume refusal).
+    pub fn diff(&self, other: &CanonicalSettings) -> Vec<String> {
+        let a = serde_json::to_value(self).unwrap_or_default();
+        let b = serde_json::to_value(other).unwrap_or_default();
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
+                .iter()
+                .filter(|(k, v)| b.get(k.as_str()) != Some(v))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}: {v} -> {}",
+                        b.get(k.as_str()).cloned().unwrap_or_default()
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The identity of a run: canonical settings, model file hashes and their combined sha256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// Hex sha256 over the canonical JSON of `settings` and `model_files`.
+    pub sha256: String,
+    /// The settings hashed.
+    pub settings: CanonicalSettings,
+    /// Model file name → hex sha256 (safetensors, json, jinja, txt files of the model folder).
+    pub model_files: BTreeMap<String, String>,
+}
+
+/// Compute the [`Fingerprint`] of `settings` with the given model file hashes.
+pub fn fingerprint(
+    settings: CanonicalSettings,
+    model_files: BTreeMap<String, String>,
+) -> Fingerprint {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        settings: &'a CanonicalSettings,
+        model_files: &'a BTreeMap<String, String>,
+    }
+    let json = serde_json::to_vec(&Hashed {
+        settings: &settings,
+        model_files: &model_files,
+    })
+    .unwrap_or_default();
+    Fingerprint {
+        sha256: hex::encode(Sha256::digest(&json)),
+        settings,
+        model_files,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_spec_parses_table() {
+        let cases: &[(&str, Option<DeviceSpec>)] = &[
+            ("cpu", Some(DeviceSpec::Cpu)),
+            ("cuda", Some(DeviceSpec::Cuda(0))),
+            ("cuda:3", Some(DeviceSpec::Cuda(3))),
+            ("metal", Some(DeviceSpec::Metal)),
+            ("cuda:", None),
+            ("cuda:x", None),
+            ("gpu", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(s.parse::<DeviceSpec>().ok(), *want, "{s}");
+        }
+    }
+
+    #[test]
+    fn fingerprint_changes_with_settings_and_weights() {
+        let s = CanonicalSettings {
+            data: "/d".into(),
+            family: None,
+            think: true,
+            judge: true,
+            judge_calibrate: 0,
+            number_guard: true,
+            device: "cpu".into(),
+            dtype: DTypeSpec::F32,
+            max_new_tokens: 16,
+            shard: "0/1".into(),
+        };
+        let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
+        let a = fingerprint(s.clone(), w.clone());
+        assert_eq!(a, fingerprint(s.clone(), w.clone()));
+        let mut s2 = s.clone();
+        s2.think = false;
+        let b = fingerprint(s2.clone(), w.clone());
+        assert_ne!(a.sha256, b.sha256);
+        assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
+        let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
+        assert_ne!(a.sha256, fingerprint(s, w2).sha256);
+    }
+}

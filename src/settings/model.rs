@@ -1,0 +1,141 @@
+//! Where `--model` points (a local folder or the offline Hugging Face cache) and the hashes
+//! of its files for the run fingerprint.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{rebase, SettingsError};
+
+/// Where the model weights come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedModel {
+    /// What the user wrote (`--model`).
+    pub spec: String,
+    /// The folder holding `config.json` and the safetensors files.
+    pub dir: PathBuf,
+    /// `true` when found in the Hugging Face cache rather than as a local folder.
+    pub from_hub_cache: bool,
+}
+
+/// Hex sha256 of a file, streamed in 1 MiB reads. Errors: I/O.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Hash the files of a model folder that define its behaviour: every `*.safetensors`
+/// (weights), `*.json` (config, tokenizer, chat template), `*.jinja` and `*.txt` (merges).
+/// Symlinks (HF cache snapshots) are followed. Returns file name → hex sha256, sorted.
+///
+/// Errors: I/O on listing or reading.
+pub fn hash_model_files(dir: &Path) -> std::io::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = match path.file_name().and_then(|n| n.to_str()) {
+            Some(n) => n.to_string(),
+            None => continue,
+        };
+        let wanted = [".safetensors", ".json", ".jinja", ".txt"]
+            .iter()
+            .any(|ext| name.ends_with(ext));
+        if wanted && path.is_file() {
+            out.insert(name, sha256_file(&path)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The Hugging Face hub cache folder: `HF_HUB_CACHE`, else `HF_HOME/hub`, else
+/// `$HOME/.cache/huggingface/hub` (the layout of `huggingface_hub`'s `constants.py`).
+pub fn hf_cache_dir() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HF_HUB_CACHE").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = std::env::var_os("HF_HOME").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p).join("hub"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
+}
+
+/// `true` when `s` has the shape of a hub id `owner/name`.
+fn looks_like_hub_id(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
+    };
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+/// Resolve `--model`: a local folder (relative to `base`), else a hub id found in the local
+/// HF cache (offline: the snapshot `refs/main` points at, via hf-hub's [`hf_hub::Cache`]).
+///
+/// Errors: [`SettingsError::ModelNotFound`] listing every place looked at.
+pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsError> {
+    let local = rebase(base, PathBuf::from(spec));
+    if local.is_dir() {
+        return Ok(ResolvedModel {
+            spec: spec.to_string(),
+            dir: local,
+            from_hub_cache: false,
+        });
+    }
+    let mut looked = vec![local];
+    if looks_like_hub_id(spec) {
+        if let Some(cache_dir) = hf_cache_dir() {
+            let repo = hf_hub::Cache::new(cache_dir.clone()).model(spec.to_string());
+            if let Some(dir) = repo
+                .get("config.json")
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
+                return Ok(ResolvedModel {
+                    spec: spec.to_string(),
+                    dir,
+                    from_hub_cache: true,
+                });
+            }
+            looked.push(cache_dir.join(format!("models--{}", spec.replace('/', "--"))));
+        }
+    }
+    Err(SettingsError::ModelNotFound {
+        spec: spec.to_string(),
+        looked,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_id_shape_table() {
+        for (s, want) in [
+            ("Qwen/Qwen3-VL-2B-Thinking", true),
+            ("org/model.v1", true),
+            ("assets/model/extra", false),
+            ("./model", false),
+            ("model", false),
+            ("/abs/x", false),
+        ] {
+            assert_eq!(looks_like_hub_id(s), want, "{s}");
+        }
+    }
+}

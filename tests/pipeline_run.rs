@@ -1,0 +1,422 @@
+//! `run` with test doubles (scripted model, in-memory input, JSON-lines writer): routing and
+//! accounting, order independence, resume after interruption (byte-identical), refusal of
+//! changed settings, shards and merge. The same properties with the real model and the
+//! real parquet writer are checked at integration by tests/pipeline_e2e.rs.
+
+mod pipeline_support;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use pipeline_support::*;
+use verisample::merge::{prepare_merge, JournalOnly, MergeArgs, MergeError};
+use verisample::pipeline::{
+    prepare, run, Backends, PipelineError, RunControl, RunReport, StandardDecisions,
+};
+use verisample::settings::{fingerprint, Settings};
+use verisample::shard::Shard;
+
+/// Generations the mixed input needs: 47 answers + 15 rescue judgements + 3 calibrations.
+const TOTAL_GENERATIONS: usize = 65;
+
+fn run_with(
+    s: &Settings,
+    model: &mut dyn verisample::pipeline::Generator,
+    control: &RunControl,
+) -> Result<RunReport, PipelineError> {
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files()))?;
+    let source = MemSource(mixed_rows());
+    let mut sink = JsonlSink::new(&s.out);
+    run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: model,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        control,
+    )
+}
+
+fn run_job(out: &Path, shard: Shard) -> RunReport {
+    let mut model = ScriptedModel::new();
+    run_with(&settings(out, shard), &mut model, &RunControl::default()).expect("run")
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+#[test]
+fn full_run_routes_every_item_and_accounts_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_job(dir.path(), Shard::WHOLE);
+    let s = &report.stats;
+    assert_eq!(
+        (s.input_rows, s.accepted, s.rejected, s.errors),
+        (36, 26, 18, 8)
+    );
+    assert_eq!(s.cleaning_drops.get("provenance_mismatch"), Some(&3));
+    assert_eq!(s.cleaning_drops.get("off_task"), Some(&1));
+    let reasons: Vec<(&str, u64)> = s
+        .reject_reasons
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            ("judge_numbers_disagree", 3),
+            ("no_answer", 3),
+            ("truncated", 3),
+            ("unusable_reference", 3),
+            ("wrong_answer", 6)
+        ]
+    );
+    assert_eq!(s.split_items.get("TestSet_RS_think"), Some(&25));
+    assert_eq!(s.split_items.get("TestSet_RS_nothink"), Some(&25));
+    assert_eq!(s.split_items.get("TestSet_rejected"), Some(&18));
+    assert_eq!(s.split_items.get("OrandCar_RS_think"), Some(&1));
+    assert_eq!(s.split_items.get("OrandCar_rejected"), None);
+    assert_eq!(
+        (
+            s.judge.judged,
+            s.judge.overturns,
+            s.judge.number_guard_blocks
+        ),
+        (15, 3, 3)
+    );
+    assert_eq!(s.judge.verdicts.get("WRONG"), Some(&6));
+    assert_eq!(s.judge.verdicts.get("CORRECT"), Some(&6));
+    assert_eq!(s.judge.verdicts.get("UNSURE"), Some(&3));
+    let cal = s.calibration.expect("calibration");
+    assert_eq!((cal.agreed, cal.total), (3, 3));
+    assert_eq!(s.accepted_by.get("verifier:alnum:first_line"), Some(&3));
+    assert_eq!(s.errors_by_field.get("generation"), Some(&3));
+    assert_eq!(s.errors_by_field.get("image.bytes"), Some(&2));
+    assert_eq!(s.throughput.generated_items, TOTAL_GENERATIONS as u64);
+
+    // Rows of each split are in input order; entries carry the right texts.
+    let rejected = lines(&dir.path().join("data/TestSet_rejected.jsonl"));
+    let positions: Vec<u64> = rejected
+        .iter()
+        .map(|r| {
+            let meta: serde_json::Value =
+                serde_json::from_str(r["clean_meta"].as_str().unwrap()).unwrap();
+            meta["position"].as_u64().unwrap()
+        })
+        .collect();
+    let mut sorted = positions.clone();
+    sorted.sort_unstable();
+    assert_eq!(positions, sorted);
+    let ll = rejected
+        .iter()
+        .flat_map(|r| r["qa"].as_array().unwrap().iter())
+        .find(|q| q["wrong_vlm"] == "ll.850")
+        .expect("ll.850 row");
+    assert_eq!(
+        (ll["answer"].as_str(), ll["reason"].as_str()),
+        (Some("11850"), Some("wrong_answer"))
+    );
+    assert_eq!(ll["judge_verdict"], "WRONG");
+    let think = lines(&dir.path().join("data/TestSet_RS_think.jsonl"));
+    let judged = think
+        .iter()
+        .flat_map(|r| r["qa"].as_array().unwrap().iter())
+        .find(|q| q["accepted_by"] == "judge")
+        .expect("judge accept");
+    assert_eq!(
+        (judged["answer"].as_str(), judged["org_answer"].as_str()),
+        (Some("it says 12"), Some("12"))
+    );
+    assert_eq!(judged["think"], "reading");
+
+    // errors.jsonl names file, row and field of every problem.
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    let fields: BTreeSet<&str> = errors
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        BTreeSet::from(["file", "generation", "image.bytes", "qa[0].question"])
+    );
+    let file_error = errors.iter().find(|e| e["field"] == "file").unwrap();
+    assert_eq!(file_error["file"], "data/train-00001.parquet");
+    assert!(file_error["row"].is_null());
+    // generations.jsonl: one line per generated question, both passes where judged.
+    let gens = lines(&dir.path().join("generations.jsonl"));
+    assert_eq!(gens.len(), 47);
+    assert_eq!(gens.iter().filter(|g| !g["judge"].is_null()).count(), 18);
+    assert!(gens.iter().all(
+        |g| g["answer"]["prompt_tokens"].as_u64().is_some() || !g["answer"]["error"].is_null()
+    ));
+    // run.json and the card statistics.
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["status"], "complete");
+    assert_eq!(run_json["engine_version"], "scripted-test-model 1");
+    assert!(run_json["model_weights"]["model.safetensors"].is_string());
+    let card = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
+    assert!(card.contains("| `judge_numbers_disagree` | 3 |"), "{card}");
+    assert!(card.contains("3/3 verifier accepts"), "{card}");
+    let chart = image::open(dir.path().join("chart.png")).expect("chart png");
+    assert_eq!(
+        (chart.width(), chart.height()),
+        verisample::report::chart::CHART_SIZE
+    );
+}
+
+#[test]
+fn outputs_do_not_depend_on_completion_order() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    run_job(a.path(), Shard::WHOLE);
+    let mut in_order = ScriptedModel::new();
+    in_order.max_batch = 1; // batches of one: completion order = request order
+    run_with(
+        &settings(b.path(), Shard::WHOLE),
+        &mut in_order,
+        &RunControl::default(),
+    )
+    .unwrap();
+    assert_same_outputs(
+        &deterministic_outputs(a.path()),
+        &deterministic_outputs(b.path()),
+    );
+}
+
+#[test]
+fn resume_after_interruption_is_byte_identical() {
+    let reference = tempfile::tempdir().unwrap();
+    run_job(reference.path(), Shard::WHOLE);
+    let want = deterministic_outputs(reference.path());
+    // Stop points: inside the first chunk of answers, near the end of answers, in the judge
+    // pass. The last case also leaves a torn record at the end of the journal.
+    for (stop_after, torn) in [(0usize, false), (7, false), (44, false), (52, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), Shard::WHOLE);
+        let control = RunControl::default();
+        let mut model = ScriptedModel::new();
+        model.stop_after = Some((stop_after, control.stop.clone()));
+        let err = run_with(&s, &mut model, &control).unwrap_err();
+        assert!(matches!(err, PipelineError::Interrupted), "{err}");
+        assert_eq!(err.exit_code(), 130);
+        assert!(!dir.path().join("run.json").exists());
+        assert!(
+            !dir.path().join("data").exists(),
+            "no split published before the end"
+        );
+        let journal = dir.path().join("journal.bin");
+        if torn {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&journal)
+                .unwrap();
+            f.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"'])
+                .unwrap();
+        }
+        let mut resumed = ScriptedModel::new();
+        let report = run_with(&s, &mut resumed, &RunControl::default()).expect("resume");
+        // The interrupted run journaled every completion up to the stop and the rest of
+        // that engine step (a batch of the scripted model); the resume generates the rest.
+        let journaled = report.replayed_results;
+        assert!(
+            journaled > stop_after && journaled <= stop_after + 5,
+            "stop {stop_after}: {journaled}"
+        );
+        assert_eq!(resumed.completed, TOTAL_GENERATIONS - journaled);
+        assert_eq!(report.torn_journal_bytes, if torn { 10 } else { 0 });
+        assert_same_outputs(&want, &deterministic_outputs(dir.path()));
+    }
+}
+
+#[test]
+fn rerun_of_finished_run_generates_nothing_and_rewrites_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    run_job(dir.path(), Shard::WHOLE);
+    let first = deterministic_outputs(dir.path());
+    let mut model = ScriptedModel::new();
+    let report = run_with(
+        &settings(dir.path(), Shard::WHOLE),
+        &mut model,
+        &RunControl::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (model.completed, report.replayed_results),
+        (0, TOTAL_GENERATIONS)
+    );
+    assert_same_outputs(&first, &deterministic_outputs(dir.path()));
+}
+
+#[test]
+fn changed_settings_or_model_are_refused_unless_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    run_job(dir.path(), Shard::WHOLE);
+    let mut s = settings(dir.path(), Shard::WHOLE);
+    s.think = false;
+    let err = prepare(&s, fingerprint(s.canonical(), model_files())).unwrap_err();
+    match &err {
+        PipelineError::FingerprintMismatch { changed, .. } => {
+            assert_eq!(changed, &vec!["think: true -> false".to_string()])
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("--restart"), "{err}");
+    let s = settings(dir.path(), Shard::WHOLE);
+    let mut other_weights = model_files();
+    other_weights.insert("model.safetensors".into(), "cd".repeat(32));
+    match prepare(&s, fingerprint(s.canonical(), other_weights.clone())).unwrap_err() {
+        PipelineError::FingerprintMismatch { changed, .. } => {
+            assert_eq!(changed, vec!["model file model.safetensors".to_string()])
+        }
+        other => panic!("{other}"),
+    }
+    // Scheduling knobs are not part of the fingerprint.
+    let mut bigger = settings(dir.path(), Shard::WHOLE);
+    bigger.max_batch = 99;
+    assert!(prepare(&bigger, fingerprint(bigger.canonical(), model_files())).is_ok());
+    let mut restart = settings(dir.path(), Shard::WHOLE);
+    restart.restart = true;
+    let p = prepare(&restart, fingerprint(restart.canonical(), other_weights)).unwrap();
+    assert_eq!(p.replayed(), 0);
+    assert!(!dir.path().join("run.json").exists());
+}
+
+#[test]
+fn max_errors_aborts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path(), Shard::WHOLE);
+    s.max_errors = Some(4);
+    let err = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::TooManyErrors { count: 5, max: 4 }),
+        "{err}"
+    );
+    s.max_errors = Some(8);
+    s.restart = true;
+    assert!(run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).is_ok());
+}
+
+fn positions_in(out: &Path) -> Vec<u64> {
+    let mut p: Vec<u64> = ["errors.jsonl", "cleaning.jsonl", "generations.jsonl"]
+        .iter()
+        .flat_map(|f| lines(&out.join(f)))
+        .map(|l| l["position"].as_u64().unwrap())
+        .collect();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+#[test]
+fn shards_partition_exactly_and_merge_equals_unsharded() {
+    let whole = tempfile::tempdir().unwrap();
+    let whole_report = run_job(whole.path(), Shard::WHOLE);
+    let n = 3;
+    let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut rows = 0;
+    let mut accepted = 0;
+    let mut all_positions = Vec::new();
+    for (i, d) in dirs.iter().enumerate() {
+        let r = run_job(d.path(), Shard { index: i, count: n });
+        rows += r.stats.input_rows;
+        accepted += r.stats.accepted;
+        let p = positions_in(d.path());
+        assert!(
+            p.iter().all(|x| x % n as u64 == i as u64),
+            "shard {i}: {p:?}"
+        );
+        all_positions.extend(p);
+    }
+    all_positions.sort_unstable();
+    assert_eq!(
+        all_positions,
+        positions_in(whole.path()),
+        "shards cover each position once"
+    );
+    assert_eq!(
+        (rows, accepted),
+        (whole_report.stats.input_rows, whole_report.stats.accepted)
+    );
+
+    let merged = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let args = MergeArgs {
+        shards: vec![
+            dirs[2].path().into(),
+            dirs[0].path().into(),
+            dirs[1].path().into(),
+        ],
+        out: merged.path().into(),
+        data: Some(data.path().into()),
+        progress: None,
+        quiet: true,
+    };
+    let plan = prepare_merge(&args).expect("merge plan");
+    let source = MemSource(mixed_rows());
+    let mut sink = JsonlSink::new(merged.path());
+    let mut engine = JournalOnly {
+        engine_version: plan.engine_version.clone(),
+    };
+    let report = run(
+        plan.prepared,
+        Backends {
+            source: &source,
+            generator: &mut engine,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        &RunControl::default(),
+    )
+    .expect("merge run");
+    assert_eq!(report.stats.accepted, whole_report.stats.accepted);
+    assert_eq!(report.stats.calibration, whole_report.stats.calibration);
+    assert_same_outputs(
+        &deterministic_outputs(whole.path()),
+        &deterministic_outputs(merged.path()),
+    );
+
+    let missing = MergeArgs {
+        shards: vec![dirs[0].path().into(), dirs[2].path().into()],
+        ..args.clone()
+    };
+    match prepare_merge(&missing).unwrap_err() {
+        MergeError::Coverage(m) => assert_eq!(m, "missing 1/3"),
+        other => panic!("{other}"),
+    }
+    let twice = MergeArgs {
+        shards: vec![
+            dirs[0].path().into(),
+            dirs[1].path().into(),
+            dirs[1].path().into(),
+        ],
+        ..args
+    };
+    assert!(matches!(
+        prepare_merge(&twice).unwrap_err(),
+        MergeError::Coverage(_)
+    ));
+}
+
+#[test]
+fn ctrl_c_flag_stops_before_reading_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = RunControl {
+        stop: Arc::new(AtomicBool::new(true)),
+        kill_at: None,
+    };
+    let mut model = ScriptedModel::new();
+    let err = run_with(&settings(dir.path(), Shard::WHOLE), &mut model, &control).unwrap_err();
+    assert!(matches!(err, PipelineError::Interrupted));
+    assert_eq!(model.calls, 0);
+}

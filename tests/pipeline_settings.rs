@@ -1,0 +1,168 @@
+//! `run` settings: flags over TOML over defaults, validation before anything loads, model
+//! lookup in a local folder or the offline Hugging Face cache.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError};
+use verisample::shard::Shard;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+fn parse(args: &[&str]) -> RunArgs {
+    Cli::try_parse_from(std::iter::once("verisample").chain(args.iter().copied()))
+        .expect("flags parse")
+        .run
+}
+
+/// A model folder and a data folder inside `root`.
+fn fixture(root: &Path) -> (PathBuf, PathBuf) {
+    let model = root.join("model");
+    let data = root.join("data");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    (model, data)
+}
+
+#[test]
+fn flags_win_over_config_file_over_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let config = dir.path().join("job.toml");
+    std::fs::write(
+        &config,
+        "model = \"model\"\ndata = \"data\"\nout = \"out\"\nthink = \"off\"\n\
+         max-new-tokens = 512\nshard = \"1/4\"\ndevice = \"cpu\"\njudge-calibrate = 60\n",
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let mut args = parse(&["--config", cfg, "--max-new-tokens", "99"]);
+    args.quiet = true; // the CLI's global -q
+    let s = Settings::resolve(&args).unwrap();
+    // Relative paths in the file are relative to the file.
+    assert_eq!(s.model.dir, model);
+    assert_eq!(s.data, data);
+    assert_eq!(s.out, dir.path().join("out"));
+    assert!(!s.think, "from the file");
+    assert_eq!(s.max_new_tokens, 99, "flag wins");
+    assert_eq!(s.shard, Shard { index: 1, count: 4 });
+    assert_eq!(s.judge_calibrate, 60);
+    // Defaults.
+    assert!(s.judge && s.number_guard);
+    assert_eq!((s.device, s.dtype), (DeviceSpec::Cpu, DTypeSpec::F32));
+    assert_eq!((s.max_batch, s.max_batch_tokens), (64, 16384));
+    assert_eq!(s.progress, ProgressMode::None, "-q silences progress");
+}
+
+#[test]
+fn bad_values_fail_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    // Shard specs are rejected by the flag parser itself.
+    let cli = Cli::try_parse_from(["verisample", "--shard", "4/4"]);
+    assert!(cli
+        .unwrap_err()
+        .to_string()
+        .contains("I must be smaller than N"));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--max-batch", "0"], "--max-batch 0"),
+        (vec!["--kv-cache-gib=0"], "--kv-cache-gib 0"),
+        (vec!["--family", "Orand Car"], "--family Orand Car"),
+        (
+            vec!["--data", "/nonexistent/verisample"],
+            "input dataset not found",
+        ),
+        (vec!["--device", "cuda:1"], "built without cuda"),
+    ];
+    for (extra, want) in cases {
+        if extra[0] == "--device" && cfg!(feature = "cuda") {
+            continue;
+        }
+        let mut args = vec!["--model", m];
+        if extra[0] != "--data" {
+            args.extend(["--data", d]);
+        }
+        args.extend(extra);
+        let err = Settings::resolve(&parse(&args)).unwrap_err();
+        assert!(err.to_string().contains(want), "{args:?}: {err}");
+    }
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "max-new-token = 5\n").unwrap();
+    let err = Settings::resolve(&parse(&["--config", config.to_str().unwrap()])).unwrap_err();
+    assert!(matches!(err, SettingsError::ConfigParse { .. }), "{err}");
+    std::fs::write(&config, "shard = \"2/2\"\n").unwrap();
+    let err = Settings::resolve(&parse(&["--config", config.to_str().unwrap()])).unwrap_err();
+    assert!(matches!(err, SettingsError::Shard(_)), "{err}");
+}
+
+#[test]
+fn model_is_found_in_the_offline_hf_cache_or_the_error_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data) = fixture(dir.path());
+    let cache = dir.path().join("hub");
+    let repo = cache.join("models--tiny-org--tiny-vlm");
+    let snapshot = repo.join("snapshots/0123abcd");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "0123abcd").unwrap();
+    std::fs::write(snapshot.join("config.json"), "{}").unwrap();
+    // This is the only test in this binary that reads the HF environment variables.
+    std::env::set_var("HF_HUB_CACHE", &cache);
+    let d = data.to_str().unwrap();
+    let s = Settings::resolve(&parse(&["--model", "tiny-org/tiny-vlm", "--data", d])).unwrap();
+    assert_eq!(s.model.dir, snapshot);
+    assert!(s.model.from_hub_cache);
+    let err = Settings::resolve(&parse(&["--model", "tiny-org/absent", "--data", d])).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("tiny-org/absent"), "{msg}");
+    assert!(
+        msg.contains(&cache.join("models--tiny-org--absent").display().to_string()),
+        "{msg}"
+    );
+    std::env::remove_var("HF_HUB_CACHE");
+}
+
+#[test]
+fn fingerprint_ignores_scheduling_and_display_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let a = Settings::resolve(&parse(&["--model", m, "--data", d])).unwrap();
+    let b = Settings::resolve(&parse(&[
+        "--model",
+        m,
+        "--data",
+        d,
+        "--max-batch",
+        "3",
+        "--max-batch-tokens",
+        "100",
+        "--progress",
+        "jsonl",
+        "--max-errors",
+        "2",
+        "--out",
+        "/tmp/elsewhere",
+    ]))
+    .unwrap();
+    assert_eq!(a.canonical(), b.canonical());
+    let c = Settings::resolve(&parse(&[
+        "--model",
+        m,
+        "--data",
+        d,
+        "--number-guard",
+        "off",
+    ]))
+    .unwrap();
+    assert_eq!(
+        a.canonical().diff(&c.canonical()),
+        vec!["number_guard: true -> false".to_string()]
+    );
+}
