@@ -274,6 +274,39 @@ fn a_failing_callback_stops_generate_and_the_next_call_starts_clean() {
 }
 
 #[test]
+fn a_raised_stop_flag_stops_between_steps_mid_sequence_and_the_next_call_starts_clean() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut e = engine(cfg(4, 128, true));
+    let flag = Arc::new(AtomicBool::new(false));
+    e.set_stop_flag(flag.clone());
+    let mut seen = 0;
+    let err = e
+        .generate(items(0), |_| {
+            seen += 1;
+            // Raise the flag from the first completion: sequences still decoding must not
+            // run to their end.
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Stopped), "{err}");
+    assert!(
+        seen < items(0).len(),
+        "stopped before every item finished, saw {seen}"
+    );
+    assert_eq!(
+        e.num_free_blocks(),
+        128,
+        "unfinished sequences were dropped"
+    );
+    flag.store(false, Ordering::SeqCst);
+    let reqs = items(300);
+    let got = run(&mut e, reqs.clone());
+    assert_matches_reference(&reqs, &got);
+}
+
+#[test]
 fn max_new_tokens_truncates_and_text_is_decoded() {
     let mut r = req(7, None, Some(image(3, 11)), "What is written in the image?");
     r.max_new_tokens = Some(3);

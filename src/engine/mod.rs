@@ -29,7 +29,8 @@ pub mod vl;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -63,6 +64,10 @@ pub enum EngineError {
     /// The completion callback returned an error.
     #[error("completion callback: {0}")]
     Callback(CallbackError),
+    /// The stop flag given to [`Engine::set_stop_flag`] was raised; generation stopped
+    /// between two steps and unfinished requests were dropped (a later call starts clean).
+    #[error("stopped on request")]
+    Stopped,
     /// An internal invariant does not hold (a bug).
     #[error("engine invariant broken: {0}")]
     Internal(String),
@@ -109,6 +114,7 @@ pub struct Engine<M, P> {
     core: Core<M>,
     processor: P,
     pool: rayon::ThreadPool,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
@@ -169,7 +175,15 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             core,
             processor,
             pool,
+            stop: None,
         })
+    }
+
+    /// Check `flag` before every model step of [`Engine::generate`]: once it is `true`,
+    /// `generate` returns [`EngineError::Stopped`] without starting another step (a Ctrl-C
+    /// then waits for one step, not for a sequence to finish).
+    pub fn set_stop_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.stop = Some(flag);
     }
 
     /// Generate greedily for every request, handing each [`Completion`] to `on_done` as soon
@@ -181,7 +195,8 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
     ///
     /// Errors: [`EngineError::Model`] from the model, [`EngineError::Callback`] when
     /// `on_done` fails (generation stops; unfinished requests are dropped and a later call
-    /// starts clean), [`EngineError::Internal`].
+    /// starts clean), [`EngineError::Stopped`] when the stop flag is raised (likewise),
+    /// [`EngineError::Internal`].
     pub fn generate<I, F>(&mut self, requests: I, mut on_done: F) -> Result<(), EngineError>
     where
         I: IntoIterator<Item = Request>,
@@ -191,7 +206,9 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             core,
             processor,
             pool,
+            stop,
         } = self;
+        let stop = stop.as_deref();
         core.reset();
         let processor = &*processor;
         let lookahead = match core.cfg.lookahead {
@@ -265,6 +282,9 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                         return Ok(());
                     }
                     continue;
+                }
+                if stop.is_some_and(|f| f.load(Ordering::SeqCst)) {
+                    return Err(EngineError::Stopped);
                 }
                 for c in core.step(processor)? {
                     emit(core, c)?;

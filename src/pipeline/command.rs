@@ -50,7 +50,7 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let control = RunControl::from_env();
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
     let device = settings.device.open().context("opening the device")?;
-    let engine = load_engine(
+    let mut engine = load_engine(
         &settings.model.dir,
         settings.dtype.to_dtype(),
         &device,
@@ -58,6 +58,7 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
         Some(settings.think),
     )
     .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
+    engine.set_stop_flag(control.stop.clone());
     let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
         .context("rendering the chat template")?;
     let mut generator = EngineGenerator::new(engine, prefilled);

@@ -124,6 +124,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
         match result {
             Ok(()) => Ok(()),
             Err(EngineError::Callback(e)) if e.is::<Stopped>() => Ok(()),
+            Err(EngineError::Stopped) => Ok(()),
             Err(e) => Err(Box::new(e)),
         }
     }
