@@ -40,9 +40,11 @@ sys.path.insert(0, HERE)
 import make_sample  # noqa: E402
 import tiny_tokenizer as tt  # noqa: E402
 
-MIN_PIXELS = 84 * 252  # 21168: a 54x155 crop is upscaled to 112x252 (4x9 merged tokens)
-MAX_PIXELS = 112 * 448  # 50176: at most 64 merged tokens per image
+MIN_PIXELS = 56 * 168  # 9408: a 54x155 crop becomes 56x168 (2x6 merged tokens, 4x12 patches)
+MAX_PIXELS = 84 * 336  # 28224: at most 36 merged tokens per image
 NONE_CLASS = 10
+CONT_CLASS = 11
+N_AUX = 12
 
 
 def shared_data_dir() -> str:
@@ -69,11 +71,11 @@ def make_config(tok_info: dict):
     ids = tok_info["special_ids"]
     text = dict(
         vocab_size=tok_info["vocab_size"],
-        hidden_size=256,
-        intermediate_size=640,
+        hidden_size=192,
+        intermediate_size=512,
         num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,
         hidden_act="silu",
         max_position_embeddings=4096,
         rms_norm_eps=1e-6,
@@ -87,7 +89,7 @@ def make_config(tok_info: dict):
     vision = dict(
         depth=4,
         embed_dim=128,
-        hidden_size=256,
+        hidden_size=192,
         hidden_act="quick_gelu",
         mlp_ratio=2,
         num_heads=4,
@@ -401,20 +403,32 @@ class Encoder:
 
 
 def aux_labels(boxes, orig_wh, grid_thw) -> torch.Tensor:
-    """Per merged token (row-major over [h/2, w/2]) the digit whose box spans its column centre."""
-    W, H = orig_wh
-    gh, gw = int(grid_thw[1]) // 2, int(grid_thw[2]) // 2
+    """Per vision patch (in the processor's patch order) a digit-position class.
+
+    Patch columns (14 px in the resized image) are labelled: the column holding a digit's
+    box centre -> that digit (0-9); other columns inside a digit box -> CONT_CLASS; columns
+    outside every box -> NONE_CLASS. All rows of a column share its label. Patch order is
+    the Qwen2-VL one: merge blocks row-major over [h/2, w/2], each block 2x2 row-major.
+    """
+    W, _ = orig_wh
+    gh, gw = int(grid_thw[1]), int(grid_thw[2])
+    col = [NONE_CLASS] * gw
+    for d, (x, y, w, h) in boxes:
+        c0 = max(0, int(x / W * gw))
+        c1 = min(gw - 1, int((x + w) / W * gw))
+        for c in range(c0, c1 + 1):
+            if col[c] == NONE_CLASS:
+                col[c] = CONT_CLASS
+    for d, (x, y, w, h) in boxes:
+        c = min(gw - 1, max(0, int((x + w / 2) / W * gw)))
+        col[c] = d
     lab = []
-    for c in range(gw):
-        xc = (c + 0.5) / gw * W
-        best, bd = NONE_CLASS, 1e9
-        for d, (x, y, w, h) in boxes:
-            if x <= xc <= x + w:
-                dist = abs(x + w / 2 - xc)
-                if dist < bd:
-                    best, bd = d, dist
-        lab.append(best)
-    return torch.tensor(lab * gh, dtype=torch.long)
+    for br in range(gh // 2):
+        for bc in range(gw // 2):
+            for wr in range(2):
+                for wc in range(2):
+                    lab.append(col[bc * 2 + wc])
+    return torch.tensor(lab, dtype=torch.long)
 
 
 def collate(seqs, pad_id):
@@ -529,6 +543,54 @@ def save_checkpoint(model, out_dir: str, image_processor) -> None:
                           pad_token_id=model.config.text_config.pad_token_id, do_sample=False)
     gc.save_pretrained(out_dir)
     del ids
+    add_legacy_config_keys(os.path.join(out_dir, "config.json"))
+
+
+def add_legacy_config_keys(path: str) -> None:
+    """Also write the flat (transformers 4.x / Hub Qwen2-VL) keys next to ``text_config``.
+
+    Loaders written against published Qwen2-VL checkpoints read ``hidden_size``,
+    ``rope_theta``, ``rope_scaling.mrope_section`` ... at the top level and ``in_chans``
+    in ``vision_config``; transformers 5 reads ``text_config``. Both describe the same model.
+    """
+    cfg = json.load(open(path))
+    t = cfg["text_config"]
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "bos_token_id",
+              "eos_token_id", "pad_token_id", "use_sliding_window", "sliding_window", "max_window_layers",
+              "attention_dropout", "use_cache", "initializer_range"):
+        if k in t:
+            cfg.setdefault(k, t[k])
+    rp = t["rope_parameters"]
+    cfg.setdefault("rope_theta", rp["rope_theta"])
+    cfg.setdefault("rope_scaling", {"type": "mrope", "rope_type": "default", "mrope_section": rp["mrope_section"]})
+    cfg["vision_config"].setdefault("in_chans", cfg["vision_config"]["in_channels"])
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def reading_batch(data, enc, rng, batch, max_len, p_real):
+    """Sample a reading batch -> (seqs, pixel_values, grid_thw [B,3], aux labels per patch)."""
+    seqs, pvs, thws, auxl = [], [], [], []
+    for _ in range(batch):
+        think = rng.random() >= 0.1
+        u = rng.random()
+        if u < p_real:
+            (im, boxes), label = data.real(rng)
+        else:
+            n = rng.randint(1, max_len)
+            if u < p_real + (1 - p_real) * 0.6:
+                (im, boxes), label = data.composed(rng, n)
+            else:
+                (im, boxes), label = data.synthetic(rng, n)
+        pv, thw = enc.image(im)
+        pvs.append(pv)
+        thws.append(thw)
+        auxl.append(aux_labels(boxes, im.size, thw))
+        ntok = int(thw.prod()) // 4
+        seqs.append((enc.read_prompt_ids(ntok, think), enc.response(tt.reading_trace(label), label, think)))
+    return seqs, torch.cat(pvs), torch.stack(thws), torch.cat(auxl)
 
 
 def train(args):
@@ -545,8 +607,7 @@ def train(args):
     model.train()
     ip = make_image_processor()
     enc = Encoder(tokenizer, ip, config)
-    hidden = config.text_config.hidden_size
-    aux_head = torch.nn.Linear(hidden, NONE_CLASS + 1)
+    aux_head = torch.nn.Linear(config.vision_config.embed_dim, N_AUX)
     nparam = sum(p.numel() for p in model.parameters())
     print(f"parameters: {nparam}", flush=True)
 
@@ -571,39 +632,54 @@ def train(args):
     rng = random.Random(args.seed)
     log = open(os.path.join(args.work, "log.jsonl"), "a")
     t0 = time.time()
+    # ---- stage A: vision tower + aux head only (per-patch digit classes from the boxes)
+    vparams = list(model.model.visual.parameters()) + list(aux_head.parameters())
+    vopt = torch.optim.AdamW(vparams, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.05)
+    for step in range(args.vision_steps):
+        lr = args.lr * min(1.0, (step + 1) / args.warmup)
+        for g in vopt.param_groups:
+            g["lr"] = lr
+        max_len = 2 + int(5 * min(1.0, step / max(1, args.vision_steps * 0.5)))
+        p_real = 0.4 if step > args.vision_steps * 0.2 else 0.0
+        _, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.vbatch, max_len, p_real)
+        vis = model.model.visual(pixel_values, grid_thw=grid)
+        logits = aux_head(vis.last_hidden_state)
+        aux_loss = F.cross_entropy(logits, auxl)
+        vopt.zero_grad(set_to_none=True)
+        aux_loss.backward()
+        torch.nn.utils.clip_grad_norm_(vparams, 1.0)
+        vopt.step()
+        acc = (logits.argmax(-1) == auxl)[auxl < NONE_CLASS].float().mean().item()
+        rec = {"stage": "A", "step": step, "t": round(time.time() - t0, 1), "lr": lr, "aux": aux_loss.item(),
+               "aux_digit_acc": round(acc, 4), "max_len": max_len}
+        if step % 10 == 0:
+            print(json.dumps(rec), flush=True)
+        log.write(json.dumps(rec) + "\n")
+    del vopt
     best = -1.0
-    for step in range(args.steps):
-        prog = step / args.steps
+    tb = time.time()
+    step = 0
+    while step < args.steps:
+        if args.time_budget and step == 30:
+            # fix the total step count once, from the measured speed (warm-up steps do not depend on it);
+            # rerun with --steps N (printed) for the same schedule without a time budget.
+            per = (time.time() - tb) / 30
+            left = args.time_budget * 60 - (time.time() - t0)
+            evals = 60.0 * 8
+            args.steps = max(60, int((left - evals) / per))
+            print(json.dumps({"fixed_steps": args.steps, "sec_per_step": round(per, 2)}), flush=True)
+        prog = step / args.steps if step >= 30 else 0.0
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         # ---- reading batch
         max_len = 2 + int(5 * min(1.0, prog / 0.3))
         p_real = 0.0 if prog < 0.05 else min(args.p_real, args.p_real * (prog - 0.05) / 0.2)
-        seqs, pvs, thws, auxl = [], [], [], []
-        for _ in range(args.batch):
-            think = rng.random() >= 0.1
-            u = rng.random()
-            if u < p_real:
-                (im, boxes), label = data.real(rng)
-            else:
-                n = rng.randint(1, max_len)
-                if u < p_real + (1 - p_real) * 0.6:
-                    (im, boxes), label = data.composed(rng, n)
-                else:
-                    (im, boxes), label = data.synthetic(rng, n)
-            pv, thw = enc.image(im)
-            pvs.append(pv)
-            thws.append(thw)
-            auxl.append(aux_labels(boxes, im.size, thw))
-            ntok = int(thw.prod()) // 4
-            seqs.append((enc.read_prompt_ids(ntok, think), enc.response(tt.reading_trace(label), label, think)))
-        ids, att, lab = collate(seqs, enc.pad_id)
-        pixel_values = torch.cat(pvs)
-        grid = torch.stack(thws)
+        seqs, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.batch, max_len, p_real)
         vis = model.model.visual(pixel_values, grid_thw=grid)
+        aux_loss = F.cross_entropy(aux_head(vis.last_hidden_state), auxl)
         merged = vis.pooler_output
-        aux_loss = F.cross_entropy(aux_head(merged), torch.cat(auxl))
-        sizes = [int(t.prod()) // 4 for t in thws]
+        sizes = [int(t.prod()) // 4 for t in grid]
+        ids, att, lab = collate(seqs, enc.pad_id)
         mm = {"image": BaseModelOutputWithPooling(pooler_output=torch.split(merged, sizes))}
         out = model(input_ids=ids, attention_mask=att, image_grid_thw=grid, mm_token_type_ids=(ids == enc.image_id).int(),
                     mm_encoder_outputs=mm)
@@ -630,9 +706,9 @@ def train(args):
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             te = time.time()
             nval = len(val_items) if (step + 1 == args.steps or args.full_eval) else args.quick_val
-            acc, texts = eval_reading(model, enc, val_items[:nval])
-            sacc, _ = eval_reading(model, enc, syn_items[:16 if nval < len(val_items) else 32])
-            jacc = eval_judge(model, enc, judge_eval[: (200 if nval == len(val_items) else 40)])
+            acc, texts = eval_reading(model, enc, val_items[:nval], 20)
+            sacc, _ = eval_reading(model, enc, syn_items[:16], 20)
+            jacc = eval_judge(model, enc, judge_eval[:40])
             rec.update({"val_acc": acc, "val_n": nval, "syn_acc": sacc, "judge_acc": jacc, "eval_s": round(time.time() - te, 1),
                         "example": texts[:3]})
             print(json.dumps(rec), flush=True)
@@ -642,6 +718,7 @@ def train(args):
                 save_checkpoint(model, os.path.join(args.work, "best"), ip)
         log.write(json.dumps(rec) + "\n")
         log.flush()
+        step += 1
     save_checkpoint(model, args.out, ip)
     print(f"done in {time.time() - t0:.0f}s", flush=True)
 
@@ -728,6 +805,45 @@ def final_eval(args):
     print(json.dumps(results, indent=2))
 
 
+def plot_report(log_path: str, out_png: str) -> None:
+    """Loss curves (smoothed) and eval accuracies from the training log -> PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in (json.loads(l) for l in open(log_path)) if "stage" not in r]
+    steps = np.array([r["step"] for r in recs])
+
+    def smooth(key, k=25):
+        v = np.array([r[key] for r in recs], dtype=np.float64)
+        if len(v) < k:
+            return v
+        return np.convolve(v, np.ones(k) / k, mode="same")
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for key, name in (("read", "reading LM loss"), ("judge", "judge LM loss"), ("aux", "aux digit loss")):
+        a1.plot(steps, smooth(key), label=name)
+    a1.set_yscale("log")
+    a1.set_xlabel("step")
+    a1.set_ylabel("loss (nats/token, 25-step mean)")
+    a1.legend()
+    a1.grid(alpha=0.3)
+    ev = [r for r in recs if "val_acc" in r]
+    if ev:
+        es = [r["step"] + 1 for r in ev]
+        a2.plot(es, [r["val_acc"] for r in ev], "o-", label="OrandCar-A val exact (78)")
+        a2.plot(es, [r["syn_acc"] for r in ev], "s-", label="synthetic sample-style exact")
+        a2.plot(es, [r["judge_acc"] for r in ev], "^-", label="judge agreement with rule")
+    a2.set_ylim(0, 1)
+    a2.set_xlabel("step")
+    a2.set_ylabel("accuracy (greedy)")
+    a2.legend()
+    a2.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -735,6 +851,8 @@ def main(argv):
     t.add_argument("--steps", type=int, default=3000)
     t.add_argument("--batch", type=int, default=24)
     t.add_argument("--jbatch", type=int, default=8)
+    t.add_argument("--vision-steps", type=int, default=300)
+    t.add_argument("--vbatch", type=int, default=32)
     t.add_argument("--lr", type=float, default=1.5e-3)
     t.add_argument("--warmup", type=int, default=150)
     t.add_argument("--aux-w", type=float, default=0.5)
@@ -744,14 +862,20 @@ def main(argv):
     t.add_argument("--quick-val", type=int, default=78)
     t.add_argument("--full-eval", action="store_true")
     t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--time-budget", type=float, default=0.0, help="minutes for the whole run; fixes --steps at step 30")
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--out", default=os.path.join(REPO, "assets", "model"))
     t.add_argument("--work", default="/tmp/tvlm")
     e = sub.add_parser("eval")
     e.add_argument("--ckpt", default=os.path.join(REPO, "assets", "model"))
     e.add_argument("--threads", type=int, default=2)
+    pl = sub.add_parser("plot")
+    pl.add_argument("--log", default="/tmp/tvlm/log.jsonl")
+    pl.add_argument("--png", default=os.path.join(REPO, "assets", "model", "training_curves.png"))
     a = ap.parse_args(argv)
-    if a.cmd == "train":
+    if a.cmd == "plot":
+        plot_report(a.log, a.png)
+    elif a.cmd == "train":
         os.makedirs(a.work, exist_ok=True)
         train(a)
     else:
