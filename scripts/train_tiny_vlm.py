@@ -403,32 +403,42 @@ class Encoder:
 
 
 def aux_labels(boxes, orig_wh, grid_thw) -> torch.Tensor:
-    """Per vision patch (in the processor's patch order) a digit-position class.
+    """Per vision patch (in the processor's patch order): [digit class, centre flag].
 
-    Patch columns (14 px in the resized image) are labelled: the column holding a digit's
-    box centre -> that digit (0-9); other columns inside a digit box -> CONT_CLASS; columns
-    outside every box -> NONE_CLASS. All rows of a column share its label. Patch order is
-    the Qwen2-VL one: merge blocks row-major over [h/2, w/2], each block 2x2 row-major.
+    Patch columns (14 px in the resized image) inside a digit box get that digit (0-9; the
+    box whose centre is nearest wins), columns outside every box get NONE_CLASS; the column
+    holding a box centre gets centre flag 1. All rows of a column share its labels. Patch
+    order is the Qwen2-VL one: merge blocks row-major over [h/2, w/2], each block 2x2
+    row-major. Returns a long tensor [num_patches, 2].
     """
     W, _ = orig_wh
     gh, gw = int(grid_thw[1]), int(grid_thw[2])
     col = [NONE_CLASS] * gw
+    dist = [1e9] * gw
+    centre = [0] * gw
     for d, (x, y, w, h) in boxes:
-        c0 = max(0, int(x / W * gw))
-        c1 = min(gw - 1, int((x + w) / W * gw))
-        for c in range(c0, c1 + 1):
-            if col[c] == NONE_CLASS:
-                col[c] = CONT_CLASS
-    for d, (x, y, w, h) in boxes:
-        c = min(gw - 1, max(0, int((x + w / 2) / W * gw)))
-        col[c] = d
+        for c in range(gw):
+            xc = (c + 0.5) / gw * W
+            if x <= xc <= x + w and abs(x + w / 2 - xc) < dist[c]:
+                col[c], dist[c] = d, abs(x + w / 2 - xc)
+        cc = min(gw - 1, max(0, int((x + w / 2) / W * gw)))
+        centre[cc] = 1
+        if col[cc] == NONE_CLASS:
+            col[cc] = d
     lab = []
     for br in range(gh // 2):
         for bc in range(gw // 2):
             for wr in range(2):
                 for wc in range(2):
-                    lab.append(col[bc * 2 + wc])
+                    lab.append((col[bc * 2 + wc], centre[bc * 2 + wc]))
     return torch.tensor(lab, dtype=torch.long)
+
+
+def aux_loss_fn(logits, labels):
+    """logits [patches, 12] (11 digit/none classes + centre logit), labels [patches, 2]."""
+    ce = F.cross_entropy(logits[:, :CONT_CLASS], labels[:, 0])
+    bce = F.binary_cross_entropy_with_logits(logits[:, CONT_CLASS], labels[:, 1].float())
+    return ce + bce
 
 
 def collate(seqs, pad_id):
@@ -544,6 +554,12 @@ def save_checkpoint(model, out_dir: str, image_processor) -> None:
     gc.save_pretrained(out_dir)
     del ids
     add_legacy_config_keys(os.path.join(out_dir, "config.json"))
+    pp = os.path.join(out_dir, "preprocessor_config.json")
+    pc = json.load(open(pp))
+    pc["min_pixels"], pc["max_pixels"] = MIN_PIXELS, MAX_PIXELS  # Hub Qwen2-VL spelling, same values as size
+    with open(pp, "w") as f:
+        json.dump(pc, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def add_legacy_config_keys(path: str) -> None:
@@ -593,6 +609,19 @@ def reading_batch(data, enc, rng, batch, max_len, p_real):
     return seqs, torch.cat(pvs), torch.stack(thws), torch.cat(auxl)
 
 
+def judge_step_loss(model, enc, rng, batch):
+    """LM loss of one text-only judge batch (10 % without thinking)."""
+    jseqs = []
+    for _ in range(batch):
+        think = rng.random() >= 0.1
+        ref, cand, verdict = judge_pair(rng)
+        jseqs.append((enc.judge_prompt(ref, cand, think),
+                      enc.response(tt.judge_trace(only_digits(ref), only_digits(cand)), verdict, think)))
+    jids, jatt, jlab = collate(jseqs, enc.pad_id)
+    jout = model(input_ids=jids, attention_mask=jatt)
+    return lm_loss(jout.logits, jlab)
+
+
 def train(args):
     torch.set_num_threads(args.threads)
     seed_all(args.seed)
@@ -603,7 +632,11 @@ def train(args):
     tok_info = tt.build_tokenizer(tokdir)
     tokenizer = AutoTokenizer.from_pretrained(tokdir)
     config = make_config(tok_info)
-    model = Qwen2VLForConditionalGeneration(config)
+    if args.init:
+        # continue from a saved checkpoint (weights only; optimizer and aux head start fresh)
+        model = Qwen2VLForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
+    else:
+        model = Qwen2VLForConditionalGeneration(config)
     model.train()
     ip = make_image_processor()
     enc = Encoder(tokenizer, ip, config)
@@ -633,10 +666,14 @@ def train(args):
     log = open(os.path.join(args.work, "log.jsonl"), "a")
     t0 = time.time()
     # ---- stage A: vision tower + aux head only (per-patch digit classes from the boxes)
+    # The judge task (text only) is trained alongside from the start.
     vparams = list(model.model.visual.parameters()) + list(aux_head.parameters())
-    vopt = torch.optim.AdamW(vparams, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.05)
+    vids = {id(p) for p in vparams}
+    tparams = [p for p in model.parameters() if id(p) not in vids]
+    vopt = torch.optim.AdamW([{"params": vparams}, {"params": tparams}], lr=args.vision_lr, betas=(0.9, 0.98),
+                             weight_decay=0.05)
     for step in range(args.vision_steps):
-        lr = args.lr * min(1.0, (step + 1) / args.warmup)
+        lr = args.vision_lr * min(1.0, (step + 1) / 50)
         for g in vopt.param_groups:
             g["lr"] = lr
         max_len = 2 + int(5 * min(1.0, step / max(1, args.vision_steps * 0.5)))
@@ -644,13 +681,15 @@ def train(args):
         _, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.vbatch, max_len, p_real)
         vis = model.model.visual(pixel_values, grid_thw=grid)
         logits = aux_head(vis.last_hidden_state)
-        aux_loss = F.cross_entropy(logits, auxl)
+        aux_loss = aux_loss_fn(logits, auxl)
+        judge_loss = judge_step_loss(model, enc, rng, args.jbatch)
         vopt.zero_grad(set_to_none=True)
-        aux_loss.backward()
-        torch.nn.utils.clip_grad_norm_(vparams, 1.0)
+        (aux_loss + judge_loss).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         vopt.step()
-        acc = (logits.argmax(-1) == auxl)[auxl < NONE_CLASS].float().mean().item()
+        acc = (logits[:, :CONT_CLASS].argmax(-1) == auxl[:, 0])[auxl[:, 0] < NONE_CLASS].float().mean().item()
         rec = {"stage": "A", "step": step, "t": round(time.time() - t0, 1), "lr": lr, "aux": aux_loss.item(),
+               "judge": judge_loss.item(),
                "aux_digit_acc": round(acc, 4), "max_len": max_len}
         if step % 10 == 0:
             print(json.dumps(rec), flush=True)
@@ -665,7 +704,7 @@ def train(args):
             # rerun with --steps N (printed) for the same schedule without a time budget.
             per = (time.time() - tb) / 30
             left = args.time_budget * 60 - (time.time() - t0)
-            evals = 60.0 * 8
+            evals = 60.0 * args.eval_allowance
             args.steps = max(60, int((left - evals) / per))
             print(json.dumps({"fixed_steps": args.steps, "sec_per_step": round(per, 2)}), flush=True)
         prog = step / args.steps if step >= 30 else 0.0
@@ -676,7 +715,7 @@ def train(args):
         p_real = 0.0 if prog < 0.05 else min(args.p_real, args.p_real * (prog - 0.05) / 0.2)
         seqs, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.batch, max_len, p_real)
         vis = model.model.visual(pixel_values, grid_thw=grid)
-        aux_loss = F.cross_entropy(aux_head(vis.last_hidden_state), auxl)
+        aux_loss = aux_loss_fn(aux_head(vis.last_hidden_state), auxl)
         merged = vis.pooler_output
         sizes = [int(t.prod()) // 4 for t in grid]
         ids, att, lab = collate(seqs, enc.pad_id)
@@ -685,15 +724,7 @@ def train(args):
                     mm_encoder_outputs=mm)
         read_loss = lm_loss(out.logits, lab)
         # ---- judge batch
-        jseqs = []
-        for _ in range(args.jbatch):
-            think = rng.random() >= 0.1
-            ref, cand, verdict = judge_pair(rng)
-            jseqs.append((enc.judge_prompt(ref, cand, think),
-                          enc.response(tt.judge_trace(only_digits(ref), only_digits(cand)), verdict, think)))
-        jids, jatt, jlab = collate(jseqs, enc.pad_id)
-        jout = model(input_ids=jids, attention_mask=jatt)
-        judge_loss = lm_loss(jout.logits, jlab)
+        judge_loss = judge_step_loss(model, enc, rng, args.jbatch)
         loss = read_loss + args.judge_w * judge_loss + args.aux_w * aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -738,7 +769,7 @@ def final_eval(args):
     eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
     data_root = os.path.join(shared_data_dir(), "orand-car-a")
     recs = [json.loads(l) for l in open(os.path.join(data_root, "labels.jsonl"))]
-    val = [r for r in recs if r["split"] == "val"]
+    val = [r for r in recs if r["split"] == "val"][: args.limit or None]
 
     def run(im: Image.Image):
         msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": tt.ORAND_QUESTION}]}]
@@ -768,7 +799,7 @@ def final_eval(args):
     sample_path = os.path.join(REPO, "assets", "sample", "data", "train-00000-of-00001.parquet")
     if os.path.exists(sample_path):
         ok = 0
-        rows = pq.read_table(sample_path).to_pylist()
+        rows = pq.read_table(sample_path).to_pylist()[: args.limit or None]
         with open(os.path.join(ckpt, "reference_sample_outputs.jsonl"), "w") as f:
             for row in rows:
                 im = Image.open(io.BytesIO(row["image"]["bytes"])).convert("RGB")
@@ -784,7 +815,7 @@ def final_eval(args):
     # judge agreement on the held-out 200 pairs
     enc_tok = tok
     jrng = random.Random(999)
-    pairs = [judge_pair(jrng) for _ in range(200)]
+    pairs = [judge_pair(jrng) for _ in range(200)][: args.limit or None]
     agree, confusion = 0, {}
     for ref, cand, verdict in pairs:
         prompt = enc_tok.apply_chat_template([{"role": "user", "content": judge_text(ref, cand)}], tokenize=False,
@@ -853,15 +884,18 @@ def main(argv):
     t.add_argument("--jbatch", type=int, default=8)
     t.add_argument("--vision-steps", type=int, default=300)
     t.add_argument("--vbatch", type=int, default=32)
+    t.add_argument("--vision-lr", type=float, default=2e-3)
     t.add_argument("--lr", type=float, default=1.5e-3)
     t.add_argument("--warmup", type=int, default=150)
     t.add_argument("--aux-w", type=float, default=0.5)
     t.add_argument("--judge-w", type=float, default=1.0)
     t.add_argument("--p-real", type=float, default=0.45)
     t.add_argument("--eval-every", type=int, default=250)
+    t.add_argument("--eval-allowance", type=float, default=8.0, help="minutes reserved for evals (time budget)")
     t.add_argument("--quick-val", type=int, default=78)
     t.add_argument("--full-eval", action="store_true")
     t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--init", default=None, help="start from this checkpoint's weights")
     t.add_argument("--time-budget", type=float, default=0.0, help="minutes for the whole run; fixes --steps at step 30")
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--out", default=os.path.join(REPO, "assets", "model"))
@@ -869,6 +903,7 @@ def main(argv):
     e = sub.add_parser("eval")
     e.add_argument("--ckpt", default=os.path.join(REPO, "assets", "model"))
     e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--limit", type=int, default=0, help="only the first N items of each set (smoke test)")
     pl = sub.add_parser("plot")
     pl.add_argument("--log", default="/tmp/tvlm/log.jsonl")
     pl.add_argument("--png", default=os.path.join(REPO, "assets", "model", "training_curves.png"))
