@@ -848,9 +848,10 @@ def plot_report(log_path: str, out_png: str) -> None:
 
     def smooth(key, k=25):
         v = np.array([r[key] for r in recs], dtype=np.float64)
-        if len(v) < k:
-            return v
-        return np.convolve(v, np.ones(k) / k, mode="same")
+        c = np.concatenate([[0.0], np.cumsum(v)])
+        i = np.arange(len(v))
+        lo = np.maximum(0, i + 1 - k)
+        return (c[i + 1] - c[lo]) / (i + 1 - lo)  # trailing mean
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for key, name in (("read", "reading LM loss"), ("judge", "judge LM loss"), ("aux", "aux digit loss")):
