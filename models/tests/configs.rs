@@ -155,6 +155,28 @@ fn transformers5_nested_layout_of_the_fixture() {
 }
 
 #[test]
+fn old_and_new_names_of_a_key_side_by_side_parse_like_transformers() {
+    // Files re-saved by transformers 5 keep the flat `rope_scaling` next to the new
+    // `rope_parameters`, and `in_chans` next to `in_channels` (the default checkpoint does).
+    let mut v: serde_json::Value = serde_json::from_str(&read("qwen2_vl/config.json")).unwrap();
+    v["rope_scaling"] = serde_json::json!({"type": "mrope", "mrope_section": [2, 3, 3]});
+    v["vision_config"]["in_chans"] = serde_json::json!(3);
+    v["vision_config"]["in_channels"] = serde_json::json!(3);
+    let c = ModelConfig::from_json(&v.to_string()).unwrap();
+    assert_eq!(c.text().unwrap().mrope_section, [2, 3, 3]);
+    assert_eq!(c.vision().in_channels, 3);
+    // The two names disagreeing is an error naming both.
+    v["vision_config"]["in_chans"] = serde_json::json!(4);
+    let err = ModelConfig::from_json(&v.to_string()).unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("in_chans") && msg.contains("in_channels"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn unsupported_model_type_lists_supported_ones() {
     let err = ModelConfig::from_json(r#"{"model_type": "llava"}"#).unwrap_err();
     assert!(matches!(err, ConfigError::Unsupported { ref found } if found == "llava"));

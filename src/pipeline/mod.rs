@@ -382,6 +382,12 @@ pub fn run(
     crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
     if !settings.quiet {
         eprint!("{}", crate::report::summary_table(&report.stats));
+        eprintln!(
+            "splits in {}, dataset card {}, run report {}",
+            settings.out.join("data").display(),
+            settings.out.join("README.md").display(),
+            settings.out.join(outputs::RUN_FILE).display()
+        );
     }
     Ok(report)
 }
