@@ -21,7 +21,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use verisample::dataset::reader::InputReader;
 use verisample::engine::vl::{load_engine, VlInputs};
-use verisample::engine::{Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
+use verisample::engine::{
+    Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request,
+};
 use verisample::judge::{build_judge_prompt, parse_verdict, Verdict};
 use verisample::verify::alnum::alnum_match;
 use verisample::verify::think::split_think;
@@ -120,7 +122,10 @@ fn load_fixture<T: for<'de> Deserialize<'de>>(name: &str) -> (Meta, Vec<T>) {
         .collect();
     let meta = head.meta;
     assert_eq!(meta.n, rows.len(), "{name}: header n");
-    assert_eq!(meta.max_new_tokens, MAX_NEW_TOKENS, "{name}: max_new_tokens");
+    assert_eq!(
+        meta.max_new_tokens, MAX_NEW_TOKENS,
+        "{name}: max_new_tokens"
+    );
     let weights = std::fs::read(model_dir().join("model.safetensors")).expect("assets/model");
     let sha = hex::encode(Sha256::digest(&weights));
     assert_eq!(
@@ -157,7 +162,10 @@ fn generate(requests: Vec<Request>) -> Vec<Completion> {
             Ok(())
         })
         .expect("generate");
-    println!("engine: {n} requests in {:.1} s", t0.elapsed().as_secs_f64());
+    println!(
+        "engine: {n} requests in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     assert_eq!(got.len(), n);
     got.into_values().collect()
 }
@@ -173,7 +181,12 @@ fn parity(
     let mut total = 0;
     for (c, (name, prompt_len, ids, margins)) in got.iter().zip(want) {
         total += 1;
-        assert_ne!(c.finish_reason, FinishReason::Error, "{name}: {:?}", c.error);
+        assert_ne!(
+            c.finish_reason,
+            FinishReason::Error,
+            "{name}: {:?}",
+            c.error
+        );
         assert_eq!(c.prompt_tokens, prompt_len, "{what} {name}: prompt length");
         if c.token_ids == ids {
             matched += 1;
@@ -263,7 +276,11 @@ fn check_reading_set(name: &str, refs: &[ReadingRef], meta: &Meta, images: Vec<V
         lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64,
         n = refs.len()
     );
-    assert_eq!(matched, refs.len(), "{name}: token parity with transformers");
+    assert_eq!(
+        matched,
+        refs.len(),
+        "{name}: token parity with transformers"
+    );
     assert!(
         correct >= meta.correct,
         "{name}: accuracy {correct}/{} below the checkpoint's {}",

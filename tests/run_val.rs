@@ -127,7 +127,10 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            ((name, r.row_index), r.image.path.clone().unwrap_or_default())
+            (
+                (name, r.row_index),
+                r.image.path.clone().unwrap_or_default(),
+            )
         })
         .collect();
 
@@ -148,7 +151,10 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
             .unwrap(),
         "run",
     );
-    println!("run: {:.1} s for {VAL_ROWS} rows", t0.elapsed().as_secs_f64());
+    println!(
+        "run: {:.1} s for {VAL_ROWS} rows",
+        t0.elapsed().as_secs_f64()
+    );
 
     // Read everything back.
     let think = accepted(&out, THINK);
@@ -183,7 +189,9 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let row = l["row"].as_u64().unwrap_or_else(|| panic!("{what} line {l}")) as usize;
+            let row = l["row"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{what} line {l}")) as usize;
             let path = path_of
                 .get(&(name, row))
                 .unwrap_or_else(|| panic!("{what} line names no input row: {l}"));
