@@ -2,7 +2,8 @@
 """Held-out judge pairs and the default checkpoint's transformers verdicts on them.
 
 Draws 200 (reference, candidate, rule verdict) pairs with the trainer's rule-based generator
-(`judge_pair` of scripts/train_tiny_vlm.py) from `random.Random(HELD_OUT_SEED)`. Seeds used by
+(`judge_pair` of scripts/tiny_vlm_data.py, as used by scripts/train_tiny_vlm.py) from
+`random.Random(HELD_OUT_SEED)`. Seeds used by
 the trainer: 1234 (training stream), 999 (its judge eval, used to pick the best checkpoint),
 4242 (sample-style eval); HELD_OUT_SEED is none of them. (The generator's space is small, so
 some pairs also occur in training; the set is held out by seed, not by content.)
@@ -32,7 +33,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import tiny_tokenizer as tt  # noqa: E402
-from train_tiny_vlm import judge_pair  # noqa: E402
+from tiny_vlm_data import judge_pair  # noqa: E402
 
 HELD_OUT_SEED = 20261130
 N_PAIRS = 200
@@ -94,7 +95,7 @@ def run(ref, ckpt: str) -> None:
         agreed += v == rule
         rows.append({"question": tt.ORAND_QUESTION, "reference": reference, "candidate": candidate,
                      "rule_verdict": rule, "prompt_ids_len": n, "generated_ids": gen, "text": text, "verdict": v, "logit_margins": margins})
-    head = meta(ref, ckpt, {"source": "train_tiny_vlm.judge_pair", "seed": HELD_OUT_SEED, "n": len(rows),
+    head = meta(ref, ckpt, {"source": "tiny_vlm_data.judge_pair", "seed": HELD_OUT_SEED, "n": len(rows),
                             "agreed": agreed})
     with open(OUT_PATH, "w") as f:
         f.write(json.dumps({"meta": head}) + "\n")
