@@ -364,17 +364,32 @@ def reading_batch(data, enc, rng, batch, max_len, p_real):
     return seqs, torch.cat(pvs), torch.stack(thws), torch.cat(auxl)
 
 
-def judge_step_loss(model, enc, rng, batch):
-    """LM loss of one text-only judge batch (10 % without thinking)."""
-    jseqs = []
+def judge_step_loss(model, enc, rng, batch, verdict_w=1.0):
+    """LM loss of one text-only judge batch (10 % without thinking).
+
+    ``verdict_w`` multiplies the loss of the verdict token (the first answer token after the
+    trace) relative to the trace tokens; the loss is the weighted mean over response tokens.
+    """
+    jseqs, vpos = [], []
     for _ in range(batch):
         think = rng.random() >= 0.1
         ref, cand, verdict = judge_pair(rng)
-        jseqs.append((enc.judge_prompt(ref, cand, think),
-                      enc.response(tt.judge_trace(only_digits(ref), only_digits(cand)), verdict, think)))
+        p = enc.judge_prompt(ref, cand, think)
+        r = enc.response(tt.judge_trace(only_digits(ref), only_digits(cand)), verdict, think)
+        vlen = len(enc._ids(verdict + "<|im_end|>"))
+        jseqs.append((p, r))
+        vpos.append(len(p) + len(r) - vlen)  # position of the verdict's first token
     jids, jatt, jlab = collate(jseqs, enc.pad_id)
     jout = model(input_ids=jids, attention_mask=jatt)
-    return lm_loss(jout.logits, jlab)
+    if verdict_w == 1.0:
+        return lm_loss(jout.logits, jlab)
+    logits, labels = jout.logits[:, :-1], jlab[:, 1:]
+    tok_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
+                               reduction="none").view(labels.shape)
+    w = (labels != -100).float()
+    for i, vp in enumerate(vpos):
+        w[i, vp - 1] *= verdict_w  # label at shifted index vp-1 is the token at vp
+    return (tok_loss * w).sum() / w.sum()
 
 
 def train(args):
@@ -463,30 +478,37 @@ def train(args):
             args.steps = max(60, int((left - evals) / per))
             print(json.dumps({"fixed_steps": args.steps, "sec_per_step": round(per, 2)}), flush=True)
         prog = step / args.steps if step >= 30 else 0.0
+        if args.no_curriculum:
+            prog = 1.0
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        # ---- reading batch
+        # ---- reading batch (every --read-every steps; the others are judge-only)
         max_len = 2 + int(5 * min(1.0, prog / 0.3))
         p_real = 0.0 if prog < 0.05 else min(args.p_real, args.p_real * (prog - 0.05) / 0.2)
-        seqs, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.batch, max_len, p_real)
-        vis = model.model.visual(pixel_values, grid_thw=grid)
-        aux_loss = aux_loss_fn(aux_head(vis.last_hidden_state), auxl)
-        merged = vis.pooler_output
-        sizes = [int(t.prod()) // 4 for t in grid]
-        ids, att, lab = collate(seqs, enc.pad_id)
-        mm = {"image": BaseModelOutputWithPooling(pooler_output=torch.split(merged, sizes))}
-        out = model(input_ids=ids, attention_mask=att, image_grid_thw=grid, mm_token_type_ids=(ids == enc.image_id).int(),
-                    mm_encoder_outputs=mm)
-        read_loss = lm_loss(out.logits, lab)
+        if step % args.read_every == 0:
+            seqs, pixel_values, grid, auxl = reading_batch(data, enc, rng, args.batch, max_len, p_real)
+            vis = model.model.visual(pixel_values, grid_thw=grid)
+            aux_loss = aux_loss_fn(aux_head(vis.last_hidden_state), auxl)
+            merged = vis.pooler_output
+            sizes = [int(t.prod()) // 4 for t in grid]
+            ids, att, lab = collate(seqs, enc.pad_id)
+            mm = {"image": BaseModelOutputWithPooling(pooler_output=torch.split(merged, sizes))}
+            out = model(input_ids=ids, attention_mask=att, image_grid_thw=grid,
+                        mm_token_type_ids=(ids == enc.image_id).int(), mm_encoder_outputs=mm)
+            read_loss = lm_loss(out.logits, lab)
+        else:
+            read_loss = aux_loss = torch.zeros(())
         # ---- judge batch
-        judge_loss = judge_step_loss(model, enc, rng, args.jbatch)
+        judge_loss = judge_step_loss(model, enc, rng, args.jbatch, args.verdict_w)
         loss = read_loss + args.judge_w * judge_loss + args.aux_w * aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        rec = {"step": step, "t": round(time.time() - t0, 1), "lr": lr_at(step), "read": read_loss.item(),
-               "judge": judge_loss.item(), "aux": aux_loss.item(), "max_len": max_len, "p_real": round(p_real, 3)}
+        rec = {"step": step, "t": round(time.time() - t0, 1), "lr": lr_at(step), "judge": judge_loss.item(),
+               "max_len": max_len, "p_real": round(p_real, 3)}
+        if step % args.read_every == 0:  # judge-only steps log no reading/aux loss
+            rec.update({"read": read_loss.item(), "aux": aux_loss.item()})
         if step % 10 == 0:
             print(json.dumps(rec), flush=True)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
@@ -494,7 +516,7 @@ def train(args):
             nval = len(val_items) if (step + 1 == args.steps or args.full_eval) else args.quick_val
             acc, texts = eval_reading(model, enc, val_items[:nval], 20)
             sacc, _ = eval_reading(model, enc, syn_items[:16], 20)
-            jacc = eval_judge(model, enc, judge_eval[:40])
+            jacc = eval_judge(model, enc, judge_eval[:args.quick_judge])
             rec.update({"val_acc": acc, "val_n": nval, "syn_acc": sacc, "judge_acc": jacc, "eval_s": round(time.time() - te, 1),
                         "example": texts[:3]})
             print(json.dumps(rec), flush=True)
@@ -599,18 +621,20 @@ def plot_report(log_path: str, out_png: str) -> None:
     import matplotlib.pyplot as plt
 
     recs = [r for r in (json.loads(l) for l in open(log_path)) if "stage" not in r]
-    steps = np.array([r["step"] for r in recs])
 
     def smooth(key, k=25):
-        v = np.array([r[key] for r in recs], dtype=np.float64)
+        # steps without this loss (judge-only steps have no reading/aux loss) are left out
+        have = [r for r in recs if key in r]
+        v = np.array([r[key] for r in have], dtype=np.float64)
         c = np.concatenate([[0.0], np.cumsum(v)])
         i = np.arange(len(v))
         lo = np.maximum(0, i + 1 - k)
-        return (c[i + 1] - c[lo]) / (i + 1 - lo)  # trailing mean
+        return np.array([r["step"] for r in have]), (c[i + 1] - c[lo]) / (i + 1 - lo)  # trailing mean
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for key, name in (("read", "reading LM loss"), ("judge", "judge LM loss"), ("aux", "aux digit loss")):
-        a1.plot(steps, smooth(key), label=name)
+    for key, name in (("read", "reading LM loss"), ("judge", "judge LM loss (run 6: verdict token x5)"),
+                      ("aux", "aux digit loss")):
+        a1.plot(*smooth(key), label=name)
     a1.set_yscale("log")
     a1.set_xlabel("step")
     a1.set_ylabel("loss (nats/token, 25-step mean)")
@@ -649,6 +673,10 @@ def main(argv):
     t.add_argument("--eval-every", type=int, default=250)
     t.add_argument("--eval-allowance", type=float, default=8.0, help="minutes reserved for evals (time budget)")
     t.add_argument("--quick-val", type=int, default=78)
+    t.add_argument("--quick-judge", type=int, default=40, help="held-out judge pairs in the periodic evals")
+    t.add_argument("--read-every", type=int, default=1, help="a reading batch every N steps (others judge-only)")
+    t.add_argument("--verdict-w", type=float, default=1.0, help="loss weight of the judge verdict token")
+    t.add_argument("--no-curriculum", action="store_true", help="full string length and real share from step 0")
     t.add_argument("--full-eval", action="store_true")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--init", default=None, help="start from this checkpoint's weights")

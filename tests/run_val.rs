@@ -1,0 +1,287 @@
+//! Issue 6: the real `verisample` binary end to end on the 78 OrandCar-A `val` images with
+//! the default checkpoint (`assets/model`): `prepare` → `run` → `verify`, then every input
+//! question must be accounted for exactly once (a split, the cleaning report or
+//! `errors.jsonl`), the think and nothink splits must hold the same items, and `run.json`'s
+//! counts must agree with what the splits hold.
+//!
+//! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, `<repo>/../../shared/data` or
+//! `<repo>/../shared/data`); prints "skipped: no ../shared/data" without it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use verisample::dataset::reader::InputReader;
+use verisample::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
+use verisample::record::{AcceptedQa, OutputRow, RejectedQa};
+use verisample::verify::alnum::alnum_match;
+
+/// Rows of OrandCar-A with `"split": "val"` in `labels.jsonl`.
+const VAL_ROWS: usize = 78;
+/// Generation limit of the run: the default checkpoint answers in ~20 tokens
+/// (`<think>\ndigits: …\n</think>\n\n…<|im_end|>`) and stops (see
+/// tests/fixtures/default_model/val_reference.jsonl); 48 is the limit of those fixtures.
+const MAX_NEW_TOKENS: &str = "48";
+const THINK: &str = "OrandCar_RS_think";
+const NOTHINK: &str = "OrandCar_RS_nothink";
+const REJECTED: &str = "OrandCar_rejected";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shared data folder per COMMON.md: `$VERISAMPLE_SHARED_DATA`, else
+/// `<repo>/../../shared/data` (a worktree), else `<repo>/../shared/data`.
+fn shared_data() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
+        Some(repo().join("../../shared/data")),
+        Some(repo().join("../shared/data")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("orand-car-a/labels.jsonl").is_file())
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_verisample"))
+}
+
+fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn accepted(out: &Path, split: &str) -> Vec<OutputRow<AcceptedQa>> {
+    split_files(out, split)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|f| read_accepted_split(f).unwrap_or_else(|e| panic!("{split}: {e}")))
+        .collect()
+}
+
+fn rejected(out: &Path) -> Vec<OutputRow<RejectedQa>> {
+    split_files(out, REJECTED)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|f| read_rejected_split(f).unwrap_or_else(|e| panic!("{REJECTED}: {e}")))
+        .collect()
+}
+
+/// The lines of a JSONL report (absent file: none).
+fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+fn qa_count<Q>(rows: &[OutputRow<Q>]) -> u64 {
+    rows.iter().map(|r| r.qa.len() as u64).sum()
+}
+
+#[test]
+fn run_on_orand_val_accounts_for_every_question_and_verifies() {
+    let Some(data) = shared_data() else {
+        println!("skipped: no ../shared/data");
+        return;
+    };
+    let model = repo().join("assets/model");
+    assert!(model.join("config.json").is_file(), "no assets/model");
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("orand-val");
+    let out = tmp.path().join("out");
+
+    // prepare
+    check(
+        bin()
+            .args(["-q", "prepare", "--labels"])
+            .arg(data.join("orand-car-a/labels.jsonl"))
+            .args(["--family", "OrandCar", "--split", "val", "--out"])
+            .arg(&input)
+            .output()
+            .unwrap(),
+        "prepare",
+    );
+    let inputs: Vec<_> = InputReader::open(input.to_str().unwrap())
+        .unwrap()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e:?}")))
+        .collect();
+    assert_eq!(inputs.len(), VAL_ROWS);
+    assert!(inputs.iter().all(|r| r.qa.len() == 1));
+    // (parquet file, row) → image path: cleaning and error lines name input rows.
+    let path_of: BTreeMap<(String, usize), String> = inputs
+        .iter()
+        .map(|r| {
+            let name = Path::new(&r.source_file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (
+                (name, r.row_index),
+                r.image.path.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+
+    // run
+    let t0 = Instant::now();
+    check(
+        bin()
+            .arg("run")
+            .arg("--model")
+            .arg(&model)
+            .arg("--data")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .args(["--progress", "none", "--device", "cpu"])
+            .args(["--max-new-tokens", MAX_NEW_TOKENS])
+            .output()
+            .unwrap(),
+        "run",
+    );
+    println!(
+        "run: {:.1} s for {VAL_ROWS} rows",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Read everything back.
+    let think = accepted(&out, THINK);
+    let nothink = accepted(&out, NOTHINK);
+    let rej = rejected(&out);
+    let cleaning = jsonl(&out.join("cleaning.jsonl"));
+    let errors = jsonl(&out.join("errors.jsonl"));
+    let n_acc = qa_count(&nothink);
+    let n_rej = qa_count(&rej);
+    println!(
+        "accepted {n_acc}, rejected {n_rej}, cleaning drops {}, errors {}",
+        cleaning.len(),
+        errors.len()
+    );
+
+    // Every question exactly once.
+    let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for r in &nothink {
+        seen.entry(r.image.path.clone().unwrap_or_default())
+            .or_default()
+            .extend(r.qa.iter().map(|_| "accepted"));
+    }
+    for r in &rej {
+        seen.entry(r.image.path.clone().unwrap_or_default())
+            .or_default()
+            .extend(r.qa.iter().map(|_| "rejected"));
+    }
+    for (what, lines) in [("cleaning", &cleaning), ("error", &errors)] {
+        for l in lines {
+            let file = l["file"].as_str().unwrap_or_default();
+            let name = Path::new(file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let row = l["row"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{what} line {l}")) as usize;
+            let path = path_of
+                .get(&(name, row))
+                .unwrap_or_else(|| panic!("{what} line names no input row: {l}"));
+            seen.entry(path.clone()).or_default().push(what);
+        }
+    }
+    assert_eq!(
+        n_acc + n_rej + cleaning.len() as u64 + errors.len() as u64,
+        VAL_ROWS as u64,
+        "accepted + rejected + cleaning drops + errors"
+    );
+    assert_eq!(seen.len(), VAL_ROWS, "distinct images accounted for");
+    for (path, places) in &seen {
+        assert_eq!(places.len(), 1, "{path} is in {places:?}");
+        assert!(path_of.values().any(|p| p == path), "{path} is no input");
+    }
+
+    // Think and nothink hold the same items, in the same order.
+    assert_eq!(think.len(), nothink.len());
+    for (t, n) in think.iter().zip(&nothink) {
+        assert_eq!(t.image_sha256, n.image_sha256);
+        assert_eq!(t.image.path, n.image.path);
+        assert_eq!(t.qa.len(), n.qa.len());
+        for (a, b) in t.qa.iter().zip(&n.qa) {
+            assert_eq!(
+                (&a.question, &a.answer, &a.org_answer, &a.accepted_by),
+                (&b.question, &b.answer, &b.org_answer, &b.accepted_by)
+            );
+            assert!(a.think.is_some(), "think split without a trace: {a:?}");
+            assert_eq!(b.think, None, "nothink split with a trace: {b:?}");
+            if b.accepted_by.starts_with("verifier:") {
+                assert!(alnum_match(&b.vlm_answer, &b.org_answer).is_some(), "{b:?}");
+            }
+        }
+    }
+    for r in &rej {
+        for q in &r.qa {
+            assert!(!q.reason.is_empty(), "{q:?}");
+        }
+    }
+
+    // verify
+    check(bin().arg("verify").arg(&out).output().unwrap(), "verify");
+
+    // run.json agrees with the splits.
+    let run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let st = &run["stats"];
+    assert_eq!(run["status"], "complete");
+    assert_eq!(st["input_rows"], VAL_ROWS as u64);
+    assert_eq!(st["input_items"], VAL_ROWS as u64);
+    assert_eq!(st["accepted"], n_acc);
+    assert_eq!(st["rejected"], n_rej);
+    assert_eq!(st["errors"], errors.len() as u64);
+    let sum = |v: &serde_json::Value| -> u64 {
+        v.as_object()
+            .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum())
+    };
+    assert_eq!(sum(&st["cleaning_drops"]), cleaning.len() as u64);
+    assert_eq!(sum(&st["accepted_by"]), n_acc);
+    assert_eq!(sum(&st["reject_reasons"]), n_rej);
+    for (split, rows, items) in [
+        (THINK, think.len(), qa_count(&think)),
+        (NOTHINK, nothink.len(), n_acc),
+        (REJECTED, rej.len(), n_rej),
+    ] {
+        assert_eq!(
+            st["split_rows"][split].as_u64().unwrap_or(0),
+            rows as u64,
+            "{split} rows"
+        );
+        assert_eq!(
+            st["split_items"][split].as_u64().unwrap_or(0),
+            items,
+            "{split} items"
+        );
+    }
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for q in nothink.iter().flat_map(|r| &r.qa) {
+        *by.entry(q.accepted_by.clone()).or_default() += 1;
+    }
+    let by_json: BTreeMap<String, u64> =
+        serde_json::from_value(st["accepted_by"].clone()).unwrap_or_default();
+    assert_eq!(by, by_json, "accepted_by");
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for q in rej.iter().flat_map(|r| &r.qa) {
+        *reasons.entry(q.reason.clone()).or_default() += 1;
+    }
+    let reasons_json: BTreeMap<String, u64> =
+        serde_json::from_value(st["reject_reasons"].clone()).unwrap_or_default();
+    assert_eq!(reasons, reasons_json, "reject_reasons");
+    println!("accepted_by {by:?}, reject_reasons {reasons:?}");
+}
