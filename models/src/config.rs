@@ -221,13 +221,9 @@ pub struct Qwen2VlVisionConfig {
     /// Attention heads.
     #[serde(default = "d_16")]
     pub num_heads: usize,
-    /// Image channels (3 when absent). Published files spell it `in_chans`; a checkpoint
-    /// re-saved by transformers holds both keys (a serde alias would reject that).
-    #[serde(default)]
-    pub in_channels: Option<usize>,
-    /// Legacy spelling of `in_channels`, used when `in_channels` is absent.
-    #[serde(default)]
-    pub in_chans: Option<usize>,
+    /// Image channels (`in_chans` in the published files).
+    #[serde(default = "d_3", alias = "in_chans")]
+    pub in_channels: usize,
     /// Spatial patch size in pixels.
     #[serde(default = "d_14")]
     pub patch_size: usize,
@@ -240,13 +236,6 @@ pub struct Qwen2VlVisionConfig {
     /// Rotary parameters of the 2D vision RoPE (theta 10000).
     #[serde(default)]
     pub rope_parameters: Option<RopeParameters>,
-}
-
-impl Qwen2VlVisionConfig {
-    /// Image channels: `in_channels`, else the legacy `in_chans`, else 3.
-    pub fn channels(&self) -> usize {
-        self.in_channels.or(self.in_chans).unwrap_or_else(d_3)
-    }
 }
 
 /// Vision config of Qwen2.5-VL (`Qwen2_5_VLVisionConfig`).
@@ -267,13 +256,9 @@ pub struct Qwen25VlVisionConfig {
     /// Attention heads.
     #[serde(default = "d_16")]
     pub num_heads: usize,
-    /// Image channels (3 when absent). Published files spell it `in_chans`; a checkpoint
-    /// re-saved by transformers holds both keys (a serde alias would reject that).
-    #[serde(default)]
-    pub in_channels: Option<usize>,
-    /// Legacy spelling of `in_channels`, used when `in_channels` is absent.
-    #[serde(default)]
-    pub in_chans: Option<usize>,
+    /// Image channels.
+    #[serde(default = "d_3", alias = "in_chans")]
+    pub in_channels: usize,
     /// Spatial patch size.
     #[serde(default = "d_14")]
     pub patch_size: usize,
@@ -295,13 +280,6 @@ pub struct Qwen25VlVisionConfig {
     /// Rotary parameters of the 2D vision RoPE.
     #[serde(default)]
     pub rope_parameters: Option<RopeParameters>,
-}
-
-impl Qwen25VlVisionConfig {
-    /// Image channels: `in_channels`, else the legacy `in_chans`, else 3.
-    pub fn channels(&self) -> usize {
-        self.in_channels.or(self.in_chans).unwrap_or_else(d_3)
-    }
 }
 
 /// Vision config of Qwen3-VL (`Qwen3VLVisionConfig`).
@@ -685,7 +663,7 @@ impl ModelConfig {
                     intermediate_size: (v.embed_dim as f64 * v.mlp_ratio) as usize,
                     hidden_act: v.hidden_act.clone(),
                     out_hidden_size: v.hidden_size,
-                    in_channels: v.channels(),
+                    in_channels: v.in_channels,
                     patch_size: v.patch_size,
                     temporal_patch_size: v.temporal_patch_size,
                     spatial_merge_size: v.spatial_merge_size,
@@ -706,7 +684,7 @@ impl ModelConfig {
                     intermediate_size: v.intermediate_size,
                     hidden_act: v.hidden_act.clone(),
                     out_hidden_size: v.out_hidden_size,
-                    in_channels: v.channels(),
+                    in_channels: v.in_channels,
                     patch_size: v.patch_size,
                     temporal_patch_size: v.temporal_patch_size,
                     spatial_merge_size: v.spatial_merge_size,
@@ -821,27 +799,5 @@ fn eos_ids(v: Option<&Value>) -> Vec<u32> {
             .filter_map(|x| x.as_u64().map(|x| x as u32))
             .collect(),
         _ => Vec::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vision_in_channels_from_either_spelling_or_both() {
-        // (vision_config keys, resolved channels)
-        let cases = [
-            (r#"{}"#, 3),
-            (r#"{"in_chans": 1}"#, 1),
-            (r#"{"in_channels": 4}"#, 4),
-            (r#"{"in_channels": 4, "in_chans": 4}"#, 4),
-        ];
-        for (json, want) in cases {
-            let v: Qwen2VlVisionConfig = serde_json::from_str(json).expect(json);
-            assert_eq!(v.channels(), want, "{json}");
-            let v: Qwen25VlVisionConfig = serde_json::from_str(json).expect(json);
-            assert_eq!(v.channels(), want, "{json}");
-        }
     }
 }
