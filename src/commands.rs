@@ -1,7 +1,7 @@
 //! The I/O sides of `verify`, `check` and `bench`: read what they need from disk or
 //! arguments, call the library code (`verify_output`, `check`, `bench`), print.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -12,22 +12,30 @@ use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::verify::{Verifier, VerifierRegistry};
-use crate::verify_output::{verify_family, FamilySplits, VerifyReport, VerifySettings};
+use crate::verify_output::{
+    row_count_mismatches, verify_family, FamilySplits, VerifyReport, VerifySettings,
+};
 
 /// A `verify` that found disagreements (exit code 1, report already printed).
 #[derive(Debug, thiserror::Error)]
 #[error("verify found {0} disagreement(s)")]
 pub struct VerifyFailed(pub usize);
 
-/// The settings `verify` applies: those recorded in `OUT/run.json` (`settings.number_guard`,
-/// `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line overrides.
-fn verify_settings(a: &VerifyArgs) -> anyhow::Result<VerifySettings> {
-    let run_json = a.out.join("run.json");
-    let recorded: serde_json::Value = match std::fs::read(&run_json) {
+/// `OUT/run.json` as JSON, or `Null` when the output has none (e.g. hand-made).
+///
+/// Errors: the file exists but is not valid JSON.
+fn read_run_json(out: &Path) -> anyhow::Result<serde_json::Value> {
+    let run_json = out.join("run.json");
+    match std::fs::read(&run_json) {
         Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("{} is not valid JSON", run_json.display()))?,
-        Err(_) => serde_json::Value::Null,
-    };
+            .with_context(|| format!("{} is not valid JSON", run_json.display())),
+        Err(_) => Ok(serde_json::Value::Null),
+    }
+}
+
+/// The settings `verify` applies: those recorded in `run.json` (`settings.number_guard`,
+/// `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line overrides.
+fn verify_settings(a: &VerifyArgs, recorded: &serde_json::Value) -> anyhow::Result<VerifySettings> {
     let settings = &recorded["settings"];
     let mut overrides: Vec<String> = settings["verifiers"]
         .as_array()
@@ -69,13 +77,29 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 }
 
 /// `verisample verify OUT`: re-derive every decision of every family in `OUT/data` from the
-/// stored fields alone and print the report.
+/// stored fields alone, check the row counts against `run.json`, and print the report.
 ///
 /// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
 pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
-    let settings = verify_settings(a)?;
+    let recorded = read_run_json(&a.out)?;
+    let settings = verify_settings(a, &recorded)?;
     let splits = scan_output_dir(&a.out)
         .with_context(|| format!("read output directory {}", a.out.display()))?;
+    let mut problems = 0;
+    if let Some(rows) = recorded["stats"]["split_rows"].as_object() {
+        let want: BTreeMap<String, u64> = rows
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+            .collect();
+        let found: BTreeMap<String, u64> = splits
+            .iter()
+            .map(|s| (s.name.clone(), s.num_examples))
+            .collect();
+        for m in row_count_mismatches(&want, &found) {
+            println!("MISMATCH {m}");
+            problems += 1;
+        }
+    }
     let families: BTreeSet<String> = splits
         .iter()
         .filter_map(|s| {
@@ -91,7 +115,6 @@ pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let mut problems = 0;
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;
         let report: VerifyReport = verify_family(

@@ -531,3 +531,57 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
         .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
     c.report
 }
+
+/// Compare the row counts `run.json` recorded per split (`stats.split_rows`) with the rows
+/// found on disk, both keyed by split name: a split whose rows were deleted or added after
+/// the run cannot be caught by re-deriving the decisions of the rows that remain.
+///
+/// Returns one message per split whose counts differ (a split missing on either side counts
+/// as 0 rows there), in split-name order; empty when they agree.
+pub fn row_count_mismatches(
+    recorded: &BTreeMap<String, u64>,
+    found: &BTreeMap<String, u64>,
+) -> Vec<String> {
+    let names: std::collections::BTreeSet<&String> = recorded.keys().chain(found.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let want = recorded.get(name).copied().unwrap_or(0);
+            let got = found.get(name).copied().unwrap_or(0);
+            (want != got).then(|| format!("{name}: run.json records {want} rows, found {got}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod row_count_tests {
+    use super::*;
+
+    #[test]
+    fn row_counts_table() {
+        let m = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let cases: [(&[(&str, u64)], &[(&str, u64)], Vec<&str>); 4] = [
+            (&[("A_rejected", 76)], &[("A_rejected", 76)], vec![]),
+            (
+                &[("A_rejected", 76)],
+                &[("A_rejected", 10)],
+                vec!["A_rejected: run.json records 76 rows, found 10"],
+            ),
+            (
+                &[("A_RS_think", 2)],
+                &[],
+                vec!["A_RS_think: run.json records 2 rows, found 0"],
+            ),
+            (
+                &[],
+                &[("B_rejected", 1)],
+                vec!["B_rejected: run.json records 0 rows, found 1"],
+            ),
+        ];
+        for (recorded, found, want) in cases {
+            assert_eq!(row_count_mismatches(&m(recorded), &m(found)), want);
+        }
+    }
+}
