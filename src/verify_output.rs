@@ -562,7 +562,8 @@ mod row_count_tests {
         let m = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
             pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
-        let cases: [(&[(&str, u64)], &[(&str, u64)], Vec<&str>); 4] = [
+        type Counts<'a> = &'a [(&'a str, u64)];
+        let cases: [(Counts, Counts, Vec<&str>); 4] = [
             (&[("A_rejected", 76)], &[("A_rejected", 76)], vec![]),
             (
                 &[("A_rejected", 76)],
