@@ -172,12 +172,20 @@ fn generate(requests: Vec<Request>) -> Vec<Completion> {
 
 /// Compare token ids with the reference; print every mismatch with the reference's logit
 /// margin (top-1 minus top-2) at the first differing step. Returns the number that match.
+/// A first differing step where transformers' own top-1/top-2 logit margin is below this is a
+/// near tie: f32 noise of the size of the `pixel_values` difference (the `image` crate's JPEG
+/// decoder differs from Pillow's libjpeg-turbo by one level on ~1 % of pixels) can flip it.
+const NEAR_TIE_MARGIN: f64 = 1e-3;
+
+/// Token parity of one set: how many items are token-identical, and how many differ only
+/// from a near tie ([`NEAR_TIE_MARGIN`]) on. Every other difference fails the test at once.
 fn parity(
     what: &str,
     got: &[Completion],
     want: impl Iterator<Item = (String, usize, Vec<u32>, Vec<f64>)>,
-) -> usize {
+) -> (usize, usize) {
     let mut matched = 0;
+    let mut near_ties = 0;
     let mut total = 0;
     for (c, (name, prompt_len, ids, margins)) in got.iter().zip(want) {
         total += 1;
@@ -206,9 +214,19 @@ fn parity(
             margins.get(at),
             margins.iter().cloned().fold(f64::INFINITY, f64::min)
         );
+        let margin = margins.get(at).copied().unwrap_or(f64::INFINITY);
+        assert!(
+            margin < NEAR_TIE_MARGIN,
+            "{what} {name}: tokens differ from transformers at step {at} where its top-2 margin \
+             is {margin}, not a near tie"
+        );
+        near_ties += 1;
     }
-    println!("{what} parity: {matched}/{total} token-identical to transformers");
-    matched
+    println!(
+        "{what} parity: {matched}/{total} token-identical to transformers, {near_ties} differ from \
+         a near tie (margin < {NEAR_TIE_MARGIN}) on"
+    );
+    (matched, near_ties)
 }
 
 /// Items whose answer (after the last `</think>`) passes SPEC §5 alnum against the label.
@@ -224,7 +242,16 @@ fn reading_correct(got: &[Completion], refs: &[ReadingRef]) -> usize {
 
 /// Parity + accuracy guard of one reading set. `images` are the encoded images in fixture
 /// order.
-fn check_reading_set(name: &str, refs: &[ReadingRef], meta: &Meta, images: Vec<Vec<u8>>) {
+///
+/// `jpeg`: the images are JPEGs, whose decoding differs slightly from Pillow's, so items that
+/// part from transformers at a near tie are tolerated (and counted); PNG sets must be exact.
+fn check_reading_set(
+    name: &str,
+    refs: &[ReadingRef],
+    meta: &Meta,
+    images: Vec<Vec<u8>>,
+    jpeg: bool,
+) {
     assert_eq!(images.len(), refs.len());
     let requests = refs
         .iter()
@@ -253,7 +280,7 @@ fn check_reading_set(name: &str, refs: &[ReadingRef], meta: &Meta, images: Vec<V
         ref_correct_here, meta.correct,
         "{name}: our verifier on transformers' texts disagrees with the script's count"
     );
-    let matched = parity(
+    let (matched, near_ties) = parity(
         name,
         &got,
         refs.iter().map(|r| {
@@ -276,8 +303,9 @@ fn check_reading_set(name: &str, refs: &[ReadingRef], meta: &Meta, images: Vec<V
         lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64,
         n = refs.len()
     );
+    let tolerated = if jpeg { near_ties } else { 0 };
     assert_eq!(
-        matched,
+        matched + tolerated,
         refs.len(),
         "{name}: token parity with transformers"
     );
@@ -302,7 +330,7 @@ fn val_images_match_transformers_and_keep_accuracy() {
         .iter()
         .map(|r| std::fs::read(root.join(&r.file)).unwrap_or_else(|e| panic!("{}: {e}", r.file)))
         .collect();
-    check_reading_set("val", &refs, &meta, images);
+    check_reading_set("val", &refs, &meta, images, true);
 }
 
 #[test]
@@ -331,7 +359,7 @@ fn sample_images_match_transformers_and_keep_accuracy() {
                 .unwrap_or_else(|| panic!("{} not in the sample", r.file))
         })
         .collect();
-    check_reading_set("sample", &refs, &meta, images);
+    check_reading_set("sample", &refs, &meta, images, false);
 }
 
 #[test]
@@ -365,7 +393,7 @@ fn judge_agrees_with_the_rule_at_least_as_well_as_transformers() {
         })
         .collect();
     let got = generate(requests);
-    let matched = parity(
+    let (matched, _) = parity(
         "judge",
         &got,
         refs.iter().enumerate().map(|(i, r)| {
