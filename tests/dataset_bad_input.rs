@@ -451,3 +451,74 @@ fn one_non_utf8_string_loses_only_its_row() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// A null question, a null `qa` entry and a null answer fail only their own entries: the row
+/// is still read with all four entries, the valid one intact, and the pipeline's entry check
+/// names each bad one (`qa[i].question` / `qa[i].answer`), so it alone goes to errors.jsonl.
+#[test]
+fn null_qa_entries_fail_only_themselves() {
+    use verisample::pipeline::inspect::check_qa;
+    let tmp = tempfile::tempdir().unwrap();
+    let fields = Fields::from(vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+    ]);
+    let items = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![
+                Some("q0"),
+                None,
+                Some("q2"),
+                Some("q3"),
+            ])) as ArrayRef,
+            Arc::new(StringArray::from(vec![
+                Some("a0"),
+                Some("a1"),
+                Some("a2"),
+                None,
+            ])) as ArrayRef,
+        ],
+        Some(arrow::buffer::NullBuffer::from(vec![
+            true, true, false, true,
+        ])),
+    );
+    let qa: ArrayRef = Arc::new(ListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(fields), true)),
+        OffsetBuffer::from_lengths([4]),
+        Arc::new(items),
+        None,
+    ));
+    let path = tmp.path().join("nulls.parquet");
+    write(
+        &path,
+        vec![
+            ("image", image_col(vec![Some(png(4, 3, 9))], vec![None])),
+            ("qa", qa),
+        ],
+    );
+    let out: Vec<Result<InputRow, RowError>> =
+        InputReader::open(path.to_str().unwrap()).unwrap().collect();
+    assert_eq!(out.len(), 1);
+    let row = out[0].as_ref().expect("the row is read");
+    assert_eq!(row.qa.len(), 4);
+    assert_eq!(
+        (row.qa[0].question.as_str(), row.qa[0].answer.as_str()),
+        ("q0", "a0")
+    );
+    let checks: Vec<Result<(), String>> = row
+        .qa
+        .iter()
+        .enumerate()
+        .map(|(i, q)| check_qa(i, q).map_err(|p| p.field))
+        .collect();
+    assert_eq!(
+        checks,
+        vec![
+            Ok(()),
+            Err("qa[1].question".to_string()),
+            Err("qa[2].question".to_string()),
+            Err("qa[3].answer".to_string()),
+        ]
+    );
+}

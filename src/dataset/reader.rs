@@ -657,16 +657,20 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
     let mut out = Vec::with_capacity(s.len());
     for j in 0..s.len() {
         let field = |name: &str| format!("qa[{j}].{name}");
+        // A null entry, question or answer is kept as an empty string: the pipeline then
+        // reports just that entry (`qa[j].question` / `qa[j].answer`, "missing or blank")
+        // and the row's other entries are still processed.
         if s.is_null(j) {
-            return Err((format!("qa[{j}]"), "qa item is null".into()));
+            out.push(QaItem::default());
+            continue;
         }
         let required = |name: &str| -> Result<String, FieldError> {
             let c = s
                 .column_by_name(name)
                 .ok_or_else(|| (field(name), format!("missing field `{name}`")))?;
-            get_string(c.as_ref(), j)
+            Ok(get_string(c.as_ref(), j)
                 .map_err(|m| (field(name), m))?
-                .ok_or_else(|| (field(name), "null".to_string()))
+                .unwrap_or_default())
         };
         let question = required("question")?;
         let answer = required("answer")?;
