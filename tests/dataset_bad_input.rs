@@ -387,3 +387,138 @@ fn a_corrupt_row_group_is_one_error_and_the_next_row_group_still_reads() {
         .collect();
     assert_eq!(ok, [(2, "q2".to_string()), (3, "q3".to_string())]);
 }
+
+/// A row group of 12 rows whose row 7 has an answer that is not UTF-8 in a `string` column:
+/// only row 7 is an error (naming `qa[0].answer`); the other 11 rows are read in order.
+#[test]
+fn one_non_utf8_string_loses_only_its_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = png(4, 3, 9);
+    let n = 12;
+    let bad = 7;
+    let mut answers: Vec<Vec<u8>> = (0..n).map(|i| format!("a{i}").into_bytes()).collect();
+    answers[bad] = b"\xff\xfebad".to_vec();
+    let offsets = OffsetBuffer::from_lengths(answers.iter().map(Vec::len));
+    let values = arrow::buffer::Buffer::from(answers.concat());
+    // SAFETY: deliberately invalid UTF-8 in a string array, to write a broken parquet file;
+    // the offsets are valid and the array is only handed to the parquet writer.
+    let answer_col: ArrayRef =
+        Arc::new(unsafe { StringArray::new_unchecked(offsets, values, None) });
+    let questions: Vec<String> = (0..n).map(|i| format!("q{i}")).collect();
+    let fields = Fields::from(vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+    ]);
+    let items = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(StringArray::from(questions)) as ArrayRef,
+            answer_col,
+        ],
+        None,
+    );
+    let qa: ArrayRef = Arc::new(ListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(fields), true)),
+        OffsetBuffer::from_lengths(std::iter::repeat_n(1, n)),
+        Arc::new(items),
+        None,
+    ));
+    let path = tmp.path().join("bad_answer.parquet");
+    write(
+        &path,
+        vec![
+            ("image", image_col(vec![Some(good); n], vec![None; n])),
+            ("qa", qa),
+        ],
+    );
+    let out: Vec<Result<InputRow, RowError>> =
+        InputReader::open(path.to_str().unwrap()).unwrap().collect();
+    assert_eq!(out.len(), n, "{out:?}");
+    let errors: Vec<&RowError> = out.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].row, Some(bad));
+    assert_eq!(errors[0].field, "qa[0].answer");
+    assert!(errors[0].file.ends_with("bad_answer.parquet"));
+    assert!(errors[0].message.contains("UTF-8"), "{}", errors[0].message);
+    let rows: Vec<&InputRow> = out.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let got: Vec<(usize, String)> = rows
+        .iter()
+        .map(|r| (r.row_index, r.qa[0].answer.clone()))
+        .collect();
+    let want: Vec<(usize, String)> = (0..n)
+        .filter(|&i| i != bad)
+        .map(|i| (i, format!("a{i}")))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// A null question, a null `qa` entry and a null answer fail only their own entries: the row
+/// is still read with all four entries, the valid one intact, and the pipeline's entry check
+/// names each bad one (`qa[i].question` / `qa[i].answer`), so it alone goes to errors.jsonl.
+#[test]
+fn null_qa_entries_fail_only_themselves() {
+    use verisample::pipeline::inspect::check_qa;
+    let tmp = tempfile::tempdir().unwrap();
+    let fields = Fields::from(vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+    ]);
+    let items = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![
+                Some("q0"),
+                None,
+                Some("q2"),
+                Some("q3"),
+            ])) as ArrayRef,
+            Arc::new(StringArray::from(vec![
+                Some("a0"),
+                Some("a1"),
+                Some("a2"),
+                None,
+            ])) as ArrayRef,
+        ],
+        Some(arrow::buffer::NullBuffer::from(vec![
+            true, true, false, true,
+        ])),
+    );
+    let qa: ArrayRef = Arc::new(ListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(fields), true)),
+        OffsetBuffer::from_lengths([4]),
+        Arc::new(items),
+        None,
+    ));
+    let path = tmp.path().join("nulls.parquet");
+    write(
+        &path,
+        vec![
+            ("image", image_col(vec![Some(png(4, 3, 9))], vec![None])),
+            ("qa", qa),
+        ],
+    );
+    let out: Vec<Result<InputRow, RowError>> =
+        InputReader::open(path.to_str().unwrap()).unwrap().collect();
+    assert_eq!(out.len(), 1);
+    let row = out[0].as_ref().expect("the row is read");
+    assert_eq!(row.qa.len(), 4);
+    assert_eq!(
+        (row.qa[0].question.as_str(), row.qa[0].answer.as_str()),
+        ("q0", "a0")
+    );
+    let checks: Vec<Result<(), String>> = row
+        .qa
+        .iter()
+        .enumerate()
+        .map(|(i, q)| check_qa(i, q).map_err(|p| p.field))
+        .collect();
+    assert_eq!(
+        checks,
+        vec![
+            Ok(()),
+            Err("qa[1].question".to_string()),
+            Err("qa[2].question".to_string()),
+            Err("qa[3].answer".to_string()),
+        ]
+    );
+}

@@ -245,6 +245,33 @@ fn per_item_errors_do_not_stop_the_run() {
     assert_eq!(e.stats().failed, 2);
 }
 
+/// A prompt longer than the model's context fails alone before any prefill; the others run.
+#[test]
+fn a_prompt_longer_than_the_context_is_a_per_item_error() {
+    let mut model = MockModel::default();
+    model.context = Some(50);
+    let mut e = Engine::new(model, MockProcessor::default(), cfg(4, 200, true)).expect("engine");
+    let reqs = vec![
+        req(1, None, None, &"x".repeat(100)),
+        req(2, None, None, &"x".repeat(48)),
+        req(3, None, Some(image(1, 8)), "What is written in the image?"),
+    ];
+    let got = run(&mut e, reqs.clone());
+    assert_eq!(got[&1].finish_reason, FinishReason::Error);
+    assert_eq!(got[&1].prompt_tokens, 102);
+    assert_eq!(
+        got[&1].error.as_deref(),
+        Some("prompt of 102 tokens exceeds the model's context of 50")
+    );
+    // Exactly the context (48 characters + 2 tokens = 50) is still accepted.
+    assert_ne!(got[&2].finish_reason, FinishReason::Error);
+    assert_matches_reference(
+        &reqs[1..],
+        &got.into_iter().filter(|(k, _)| *k >= 2).collect(),
+    );
+    assert_eq!(e.stats().failed, 1);
+}
+
 #[test]
 fn a_failing_callback_stops_generate_and_the_next_call_starts_clean() {
     let mut e = engine(cfg(4, 128, true));

@@ -107,6 +107,8 @@ pub struct Qwen2VlTextConfig {
     /// Whether `lm_head` shares `embed_tokens` (flat layout: here; nested: top level).
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
+    /// Longest sequence the rotary embedding was trained for (`max_position_embeddings`).
+    pub max_position_embeddings: Option<usize>,
     /// End-of-sequence id(s).
     #[serde(default)]
     pub eos_token_id: Option<Value>,
@@ -173,6 +175,8 @@ pub struct Qwen3VlTextConfig {
     /// Tied embeddings, when stated in the text config.
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
+    /// Longest sequence the rotary embedding was trained for (`max_position_embeddings`).
+    pub max_position_embeddings: Option<usize>,
     /// End-of-sequence id(s).
     #[serde(default)]
     pub eos_token_id: Option<Value>,
@@ -475,6 +479,8 @@ pub struct TextSpec {
     pub hidden_act: String,
     /// End-of-sequence ids, in file order.
     pub eos_token_ids: Vec<u32>,
+    /// The model's context in tokens (`max_position_embeddings`), when the config gives it.
+    pub max_position_embeddings: Option<usize>,
 }
 
 /// Resolved vision-tower switches and sizes.
@@ -640,6 +646,7 @@ impl ModelConfig {
                         .unwrap_or(false),
                     hidden_act: t.hidden_act,
                     eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
+                    max_position_embeddings: t.max_position_embeddings,
                 };
                 check_heads(&spec)?;
                 Ok(spec)
@@ -758,6 +765,7 @@ fn qwen2_text(
         tie_word_embeddings: top_tie.or(t.tie_word_embeddings).unwrap_or(false),
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
+        max_position_embeddings: t.max_position_embeddings,
     };
     check_heads(&spec)?;
     Ok(spec)

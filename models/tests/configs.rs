@@ -73,6 +73,7 @@ fn qwen2_5_vl_7b_flat_layout() {
         ),
         (3584, 28, 28, 4, 128)
     );
+    assert_eq!(t.max_position_embeddings, Some(128000));
     assert_eq!((t.vocab_size, t.intermediate_size), (152064, 18944));
     assert_eq!(t.mrope_section, [16, 24, 24]);
     assert!(!t.mrope_interleaved && t.qkv_bias && !t.qk_norm);
@@ -111,6 +112,7 @@ fn qwen3_vl_8b_thinking_nested_layout() {
         (4096, 36, 32, 8, 128)
     );
     assert_eq!(t.mrope_section, [24, 20, 20]);
+    assert_eq!(t.max_position_embeddings, Some(262144));
     assert!(t.mrope_interleaved && t.qk_norm && !t.qkv_bias);
     assert_eq!(t.rope_theta, 5_000_000.0);
     assert_eq!((t.vocab_size, t.intermediate_size), (151936, 12288));

@@ -7,7 +7,9 @@
 //! Every row becomes `Ok(InputRow)` or `Err(RowError)` naming the file, row and field; the
 //! reader then goes on. A file whose footer cannot be read (truncated, not parquet) gives one
 //! file-level `RowError` (`row: None`, field `file`); a row group that fails to decode gives
-//! one error for that row group; the remaining files and row groups still stream.
+//! one error for that row group; the remaining files and row groups still stream. When the
+//! failure is a string that is not UTF-8, the row group is re-read without the bad rows
+//! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`).
 //!
 //! Column handling: `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
 //! source?, …}) are required; `image_sha256` and `family` are optional strings; every other
@@ -19,15 +21,18 @@
 //! resolves (after `canonicalize`, so symlinks and `..` are followed) inside the dataset's own
 //! folder: the folder given, or the directory of the file or the glob's fixed prefix.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch, StructArray};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder,
+    ParquetRecordBatchReaderBuilder, RowSelection,
 };
+use parquet::file::metadata::{FileMetaData, ParquetMetaData};
+use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
 use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
@@ -195,6 +200,8 @@ struct OpenFile {
     /// First row of the row group being read and its row count.
     group_start: usize,
     group_rows: usize,
+    /// Whether the current row group is being re-read with its bad string columns as binary.
+    retried: bool,
 }
 
 /// Streams `Result<InputRow, RowError>` over all files of an input. See the module docs.
@@ -268,6 +275,7 @@ impl InputReader {
                     batches: None,
                     group_start: 0,
                     group_rows: 0,
+                    retried: false,
                 });
             }
             Err(message) => self
@@ -306,6 +314,9 @@ impl InputReader {
                     }
                     Some(Err(e)) => {
                         let end = cur.group_start + cur.group_rows;
+                        if !cur.retried && fall_back_per_row(cur).is_some() {
+                            continue;
+                        }
                         self.pending.push_back(Err(Self::file_error(
                             &cur.path,
                             Some(cur.next_row),
@@ -328,6 +339,7 @@ impl InputReader {
             }
             let g = cur.next_group;
             cur.next_group += 1;
+            cur.retried = false;
             cur.group_start = cur.next_row;
             cur.group_rows = usize::try_from(groups[g].num_rows()).unwrap_or(0);
             let built = cur
@@ -356,6 +368,135 @@ impl InputReader {
             }
         }
     }
+}
+
+/// Fallback for a row group whose batch failed to decode because a `string` value is not
+/// UTF-8: re-read the rest of the group with those string columns read as plain binary, so
+/// [`get_string`] rejects only the bad values and only their rows become errors (naming the
+/// field, e.g. `qa[0].answer`). `None` when no bad string explains the failure (the caller
+/// then reports the whole rest of the group as one error).
+fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
+    let g = cur.next_group.checked_sub(1)?;
+    let offset = cur.next_row.checked_sub(cur.group_start)?;
+    let bad = bad_string_columns(&cur.file, g).ok()?;
+    if bad.is_empty() {
+        return None;
+    }
+    let md = cur.meta.metadata();
+    let root = as_binary(
+        &md.file_metadata().schema_descr().root_schema_ptr(),
+        None,
+        &bad,
+    )
+    .ok()?;
+    let fm = md.file_metadata();
+    let file_meta = FileMetaData::new(
+        fm.version(),
+        fm.num_rows(),
+        fm.created_by().map(str::to_string),
+        None,
+        Arc::new(SchemaDescriptor::new(root)),
+        fm.column_orders().cloned(),
+    );
+    let meta = ArrowReaderMetadata::try_new(
+        Arc::new(ParquetMetaData::new(file_meta, md.row_groups().to_vec())),
+        ArrowReaderOptions::new().with_skip_arrow_metadata(true),
+    )
+    .ok()?;
+    let selection = RowSelection::from_consecutive_ranges(
+        std::iter::once(offset..cur.group_rows),
+        cur.group_rows,
+    );
+    let reader = cur.file.try_clone().ok().and_then(|f| {
+        ParquetRecordBatchReaderBuilder::new_with_metadata(f, meta)
+            .with_row_groups(vec![g])
+            .with_row_selection(selection)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .ok()
+    })?;
+    cur.batches = Some(reader);
+    cur.retried = true;
+    Some(())
+}
+
+/// `ty` with every leaf whose column path (dot-joined, below the root) is in `bad` stripped
+/// of its string annotation, so arrow reads it as `Binary`. `path` is `None` for the schema
+/// root, else the column path of `ty`.
+///
+/// Errors: the parquet error of a type builder (only on an invalid schema).
+fn as_binary(
+    ty: &TypePtr,
+    path: Option<&str>,
+    bad: &BTreeSet<String>,
+) -> Result<TypePtr, parquet::errors::ParquetError> {
+    let info = ty.get_basic_info();
+    let id = info.has_id().then(|| info.id());
+    if ty.is_primitive() {
+        if !path.is_some_and(|p| bad.contains(p)) {
+            return Ok(ty.clone());
+        }
+        let mut b = Type::primitive_type_builder(info.name(), ty.get_physical_type());
+        if info.has_repetition() {
+            b = b.with_repetition(info.repetition());
+        }
+        return Ok(Arc::new(b.with_id(id).build()?));
+    }
+    let mut fields = Vec::with_capacity(ty.get_fields().len());
+    for f in ty.get_fields() {
+        let name = f.get_basic_info().name();
+        let child = match path {
+            None => name.to_string(),
+            Some(p) => format!("{p}.{name}"),
+        };
+        fields.push(as_binary(f, Some(&child), bad)?);
+    }
+    let mut b = Type::group_type_builder(info.name())
+        .with_fields(fields)
+        .with_logical_type(info.logical_type_ref().cloned())
+        .with_converted_type(info.converted_type())
+        .with_id(id);
+    if info.has_repetition() {
+        b = b.with_repetition(info.repetition());
+    }
+    Ok(Arc::new(b.build()?))
+}
+
+/// The paths (dot-joined, e.g. `qa.list.element.answer`) of the `string` leaf columns of row
+/// group `g` holding a value that is not UTF-8, found by reading the raw byte arrays.
+///
+/// Errors: the parquet error when the row group cannot be read at the column level.
+fn bad_string_columns(
+    file: &File,
+    g: usize,
+) -> Result<BTreeSet<String>, parquet::errors::ParquetError> {
+    use parquet::basic::{ConvertedType, LogicalType};
+    use parquet::column::reader::ColumnReader;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(file.try_clone()?)?;
+    let group = reader.get_row_group(g)?;
+    let rows = usize::try_from(group.metadata().num_rows()).unwrap_or(0);
+    let mut out = BTreeSet::new();
+    for c in 0..group.num_columns() {
+        let descr = group.metadata().column(c).column_descr_ptr();
+        let is_string = matches!(descr.logical_type_ref(), Some(LogicalType::String))
+            || descr.converted_type() == ConvertedType::UTF8;
+        if !is_string {
+            continue;
+        }
+        let ColumnReader::ByteArrayColumnReader(mut col) = group.get_column_reader(c)? else {
+            continue;
+        };
+        let (mut defs, mut reps, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        col.read_records(rows, Some(&mut defs), Some(&mut reps), &mut values)?;
+        if values
+            .iter()
+            .any(|v| std::str::from_utf8(v.data()).is_err())
+        {
+            out.insert(descr.path().parts().join("."));
+        }
+    }
+    Ok(out)
 }
 
 impl Iterator for InputReader {
@@ -516,16 +657,20 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
     let mut out = Vec::with_capacity(s.len());
     for j in 0..s.len() {
         let field = |name: &str| format!("qa[{j}].{name}");
+        // A null entry, question or answer is kept as an empty string: the pipeline then
+        // reports just that entry (`qa[j].question` / `qa[j].answer`, "missing or blank")
+        // and the row's other entries are still processed.
         if s.is_null(j) {
-            return Err((format!("qa[{j}]"), "qa item is null".into()));
+            out.push(QaItem::default());
+            continue;
         }
         let required = |name: &str| -> Result<String, FieldError> {
             let c = s
                 .column_by_name(name)
                 .ok_or_else(|| (field(name), format!("missing field `{name}`")))?;
-            get_string(c.as_ref(), j)
+            Ok(get_string(c.as_ref(), j)
                 .map_err(|m| (field(name), m))?
-                .ok_or_else(|| (field(name), "null".to_string()))
+                .unwrap_or_default())
         };
         let question = required("question")?;
         let answer = required("answer")?;

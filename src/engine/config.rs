@@ -103,14 +103,38 @@ pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// `MemAvailable` of `/proc/meminfo` in bytes, `None` where it cannot be read.
+fn read_mem_available() -> Option<u64> {
+    parse_mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
 /// Number of pool blocks for `layout` under `cfg.kv_budget` on `device`.
 ///
-/// Errors: [`EngineError::Config`] when free memory cannot be measured on this device or the
-/// budget holds no block.
+/// Errors: [`EngineError::Config`] when free memory cannot be measured on this device, the
+/// budget holds no block, or (on CPU) the pool would not fit in `MemAvailable`.
 pub fn pool_blocks(
     cfg: &EngineConfig,
     layout: &KvLayout,
     device: &Device,
+) -> Result<usize, EngineError> {
+    let available = if device.is_cpu() {
+        read_mem_available()
+    } else {
+        None
+    };
+    pool_blocks_within(cfg, layout, device, available)
+}
+
+/// [`pool_blocks`] with the CPU's available memory given (`None`: unknown, not checked).
+/// On CPU a pool larger than `available` bytes is refused instead of letting the
+/// allocation abort the process.
+///
+/// Errors: as [`pool_blocks`].
+pub fn pool_blocks_within(
+    cfg: &EngineConfig,
+    layout: &KvLayout,
+    device: &Device,
+    available: Option<u64>,
 ) -> Result<usize, EngineError> {
     let per_block = KvCache::bytes_per_block(
         layout.num_layers,
@@ -128,14 +152,10 @@ pub fn pool_blocks(
                     "a fraction of free memory is measured on CPU only; give the KV cache size in GiB".into(),
                 ));
             }
-            let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| {
-                EngineError::Config(format!(
-                    "cannot read /proc/meminfo ({e}); give the KV cache size in GiB"
-                ))
-            })?;
-            let free = parse_mem_available(&text).ok_or_else(|| {
+            let free = available.ok_or_else(|| {
                 EngineError::Config(
-                    "no MemAvailable in /proc/meminfo; give the KV cache size in GiB".into(),
+                    "cannot read MemAvailable from /proc/meminfo; give the KV cache size in GiB"
+                        .into(),
                 )
             })?;
             blocks_in_budget((free as f64 * f) as u64, per_block)
@@ -145,6 +165,18 @@ pub fn pool_blocks(
         return Err(EngineError::Config(format!(
             "the KV cache budget holds no block of {per_block} bytes"
         )));
+    }
+    let bytes = (blocks as u128) * (per_block as u128);
+    if let (true, Some(free)) = (device.is_cpu(), available) {
+        if bytes > u128::from(free) {
+            let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+            return Err(EngineError::Config(format!(
+                "the KV cache pool needs {:.2} GiB ({blocks} blocks of {per_block} bytes) but only \
+                 {:.2} GiB is available (MemAvailable of /proc/meminfo); lower --kv-cache-gib",
+                gib(bytes),
+                gib(u128::from(free))
+            )));
+        }
     }
     Ok(blocks)
 }
@@ -200,6 +232,36 @@ mod tests {
             pool_blocks(&cfg, &layout, &Device::Cpu),
             Err(EngineError::Config(_))
         ));
+    }
+
+    #[test]
+    fn pool_larger_than_available_memory_is_refused_on_cpu() {
+        let layout = KvLayout {
+            num_layers: 2,
+            n_kv_heads: 2,
+            head_dim: 64,
+            dtype: candle_core::DType::F32,
+        };
+        let gib = |g: f64| EngineConfig {
+            kv_budget: KvBudget::Gib(g),
+            ..Default::default()
+        };
+        let one_gib = 1u64 << 30;
+        // 1 GiB of 32 KiB blocks fits in 2 GiB; 100000 GiB does not.
+        assert_eq!(
+            pool_blocks_within(&gib(1.0), &layout, &Device::Cpu, Some(2 * one_gib)).unwrap(),
+            32 * 1024
+        );
+        match pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, Some(2 * one_gib)) {
+            Err(EngineError::Config(m)) => {
+                assert!(m.contains("100000.00 GiB"), "{m}");
+                assert!(m.contains("2.00 GiB is available"), "{m}");
+            }
+            other => panic!("want a Config error, got {other:?}"),
+        }
+        // Exactly the available memory still fits; unknown memory is not checked.
+        assert!(pool_blocks_within(&gib(2.0), &layout, &Device::Cpu, Some(2 * one_gib)).is_ok());
+        assert!(pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, None).is_ok());
     }
 
     #[test]

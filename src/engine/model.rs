@@ -45,6 +45,12 @@ pub trait EngineModel {
     /// Layout of the KV cache this model reads and writes.
     fn kv_layout(&self) -> KvLayout;
 
+    /// Longest prompt in tokens the model accepts (`max_position_embeddings` of its text
+    /// config); `None` when unknown (no limit is checked then).
+    fn max_context(&self) -> Option<usize> {
+        None
+    }
+
     /// Vision encoder over a batch of images: `pixel_values` `[sum n_patches, patch_dim]`
     /// (images concatenated in order, on the model's device) and one `grid_thw` per image.
     /// Returns the merged embeddings `[sum num_tokens, hidden]` (and DeepStack features),

@@ -62,6 +62,13 @@ impl<M: EngineModel> Core<M> {
                 ),
             ));
         }
+        if let Some(max) = self.model.max_context().filter(|&m| n > m) {
+            return Some(Completion::failed(
+                id,
+                n,
+                format!("prompt of {n} tokens exceeds the model's context of {max}"),
+            ));
+        }
         if let Some(img) = p
             .images
             .iter()

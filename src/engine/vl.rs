@@ -55,6 +55,10 @@ impl EngineModel for VlModel {
         }
     }
 
+    fn max_context(&self) -> Option<usize> {
+        self.text_spec().max_position_embeddings
+    }
+
     fn encode_images(
         &self,
         pixel_values: &Tensor,

@@ -47,6 +47,9 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
     if reader.format().is_none() {
         return Err(problem(FIELD, "unsupported or unrecognised image format"));
     }
+    if reader.format() == Some(image::ImageFormat::Jpeg) && !jpeg_has_end(bytes) {
+        return Err(problem(FIELD, TRUNCATED_JPEG));
+    }
     let (w, h) = reader
         .into_dimensions()
         .map_err(|e| problem(FIELD, format!("cannot read image header: {e}")))?;
@@ -73,6 +76,21 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
         .decode()
         .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
     Ok((w, h))
+}
+
+/// The message for a JPEG cut short (the `image` crate would decode it, filling the rest,
+/// and Pillow then refuses the written split with "image file is truncated").
+pub const TRUNCATED_JPEG: &str = "truncated JPEG: no end-of-image marker";
+
+/// Whether the JPEG `bytes` has an End-Of-Image marker (`FF D9`) after its last
+/// Start-Of-Scan marker (`FF DA`), or anywhere when it has no scan. Entropy-coded data
+/// stuffs every `FF` byte as `FF 00` (ITU-T T.81 §F.1.2.3), so these byte pairs are markers.
+pub fn jpeg_has_end(bytes: &[u8]) -> bool {
+    let last_sos = bytes
+        .windows(2)
+        .rposition(|w| w == [0xFF, 0xDA])
+        .map_or(0, |i| i + 2);
+    bytes[last_sos..].windows(2).any(|w| w == [0xFF, 0xD9])
 }
 
 /// Check one `qa` entry: question and reference must be present and not blank.
@@ -150,6 +168,54 @@ mod tests {
                 }
                 (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn jpeg_end_marker_table() {
+        let cases: [(&[u8], bool); 5] = [
+            (&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9], true),
+            (&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9, 0, 0], true),
+            (&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 3], false),
+            // An EOI before the last scan (an EXIF thumbnail's) does not count.
+            (&[0xFF, 0xD8, 0xFF, 0xD9, 0xFF, 0xDA, 1, 0xFF, 0x00], false),
+            (&[0xFF, 0xD8, 0xFF, 0xE0], false),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(jpeg_has_end(bytes), want, "{bytes:?}");
+        }
+    }
+
+    /// A real JPEG of the val split cut to 50 % and to 700 bytes is rejected as truncated;
+    /// the intact file still passes.
+    #[test]
+    fn truncated_real_jpeg_is_rejected() {
+        let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let data = [
+            std::env::var_os("VERISAMPLE_SHARED_DATA").map(std::path::PathBuf::from),
+            Some(repo.join("../../shared/data")),
+            Some(repo.join("../shared/data")),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("orand-car-a/val").is_dir());
+        let Some(data) = data else {
+            println!("skipped: no ../shared/data");
+            return;
+        };
+        let mut jpegs: Vec<_> = std::fs::read_dir(data.join("orand-car-a/val"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("jpg")))
+            .collect();
+        jpegs.sort();
+        let bytes = std::fs::read(&jpegs[0]).unwrap();
+        let (w, h) = check_image(Some(&bytes)).unwrap();
+        assert!(w > 0 && h > 0);
+        for cut in [bytes.len() / 2, 700] {
+            let p = check_image(Some(&bytes[..cut])).unwrap_err();
+            assert_eq!(p.field, "image.bytes");
+            assert!(p.message.contains(TRUNCATED_JPEG), "{cut}: {}", p.message);
         }
     }
 

@@ -54,6 +54,8 @@ pub struct MockModel {
     pub images_encoded: Cell<usize>,
     /// Largest number of sequences in one step.
     pub max_seqs_in_step: Cell<usize>,
+    /// The context reported by `max_context` (`None`: unlimited).
+    pub context: Option<usize>,
 }
 
 impl Default for MockModel {
@@ -63,6 +65,7 @@ impl Default for MockModel {
             store: RefCell::default(),
             images_encoded: Cell::default(),
             max_seqs_in_step: Cell::default(),
+            context: None,
         }
     }
 }
@@ -70,6 +73,10 @@ impl Default for MockModel {
 impl EngineModel for MockModel {
     fn device(&self) -> &Device {
         &self.device
+    }
+
+    fn max_context(&self) -> Option<usize> {
+        self.context
     }
 
     fn kv_layout(&self) -> KvLayout {
