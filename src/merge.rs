@@ -131,6 +131,9 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
         if r.fingerprint.model_files != first.fingerprint.model_files {
             return Err(mismatch("model files differ".into()));
         }
+        if r.fingerprint.input_files != first.fingerprint.input_files {
+            return Err(mismatch("input files differ".into()));
+        }
         let mut a = r.fingerprint.settings.clone();
         let mut b = first.fingerprint.settings.clone();
         a.shard = String::new();
@@ -179,7 +182,13 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     } else {
         args.progress.unwrap_or(settings.progress)
     };
-    let fp = fingerprint(settings.canonical(), first.fingerprint.model_files.clone());
+    // As with the model files, the merged run is identified by the shards' input hashes.
+    let input_files = first.fingerprint.input_files.clone();
+    let fp = fingerprint(
+        settings.canonical(),
+        first.fingerprint.model_files.clone(),
+        input_files,
+    );
     let mut prepared = prepare(&settings, fp)?;
     settings.restart = false;
     for (dir, _) in &reports {

@@ -373,6 +373,9 @@ pub enum SettingsError {
     /// The input path does not exist.
     #[error("input dataset not found: {0}")]
     DataNotFound(PathBuf),
+    /// The input files could not be listed or hashed.
+    #[error("cannot read the input dataset: {0}")]
+    DataUnreadable(String),
     /// `--model` is neither a local folder nor in the local HF cache.
     #[error("model `{spec}` not found; looked in: {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
     ModelNotFound {
@@ -652,27 +655,54 @@ pub struct Fingerprint {
     pub settings: CanonicalSettings,
     /// Model file name → hex sha256 (safetensors, json, jinja, txt files of the model folder).
     pub model_files: BTreeMap<String, String>,
+    /// Input parquet files in reading order (see [`hash_input_files`]): path → hex sha256.
+    #[serde(default)]
+    pub input_files: Vec<(String, String)>,
 }
 
-/// Compute the [`Fingerprint`] of `settings` with the given model file hashes.
+/// The sha256 of every input parquet file, in the order the dataset reader reads them
+/// ([`crate::dataset::reader::resolve_inputs`] of `data`), keyed by the file's path. A changed
+/// input at the same path changes the [`Fingerprint`], so stale answers are not reused.
+///
+/// Errors: the spec resolves to no file (as a message), or a file cannot be read.
+pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsError> {
+    let spec = data.to_string_lossy();
+    let inputs = crate::dataset::reader::resolve_inputs(&spec)
+        .map_err(|e| SettingsError::DataUnreadable(e.to_string()))?;
+    inputs
+        .files
+        .iter()
+        .map(|f| {
+            let sha = sha256_file(f)
+                .map_err(|e| SettingsError::DataUnreadable(format!("{}: {e}", f.display())))?;
+            Ok((f.display().to_string(), sha))
+        })
+        .collect()
+}
+
+/// Compute the [`Fingerprint`] of `settings` with the given model and input file hashes.
 pub fn fingerprint(
     settings: CanonicalSettings,
     model_files: BTreeMap<String, String>,
+    input_files: Vec<(String, String)>,
 ) -> Fingerprint {
     #[derive(Serialize)]
     struct Hashed<'a> {
         settings: &'a CanonicalSettings,
         model_files: &'a BTreeMap<String, String>,
+        input_files: &'a [(String, String)],
     }
     let json = serde_json::to_vec(&Hashed {
         settings: &settings,
         model_files: &model_files,
+        input_files: &input_files,
     })
     .unwrap_or_default();
     Fingerprint {
         sha256: hex::encode(Sha256::digest(&json)),
         settings,
         model_files,
+        input_files,
     }
 }
 
@@ -711,14 +741,16 @@ mod tests {
             shard: "0/1".into(),
         };
         let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
-        let a = fingerprint(s.clone(), w.clone());
-        assert_eq!(a, fingerprint(s.clone(), w.clone()));
+        let a = fingerprint(s.clone(), w.clone(), Vec::new());
+        assert_eq!(a, fingerprint(s.clone(), w.clone(), Vec::new()));
         let mut s2 = s.clone();
         s2.think = false;
-        let b = fingerprint(s2.clone(), w.clone());
+        let b = fingerprint(s2.clone(), w.clone(), Vec::new());
         assert_ne!(a.sha256, b.sha256);
         assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
         let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
-        assert_ne!(a.sha256, fingerprint(s, w2).sha256);
+        assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
+        let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
+        assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
     }
 }

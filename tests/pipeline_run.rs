@@ -27,7 +27,7 @@ fn run_with(
     model: &mut dyn verisample::pipeline::Generator,
     control: &RunControl,
 ) -> Result<RunReport, PipelineError> {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files()))?;
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
     let source = MemSource(mixed_rows());
     let mut sink = JsonlSink::new(&s.out);
     run(
@@ -264,7 +264,7 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     run_job(dir.path(), Shard::WHOLE);
     let mut s = settings(dir.path(), Shard::WHOLE);
     s.think = false;
-    let err = prepare(&s, fingerprint(s.canonical(), model_files())).unwrap_err();
+    let err = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap_err();
     match &err {
         PipelineError::FingerprintMismatch { changed, .. } => {
             assert_eq!(changed, &vec!["think: true -> false".to_string()])
@@ -275,7 +275,12 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     let s = settings(dir.path(), Shard::WHOLE);
     let mut other_weights = model_files();
     other_weights.insert("model.safetensors".into(), "cd".repeat(32));
-    match prepare(&s, fingerprint(s.canonical(), other_weights.clone())).unwrap_err() {
+    match prepare(
+        &s,
+        fingerprint(s.canonical(), other_weights.clone(), Vec::new()),
+    )
+    .unwrap_err()
+    {
         PipelineError::FingerprintMismatch { changed, .. } => {
             assert_eq!(changed, vec!["model file model.safetensors".to_string()])
         }
@@ -284,10 +289,18 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     // Scheduling knobs are not part of the fingerprint.
     let mut bigger = settings(dir.path(), Shard::WHOLE);
     bigger.max_batch = 99;
-    assert!(prepare(&bigger, fingerprint(bigger.canonical(), model_files())).is_ok());
+    assert!(prepare(
+        &bigger,
+        fingerprint(bigger.canonical(), model_files(), Vec::new())
+    )
+    .is_ok());
     let mut restart = settings(dir.path(), Shard::WHOLE);
     restart.restart = true;
-    let p = prepare(&restart, fingerprint(restart.canonical(), other_weights)).unwrap();
+    let p = prepare(
+        &restart,
+        fingerprint(restart.canonical(), other_weights, Vec::new()),
+    )
+    .unwrap();
     assert_eq!(p.replayed(), 0);
     assert!(!dir.path().join("run.json").exists());
 }
@@ -419,4 +432,32 @@ fn ctrl_c_flag_stops_before_reading_more() {
     let err = run_with(&settings(dir.path(), Shard::WHOLE), &mut model, &control).unwrap_err();
     assert!(matches!(err, PipelineError::Interrupted));
     assert_eq!(model.calls, 0);
+}
+
+#[test]
+fn changed_input_content_at_same_path_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let inputs = |b: &str| {
+        vec![
+            ("d/a.parquet".to_string(), "aa".repeat(32)),
+            ("d/b.parquet".to_string(), b.repeat(32)),
+        ]
+    };
+    let first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
+    drop(first);
+    // Same path, same content: accepted.
+    assert!(prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).is_ok());
+    let err = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("cc"))).unwrap_err();
+    match &err {
+        PipelineError::FingerprintMismatch { changed, .. } => assert_eq!(
+            changed,
+            &vec!["input file d/b.parquet (content changed)".to_string()]
+        ),
+        other => panic!("{other}"),
+    }
+    let mut restart = settings(dir.path(), Shard::WHOLE);
+    restart.restart = true;
+    let fp = fingerprint(restart.canonical(), model_files(), inputs("cc"));
+    assert_eq!(prepare(&restart, fp).unwrap().replayed(), 0);
 }

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError};
+use verisample::settings::{
+    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError,
+};
 use verisample::shard::Shard;
 
 #[derive(Parser, Debug)]
@@ -165,4 +167,29 @@ fn fingerprint_ignores_scheduling_and_display_settings() {
         a.canonical().diff(&c.canonical()),
         vec!["number_guard: true -> false".to_string()]
     );
+}
+
+#[test]
+fn input_hashes_follow_the_file_content_in_reading_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("b.parquet"), b"two").unwrap();
+    std::fs::write(data.join("a.parquet"), b"one").unwrap();
+    let first = hash_input_files(&data).unwrap();
+    let names: Vec<&str> = first
+        .iter()
+        .map(|(f, _)| Path::new(f).file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a.parquet", "b.parquet"]);
+    // sha256("one")
+    assert_eq!(
+        first[0].1,
+        "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"
+    );
+    std::fs::write(data.join("b.parquet"), b"changed").unwrap();
+    let second = hash_input_files(&data).unwrap();
+    assert_eq!(first[0], second[0]);
+    assert_ne!(first[1].1, second[1].1);
+    assert!(hash_input_files(&dir.path().join("missing")).is_err());
 }

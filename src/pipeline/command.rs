@@ -14,7 +14,9 @@ use super::{
 };
 use crate::engine::{vl::load_engine, EngineConfig, KvBudget};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
-use crate::settings::{fingerprint, hash_model_files, DeviceSpec, RunArgs, Settings};
+use crate::settings::{
+    fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
+};
 
 /// Default KV cache size on a GPU when `--kv-cache-gib` is not given (the engine sizes the
 /// CPU pool from free memory but needs an explicit size on accelerators).
@@ -46,7 +48,11 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let settings = Settings::resolve(&args)?;
     let model_files = hash_model_files(&settings.model.dir)
         .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
-    let prepared = prepare(&settings, fingerprint(settings.canonical(), model_files))?;
+    let input_files = hash_input_files(&settings.data)?;
+    let prepared = prepare(
+        &settings,
+        fingerprint(settings.canonical(), model_files, input_files),
+    )?;
     let control = RunControl::from_env();
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
     let device = settings.device.open().context("opening the device")?;

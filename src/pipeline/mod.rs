@@ -193,6 +193,26 @@ fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
             changed.push(format!("model file {name}"));
         }
     }
+    if old.input_files != new.input_files {
+        let old_map: BTreeMap<&String, &String> =
+            old.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let new_map: BTreeMap<&String, &String> =
+            new.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let names: std::collections::BTreeSet<&String> =
+            old_map.keys().chain(new_map.keys()).copied().collect();
+        let before = changed.len();
+        for name in names {
+            match (old_map.get(name), new_map.get(name)) {
+                (Some(a), Some(b)) if a == b => {}
+                (Some(_), Some(_)) => changed.push(format!("input file {name} (content changed)")),
+                (Some(_), None) => changed.push(format!("input file {name} (removed)")),
+                _ => changed.push(format!("input file {name} (added)")),
+            }
+        }
+        if changed.len() == before {
+            changed.push("input files (order changed)".into());
+        }
+    }
     changed
 }
 
