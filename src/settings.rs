@@ -405,6 +405,33 @@ pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
 }
 
 /// A bundled asset: `rel` under the working directory, else under the source checkout.
+/// `p` made absolute and canonical as far as it exists: the longest existing ancestor is
+/// canonicalized (symlinks resolved) and the missing rest appended.
+fn canonical_lenient(p: &Path) -> PathBuf {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return rest
+                .iter()
+                .rev()
+                .fold(c, |acc: PathBuf, part| acc.join(part));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
 fn bundled(rel: &str) -> PathBuf {
     let local = PathBuf::from(rel);
     if local.exists() {
@@ -532,9 +559,23 @@ impl Settings {
             (None, Some(d)) => rebase(&base, d.clone()),
             (None, None) => bundled(DEFAULT_DATA),
         };
-        if !data.exists() {
-            return Err(SettingsError::DataNotFound(data));
-        }
+        // The reader accepts a folder, a file or a glob (`dir/*.parquet`); so does this check.
+        let data_root = if data.exists() {
+            let folder = if data.is_dir() {
+                data.clone()
+            } else {
+                match data.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                }
+            };
+            std::fs::canonicalize(&folder).ok()
+        } else {
+            match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
+                Ok(inputs) => Some(inputs.root),
+                Err(_) => return Err(SettingsError::DataNotFound(data)),
+            }
+        };
         let out = match (&args.out, &file.out) {
             (Some(o), _) => o.clone(),
             (None, Some(o)) => rebase(&base, o.clone()),
@@ -546,6 +587,19 @@ impl Settings {
                 value: out.display().to_string(),
                 why: "exists and is not a folder".into(),
             });
+        }
+        if let Some(root) = &data_root {
+            let out_c = canonical_lenient(&out);
+            if out_c.starts_with(root) {
+                return Err(SettingsError::Invalid {
+                    key: "out",
+                    value: out.display().to_string(),
+                    why: format!(
+                        "is inside the input dataset folder {}; a rerun would read the output as input",
+                        root.display()
+                    ),
+                });
+            }
         }
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
