@@ -72,6 +72,9 @@ pub enum MergeError {
         /// What differs.
         what: String,
     },
+    /// `--out` is one of the shard folders (merging there would destroy its journal).
+    #[error("--out {0} is one of the shard folders being merged; choose another --out")]
+    OutIsShard(PathBuf),
     /// Shards missing or given twice.
     #[error("shards do not cover the input exactly once: {0}")]
     Coverage(String),
@@ -115,6 +118,14 @@ fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
 ///
 /// Errors: [`MergeError`].
 pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
+    let out = crate::settings::canonical_lenient(&args.out);
+    if args
+        .shards
+        .iter()
+        .any(|d| crate::settings::canonical_lenient(d) == out)
+    {
+        return Err(MergeError::OutIsShard(args.out.clone()));
+    }
     let mut reports = Vec::new();
     for dir in &args.shards {
         reports.push((dir.clone(), read_report(dir)?));

@@ -407,7 +407,7 @@ pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
 /// A bundled asset: `rel` under the working directory, else under the source checkout.
 /// `p` made absolute and canonical as far as it exists: the longest existing ancestor is
 /// canonicalized (symlinks resolved) and the missing rest appended.
-fn canonical_lenient(p: &Path) -> PathBuf {
+pub(crate) fn canonical_lenient(p: &Path) -> PathBuf {
     let abs = if p.is_absolute() {
         p.to_path_buf()
     } else {

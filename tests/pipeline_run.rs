@@ -461,3 +461,26 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     let fp = fingerprint(restart.canonical(), model_files(), inputs("cc"));
     assert_eq!(prepare(&restart, fp).unwrap().replayed(), 0);
 }
+
+#[test]
+fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (i, d) in dirs.iter().enumerate() {
+        run_job(d.path(), Shard { index: i, count: 2 });
+    }
+    let journal = dirs[1].path().join("journal.bin");
+    let before = std::fs::read(&journal).unwrap();
+    let args = MergeArgs {
+        shards: vec![dirs[0].path().into(), dirs[1].path().into()],
+        // Same folder, spelled differently.
+        out: dirs[1].path().join("."),
+        data: None,
+        progress: None,
+        quiet: true,
+    };
+    let err = prepare_merge(&args).unwrap_err();
+    assert!(matches!(err, MergeError::OutIsShard(_)), "{err}");
+    let code = verisample::pipeline::command::exit_code(&anyhow::Error::new(err));
+    assert_eq!(code, 2);
+    assert_eq!(std::fs::read(&journal).unwrap(), before);
+}

@@ -111,7 +111,7 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
 }
 
 /// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C,
-/// 2 for invalid settings, 1 otherwise.
+/// 2 for invalid settings (and a merge `--out` that is a shard folder), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(p) = err.downcast_ref::<PipelineError>() {
         return u8::try_from(p.exit_code()).unwrap_or(1);
@@ -119,6 +119,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     if err
         .downcast_ref::<crate::settings::SettingsError>()
         .is_some()
+        || matches!(
+            err.downcast_ref::<crate::merge::MergeError>(),
+            Some(crate::merge::MergeError::OutIsShard(_))
+        )
     {
         return 2;
     }
