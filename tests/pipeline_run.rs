@@ -306,7 +306,7 @@ fn changed_settings_or_model_are_refused_unless_restart() {
 }
 
 #[test]
-fn max_errors_aborts_the_run() {
+fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(dir.path(), Shard::WHOLE);
     s.max_errors = Some(4);
@@ -315,6 +315,17 @@ fn max_errors_aborts_the_run() {
         matches!(err, PipelineError::TooManyErrors { count: 5, max: 4 }),
         "{err}"
     );
+    // The message points at errors.jsonl: it is there, with the errors seen before the abort.
+    assert!(err.to_string().contains("errors.jsonl"), "{err}");
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    let positions: Vec<u64> = errors
+        .iter()
+        .map(|e| e["position"].as_u64().unwrap())
+        .collect();
+    let mut sorted = positions.clone();
+    sorted.sort();
+    assert_eq!(positions, sorted);
     s.max_errors = Some(8);
     s.restart = true;
     assert!(run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).is_ok());

@@ -122,7 +122,9 @@ pub enum PipelineError {
     #[error("interrupted; finished work is journaled, rerun the same command to resume")]
     Interrupted,
     /// More input errors than `--max-errors`.
-    #[error("{count} input errors exceed --max-errors {max}; see errors.jsonl counts in the log")]
+    #[error(
+        "{count} input errors exceed --max-errors {max}; see errors.jsonl in the output folder"
+    )]
     TooManyErrors {
         /// Errors so far.
         count: u64,
