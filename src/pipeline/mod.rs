@@ -91,6 +91,14 @@ pub enum PipelineError {
     /// Journal I/O or decoding.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// No row of the input could be decoded: every element was a whole-file error.
+    #[error("no row of the input could be read ({count} unreadable input file(s); first: {first}); see errors.jsonl")]
+    InputUnreadable {
+        /// File-level errors.
+        count: usize,
+        /// The first one, `file: message`.
+        first: String,
+    },
     /// OUT holds a journal of a run with other settings or another model.
     #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
     FingerprintMismatch {
@@ -381,6 +389,17 @@ pub fn run(
         prompt_tokens,
         replayed,
     })?;
+    // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
+    // empty but complete run.
+    let whole_file = |p: &passes::RowPlan| p.row.is_none() && p.body.is_err();
+    if !plans.is_empty() && plans.iter().all(whole_file) {
+        let first = &plans[0];
+        let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
+        return Err(PipelineError::InputUnreadable {
+            count: plans.len(),
+            first: format!("{}: {message}", first.file),
+        });
+    }
     let report = RunReport {
         status: "complete".into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),
