@@ -119,6 +119,48 @@ pub fn decode_frames(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     (out, pos)
 }
 
+/// Damage in the middle of a journal, as opposed to a torn tail (see [`damage`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Why the record at the end of the intact prefix was refused.
+    pub why: String,
+    /// Bytes dropped (from the end of the intact prefix to the end of the file).
+    pub dropped_bytes: u64,
+    /// Intact-looking records found after the damaged one (dropped with it).
+    pub dropped_records: usize,
+}
+
+/// Classify what follows the intact prefix `good` of `bytes`: `None` when nothing does or
+/// it is a torn tail (a short header or a last record cut short, what an interrupted append
+/// leaves); `Some` for corruption (a complete record with a checksum mismatch, or a length
+/// field over [`MAX_RECORD_BYTES`]).
+pub fn damage(bytes: &[u8], good: usize) -> Option<Damage> {
+    let rest = bytes.get(good..)?;
+    if rest.len() < RECORD_HEADER_BYTES {
+        return None;
+    }
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+    let (why, next) = if len > MAX_RECORD_BYTES {
+        (
+            format!("length field {len} exceeds the {MAX_RECORD_BYTES}-byte limit"),
+            None,
+        )
+    } else if rest.len() - RECORD_HEADER_BYTES < len {
+        return None;
+    } else {
+        (
+            "checksum mismatch in a complete record".to_string(),
+            Some(RECORD_HEADER_BYTES + len),
+        )
+    };
+    let dropped_records = next.map_or(0, |n| decode_frames(&rest[n..]).0.len());
+    Some(Damage {
+        why,
+        dropped_bytes: rest.len() as u64,
+        dropped_records,
+    })
+}
+
 fn decode_records<T: DeserializeOwned>(
     path: &Path,
     bytes: &[u8],
@@ -190,6 +232,16 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
         file.read_to_end(&mut bytes).map_err(io)?;
         let (records, good) = decode_records(path, &bytes)?;
         let torn_bytes = (bytes.len() - good) as u64;
+        if let Some(d) = damage(&bytes, good) {
+            tracing::warn!(
+                "{}: journal corrupted at byte {good} ({}): dropping {} bytes, the damaged record \
+                 and {} intact-looking record(s) after it; their results will be regenerated",
+                path.display(),
+                d.why,
+                d.dropped_bytes,
+                d.dropped_records
+            );
+        }
         if torn_bytes > 0 {
             file.set_len(good as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
@@ -347,6 +399,37 @@ mod tests {
         let (_, replay) = Journal::<Rec>::open(&path).unwrap();
         assert_eq!(replay.records, vec![rec(0), rec(1), rec(2), rec(4)]);
         assert_eq!(replay.torn_bytes, 0);
+    }
+
+    #[test]
+    fn damage_tells_corruption_from_a_torn_tail() {
+        let frames: Vec<Vec<u8>> = [b"aa".as_slice(), b"bbb", b"cccc"]
+            .iter()
+            .map(|p| encode_frame(p))
+            .collect();
+        let all = frames.concat();
+        let first = frames[0].len();
+        // Intact file, and a torn tail (last record cut short, header cut short): no damage.
+        assert_eq!(damage(&all, all.len()), None);
+        let cut = &all[..all.len() - 2];
+        assert_eq!(damage(cut, decode_frames(cut).1), None);
+        let cut = &all[..first + 3];
+        assert_eq!(damage(cut, decode_frames(cut).1), None);
+        // A flipped payload byte in the second record: corruption, one later record dropped.
+        let mut bad = all.clone();
+        bad[first + RECORD_HEADER_BYTES] ^= 0xff;
+        let (_, good) = decode_frames(&bad);
+        assert_eq!(good, first);
+        let d = damage(&bad, good).expect("corruption");
+        assert_eq!(d.dropped_bytes, (all.len() - first) as u64);
+        assert_eq!(d.dropped_records, 1);
+        assert!(d.why.contains("checksum"), "{}", d.why);
+        // An absurd length field: corruption.
+        let mut bad = all.clone();
+        bad[first..first + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let d = damage(&bad, first).expect("corruption");
+        assert!(d.why.contains("limit"), "{}", d.why);
+        assert_eq!(d.dropped_records, 0);
     }
 
     #[test]

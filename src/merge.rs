@@ -72,6 +72,9 @@ pub enum MergeError {
         /// What differs.
         what: String,
     },
+    /// `--out` is one of the shard folders (merging there would destroy its journal).
+    #[error("--out {0} is one of the shard folders being merged; choose another --out")]
+    OutIsShard(PathBuf),
     /// Shards missing or given twice.
     #[error("shards do not cover the input exactly once: {0}")]
     Coverage(String),
@@ -115,6 +118,14 @@ fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
 ///
 /// Errors: [`MergeError`].
 pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
+    let out = crate::settings::canonical_lenient(&args.out);
+    if args
+        .shards
+        .iter()
+        .any(|d| crate::settings::canonical_lenient(d) == out)
+    {
+        return Err(MergeError::OutIsShard(args.out.clone()));
+    }
     let mut reports = Vec::new();
     for dir in &args.shards {
         reports.push((dir.clone(), read_report(dir)?));
@@ -130,6 +141,9 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
         };
         if r.fingerprint.model_files != first.fingerprint.model_files {
             return Err(mismatch("model files differ".into()));
+        }
+        if r.fingerprint.input_files != first.fingerprint.input_files {
+            return Err(mismatch("input files differ".into()));
         }
         let mut a = r.fingerprint.settings.clone();
         let mut b = first.fingerprint.settings.clone();
@@ -179,7 +193,13 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     } else {
         args.progress.unwrap_or(settings.progress)
     };
-    let fp = fingerprint(settings.canonical(), first.fingerprint.model_files.clone());
+    // As with the model files, the merged run is identified by the shards' input hashes.
+    let input_files = first.fingerprint.input_files.clone();
+    let fp = fingerprint(
+        settings.canonical(),
+        first.fingerprint.model_files.clone(),
+        input_files,
+    );
     let mut prepared = prepare(&settings, fp)?;
     settings.restart = false;
     for (dir, _) in &reports {

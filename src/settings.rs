@@ -373,6 +373,9 @@ pub enum SettingsError {
     /// The input path does not exist.
     #[error("input dataset not found: {0}")]
     DataNotFound(PathBuf),
+    /// The input files could not be listed or hashed.
+    #[error("cannot read the input dataset: {0}")]
+    DataUnreadable(String),
     /// `--model` is neither a local folder nor in the local HF cache.
     #[error("model `{spec}` not found; looked in: {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
     ModelNotFound {
@@ -402,6 +405,33 @@ pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
 }
 
 /// A bundled asset: `rel` under the working directory, else under the source checkout.
+/// `p` made absolute and canonical as far as it exists: the longest existing ancestor is
+/// canonicalized (symlinks resolved) and the missing rest appended.
+pub(crate) fn canonical_lenient(p: &Path) -> PathBuf {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            return rest
+                .iter()
+                .rev()
+                .fold(c, |acc: PathBuf, part| acc.join(part));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
 fn bundled(rel: &str) -> PathBuf {
     let local = PathBuf::from(rel);
     if local.exists() {
@@ -529,9 +559,23 @@ impl Settings {
             (None, Some(d)) => rebase(&base, d.clone()),
             (None, None) => bundled(DEFAULT_DATA),
         };
-        if !data.exists() {
-            return Err(SettingsError::DataNotFound(data));
-        }
+        // The reader accepts a folder, a file or a glob (`dir/*.parquet`); so does this check.
+        let data_root = if data.exists() {
+            let folder = if data.is_dir() {
+                data.clone()
+            } else {
+                match data.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                }
+            };
+            std::fs::canonicalize(&folder).ok()
+        } else {
+            match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
+                Ok(inputs) => Some(inputs.root),
+                Err(_) => return Err(SettingsError::DataNotFound(data)),
+            }
+        };
         let out = match (&args.out, &file.out) {
             (Some(o), _) => o.clone(),
             (None, Some(o)) => rebase(&base, o.clone()),
@@ -543,6 +587,19 @@ impl Settings {
                 value: out.display().to_string(),
                 why: "exists and is not a folder".into(),
             });
+        }
+        if let Some(root) = &data_root {
+            let out_c = canonical_lenient(&out);
+            if out_c.starts_with(root) {
+                return Err(SettingsError::Invalid {
+                    key: "out",
+                    value: out.display().to_string(),
+                    why: format!(
+                        "is inside the input dataset folder {}; a rerun would read the output as input",
+                        root.display()
+                    ),
+                });
+            }
         }
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
@@ -652,27 +709,54 @@ pub struct Fingerprint {
     pub settings: CanonicalSettings,
     /// Model file name → hex sha256 (safetensors, json, jinja, txt files of the model folder).
     pub model_files: BTreeMap<String, String>,
+    /// Input parquet files in reading order (see [`hash_input_files`]): path → hex sha256.
+    #[serde(default)]
+    pub input_files: Vec<(String, String)>,
 }
 
-/// Compute the [`Fingerprint`] of `settings` with the given model file hashes.
+/// The sha256 of every input parquet file, in the order the dataset reader reads them
+/// ([`crate::dataset::reader::resolve_inputs`] of `data`), keyed by the file's path. A changed
+/// input at the same path changes the [`Fingerprint`], so stale answers are not reused.
+///
+/// Errors: the spec resolves to no file (as a message), or a file cannot be read.
+pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsError> {
+    let spec = data.to_string_lossy();
+    let inputs = crate::dataset::reader::resolve_inputs(&spec)
+        .map_err(|e| SettingsError::DataUnreadable(e.to_string()))?;
+    inputs
+        .files
+        .iter()
+        .map(|f| {
+            let sha = sha256_file(f)
+                .map_err(|e| SettingsError::DataUnreadable(format!("{}: {e}", f.display())))?;
+            Ok((f.display().to_string(), sha))
+        })
+        .collect()
+}
+
+/// Compute the [`Fingerprint`] of `settings` with the given model and input file hashes.
 pub fn fingerprint(
     settings: CanonicalSettings,
     model_files: BTreeMap<String, String>,
+    input_files: Vec<(String, String)>,
 ) -> Fingerprint {
     #[derive(Serialize)]
     struct Hashed<'a> {
         settings: &'a CanonicalSettings,
         model_files: &'a BTreeMap<String, String>,
+        input_files: &'a [(String, String)],
     }
     let json = serde_json::to_vec(&Hashed {
         settings: &settings,
         model_files: &model_files,
+        input_files: &input_files,
     })
     .unwrap_or_default();
     Fingerprint {
         sha256: hex::encode(Sha256::digest(&json)),
         settings,
         model_files,
+        input_files,
     }
 }
 
@@ -711,14 +795,16 @@ mod tests {
             shard: "0/1".into(),
         };
         let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
-        let a = fingerprint(s.clone(), w.clone());
-        assert_eq!(a, fingerprint(s.clone(), w.clone()));
+        let a = fingerprint(s.clone(), w.clone(), Vec::new());
+        assert_eq!(a, fingerprint(s.clone(), w.clone(), Vec::new()));
         let mut s2 = s.clone();
         s2.think = false;
-        let b = fingerprint(s2.clone(), w.clone());
+        let b = fingerprint(s2.clone(), w.clone(), Vec::new());
         assert_ne!(a.sha256, b.sha256);
         assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
         let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
-        assert_ne!(a.sha256, fingerprint(s, w2).sha256);
+        assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
+        let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
+        assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
     }
 }

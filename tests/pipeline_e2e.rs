@@ -184,7 +184,7 @@ fn kill_9_at_three_points_then_resume_is_byte_identical() {
 }
 
 #[test]
-fn ctrl_c_exits_130_and_resumes() {
+fn sigint_and_sigterm_exit_130_and_resume() {
     let (bin, model, data) = require_setup!();
     let reference = tempfile::tempdir().unwrap();
     check(
@@ -193,35 +193,38 @@ fn ctrl_c_exits_130_and_resumes() {
             .unwrap(),
         "reference run",
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = run_cmd(&bin, &model, &data, dir.path())
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait for the first progress line of the generate phase, then interrupt.
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        if line.unwrap_or_default().contains("\"phase\":\"generate\"") {
-            break;
+    // SIGTERM (Slurm, Kubernetes) must stop as cleanly as Ctrl-C.
+    for signal in ["INT", "TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = run_cmd(&bin, &model, &data, dir.path())
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait for the first progress line of the generate phase, then interrupt.
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        for line in lines.by_ref() {
+            if line.unwrap_or_default().contains("\"phase\":\"generate\"") {
+                break;
+            }
         }
+        let _ = Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status();
+        for _ in lines {}
+        let status = child.wait().unwrap();
+        if status.success() {
+            println!("note: the run finished before the interrupt arrived");
+        } else {
+            assert_eq!(status.code(), Some(130), "SIG{signal}: {status:?}");
+        }
+        check(
+            run_cmd(&bin, &model, &data, dir.path()).output().unwrap(),
+            "resume",
+        );
+        assert_same(&outputs(reference.path()), &outputs(dir.path()), signal);
     }
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    for _ in lines {}
-    let status = child.wait().unwrap();
-    if status.success() {
-        println!("note: the run finished before the interrupt arrived");
-    } else {
-        assert_eq!(status.code(), Some(130), "{status:?}");
-    }
-    check(
-        run_cmd(&bin, &model, &data, dir.path()).output().unwrap(),
-        "resume",
-    );
-    assert_same(&outputs(reference.path()), &outputs(dir.path()), "ctrl-c");
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn run_engine(
 ) -> Result<RunReport, PipelineError> {
     let mut s = settings(out, Shard::WHOLE);
     s.max_new_tokens = MAX_NEW;
-    let prepared = prepare(&s, fingerprint(s.canonical(), model_files()))?;
+    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
     let mut sink = ParquetSink::new(out);
     run(
         prepared,

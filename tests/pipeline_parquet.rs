@@ -91,7 +91,7 @@ fn run_parquet(
 ) -> Result<RunReport, PipelineError> {
     let mut s = settings(out, shard);
     s.data = input.to_path_buf();
-    let prepared = prepare_run(&s, fingerprint(s.canonical(), model_files()))?;
+    let prepared = prepare_run(&s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
     let mut sink = ParquetSink::new(out);
     run(
         prepared,

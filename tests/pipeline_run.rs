@@ -27,7 +27,7 @@ fn run_with(
     model: &mut dyn verisample::pipeline::Generator,
     control: &RunControl,
 ) -> Result<RunReport, PipelineError> {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files()))?;
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
     let source = MemSource(mixed_rows());
     let mut sink = JsonlSink::new(&s.out);
     run(
@@ -264,7 +264,7 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     run_job(dir.path(), Shard::WHOLE);
     let mut s = settings(dir.path(), Shard::WHOLE);
     s.think = false;
-    let err = prepare(&s, fingerprint(s.canonical(), model_files())).unwrap_err();
+    let err = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap_err();
     match &err {
         PipelineError::FingerprintMismatch { changed, .. } => {
             assert_eq!(changed, &vec!["think: true -> false".to_string()])
@@ -275,7 +275,12 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     let s = settings(dir.path(), Shard::WHOLE);
     let mut other_weights = model_files();
     other_weights.insert("model.safetensors".into(), "cd".repeat(32));
-    match prepare(&s, fingerprint(s.canonical(), other_weights.clone())).unwrap_err() {
+    match prepare(
+        &s,
+        fingerprint(s.canonical(), other_weights.clone(), Vec::new()),
+    )
+    .unwrap_err()
+    {
         PipelineError::FingerprintMismatch { changed, .. } => {
             assert_eq!(changed, vec!["model file model.safetensors".to_string()])
         }
@@ -284,16 +289,24 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     // Scheduling knobs are not part of the fingerprint.
     let mut bigger = settings(dir.path(), Shard::WHOLE);
     bigger.max_batch = 99;
-    assert!(prepare(&bigger, fingerprint(bigger.canonical(), model_files())).is_ok());
+    assert!(prepare(
+        &bigger,
+        fingerprint(bigger.canonical(), model_files(), Vec::new())
+    )
+    .is_ok());
     let mut restart = settings(dir.path(), Shard::WHOLE);
     restart.restart = true;
-    let p = prepare(&restart, fingerprint(restart.canonical(), other_weights)).unwrap();
+    let p = prepare(
+        &restart,
+        fingerprint(restart.canonical(), other_weights, Vec::new()),
+    )
+    .unwrap();
     assert_eq!(p.replayed(), 0);
     assert!(!dir.path().join("run.json").exists());
 }
 
 #[test]
-fn max_errors_aborts_the_run() {
+fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(dir.path(), Shard::WHOLE);
     s.max_errors = Some(4);
@@ -302,6 +315,17 @@ fn max_errors_aborts_the_run() {
         matches!(err, PipelineError::TooManyErrors { count: 5, max: 4 }),
         "{err}"
     );
+    // The message points at errors.jsonl: it is there, with the errors seen before the abort.
+    assert!(err.to_string().contains("errors.jsonl"), "{err}");
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    let positions: Vec<u64> = errors
+        .iter()
+        .map(|e| e["position"].as_u64().unwrap())
+        .collect();
+    let mut sorted = positions.clone();
+    sorted.sort();
+    assert_eq!(positions, sorted);
     s.max_errors = Some(8);
     s.restart = true;
     assert!(run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).is_ok());
@@ -419,4 +443,94 @@ fn ctrl_c_flag_stops_before_reading_more() {
     let err = run_with(&settings(dir.path(), Shard::WHOLE), &mut model, &control).unwrap_err();
     assert!(matches!(err, PipelineError::Interrupted));
     assert_eq!(model.calls, 0);
+}
+
+#[test]
+fn changed_input_content_at_same_path_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let inputs = |b: &str| {
+        vec![
+            ("d/a.parquet".to_string(), "aa".repeat(32)),
+            ("d/b.parquet".to_string(), b.repeat(32)),
+        ]
+    };
+    let first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
+    drop(first);
+    // Same path, same content: accepted.
+    assert!(prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).is_ok());
+    let err = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("cc"))).unwrap_err();
+    match &err {
+        PipelineError::FingerprintMismatch { changed, .. } => assert_eq!(
+            changed,
+            &vec!["input file d/b.parquet (content changed)".to_string()]
+        ),
+        other => panic!("{other}"),
+    }
+    let mut restart = settings(dir.path(), Shard::WHOLE);
+    restart.restart = true;
+    let fp = fingerprint(restart.canonical(), model_files(), inputs("cc"));
+    assert_eq!(prepare(&restart, fp).unwrap().replayed(), 0);
+}
+
+#[test]
+fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (i, d) in dirs.iter().enumerate() {
+        run_job(d.path(), Shard { index: i, count: 2 });
+    }
+    let journal = dirs[1].path().join("journal.bin");
+    let before = std::fs::read(&journal).unwrap();
+    let args = MergeArgs {
+        shards: vec![dirs[0].path().into(), dirs[1].path().into()],
+        // Same folder, spelled differently.
+        out: dirs[1].path().join("."),
+        data: None,
+        progress: None,
+        quiet: true,
+    };
+    let err = prepare_merge(&args).unwrap_err();
+    assert!(matches!(err, MergeError::OutIsShard(_)), "{err}");
+    let code = verisample::pipeline::command::exit_code(&anyhow::Error::new(err));
+    assert_eq!(code, 2);
+    assert_eq!(std::fs::read(&journal).unwrap(), before);
+}
+
+#[test]
+fn input_with_no_readable_row_is_an_error_after_writing_errors_jsonl() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    let source = MemSource(vec![Err(verisample::record::RowError {
+        file: "train-00000.parquet".into(),
+        row: None,
+        field: "file".into(),
+        message: "not a parquet file".into(),
+    })]);
+    let mut sink = JsonlSink::new(&s.out);
+    let err = run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: &mut ScriptedModel::new(),
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        &RunControl::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, PipelineError::InputUnreadable { count: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 1);
+    assert!(
+        err.to_string()
+            .contains("train-00000.parquet: not a parquet file"),
+        "{err}"
+    );
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["file"], "train-00000.parquet");
+    assert!(!dir.path().join("run.json").exists());
 }

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError};
+use verisample::settings::{
+    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError,
+};
 use verisample::shard::Shard;
 
 #[derive(Parser, Debug)]
@@ -165,4 +167,117 @@ fn fingerprint_ignores_scheduling_and_display_settings() {
         a.canonical().diff(&c.canonical()),
         vec!["number_guard: true -> false".to_string()]
     );
+}
+
+#[test]
+fn input_hashes_follow_the_file_content_in_reading_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("b.parquet"), b"two").unwrap();
+    std::fs::write(data.join("a.parquet"), b"one").unwrap();
+    let first = hash_input_files(&data).unwrap();
+    let names: Vec<&str> = first
+        .iter()
+        .map(|(f, _)| Path::new(f).file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a.parquet", "b.parquet"]);
+    // sha256("one")
+    assert_eq!(
+        first[0].1,
+        "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"
+    );
+    std::fs::write(data.join("b.parquet"), b"changed").unwrap();
+    let second = hash_input_files(&data).unwrap();
+    assert_eq!(first[0], second[0]);
+    assert_ne!(first[1].1, second[1].1);
+    assert!(hash_input_files(&dir.path().join("missing")).is_err());
+}
+
+#[test]
+fn out_inside_or_equal_to_the_data_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let m = model.to_str().unwrap();
+    let file = data.join("train.parquet");
+    std::fs::write(&file, b"x").unwrap();
+    let inside = data.join("out");
+    let dotted = data.join("sub/../");
+    for (d, out) in [
+        (data.clone(), data.clone()),
+        (data.clone(), inside.clone()),
+        (data.clone(), dotted),
+        (file.clone(), inside.clone()),
+    ] {
+        let args = parse(&[
+            "--model",
+            m,
+            "--data",
+            d.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = Settings::resolve(&args).unwrap_err();
+        assert!(
+            matches!(err, SettingsError::Invalid { key: "out", .. }),
+            "{out:?}: {err}"
+        );
+        assert!(
+            err.to_string().contains("inside the input dataset"),
+            "{err}"
+        );
+    }
+    // A sibling folder whose name starts like the data folder is fine.
+    let sibling = dir.path().join("data-out");
+    let args = parse(&[
+        "--model",
+        m,
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        sibling.to_str().unwrap(),
+    ]);
+    assert!(Settings::resolve(&args).is_ok());
+}
+
+#[test]
+fn a_quoted_glob_is_accepted_as_data_when_it_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    std::fs::write(data.join("train-00000.parquet"), b"x").unwrap();
+    let m = model.to_str().unwrap();
+    let out = dir.path().join("out");
+    let glob = format!("{}/*.parquet", data.display());
+    let args = parse(&[
+        "--model",
+        m,
+        "--data",
+        &glob,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let s = Settings::resolve(&args).expect("glob accepted");
+    assert_eq!(s.data, PathBuf::from(&glob));
+    let none = format!("{}/*.nothing", data.display());
+    let args = parse(&[
+        "--model",
+        m,
+        "--data",
+        &none,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = Settings::resolve(&args).unwrap_err();
+    assert!(matches!(err, SettingsError::DataNotFound(_)), "{err}");
+    // The glob's folder counts as the data folder for the --out check.
+    let inside = data.join("o");
+    let args = parse(&[
+        "--model",
+        m,
+        "--data",
+        &glob,
+        "--out",
+        inside.to_str().unwrap(),
+    ]);
+    assert!(Settings::resolve(&args).is_err());
 }

@@ -14,7 +14,9 @@ use super::{
 };
 use crate::engine::{vl::load_engine, EngineConfig, KvBudget};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
-use crate::settings::{fingerprint, hash_model_files, DeviceSpec, RunArgs, Settings};
+use crate::settings::{
+    fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
+};
 
 /// Default KV cache size on a GPU when `--kv-cache-gib` is not given (the engine sizes the
 /// CPU pool from free memory but needs an explicit size on accelerators).
@@ -46,7 +48,11 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let settings = Settings::resolve(&args)?;
     let model_files = hash_model_files(&settings.model.dir)
         .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
-    let prepared = prepare(&settings, fingerprint(settings.canonical(), model_files))?;
+    let input_files = hash_input_files(&settings.data)?;
+    let prepared = prepare(
+        &settings,
+        fingerprint(settings.canonical(), model_files, input_files),
+    )?;
     let control = RunControl::from_env();
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
     let device = settings.device.open().context("opening the device")?;
@@ -105,7 +111,7 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
 }
 
 /// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C,
-/// 2 for invalid settings, 1 otherwise.
+/// 2 for invalid settings (and a merge `--out` that is a shard folder), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(p) = err.downcast_ref::<PipelineError>() {
         return u8::try_from(p.exit_code()).unwrap_or(1);
@@ -113,6 +119,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     if err
         .downcast_ref::<crate::settings::SettingsError>()
         .is_some()
+        || matches!(
+            err.downcast_ref::<crate::merge::MergeError>(),
+            Some(crate::merge::MergeError::OutIsShard(_))
+        )
     {
         return 2;
     }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 /// Environment variable of the test kill hook.
 pub const KILL_AT_ENV: &str = "VERISAMPLE_TEST_KILL_AT";
-/// Exit status of a run stopped by Ctrl-C (128 + SIGINT).
+/// Exit status of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT; the `termination`
+/// feature of `ctrlc` routes SIGTERM to the same handler).
 pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Where the kill hook fires.

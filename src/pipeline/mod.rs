@@ -91,6 +91,14 @@ pub enum PipelineError {
     /// Journal I/O or decoding.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// No row of the input could be decoded: every element was a whole-file error.
+    #[error("no row of the input could be read ({count} unreadable input file(s); first: {first}); see errors.jsonl")]
+    InputUnreadable {
+        /// File-level errors.
+        count: usize,
+        /// The first one, `file: message`.
+        first: String,
+    },
     /// OUT holds a journal of a run with other settings or another model.
     #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
     FingerprintMismatch {
@@ -122,7 +130,9 @@ pub enum PipelineError {
     #[error("interrupted; finished work is journaled, rerun the same command to resume")]
     Interrupted,
     /// More input errors than `--max-errors`.
-    #[error("{count} input errors exceed --max-errors {max}; see errors.jsonl counts in the log")]
+    #[error(
+        "{count} input errors exceed --max-errors {max}; see errors.jsonl in the output folder"
+    )]
     TooManyErrors {
         /// Errors so far.
         count: u64,
@@ -191,6 +201,26 @@ fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     for name in names {
         if old.model_files.get(name) != new.model_files.get(name) {
             changed.push(format!("model file {name}"));
+        }
+    }
+    if old.input_files != new.input_files {
+        let old_map: BTreeMap<&String, &String> =
+            old.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let new_map: BTreeMap<&String, &String> =
+            new.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let names: std::collections::BTreeSet<&String> =
+            old_map.keys().chain(new_map.keys()).copied().collect();
+        let before = changed.len();
+        for name in names {
+            match (old_map.get(name), new_map.get(name)) {
+                (Some(a), Some(b)) if a == b => {}
+                (Some(_), Some(_)) => changed.push(format!("input file {name} (content changed)")),
+                (Some(_), None) => changed.push(format!("input file {name} (removed)")),
+                _ => changed.push(format!("input file {name} (added)")),
+            }
+        }
+        if changed.len() == before {
+            changed.push("input files (order changed)".into());
         }
     }
     changed
@@ -359,6 +389,17 @@ pub fn run(
         prompt_tokens,
         replayed,
     })?;
+    // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
+    // empty but complete run.
+    let whole_file = |p: &passes::RowPlan| p.row.is_none() && p.body.is_err();
+    if !plans.is_empty() && plans.iter().all(whole_file) {
+        let first = &plans[0];
+        let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
+        return Err(PipelineError::InputUnreadable {
+            count: plans.len(),
+            first: format!("{}: {message}", first.file),
+        });
+    }
     let report = RunReport {
         status: "complete".into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),

@@ -296,11 +296,30 @@ fn run_requests(
 }
 
 /// Phase 1: plan every element of the shard and generate the missing answers.
+/// On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
+/// before the error is returned, so the message's pointer to it holds.
 pub(crate) fn generate_answers(
     ctx: &mut PassContext<'_>,
     source: &dyn RowSource,
     generator: &mut dyn Generator,
 ) -> Result<Vec<RowPlan>, PipelineError> {
+    let mut plans = Vec::new();
+    match generate_answers_into(ctx, source, generator, &mut plans) {
+        Ok(()) => Ok(plans),
+        Err(e @ PipelineError::TooManyErrors { .. }) => {
+            super::write::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn generate_answers_into(
+    ctx: &mut PassContext<'_>,
+    source: &dyn RowSource,
+    generator: &mut dyn Generator,
+    plans: &mut Vec<RowPlan>,
+) -> Result<(), PipelineError> {
     let settings = ctx.settings;
     let shard = settings.shard;
     let rows_est = source.len_hint().map(|n| {
@@ -309,7 +328,6 @@ pub(crate) fn generate_answers(
     });
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let chunk = chunk_size(settings);
-    let mut plans = Vec::new();
     let mut pending = Vec::new();
     let mut verify_ctx = HashMap::new();
     let mut appended = 0u64;
@@ -327,8 +345,8 @@ pub(crate) fn generate_answers(
         let body = match &plan.body {
             Ok(body) => body,
             Err(_) => {
-                ctx.count_errors(1)?;
                 plans.push(plan);
+                ctx.count_errors(1)?;
                 continue;
             }
         };
@@ -343,7 +361,11 @@ pub(crate) fn generate_answers(
             .iter()
             .filter(|i| matches!(i, ItemPlan::Invalid(_)))
             .count();
-        ctx.count_errors(invalid as u64)?;
+        if let Err(e) = ctx.count_errors(invalid as u64) {
+            plans.push(plan);
+            return Err(e);
+        }
+        let mut abort = None;
         for (qa, item) in body.items.iter().enumerate() {
             let ItemPlan::Keep(q) = item else { continue };
             let key = ItemKey {
@@ -359,7 +381,10 @@ pub(crate) fn generate_answers(
                 Some(JournalOutcome::Failed(_)) => {
                     ctx.progress.advance(0, false, None);
                     ctx.replayed += 1;
-                    ctx.count_errors(1)?;
+                    if let Err(e) = ctx.count_errors(1) {
+                        abort = Some(e);
+                        break;
+                    }
                 }
                 None => {
                     verify_ctx.insert(key, (body.family.clone(), q.clone()));
@@ -375,6 +400,9 @@ pub(crate) fn generate_answers(
             }
         }
         plans.push(plan);
+        if let Some(e) = abort {
+            return Err(e);
+        }
         if pending.len() >= chunk {
             let reqs = std::mem::take(&mut pending);
             run_requests(
@@ -396,7 +424,7 @@ pub(crate) fn generate_answers(
         &verify_ctx,
         &mut appended,
     )?;
-    Ok(plans)
+    Ok(())
 }
 
 /// Phase 2: verify every answer; judge the rejects with an answer (when `--judge on`) and

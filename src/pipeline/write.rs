@@ -375,3 +375,54 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         .map_err(PipelineError::Sink)?;
     Ok(c.stats)
 }
+
+/// Write `OUT/errors.jsonl` (atomically) for the rows planned so far: unreadable rows,
+/// invalid questions and failed answer generations, in input order. Used before a
+/// `--max-errors` abort, when the write phase that normally writes it never runs.
+///
+/// Errors: writing the file.
+pub(crate) fn write_abort_errors(
+    out: &std::path::Path,
+    plans: &[RowPlan],
+    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+) -> Result<(), PipelineError> {
+    let mut lines = Vec::new();
+    for plan in plans {
+        let line = |qa: Option<u32>, field: &str, message: &str| ErrorLine {
+            file: plan.file.clone(),
+            row: plan.row,
+            position: plan.position,
+            qa,
+            field: field.to_string(),
+            message: message.to_string(),
+        };
+        let body = match &plan.body {
+            Ok(body) => body,
+            Err(p) => {
+                lines.push(line(None, &p.field, &p.message));
+                continue;
+            }
+        };
+        for (qa, item) in body.items.iter().enumerate() {
+            let key = ItemKey {
+                position: plan.position,
+                qa: qa as u32,
+            };
+            match item {
+                ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
+                ItemPlan::Keep(_) => {
+                    if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
+                        lines.push(line(Some(key.qa), "generation", m));
+                    }
+                }
+                ItemPlan::Dropped(_) => {}
+            }
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    write_atomic(out.join(ERRORS_FILE), &jsonl(&lines))?;
+    Ok(())
+}
