@@ -170,6 +170,20 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
         errors.len()
     );
 
+    // Provenance names the input file, never a local path (the run was given an absolute one).
+    let metas = think
+        .iter()
+        .map(|r| &r.clean_meta)
+        .chain(rej.iter().map(|r| &r.clean_meta));
+    for meta in metas {
+        let v: serde_json::Value = serde_json::from_str(meta).expect("clean_meta is JSON");
+        let file = v["source_file"].as_str().expect("source_file");
+        assert!(
+            file.ends_with(".parquet") && !file.contains('/'),
+            "clean_meta.source_file should be a bare file name, got {file:?}"
+        );
+    }
+
     // Every question exactly once.
     let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for r in &nothink {

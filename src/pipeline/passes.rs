@@ -175,8 +175,16 @@ pub(crate) fn plan_row(
         })
         .collect();
     let bytes = row.image.bytes.clone().unwrap_or_default();
+    // Only the file name: the path as typed on the command line (often absolute and local)
+    // would leak into a published dataset and make its bytes depend on how `--data` was spelt.
+    let source_name = std::path::Path::new(&row.source_file)
+        .file_name()
+        .map_or_else(
+            || row.source_file.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
     let clean_meta = serde_json::json!({
-        "source_file": row.source_file,
+        "source_file": source_name,
         "row_index": row.row_index,
         "position": position,
         "cleaning": cleaned.meta,
