@@ -12,6 +12,9 @@
 //! The fixtures carry the SHA-256 of the checkpoint they were made from; after a new
 //! checkpoint they must be regenerated (the tests say so).
 
+mod shared_data;
+use shared_data::shared_data;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -45,20 +48,6 @@ fn fixture_dir() -> PathBuf {
 
 fn model_dir() -> PathBuf {
     repo().join("assets/model")
-}
-
-/// The shared data folder per COMMON.md: `$VERISAMPLE_SHARED_DATA`, else
-/// `<repo>/../../shared/data` (a worktree), else `<repo>/../shared/data`.
-fn shared_data() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
-        Some(repo().join("../../shared/data")),
-        Some(repo().join("../shared/data")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.join("orand-car-a/labels.jsonl").is_file())
 }
 
 /// A fixture's header line.

@@ -7,6 +7,9 @@
 //! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, else `<repo>/../../shared/data`, else
 //! `<repo>/../shared/data`); prints "skipped: no ../shared/data" without it.
 
+mod shared_data;
+use shared_data::shared_data;
+
 mod pipeline_support;
 
 use std::collections::BTreeMap;
@@ -25,19 +28,6 @@ use verisample::pipeline::{
 use verisample::settings::fingerprint;
 use verisample::shard::Shard;
 use verisample::verify_output::{verify_family, FamilySplits, VerifySettings};
-
-fn shared_data() -> Option<PathBuf> {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
-        Some(repo.join("../../shared/data")),
-        Some(repo.join("../shared/data")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.join("orand-car-a/labels.jsonl").exists())
-}
 
 /// The val split as an input dataset in `dir`, and the scripted model's answers: the label
 /// for most images; for every 5th a wrong digit string, for every 7th the label inside a

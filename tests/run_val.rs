@@ -7,6 +7,9 @@
 //! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, `<repo>/../../shared/data` or
 //! `<repo>/../shared/data`); prints "skipped: no ../shared/data" without it.
 
+mod shared_data;
+use shared_data::shared_data;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,20 +32,6 @@ const REJECTED: &str = "OrandCar_rejected";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The shared data folder per COMMON.md: `$VERISAMPLE_SHARED_DATA`, else
-/// `<repo>/../../shared/data` (a worktree), else `<repo>/../shared/data`.
-fn shared_data() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
-        Some(repo().join("../../shared/data")),
-        Some(repo().join("../shared/data")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.join("orand-car-a/labels.jsonl").is_file())
 }
 
 fn bin() -> Command {

@@ -1,21 +1,12 @@
 //! The OrandCar labels under the string verifier (SPEC §8: the reference is the digit string
 //! without separators, `1.990` is labelled `1990`). Uses the real data when present.
 
-use std::path::PathBuf;
+mod shared_data;
+use shared_data::shared_data;
 
 use verisample::judge::numbers_disagree;
 use verisample::verify::alnum::alnum_norm;
 use verisample::verify::{Variant, Verifier};
-
-/// `$VERISAMPLE_SHARED_DATA`, else `<repo>/../../shared/data`, else `<repo>/../shared/data`.
-fn shared_data() -> Option<PathBuf> {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    std::env::var_os("VERISAMPLE_SHARED_DATA")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([repo.join("../../shared/data"), repo.join("../shared/data")])
-        .find(|p| p.is_dir())
-}
 
 /// Renders a digit string with `.` thousands separators, as written on a cheque.
 fn with_separators(digits: &str) -> String {

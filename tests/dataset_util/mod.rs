@@ -2,25 +2,13 @@
 #![allow(dead_code)]
 
 use std::io::Cursor;
-use std::path::PathBuf;
 
+#[path = "../shared_data/mod.rs"]
+mod shared_data;
+#[allow(unused_imports)] // not every dataset_* test needs the real data
+pub use shared_data::shared_data;
 use verisample::dataset::writer::sha256_hex;
 use verisample::record::{AcceptedQa, ImageRef, OutputRow, RejectedQa};
-
-/// The shared data folder (`orand-car-a/` lives in it), per COMMON.md: `$VERISAMPLE_SHARED_DATA`,
-/// else `<repo>/../../shared/data` (a worktree), else `<repo>/../shared/data`.
-pub fn shared_data() -> Option<PathBuf> {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
-        Some(repo.join("../../shared/data")),
-        Some(repo.join("../shared/data")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.join("orand-car-a/labels.jsonl").is_file())
-}
 
 /// The built `verisample` binary.
 pub fn bin() -> std::process::Command {
