@@ -133,7 +133,9 @@ impl CheckReport {
                 .score
                 .map(|x| format!(" score {x:.4}"))
                 .unwrap_or_default();
-            let mark = if Some(t.variant) == self.matched_variant {
+            let mark = if t.matched && self.unusable_reference {
+                "match (ignored: unusable reference)"
+            } else if Some(t.variant) == self.matched_variant {
                 "MATCH (first)"
             } else if t.matched {
                 "match"
@@ -214,6 +216,11 @@ mod tests {
         let r = check_with("OrandCar", "!!", "\u{4E2D}\u{6587}", Verifier::Alnum);
         assert_eq!(r.matched_variant, Some(Variant::Whole));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
+        let human = r.to_human();
+        assert!(
+            human.contains("match (ignored: unusable reference)") && !human.contains("MATCH"),
+            "{human}"
+        );
 
         let r = check_with(
             "OrandCar",

@@ -338,12 +338,19 @@ fn run_prepare(a: PrepareArgs) -> anyhow::Result<()> {
 }
 
 fn run_inspect(a: InspectArgs) -> anyhow::Result<()> {
-    let text = crate::dataset::inspect::inspect(&a.path, a.rows).map_err(|e| match e {
+    let found = crate::dataset::inspect::inspect(&a.path, a.rows).map_err(|e| match e {
         crate::dataset::DatasetError::Invalid(m) => usage(m),
         other => anyhow::Error::new(other),
     })?;
-    print!("{text}");
-    Ok(())
+    print!("{}", found.text);
+    match found.unreadable.as_slice() {
+        [] => Ok(()),
+        bad => anyhow::bail!(
+            "{} parquet file(s) unreadable, first {} (details above)",
+            bad.len(),
+            bad[0].display()
+        ),
+    }
 }
 
 #[cfg(test)]

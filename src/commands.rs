@@ -147,7 +147,17 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
         Some(spec) => spec
             .parse()
             .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?,
-        None => VerifierRegistry::default().for_family(Some(&a.family)),
+        None => {
+            let registry = VerifierRegistry::default();
+            if !registry.by_family.contains_key(&a.family) {
+                eprintln!(
+                    "note: no verifier is registered for family {:?}: using the default ({}), \
+                     as `run` would; pass --verifier to choose one",
+                    a.family, registry.default
+                );
+            }
+            registry.for_family(Some(&a.family))
+        }
     };
     let report: CheckReport = check_with(&a.family, &a.pred, &a.reference, verifier);
     if a.json {

@@ -45,11 +45,39 @@ fn usage_errors_exit_2_and_help_has_examples() {
 }
 
 #[test]
-fn inspect_of_an_unreadable_file_reports_it() {
+fn inspect_of_an_unreadable_file_reports_it_and_exits_1() {
     let tmp = tempfile::tempdir().unwrap();
     let f = tmp.path().join("x.parquet");
     std::fs::write(&f, b"PAR1 not really").unwrap();
     let out = bin().arg("inspect").arg(&f).output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("UNREADABLE"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 parquet file(s) unreadable") && err.contains("x.parquet"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_names_the_default_verifier_for_an_unregistered_family() {
+    let out = bin()
+        .args([
+            "check", "--family", "MyBench", "--pred", "12", "--ref", "12",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no verifier is registered for family \"MyBench\"") && err.contains("(alnum)"),
+        "{err}"
+    );
+    let out = bin()
+        .args([
+            "check", "--family", "OrandCar", "--pred", "12", "--ref", "12",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("no verifier is registered"));
 }

@@ -202,8 +202,58 @@ fn prepare_refuses_images_outside_the_folder() {
     assert_eq!(st.status.code(), Some(1));
     let err = String::from_utf8_lossy(&st.stderr);
     assert!(err.contains("escapes the dataset folder"), "{err}");
+    assert!(err.contains("labels.jsonl:1: "), "{err}");
     assert!(!tmp
         .path()
         .join("o/data/train-00000-of-00001.parquet")
         .exists());
+}
+
+#[test]
+fn prepare_names_the_line_of_a_missing_image_and_refuses_to_mix_splits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.png"), png(2, 2, 0)).unwrap();
+    std::fs::write(src.join("b.png"), png(2, 2, 1)).unwrap();
+    let prepare = |labels: &str, split: Option<&str>| {
+        std::fs::write(src.join("labels.jsonl"), labels).unwrap();
+        let mut cmd = bin();
+        cmd.args(["prepare", "--labels"])
+            .arg(src.join("labels.jsonl"))
+            .args(["--family", "OrandCar", "--out"])
+            .arg(tmp.path().join("o"));
+        if let Some(s) = split {
+            cmd.args(["--split", s]);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = prepare(
+        "{\"file\": \"a.png\", \"label\": \"1\"}\n\n{\"file\": \"gone.png\", \"label\": \"2\"}\n",
+        None,
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("labels.jsonl:3: image file \"gone.png\" not found"),
+        "{err}"
+    );
+
+    let two_splits = "{\"file\": \"a.png\", \"split\": \"train\", \"label\": \"1\"}\n\
+                      {\"file\": \"b.png\", \"split\": \"val\", \"label\": \"2\"}\n";
+    let (code, err) = prepare(two_splits, None);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("has lines of 2 splits (train, val): pass --split"),
+        "{err}"
+    );
+    assert!(!tmp
+        .path()
+        .join("o/data/train-00000-of-00001.parquet")
+        .exists());
+    let (code, err) = prepare(two_splits, Some("val"));
+    assert_eq!(code, Some(0), "{err}");
 }

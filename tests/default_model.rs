@@ -33,7 +33,7 @@ use verisample::verify::think::split_think;
 use verisample_models::VlModel;
 
 /// The fixtures' generation limit (scripts/make_default_reference.py `MAX_NEW_TOKENS`).
-const MAX_NEW_TOKENS: usize = 48;
+const MAX_NEW_TOKENS: usize = 64;
 /// The target for judge agreement with the rule.
 const JUDGE_TARGET: f64 = 0.95;
 const REGENERATE: &str = "python scripts/make_default_reference.py";

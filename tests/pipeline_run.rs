@@ -534,3 +534,73 @@ fn input_with_no_readable_row_is_an_error_after_writing_errors_jsonl() {
     assert_eq!(errors[0]["file"], "train-00000.parquet");
     assert!(!dir.path().join("run.json").exists());
 }
+
+/// Two readable rows whose items all go to errors.jsonl (an empty image, a blank question).
+fn rows_without_usable_items(
+) -> Vec<Result<verisample::record::InputRow, verisample::record::RowError>> {
+    let f = "data/train-00000.parquet";
+    let mut empty = row(f, 0, 1, vec![qa("1", "1")]).expect("row");
+    empty.image.bytes = Some(Vec::new());
+    let blank_question = row(
+        f,
+        1,
+        2,
+        vec![verisample::record::QaItem {
+            question: " ".into(),
+            answer: "5".into(),
+            ..Default::default()
+        }],
+    );
+    vec![Ok(empty), blank_question]
+}
+
+fn run_rows(
+    s: &Settings,
+    rows: Vec<Result<verisample::record::InputRow, verisample::record::RowError>>,
+) -> Result<RunReport, PipelineError> {
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    let source = MemSource(rows);
+    let mut sink = JsonlSink::new(&s.out);
+    run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: &mut ScriptedModel::new(),
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        &RunControl::default(),
+    )
+}
+
+#[test]
+fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let err = run_rows(&s, rows_without_usable_items()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PipelineError::NoSplit {
+                rows: 2,
+                errors: 2,
+                dropped: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 1);
+    assert!(err.to_string().contains("errors.jsonl"), "{err}");
+    assert_eq!(lines(&dir.path().join("errors.jsonl")).len(), 2);
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["stats"]["errors"], 2);
+
+    // One shard of several may receive no usable row: that shard still succeeds.
+    let shard_dir = tempfile::tempdir().unwrap();
+    let s = settings(shard_dir.path(), Shard { index: 0, count: 2 });
+    let report = run_rows(&s, rows_without_usable_items()).expect("an empty shard is fine");
+    assert!(report.stats.split_rows.is_empty());
+    assert_eq!(report.stats.errors, 1);
+}

@@ -171,6 +171,13 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
             file.ends_with(".parquet") && !file.contains('/'),
             "clean_meta.source_file should be a bare file name, got {file:?}"
         );
+        // One level: provenance, the cleaning policy and this row's cleaning notes.
+        assert!(
+            v["policy"]["allowed_questions"]["OrandCar"].is_array(),
+            "{v}"
+        );
+        assert_eq!(v["cleaning"]["kept_from"], serde_json::json!([0]), "{v}");
+        assert!(v["cleaning"].get("cleaning").is_none(), "{v}");
     }
 
     // Every question exactly once.

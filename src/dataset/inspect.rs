@@ -130,17 +130,29 @@ fn describe_row(batch: &RecordBatch, i: usize, out: &mut String) {
     }
 }
 
+/// What [`inspect`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The human-readable summary (schema, row counts, the first rows), ends with a newline.
+    pub text: String,
+    /// Files that could not be opened as parquet or whose rows could not be decoded; each is
+    /// also described in `text`. A caller should fail when this is not empty.
+    pub unreadable: Vec<PathBuf>,
+}
+
 /// Summarise the dataset at `spec` (file, folder, output dir or glob), showing up to `rows`
 /// rows per split.
 ///
-/// Errors: no such input. Unreadable files are reported inside the text, not as errors.
-pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
+/// Errors: no such input. Unreadable files are reported in the text and listed in
+/// [`Inspection::unreadable`], so one bad file does not hide the others.
+pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
     let inputs = resolve_inputs(spec)?;
     let mut groups: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for f in &inputs.files {
         groups.entry(split_of(f)).or_default().push(f.clone());
     }
     let mut out = String::new();
+    let mut unreadable = Vec::new();
     let _ = writeln!(
         out,
         "{}: {} parquet file(s), {} split(s)",
@@ -165,6 +177,7 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
                 Ok(x) => x,
                 Err(e) => {
                     let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
+                    unreadable.push(file.clone());
                     continue;
                 }
             };
@@ -174,6 +187,7 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
+                    unreadable.push(file.clone());
                     continue;
                 }
             };
@@ -202,6 +216,7 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
+                    unreadable.push(file.clone());
                     continue;
                 }
             };
@@ -210,6 +225,7 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
                     Ok(b) => b,
                     Err(e) => {
                         let _ = writeln!(out, "  {}: cannot decode rows: {e}", file.display());
+                        unreadable.push(file.clone());
                         break;
                     }
                 };
@@ -231,7 +247,10 @@ pub fn inspect(spec: &str, rows: usize) -> Result<String, DatasetError> {
         }
         let _ = writeln!(out, "  rows: {total}");
     }
-    Ok(out)
+    Ok(Inspection {
+        text: out,
+        unreadable,
+    })
 }
 
 #[cfg(test)]

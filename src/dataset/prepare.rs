@@ -73,6 +73,8 @@ const RESERVED: [&str; 4] = ["image", "qa", "image_sha256", "family"];
 /// One image with its questions, before reading the file.
 #[derive(Debug, Clone, PartialEq)]
 struct PendingRow {
+    /// `file:line` of the (first) JSONL line of this row, for error messages.
+    origin: String,
     image_rel: String,
     qa: Vec<PendingQa>,
     provenance: Map<String, Value>,
@@ -175,6 +177,7 @@ fn labels_rows(
         let answer = take_text(&mut m, "label", labels, line)?;
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
+            origin: format!("{}:{line}", labels.display()),
             image_rel: file,
             qa: vec![PendingQa {
                 question: question.to_string(),
@@ -205,6 +208,7 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
             None => {
                 index.insert(image.clone(), rows.len());
                 rows.push(PendingRow {
+                    origin: format!("{}:{line}", jsonl.display()),
                     image_rel: image,
                     qa: vec![item],
                     provenance: Map::new(),
@@ -340,6 +344,26 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
             "no rows to prepare (empty input or nothing matches the split filter)".into(),
         ));
     }
+    if let PrepareSource::Labels {
+        labels,
+        split_filter: None,
+        ..
+    } = &opts.source
+    {
+        let splits: BTreeSet<&str> = rows
+            .iter()
+            .filter_map(|r| r.provenance.get("split").and_then(Value::as_str))
+            .collect();
+        if splits.len() > 1 {
+            return Err(DatasetError::Invalid(format!(
+                "{} has lines of {} splits ({}): pass --split NAME to prepare one of them \
+                 (they would otherwise be mixed into one split)",
+                labels.display(),
+                splits.len(),
+                splits.into_iter().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
     let root = image_dir
         .canonicalize()
         .map_err(|e| DatasetError::io(&image_dir, e))?;
@@ -366,8 +390,15 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
     let mut qa_items = 0u64;
     for pending in rows {
         let file = resolve_inside(&root, &root, &pending.image_rel)
-            .map_err(|m| DatasetError::Invalid(format!("image {:?}: {m}", pending.image_rel)))?;
-        let bytes = std::fs::read(&file).map_err(|e| DatasetError::io(&file, e))?;
+            .map_err(|m| DatasetError::Invalid(format!("{}: {m}", pending.origin)))?;
+        let bytes = std::fs::read(&file).map_err(|e| {
+            DatasetError::Invalid(format!(
+                "{}: image {:?}: cannot read {}: {e}",
+                pending.origin,
+                pending.image_rel,
+                file.display()
+            ))
+        })?;
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
         qa_items += pending.qa.len() as u64;
         ready.push(ReadyRow {

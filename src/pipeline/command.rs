@@ -12,7 +12,8 @@ use super::engine_io::{prompt_prefills_think, EngineGenerator};
 use super::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
 };
-use crate::engine::{vl::load_engine, EngineConfig, KvBudget};
+use crate::engine::vl::{load_engine, VlLoadError};
+use crate::engine::{EngineConfig, EngineError, KvBudget};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
@@ -111,7 +112,8 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
 }
 
 /// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C,
-/// 2 for invalid settings (and a merge `--out` that is a shard folder), 1 otherwise.
+/// 2 for invalid settings (including an engine setting such as a `--kv-cache-gib` that does
+/// not fit in memory, and a merge `--out` that is a shard folder), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(p) = err.downcast_ref::<PipelineError>() {
         return u8::try_from(p.exit_code()).unwrap_or(1);
@@ -123,8 +125,30 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             err.downcast_ref::<crate::merge::MergeError>(),
             Some(crate::merge::MergeError::OutIsShard(_))
         )
+        || matches!(
+            err.downcast_ref::<VlLoadError>(),
+            Some(VlLoadError::Engine(EngineError::Config(_)))
+        )
     {
         return 2;
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_setting_errors_exit_2_through_context_other_load_errors_exit_1() {
+        let kv = anyhow::Error::from(VlLoadError::Engine(EngineError::Config(
+            "the KV cache of 900 GiB does not fit".into(),
+        )))
+        .context("loading the model from m");
+        assert_eq!(exit_code(&kv), 2);
+        let internal = anyhow::Error::from(VlLoadError::Engine(EngineError::Internal("x".into())))
+            .context("loading the model from m");
+        assert_eq!(exit_code(&internal), 1);
+        assert_eq!(exit_code(&anyhow::anyhow!("anything else")), 1);
+    }
 }

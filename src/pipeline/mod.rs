@@ -99,6 +99,21 @@ pub enum PipelineError {
         /// The first one, `file: message`.
         first: String,
     },
+    /// The run finished but no item reached a split: every item went to `errors.jsonl` or
+    /// was dropped by cleaning. `datasets` loads neither a dataset without splits nor a
+    /// zero-row parquet file, so there is nothing to publish; the logs and `run.json` are
+    /// written. Raised for a whole run or a merge; one shard of several only warns.
+    #[error("no item reached a split: {rows} row(s) read, {errors} error(s) in {out}/errors.jsonl, {dropped} item(s) dropped by cleaning ({out}/cleaning.jsonl); {out} holds the run's logs but no dataset")]
+    NoSplit {
+        /// The output folder.
+        out: PathBuf,
+        /// Input rows read.
+        rows: u64,
+        /// Lines of `errors.jsonl`.
+        errors: u64,
+        /// Items dropped by cleaning.
+        dropped: u64,
+    },
     /// OUT holds a journal of a run with other settings or another model.
     #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
     FingerprintMismatch {
@@ -429,6 +444,18 @@ pub fn run(
             settings.out.join("README.md").display(),
             settings.out.join(outputs::RUN_FILE).display()
         );
+    }
+    if report.stats.split_rows.is_empty() {
+        let err = PipelineError::NoSplit {
+            out: settings.out.clone(),
+            rows: report.stats.input_rows,
+            errors: report.stats.errors,
+            dropped: report.stats.cleaning_drops.values().sum(),
+        };
+        if settings.shard.count == 1 {
+            return Err(err);
+        }
+        tracing::warn!("shard {}: {err}", settings.shard);
     }
     Ok(report)
 }

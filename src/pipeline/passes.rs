@@ -183,13 +183,18 @@ pub(crate) fn plan_row(
             || row.source_file.clone(),
             |n| n.to_string_lossy().into_owned(),
         );
-    let clean_meta = serde_json::json!({
+    // Provenance next to the cleaner's own keys (`policy`, `cleaning`), one level deep.
+    let mut clean_meta = serde_json::json!({
         "source_file": source_name,
         "row_index": row.row_index,
         "position": position,
-        "cleaning": cleaned.meta,
-    })
-    .to_string();
+    });
+    if let (Some(top), serde_json::Value::Object(cleaner_keys)) =
+        (clean_meta.as_object_mut(), cleaned.meta)
+    {
+        top.extend(cleaner_keys);
+    }
+    let clean_meta = clean_meta.to_string();
     let plan = RowPlan {
         position,
         file: row.source_file.clone(),
