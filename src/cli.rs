@@ -218,6 +218,24 @@ pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
     }
 }
 
+/// The one-line message printed for an error: each context and cause, joined by `": "`,
+/// leaving out a cause whose text the line already holds (typed errors often repeat their
+/// source in their own message, which `{:#}` would then print twice or three times).
+pub fn error_message(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
 }
@@ -357,6 +375,21 @@ fn run_inspect(a: InspectArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn error_message_keeps_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("config: {0}")]
+        struct Config(#[source] std::io::Error);
+        let io = std::io::Error::other("EOF while parsing");
+        let err = anyhow::Error::new(Config(io)).context("loading the model from m");
+        assert_eq!(
+            error_message(&err),
+            "loading the model from m: config: EOF while parsing"
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("writing o");
+        assert_eq!(error_message(&plain), "writing o: disk full");
+    }
 
     #[test]
     fn clap_definition_is_consistent() {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use verisample::cli::{dispatch, exit_code, Cli, UsageError};
+use verisample::cli::{dispatch, error_message, exit_code, Cli, UsageError};
 
 /// Log to stderr. `RUST_LOG` wins when set; else -q → warn, default info, -v debug, -vv trace.
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         if e.is::<UsageError>() {
             eprintln!("{e}");
         } else {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_message(e));
         }
     }
     ExitCode::from(exit_code(&result))
