@@ -18,7 +18,7 @@ prompt_ids_len, logit_margins (top-1 minus top-2 raw logit per generated token),
 generation stopped), text (special tokens skipped), answer (after the last </think>), correct.
 
 Settings (tests/fixtures/default_model/README.md): processor use_fast=False, chat template with
-enable_thinking=True and add_generation_prompt=True, greedy, max_new_tokens 48, float32, CPU.
+enable_thinking=True and add_generation_prompt=True, greedy, max_new_tokens 64, float32, CPU.
 Correctness is SPEC §5 alnum over the three candidates (scripts/alnum_reference.py) of the
 answer after the last </think> (SPEC §4 think split), against the label.
 
@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 
 import alnum_reference  # noqa: E402
 
-MAX_NEW_TOKENS = 48
+MAX_NEW_TOKENS = 64
 OUT_DIR = os.path.join(REPO, "tests", "fixtures", "default_model")
 
 

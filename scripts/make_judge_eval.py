@@ -9,7 +9,7 @@ the trainer: 1234 (training stream), 999 (its judge eval, used to pick the best 
 some pairs also occur in training; the set is held out by seed, not by content.)
 
 Each pair is run text-only through transformers (the chat template's user turn is the SPEC §6
-judge prompt, enable_thinking=True, greedy, max_new_tokens 48) and its verdict is parsed with
+judge prompt, enable_thinking=True, greedy, max_new_tokens 64) and its verdict is parsed with
 a port of verisample::judge::parse_verdict (SPEC §6, fail closed).
 
 Writes tests/fixtures/default_model/judge_pairs.jsonl: a header line {"meta": {...}}

@@ -140,12 +140,33 @@ def reading_trace(digits: str) -> str:
     return "digits: " + " ".join(d for d in digits if d.isdigit())
 
 
-def judge_trace(reference_digits: str, candidate_digits: str) -> str:
-    """Reasoning text (inside <think>) for a judge answer: both digit sequences.
+#: Position tags of the judge trace: the i-th digit of a line is written ``<tag i><digit>``.
+JUDGE_TAGS = "abcdefghijklmnopqrstuvwxyz"
 
-    An empty digit sequence is written ``none``.
+
+def _tagged(digits: str) -> str:
+    return " ".join(JUDGE_TAGS[i % len(JUDGE_TAGS)] + d for i, d in enumerate(digits)) or "none"
+
+
+def judge_trace(reference_digits: str, candidate_digits: str) -> str:
+    """Reasoning text (inside <think>) for a judge answer.
+
+    Both digit sequences with a position tag before each digit (``a1 b1 c8``; an empty
+    sequence is ``none``), then, when the reference has digits, a check line with one mark
+    per position of the longer sequence: ``=`` where both have the same digit, ``!`` where
+    they differ or one is missing. The tags make the comparison a lookup by tag instead of
+    counting positions, which a 4-layer model learns far more easily; the verdict then
+    only asks whether any ``!`` was written.
     """
-    return "reference %s, candidate %s" % (reference_digits or "none", candidate_digits or "none")
+    lines = ["reference " + _tagged(reference_digits), "candidate " + _tagged(candidate_digits)]
+    if reference_digits:
+        n = max(len(reference_digits), len(candidate_digits))
+        marks = []
+        for i in range(n):
+            same = i < len(reference_digits) and i < len(candidate_digits) and reference_digits[i] == candidate_digits[i]
+            marks.append(JUDGE_TAGS[i % len(JUDGE_TAGS)] + ("=" if same else "!"))
+        lines.append("check " + " ".join(marks))
+    return "\n".join(lines)
 
 
 def _corpus() -> list[str]:

@@ -22,10 +22,11 @@ use verisample::verify::alnum::alnum_match;
 
 /// Rows of OrandCar-A with `"split": "val"` in `labels.jsonl`.
 const VAL_ROWS: usize = 78;
-/// Generation limit of the run: the default checkpoint answers in ~20 tokens
-/// (`<think>\ndigits: …\n</think>\n\n…<|im_end|>`) and stops (see
-/// tests/fixtures/default_model/val_reference.jsonl); 48 is the limit of those fixtures.
-const MAX_NEW_TOKENS: &str = "48";
+/// Generation limit of the run: the default checkpoint reads in ~20 tokens
+/// (`<think>\ndigits: …\n</think>\n\n…<|im_end|>`) and judges in at most ~55 (a tagged
+/// trace per digit, see scripts/tiny_tokenizer.py `judge_trace`); 64 is the limit of the
+/// fixtures in tests/fixtures/default_model.
+const MAX_NEW_TOKENS: &str = "64";
 const THINK: &str = "OrandCar_RS_think";
 const NOTHINK: &str = "OrandCar_RS_nothink";
 const REJECTED: &str = "OrandCar_rejected";
