@@ -500,25 +500,13 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
 fn input_with_no_readable_row_is_an_error_after_writing_errors_jsonl() {
     let dir = tempfile::tempdir().unwrap();
     let s = settings(dir.path(), Shard::WHOLE);
-    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
-    let source = MemSource(vec![Err(verisample::record::RowError {
+    let unreadable = Err(verisample::record::RowError {
         file: "train-00000.parquet".into(),
         row: None,
         field: "file".into(),
         message: "not a parquet file".into(),
-    })]);
-    let mut sink = JsonlSink::new(&s.out);
-    let err = run(
-        prepared,
-        Backends {
-            source: &source,
-            generator: &mut ScriptedModel::new(),
-            decisions: &StandardDecisions::default(),
-            sink: &mut sink,
-        },
-        &RunControl::default(),
-    )
-    .unwrap_err();
+    });
+    let err = run_rows(&s, vec![unreadable]).unwrap_err();
     assert!(
         matches!(err, PipelineError::InputUnreadable { count: 1, .. }),
         "{err}"
