@@ -82,6 +82,20 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 /// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
 pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
     let recorded = read_run_json(&a.out)?;
+    if recorded.is_null() {
+        use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
+        if a.out.join(JOURNAL_FILE).exists() {
+            anyhow::bail!(
+                "{} holds an unfinished run ({JOURNAL_FILE} but no {RUN_FILE}): its data/ is \
+                 from an earlier run or incomplete; rerun the same command to finish it",
+                a.out.display()
+            );
+        }
+        eprintln!(
+            "note: no {RUN_FILE} in {}: decisions are checked, row counts are not",
+            a.out.display()
+        );
+    }
     let settings = verify_settings(a, &recorded)?;
     let splits = scan_output_dir(&a.out)
         .with_context(|| format!("read output directory {}", a.out.display()))?;

@@ -384,6 +384,9 @@ pub enum SettingsError {
         /// Every place looked at.
         looked: Vec<PathBuf>,
     },
+    /// `--model` is a folder, but holds no `config.json`.
+    #[error("--model {}: no config.json in this folder (a model folder holds config.json, the safetensors weights and the tokenizer)", .0.display())]
+    NotAModel(PathBuf),
     /// The binary lacks the backend for the requested device.
     #[error(
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"

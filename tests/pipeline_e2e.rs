@@ -261,3 +261,42 @@ fn runs_without_network() {
         println!("note: strace not available, socket check skipped");
     }
 }
+
+#[test]
+fn a_reused_output_folder_keeps_no_stale_split_and_verify_refuses_an_unfinished_run() {
+    let (bin, model, data) = require_setup!();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    check(run_cmd(&bin, &model, &data, &out).output().unwrap(), "run");
+    // Plant a split of an earlier run (another family) and a file that is no split.
+    let rejected = out.join("data/OrandCar_rejected-00000-of-00001.parquet");
+    let stale = out.join("data/Old_rejected-00000-of-00001.parquet");
+    let foreign = out.join("data/notes-00000-of-00001.parquet");
+    std::fs::copy(&rejected, &stale).unwrap();
+    std::fs::copy(&rejected, &foreign).unwrap();
+    check(
+        run_cmd(&bin, &model, &data, &out)
+            .arg("--restart")
+            .output()
+            .unwrap(),
+        "rerun with --restart",
+    );
+    assert!(!stale.exists(), "the stale split is still there");
+    assert!(
+        foreign.exists(),
+        "a file that is no output split was removed"
+    );
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(!card.contains("Old_rejected"), "{card}");
+    check(
+        Command::new(&bin).arg("verify").arg(&out).output().unwrap(),
+        "verify",
+    );
+
+    // A run that never finished (journal, no run.json) is refused by verify.
+    std::fs::remove_file(out.join("run.json")).unwrap();
+    let v = Command::new(&bin).arg("verify").arg(&out).output().unwrap();
+    assert_eq!(v.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&v.stderr);
+    assert!(err.contains("holds an unfinished run"), "{err}");
+}

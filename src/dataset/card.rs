@@ -102,12 +102,12 @@ pub fn output_configs(splits: &[CardSplit]) -> Vec<CardConfig> {
         .collect()
 }
 
-/// Describe every output split found in `<out_dir>/data/` (names ending in `_RS_think`,
-/// `_RS_nothink`, `_rejected`), reading row counts and sizes from the files. Used to rebuild
-/// the card after a merge.
+/// The output split shards under `OUT/data/`: split name → its files, for every file named
+/// `<Family>_<RS_think|RS_nothink|rejected>-NNNNN-of-NNNNN.parquet`. Other files are not
+/// listed.
 ///
-/// Errors: the folder cannot be listed or a shard cannot be read.
-pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
+/// Errors: the folder cannot be listed.
+pub fn output_split_files(out_dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf>>, DatasetError> {
     let data = out_dir.join("data");
     let rd = std::fs::read_dir(&data).map_err(|e| DatasetError::io(&data, e))?;
     let mut by_split: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -124,6 +124,16 @@ pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
             }
         }
     }
+    Ok(by_split)
+}
+
+/// Describe every output split found in `<out_dir>/data/` (names ending in `_RS_think`,
+/// `_RS_nothink`, `_rejected`), reading row counts and sizes from the files. Used to rebuild
+/// the card after a merge.
+///
+/// Errors: the folder cannot be listed or a shard cannot be read.
+pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
+    let by_split = output_split_files(out_dir)?;
     let mut out = Vec::new();
     for (split, files) in by_split {
         let mut s = CardSplit {

@@ -103,7 +103,8 @@ fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
     let f = std::fs::File::open(path).map_err(|e| DatasetError::io(path, e))?;
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| DatasetError::io(path, e))?;
+        let line =
+            line.map_err(|e| DatasetError::Invalid(format!("{}:{}: {e}", path.display(), i + 1)))?;
         if line.trim().is_empty() {
             continue;
         }
@@ -136,7 +137,14 @@ fn take_text(
 ) -> Result<String, DatasetError> {
     match m.remove(key) {
         Some(Value::String(s)) => Ok(s),
-        Some(v @ Value::Number(_)) => Ok(v.to_string()),
+        // An integer's text survives parsing; a decimal or an out-of-range number does not
+        // (`1.50` would become `1.5`, `1e3` `1000.0`): those must be quoted.
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        Some(v @ Value::Number(_)) => Err(DatasetError::Invalid(format!(
+            "{}:{line}: `{key}` is the number {v}, whose exact text JSON does not keep: \
+             write it as a string (e.g. \"1.50\")",
+            path.display()
+        ))),
         Some(other) => Err(DatasetError::Invalid(format!(
             "{}:{line}: `{key}` must be a string, got {other}",
             path.display()
@@ -488,6 +496,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains(":1: invalid JSON"));
+        for lossy in ["1.50", "1e3", "12345678901234567890123"] {
+            std::fs::write(&p, format!("{{\"file\": \"a.jpg\", \"label\": {lossy}}}\n")).unwrap();
+            let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
+            assert!(e.contains("labels.jsonl:1: `label` is the number"), "{e}");
+        }
+        std::fs::write(&p, b"{\"file\": \"a.jpg\", \"label\": \"1\"}\n\xff\n").unwrap();
+        let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
+        assert!(e.contains("labels.jsonl:2: "), "{e}");
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! The product [`RowSource`] and [`SplitSink`]: the streaming parquet reader and the split
 //! writers of [`crate::dataset`], plus the dataset card with the run's statistics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::backend::{BackendError, RowSource, SplitRow, SplitSink};
-use crate::dataset::card::{output_configs, render_card, scan_output_dir};
+use crate::dataset::card::{output_configs, output_split_files, render_card, scan_output_dir};
 use crate::dataset::reader::{resolve_inputs, InputReader};
 use crate::dataset::shards::ShardOptions;
 use crate::dataset::writer::SplitWriter;
@@ -100,16 +100,20 @@ impl SplitSink for ParquetSink {
 
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
         let mut families: Vec<String> = self.rejected.keys().cloned().collect();
-        for ((family, _), w) in std::mem::take(&mut self.accepted) {
+        let mut written: BTreeSet<String> = BTreeSet::new();
+        for ((family, kind), w) in std::mem::take(&mut self.accepted) {
+            written.insert(kind.split_name(&family));
             families.push(family);
             w.finish()?;
         }
-        for (_, w) in std::mem::take(&mut self.rejected) {
+        for (family, w) in std::mem::take(&mut self.rejected) {
+            written.insert(SplitKind::Rejected.split_name(&family));
             w.finish()?;
         }
         families.sort();
         families.dedup();
         let splits = if self.out.join("data").is_dir() {
+            remove_stale_splits(&self.out, &written)?;
             scan_output_dir(&self.out)?
         } else {
             Vec::new()
@@ -124,4 +128,23 @@ impl SplitSink for ParquetSink {
         crate::atomic::write_atomic(self.out.join("README.md"), card.as_bytes())?;
         Ok(())
     }
+}
+
+/// Remove the split shards under `OUT/data/` that this run did not write: splits of an
+/// earlier run in the same folder (another family, or a split this run left empty). They
+/// would otherwise stay in the card's configs and be loaded with this run's data. Only files
+/// named like output splits are touched; anything else is left where it is.
+///
+/// Errors: listing the folder or removing a file.
+fn remove_stale_splits(out: &Path, written: &BTreeSet<String>) -> Result<(), BackendError> {
+    for (split, files) in output_split_files(out)? {
+        if written.contains(&split) {
+            continue;
+        }
+        for f in files {
+            tracing::info!("removing {} (split {split} of an earlier run)", f.display());
+            std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
+        }
+    }
+    Ok(())
 }

@@ -92,6 +92,9 @@ fn looks_like_hub_id(s: &str) -> bool {
 pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsError> {
     let local = rebase(base, PathBuf::from(spec));
     if local.is_dir() {
+        if !local.join("config.json").is_file() {
+            return Err(SettingsError::NotAModel(local));
+        }
         return Ok(ResolvedModel {
             spec: spec.to_string(),
             dir: local,
@@ -124,6 +127,17 @@ pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_without_config_json_is_not_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = resolve_model(dir.path().to_str().unwrap(), Path::new(".")).unwrap_err();
+        assert!(matches!(err, SettingsError::NotAModel(_)), "{err}");
+        assert!(err.to_string().contains("no config.json"), "{err}");
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let found = resolve_model(dir.path().to_str().unwrap(), Path::new(".")).unwrap();
+        assert_eq!(found.dir, dir.path());
+    }
 
     #[test]
     fn hub_id_shape_table() {
