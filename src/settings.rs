@@ -17,6 +17,7 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::shard::{Shard, ShardParseError};
+use crate::verify::VerifierRegistry;
 
 mod fingerprint;
 mod model;
@@ -215,6 +216,11 @@ pub struct RunArgs {
     /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
     #[arg(long, value_enum)]
     pub number_guard: Option<Switch>,
+    /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
+    /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
+    /// anls[:tau]. [default: alnum]
+    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
+    pub verifiers: Vec<String>,
     /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
     #[arg(long, value_parser = DeviceSpec::from_str)]
     pub device: Option<DeviceSpec>,
@@ -275,6 +281,8 @@ pub struct ConfigFile {
     pub judge_calibrate: Option<usize>,
     /// See [`RunArgs::number_guard`].
     pub number_guard: Option<Switch>,
+    /// See [`RunArgs::verifiers`] (`verifier = ["MyBench=exact"]`).
+    pub verifier: Option<Vec<String>>,
     /// See [`RunArgs::device`].
     pub device: Option<DeviceSpec>,
     /// See [`RunArgs::dtype`].
@@ -314,6 +322,9 @@ pub struct Settings {
     pub judge_calibrate: usize,
     /// Number guard on the judge's CORRECT (SPEC §6).
     pub number_guard: bool,
+    /// Verifier overrides, `[FAMILY=]NAME`, applied in order to the default registry.
+    #[serde(default)]
+    pub verifiers: Vec<String>,
     /// Device to run on.
     pub device: DeviceSpec,
     /// Weight dtype.
@@ -612,6 +623,21 @@ impl Settings {
             }
         };
 
+        let verifiers = if args.verifiers.is_empty() {
+            file.verifier.clone().unwrap_or_default()
+        } else {
+            args.verifiers.clone()
+        };
+        for v in &verifiers {
+            VerifierRegistry::default()
+                .apply_override(v)
+                .map_err(|e| SettingsError::Invalid {
+                    key: "verifier",
+                    value: v.clone(),
+                    why: e.to_string(),
+                })?;
+        }
+
         Ok(Settings {
             model,
             data,
@@ -621,6 +647,7 @@ impl Settings {
             judge: pick(args.judge, file.judge, Switch::On).is_on(),
             judge_calibrate: pick(args.judge_calibrate, file.judge_calibrate, 0),
             number_guard: pick(args.number_guard, file.number_guard, Switch::On).is_on(),
+            verifiers,
             device,
             dtype: pick(args.dtype, file.dtype, default_dtype),
             max_new_tokens,
@@ -652,7 +679,20 @@ impl Settings {
             dtype: self.dtype,
             max_new_tokens: self.max_new_tokens,
             shard: self.shard.to_string(),
+            verifiers: self.verifiers.clone(),
         }
+    }
+
+    /// The verifier registry of this run: the default one with [`Settings::verifiers`]
+    /// applied in order (validated by [`Settings::resolve`]; an invalid entry is skipped).
+    pub fn verifier_registry(&self) -> VerifierRegistry {
+        let mut registry = VerifierRegistry::default();
+        for v in &self.verifiers {
+            if let Err(e) = registry.apply_override(v) {
+                tracing::warn!("--verifier {v:?}: {e}");
+            }
+        }
+        registry
     }
 }
 
@@ -680,6 +720,10 @@ pub struct CanonicalSettings {
     pub max_new_tokens: usize,
     /// Shard `I/N`.
     pub shard: String,
+    /// Verifier overrides (they decide accept/reject); left out when empty, so runs without
+    /// any keep the fingerprint they had before the setting existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifiers: Vec<String>,
 }
 
 impl CanonicalSettings {
@@ -688,16 +732,19 @@ impl CanonicalSettings {
         let a = serde_json::to_value(self).unwrap_or_default();
         let b = serde_json::to_value(other).unwrap_or_default();
         match (a, b) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
-                .iter()
-                .filter(|(k, v)| b.get(k.as_str()) != Some(v))
-                .map(|(k, v)| {
-                    format!(
-                        "{k}: {v} -> {}",
-                        b.get(k.as_str()).cloned().unwrap_or_default()
-                    )
-                })
-                .collect(),
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                // Keys of both sides: a field left out when empty is on one side only.
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                keys.into_iter()
+                    .filter(|k| a.get(k.as_str()) != b.get(k.as_str()))
+                    .map(|k| {
+                        let side = |m: &serde_json::Map<String, serde_json::Value>| {
+                            m.get(k.as_str()).cloned().unwrap_or_default()
+                        };
+                        format!("{k}: {} -> {}", side(&a), side(&b))
+                    })
+                    .collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -737,6 +784,7 @@ mod tests {
             dtype: DTypeSpec::F32,
             max_new_tokens: 16,
             shard: "0/1".into(),
+            verifiers: Vec::new(),
         };
         let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
         let a = fingerprint(s.clone(), w.clone(), Vec::new());

@@ -81,6 +81,10 @@ fn bad_values_fail_before_anything_loads() {
             "input dataset not found",
         ),
         (vec!["--device", "cuda:1"], "built without cuda"),
+        (
+            vec!["--verifier", "MyBench=fuzzy"],
+            "--verifier MyBench=fuzzy",
+        ),
     ];
     for (extra, want) in cases {
         if extra[0] == "--device" && cfg!(feature = "cuda") {
@@ -167,6 +171,33 @@ fn fingerprint_ignores_scheduling_and_display_settings() {
         a.canonical().diff(&c.canonical()),
         vec!["number_guard: true -> false".to_string()]
     );
+    // A verifier decides accept/reject: it is part of the fingerprint.
+    let v = Settings::resolve(&parse(&[
+        "--model",
+        m,
+        "--data",
+        d,
+        "--verifier",
+        "MyBench=exact",
+        "--verifier",
+        "numeric:0.05",
+    ]))
+    .unwrap();
+    assert_eq!(
+        a.canonical().diff(&v.canonical()),
+        vec![r#"verifiers: null -> ["MyBench=exact","numeric:0.05"]"#.to_string()]
+    );
+    let registry = v.verifier_registry();
+    assert_eq!(
+        registry.for_family(Some("MyBench")).to_string(),
+        "exact",
+        "{registry:?}"
+    );
+    assert_eq!(
+        registry.for_family(Some("Other")).to_string(),
+        "numeric:0.05"
+    );
+    assert_eq!(registry.for_family(Some("OrandCar")).to_string(), "alnum");
 }
 
 #[test]

@@ -71,12 +71,16 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let mut generator = EngineGenerator::new(engine, prefilled);
     let source = ParquetSource::new(&settings.data);
     let mut sink = ParquetSink::new(&settings.out);
+    let decisions = StandardDecisions {
+        verifiers: settings.verifier_registry(),
+        ..StandardDecisions::default()
+    };
     let report = run(
         prepared,
         Backends {
             source: &source,
             generator: &mut generator,
-            decisions: &StandardDecisions::default(),
+            decisions: &decisions,
             sink: &mut sink,
         },
         &control,
@@ -98,12 +102,16 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
     let mut generator = JournalOnly {
         engine_version: plan.engine_version.clone(),
     };
+    let decisions = StandardDecisions {
+        verifiers: plan.settings.verifier_registry(),
+        ..StandardDecisions::default()
+    };
     let report = run(
         plan.prepared,
         Backends {
             source: &source,
             generator: &mut generator,
-            decisions: &StandardDecisions::default(),
+            decisions: &decisions,
             sink: &mut sink,
         },
         &control,
