@@ -592,3 +592,18 @@ fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
     assert!(report.stats.split_rows.is_empty());
     assert_eq!(report.stats.errors, 1);
 }
+
+#[test]
+fn a_second_process_in_the_same_output_folder_is_refused_until_the_first_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let fp = || fingerprint(s.canonical(), model_files(), Vec::new());
+    let first = prepare(&s, fp()).expect("first run");
+    // The OS lock is per open file description: a second open in this process contends
+    // exactly like another process would.
+    let err = prepare(&s, fp()).unwrap_err();
+    assert!(matches!(err, PipelineError::Locked(_)), "{err}");
+    assert!(err.to_string().contains(".verisample.lock"), "{err}");
+    drop(first);
+    prepare(&s, fp()).expect("the lock is released with the first run");
+}

@@ -114,6 +114,9 @@ pub enum PipelineError {
         /// Items dropped by cleaning.
         dropped: u64,
     },
+    /// Another process is running in OUT (it holds `OUT/.verisample.lock`).
+    #[error("another verisample process is running in {} (it holds {}); wait for it to finish or use another --out", .0.display(), .0.join(outputs::LOCK_FILE).display())]
+    Locked(PathBuf),
     /// OUT holds a journal of a run with other settings or another model.
     #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
     FingerprintMismatch {
@@ -193,6 +196,8 @@ pub struct Prepared {
     pub settings: Settings,
     /// The run's fingerprint.
     pub fingerprint: Fingerprint,
+    /// `OUT/.verisample.lock`, locked for as long as this run lives.
+    _lock: std::fs::File,
     journal: Journal<JournalEntry>,
     results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
     /// Bytes of a torn last record dropped on open.
@@ -203,6 +208,29 @@ impl Prepared {
     /// Generation results replayed from the journal.
     pub fn replayed(&self) -> usize {
         self.results.len()
+    }
+}
+
+/// Take the exclusive lock of OUT (`OUT/.verisample.lock`, created if missing, never
+/// removed), so that two processes never write one journal and one set of splits. The lock
+/// is the OS's advisory file lock: it goes away with the process, even after `kill -9`.
+///
+/// Errors: [`PipelineError::Locked`] when another process holds it; I/O creating OUT or
+/// the lock file.
+fn lock_out(out: &std::path::Path) -> Result<std::fs::File, PipelineError> {
+    let io = |path: PathBuf| move |source| JournalError::Io { path, source };
+    std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
+    let path = out.join(outputs::LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(path.clone()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(PipelineError::Locked(out.to_path_buf())),
+        Err(std::fs::TryLockError::Error(source)) => Err(JournalError::Io { path, source }.into()),
     }
 }
 
@@ -247,6 +275,7 @@ fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
 /// Errors: [`PipelineError::FingerprintMismatch`] (settings or model changed),
 /// [`PipelineError::NoHeader`], journal I/O.
 pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
+    let lock = lock_out(&settings.out)?;
     let path = settings.out.join(outputs::JOURNAL_FILE);
     if settings.restart {
         for name in outputs::OWNED_FILES {
@@ -290,6 +319,7 @@ pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared
     Ok(Prepared {
         settings: settings.clone(),
         fingerprint,
+        _lock: lock,
         journal,
         results,
         torn_bytes: replay.torn_bytes,

@@ -9,6 +9,8 @@ use super::backend::{Generation, ItemKey};
 
 /// The journal of completed generations (kept after success; see [`crate::journal`]).
 pub const JOURNAL_FILE: &str = "journal.bin";
+/// Held (advisory OS lock) by the process running in OUT; empty, never removed.
+pub const LOCK_FILE: &str = ".verisample.lock";
 /// One line per input problem: unreadable rows, bad images, blank fields, failed generations.
 pub const ERRORS_FILE: &str = "errors.jsonl";
 /// One line per `qa` entry dropped by cleaning, with its reason.

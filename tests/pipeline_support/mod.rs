@@ -355,6 +355,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         judge: true,
         judge_calibrate: 3,
         number_guard: true,
+        verifiers: Vec::new(),
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,
         max_new_tokens: 64,
