@@ -31,6 +31,17 @@ pub enum BenchError {
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// Some images could not be run (undecodable, too large, …): their time would count
+    /// in images/s without their work, so the measurement is refused.
+    #[error("{failed} of {images} image(s) could not be run, first {first}; a benchmark needs every image to run (remove or fix them)")]
+    ItemsFailed {
+        /// Images that failed.
+        failed: usize,
+        /// Images run.
+        images: usize,
+        /// `file: message` of the first failure.
+        first: String,
+    },
 }
 
 /// What to run.
@@ -197,21 +208,34 @@ pub fn run<M: EngineModel, P: InputProcessor>(
     })?;
     let wall_secs = t0.elapsed().as_secs_f64();
     let stats = stats_delta(engine.stats(), &before);
+    let done: Vec<Completion> = done
+        .into_iter()
+        .map(|c| c.unwrap_or_else(|| Completion::failed(0, 0, "no completion")))
+        .collect();
+    let failures: Vec<String> = files
+        .iter()
+        .zip(&done)
+        .filter_map(|(f, c)| c.error.as_ref().map(|e| format!("{}: {e}", f.display())))
+        .collect();
+    if let Some(first) = failures.first() {
+        return Err(BenchError::ItemsFailed {
+            failed: failures.len(),
+            images: files.len(),
+            first: first.clone(),
+        });
+    }
     let items = files
         .iter()
         .zip(done)
-        .map(|(f, c)| {
-            let c = c.unwrap_or_else(|| Completion::failed(0, 0, "no completion"));
-            BenchItem {
-                file: f
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                prompt_tokens: c.prompt_tokens,
-                token_ids: c.token_ids,
-                text: c.text,
-                finish_reason: c.finish_reason,
-            }
+        .map(|(f, c)| BenchItem {
+            file: f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            prompt_tokens: c.prompt_tokens,
+            token_ids: c.token_ids,
+            text: c.text,
+            finish_reason: c.finish_reason,
         })
         .collect();
     Ok(BenchReport {

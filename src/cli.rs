@@ -175,8 +175,9 @@ scripts/bench_vs_transformers.py runs it side by side with transformers.",
 )]
 pub struct BenchArgs {
     /// Checkpoint directory (config.json, safetensors, tokenizer, chat template).
-    #[arg(long, value_name = "DIR", default_value = "assets/model")]
-    pub model: PathBuf,
+    /// [default: the bundled model, found as `run` finds it]
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
     /// Folder of images (`.jpg`, `.jpeg`, `.png`), taken in file-name order.
     #[arg(long, value_name = "DIR")]
     pub images: PathBuf,

@@ -200,8 +200,12 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
     };
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
     let device = a.device.open().context("opening the device")?;
-    let mut engine = load_engine(&a.model, candle_core::DType::F32, &device, cfg, Some(true))
-        .with_context(|| format!("loading {}", a.model.display()))?;
+    let model = a
+        .model
+        .clone()
+        .unwrap_or_else(crate::settings::default_model_dir);
+    let mut engine = load_engine(&model, candle_core::DType::F32, &device, cfg, Some(true))
+        .with_context(|| format!("loading {}", model.display()))?;
     let opts = BenchOptions {
         images_dir: a.images.clone(),
         num_images: a.num_images,

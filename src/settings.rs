@@ -446,6 +446,12 @@ pub(crate) fn canonical_lenient(p: &Path) -> PathBuf {
     }
 }
 
+/// The bundled default model folder ([`DEFAULT_MODEL`], looked up like `run` does: under
+/// the current folder, else under the source checkout the binary was built from).
+pub fn default_model_dir() -> PathBuf {
+    bundled(DEFAULT_MODEL)
+}
+
 fn bundled(rel: &str) -> PathBuf {
     let local = PathBuf::from(rel);
     if local.exists() {
@@ -618,9 +624,7 @@ impl Settings {
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
-            (None, None) => {
-                resolve_model(&bundled(DEFAULT_MODEL).to_string_lossy(), Path::new("."))?
-            }
+            (None, None) => resolve_model(&default_model_dir().to_string_lossy(), Path::new("."))?,
         };
 
         let verifiers = if args.verifiers.is_empty() {
