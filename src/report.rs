@@ -332,13 +332,19 @@ pub fn summary_table(stats: &RunStats) -> String {
             .map(|(k, v)| (format!("reject {k}"), v)),
     );
     let t = &stats.throughput;
-    rows.push((
-        "throughput".into(),
+    let throughput = if t.generated_items == 0 {
+        // A merge, or a rerun of a finished run: every result came from the journal.
+        format!(
+            "nothing generated ({} result(s) replayed from the journal) in {:.1} s",
+            t.replayed_items, t.elapsed_s
+        )
+    } else {
         format!(
             "{:.2} items/s, {:.1} tokens/s over {:.1} s",
             t.items_per_s, t.tokens_per_s, t.elapsed_s
-        ),
-    ));
+        )
+    };
+    rows.push(("throughput".into(), throughput));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     rows.iter()
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
@@ -433,6 +439,16 @@ mod tests {
         assert_eq!(value("calibration").as_deref(), Some("59/60"), "{table}");
         assert_eq!(value("split OrandCar_rejected").as_deref(), Some("18"));
         assert_eq!(value("reject wrong_answer").as_deref(), Some("18"));
+        assert!(
+            value("throughput").is_some_and(|v| v.starts_with("nothing generated (0 result")),
+            "{table}"
+        );
+        let mut generated = stats.clone();
+        generated.throughput.generated_items = 10;
+        generated.throughput.items_per_s = 2.5;
+        generated.throughput.elapsed_s = 4.0;
+        let table = summary_table(&generated);
+        assert!(table.contains("2.50 items/s"), "{table}");
         let card = card_markdown(&stats, "chart.png");
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
         assert!(card.contains("59/60"));
