@@ -279,15 +279,20 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
         Ok(Self::open(path)?.0)
     }
 
-    /// Append one record and make it durable (`fsync`) before returning.
-    ///
-    /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
-    pub fn append(&mut self, record: &T) -> Result<(), JournalError> {
+    /// The record's frame (length, crc32, JSON payload). Errors: [`JournalError::Encode`].
+    fn frame(&self, record: &T) -> Result<Vec<u8>, JournalError> {
         let payload = serde_json::to_vec(record).map_err(|e| JournalError::Encode {
             path: self.path.clone(),
             message: e.to_string(),
         })?;
-        let frame = encode_frame(&payload);
+        Ok(encode_frame(&payload))
+    }
+
+    /// Append one record and make it durable (`fsync`) before returning.
+    ///
+    /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
+    pub fn append(&mut self, record: &T) -> Result<(), JournalError> {
+        let frame = self.frame(record)?;
         let io = |source| JournalError::Io {
             path: self.path.clone(),
             source,
@@ -304,11 +309,7 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
     ///
     /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
     pub fn append_torn(&mut self, record: &T, keep: usize) -> Result<(), JournalError> {
-        let payload = serde_json::to_vec(record).map_err(|e| JournalError::Encode {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })?;
-        let frame = encode_frame(&payload);
+        let frame = self.frame(record)?;
         let io = |source| JournalError::Io {
             path: self.path.clone(),
             source,

@@ -55,6 +55,23 @@ pub struct ScheduledSeq {
     pub sample: bool,
 }
 
+impl ScheduledSeq {
+    /// The next prefill chunk of sequence `seq` with `computed` of its `len` tokens in the
+    /// KV cache: as many tokens as `budget` allows, taken from it; sampled when the chunk
+    /// reaches the end of the prompt.
+    fn prefill_chunk(seq: u64, computed: usize, len: usize, budget: &mut usize) -> Self {
+        let n = (len - computed).min(*budget);
+        *budget -= n;
+        let end = computed + n;
+        ScheduledSeq {
+            seq,
+            start: computed,
+            end,
+            sample: end == len,
+        }
+    }
+}
+
 /// Why a sequence leaves the scheduler without finishing normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropout {
@@ -181,15 +198,12 @@ impl Scheduler {
             if !s.in_prefill || budget == 0 {
                 continue;
             }
-            let n = (s.tokens.len() - s.num_computed).min(budget);
-            budget -= n;
-            let end = s.num_computed + n;
-            out.push(ScheduledSeq {
-                seq: key,
-                start: s.num_computed,
-                end,
-                sample: end == s.tokens.len(),
-            });
+            out.push(ScheduledSeq::prefill_chunk(
+                key,
+                s.num_computed,
+                s.tokens.len(),
+                &mut budget,
+            ));
         }
         // 2. Admissions from the head of the waiting queue.
         let mut pending: HashSet<BlockHash> = HashSet::new();
@@ -244,15 +258,12 @@ impl Scheduler {
             s.num_computed = hits * bs;
             s.cached_tokens = s.num_computed;
             s.in_prefill = true;
-            let n = (s.tokens.len() - s.num_computed).min(budget);
-            budget -= n;
-            let end = s.num_computed + n;
-            out.push(ScheduledSeq {
-                seq: key,
-                start: s.num_computed,
-                end,
-                sample: end == s.tokens.len(),
-            });
+            out.push(ScheduledSeq::prefill_chunk(
+                key,
+                s.num_computed,
+                s.tokens.len(),
+                &mut budget,
+            ));
             self.waiting.pop_front();
             let at = self.running.partition_point(|&r| r < key);
             self.running.insert(at, key);
