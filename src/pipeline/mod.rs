@@ -468,6 +468,8 @@ pub fn run(
     crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
     if !settings.quiet {
         eprint!("{}", crate::report::summary_table(&report.stats));
+    }
+    if !settings.quiet && !report.stats.split_rows.is_empty() {
         eprintln!(
             "splits in {}, dataset card {}, run report {}",
             settings.out.join("data").display(),
