@@ -42,6 +42,22 @@ impl AtomicError {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The id of the process that created the temporary file named `name`: a hidden name with
+/// `.tmp-<pid>` followed by nothing, `-<n>` ([`AtomicFile`]) or an extension (`.png`, for
+/// writers that need one); `None` for any other name. A crash can leave such a file behind.
+pub fn temp_file_pid(name: &str) -> Option<u32> {
+    let (head, tail) = name.rsplit_once(".tmp-")?;
+    if !name.starts_with('.') || head.len() < 2 {
+        return None;
+    }
+    let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &tail[digits..];
+    if !(rest.is_empty() || rest.starts_with(['-', '.'])) {
+        return None;
+    }
+    tail[..digits].parse().ok()
+}
+
 /// A file being written under a temporary name next to its final `path`.
 ///
 /// Implements [`Write`] (buffered). Call [`AtomicFile::commit`] to publish it; dropping it
@@ -177,6 +193,22 @@ pub fn sync_parent_dir(path: &Path) -> Result<(), AtomicError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_file_pids() {
+        for (name, want) in [
+            (".run.json.tmp-4242-7", Some(4242)),
+            (".chart.tmp-17.png", Some(17)),
+            ("..Split-00000.staged-9.tmp-9-0", Some(9)),
+            ("run.json.tmp-4242-7", None),
+            (".tmp-12-0", None),
+            (".a.tmp-x-0", None),
+            (".a.tmp-12x", None),
+            ("run.json", None),
+        ] {
+            assert_eq!(temp_file_pid(name), want, "{name}");
+        }
+    }
 
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -4,9 +4,11 @@
 //! with the [`CleanPolicy`] applied.
 //!
 //! Passes, in order, on each `qa` item:
-//! 1. [`Pass::Provenance`]: a `source`, when present, must equal the hex SHA-256 of the row's
-//!    image bytes (computed here, case-insensitive) or the image `path` (exact); else the item
-//!    is dropped as `provenance_mismatch`. An item without `source` passes.
+//! 1. [`Pass::Provenance`]: the row's stored `image_sha256`, when present, must be the hex
+//!    SHA-256 of its image bytes (computed here, case-insensitive); else every item of the
+//!    row is dropped as `image_sha256_mismatch` (never silently re-hashed). Then a `source`,
+//!    when present, must equal that hash or the image `path` (exact); else the item is
+//!    dropped as `provenance_mismatch`. An item without `source` passes.
 //! 2. [`Pass::TaskPurity`]: for a family with an allow-list, the question must be one of its
 //!    allowed questions, byte for byte; else dropped as `off_task` (OrandCar keeps only
 //!    [`ORAND_CAR_QUESTION`]). Families without a list, and rows without a family, pass.
@@ -32,6 +34,8 @@ use mc::{normalise_mc, McOutcome};
 pub enum DropReason {
     /// The item's `source` is neither the image's hash nor its path.
     ProvenanceMismatch,
+    /// The row's stored `image_sha256` is not the hash of its image bytes.
+    ImageSha256Mismatch,
     /// The question is not the family's task.
     OffTask,
 }
@@ -41,6 +45,7 @@ impl DropReason {
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::ProvenanceMismatch => "provenance_mismatch",
+            DropReason::ImageSha256Mismatch => "image_sha256_mismatch",
             DropReason::OffTask => "off_task",
         }
     }
@@ -50,7 +55,7 @@ impl DropReason {
 /// in every row's `clean_meta`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CleanPolicy {
-    /// Run the provenance check.
+    /// Run the provenance checks (stored image hash, item `source`).
     pub provenance: bool,
     /// Run task purity.
     pub task_purity: bool,
@@ -103,6 +108,8 @@ pub enum Action {
 pub struct RowContext<'a> {
     /// Hex SHA-256 of the image bytes, if the row has bytes.
     pub sha256: Option<String>,
+    /// The row's stored `image_sha256`, if any.
+    pub stored_sha256: Option<&'a str>,
     /// The image path, if any.
     pub path: Option<&'a str>,
     /// The row's family, if any.
@@ -118,6 +125,7 @@ impl<'a> RowContext<'a> {
                 .bytes
                 .as_ref()
                 .map(|b| hex::encode(Sha256::digest(b))),
+            stored_sha256: row.image_sha256.as_deref(),
             path: row.image.path.as_deref(),
             family: row.family.as_deref(),
         }
@@ -129,6 +137,11 @@ impl Pass {
     pub fn apply(self, policy: &CleanPolicy, ctx: &RowContext<'_>, item: &QaItem) -> Action {
         match self {
             Pass::Provenance => {
+                if let (Some(stored), Some(computed)) = (ctx.stored_sha256, &ctx.sha256) {
+                    if !stored.eq_ignore_ascii_case(computed) {
+                        return Action::Drop(DropReason::ImageSha256Mismatch);
+                    }
+                }
                 let Some(source) = item.source.as_deref() else {
                     return Action::Keep;
                 };
@@ -199,7 +212,7 @@ pub struct CleanReport {
     pub items_in: usize,
     /// Items kept.
     pub items_out: usize,
-    /// Dropped items per reason (`provenance_mismatch`, `off_task`).
+    /// Dropped items per reason (`image_sha256_mismatch`, `provenance_mismatch`, `off_task`).
     pub dropped: BTreeMap<String, usize>,
     /// Rewritten items per pass (`mc_normalised`).
     pub rewritten: BTreeMap<String, usize>,

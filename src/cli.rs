@@ -210,7 +210,7 @@ pub struct BenchArgs {
 pub struct UsageError(pub String);
 
 /// The process exit code for a command result: 0 ok, 2 usage or invalid settings, 130 after
-/// Ctrl-C, 1 otherwise (see [`crate::pipeline::command::exit_code`]).
+/// Ctrl-C (143 after SIGTERM), 1 otherwise (see [`crate::pipeline::command::exit_code`]).
 pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
     match result {
         Ok(()) => 0,

@@ -1,5 +1,5 @@
 //! The `verisample` binary: parse arguments, set up logging, run, map the result to an exit
-//! code (0 ok, 1 error, 2 usage, 130 interrupted).
+//! code (0 ok, 1 error, 2 usage, 130 / 143 stopped by SIGINT / SIGTERM).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -25,7 +25,26 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .try_init();
 }
 
+/// candle asks for its CPU thread count on every matmul and, unless `RAYON_NUM_THREADS` is
+/// set, reads `/proc/cpuinfo` for it each time (about 1,900 opens in a one-second run). Ask
+/// once: pin the variable to candle's answer, and size rayon's global pool as rayon would
+/// have by default (the available parallelism), so other parallel work is unchanged.
+fn pin_cpu_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    let candle_threads = candle_core::utils::get_num_threads();
+    let rayon_threads = std::thread::available_parallelism().map_or(1, usize::from);
+    // First thing in `main`, before any other thread exists to read the environment.
+    std::env::set_var("RAYON_NUM_THREADS", candle_threads.to_string());
+    // Fails only when a pool exists already, which then keeps its size.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon_threads)
+        .build_global();
+}
+
 fn main() -> ExitCode {
+    pin_cpu_threads();
     let cli = Cli::parse();
     init_tracing(cli.verbose, cli.quiet);
     let result = dispatch(cli);

@@ -185,7 +185,7 @@ optionally calibrate the judge on accepted ones), and write OUT/data/<Family>_{R
 OUT/README.md, OUT/run.json, OUT/errors.jsonl, OUT/cleaning.jsonl and OUT/generations.jsonl.\n\n\
 Settings come from flags, then --config FILE.toml (same keys as the long flags), then defaults. \
 Finished work is journaled in OUT/journal.bin: rerunning the same command after a crash, kill or \
-Ctrl-C (exit 130) resumes and writes byte-identical outputs; a changed setting or model is \
+Ctrl-C (exit 130; SIGTERM 143) resumes and writes byte-identical outputs; a changed setting or model is \
 refused unless --restart.",
     after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
 verisample run --config job.toml --shard 0/4 --out out-0"
@@ -221,6 +221,9 @@ pub struct RunArgs {
     /// anls[:tau]. [default: alnum]
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     pub verifiers: Vec<String>,
+    /// Sample a repeated (image, question, reference) once; `off` keeps the repeats. [default: on]
+    #[arg(long, value_enum)]
+    pub dedup: Option<Switch>,
     /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
     #[arg(long, value_parser = DeviceSpec::from_str)]
     pub device: Option<DeviceSpec>,
@@ -283,6 +286,8 @@ pub struct ConfigFile {
     pub number_guard: Option<Switch>,
     /// See [`RunArgs::verifiers`] (`verifier = ["MyBench=exact"]`).
     pub verifier: Option<Vec<String>>,
+    /// See [`RunArgs::dedup`].
+    pub dedup: Option<Switch>,
     /// See [`RunArgs::device`].
     pub device: Option<DeviceSpec>,
     /// See [`RunArgs::dtype`].
@@ -325,6 +330,9 @@ pub struct Settings {
     /// Verifier overrides, `[FAMILY=]NAME`, applied in order to the default registry.
     #[serde(default)]
     pub verifiers: Vec<String>,
+    /// Duplicate questions dropped (SPEC §3; `false`: `--dedup off`).
+    #[serde(default = "switch_on")]
+    pub dedup: bool,
     /// Device to run on.
     pub device: DeviceSpec,
     /// Weight dtype.
@@ -652,6 +660,7 @@ impl Settings {
             judge_calibrate: pick(args.judge_calibrate, file.judge_calibrate, 0),
             number_guard: pick(args.number_guard, file.number_guard, Switch::On).is_on(),
             verifiers,
+            dedup: pick(args.dedup, file.dedup, Switch::On).is_on(),
             device,
             dtype: pick(args.dtype, file.dtype, default_dtype),
             max_new_tokens,
@@ -684,6 +693,7 @@ impl Settings {
             max_new_tokens: self.max_new_tokens,
             shard: self.shard.to_string(),
             verifiers: self.verifiers.clone(),
+            dedup: self.dedup,
         }
     }
 
@@ -728,6 +738,18 @@ pub struct CanonicalSettings {
     /// any keep the fingerprint they had before the setting existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifiers: Vec<String>,
+    /// Duplicate questions dropped; left out when on (the default), as `verifiers`.
+    #[serde(default = "switch_on", skip_serializing_if = "is_on")]
+    pub dedup: bool,
+}
+
+fn switch_on() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_on(b: &bool) -> bool {
+    *b
 }
 
 impl CanonicalSettings {
@@ -789,6 +811,7 @@ mod tests {
             max_new_tokens: 16,
             shard: "0/1".into(),
             verifiers: Vec::new(),
+            dedup: true,
         };
         let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
         let a = fingerprint(s.clone(), w.clone(), Vec::new());
@@ -800,6 +823,14 @@ mod tests {
         assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
         let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
         assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
+        let no_dedup = CanonicalSettings {
+            dedup: false,
+            ..s.clone()
+        };
+        assert_ne!(
+            a.sha256,
+            fingerprint(no_dedup, w.clone(), Vec::new()).sha256
+        );
         let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
         assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
     }

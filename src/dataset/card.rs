@@ -146,24 +146,35 @@ pub fn scan_output_dir(out_dir: &Path) -> Result<Vec<CardSplit>, DatasetError> {
             s.download_bytes += std::fs::metadata(&f)
                 .map_err(|e| DatasetError::io(&f, e))?
                 .len();
-            let file = std::fs::File::open(&f).map_err(|e| DatasetError::io(&f, e))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-                .map_err(|e| DatasetError::parquet(&f, e))?
-                .build()
-                .map_err(|e| DatasetError::parquet(&f, e))?;
-            for batch in reader {
-                let batch = batch?;
-                s.num_examples += batch.num_rows() as u64;
-                s.num_bytes += batch
-                    .columns()
-                    .iter()
-                    .map(|c| arrow_nbytes(&c.to_data()))
-                    .sum::<u64>();
-            }
+            let (rows, bytes) = DatasetError::isolated(&f, || count_rows_and_bytes(&f))?;
+            s.num_examples += rows;
+            s.num_bytes += bytes;
         }
         out.push(s);
     }
     Ok(out)
+}
+
+/// The row count and the in-memory Arrow size of one shard file.
+///
+/// Errors: the file cannot be opened or decoded.
+fn count_rows_and_bytes(f: &Path) -> Result<(u64, u64), DatasetError> {
+    let file = std::fs::File::open(f).map_err(|e| DatasetError::io(f, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| DatasetError::parquet(f, e))?
+        .build()
+        .map_err(|e| DatasetError::parquet(f, e))?;
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    for batch in reader {
+        let batch = batch?;
+        rows += batch.num_rows() as u64;
+        bytes += batch
+            .columns()
+            .iter()
+            .map(|c| arrow_nbytes(&c.to_data()))
+            .sum::<u64>();
+    }
+    Ok((rows, bytes))
 }
 
 /// Render the card: YAML front matter (`configs`, `dataset_info`) and a short body.

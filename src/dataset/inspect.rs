@@ -140,6 +140,80 @@ pub struct Inspection {
     pub unreadable: Vec<PathBuf>,
 }
 
+/// What [`inspect`] has seen of one split so far.
+#[derive(Debug, Clone, Default)]
+struct SplitState {
+    /// Rows in the footers of its files.
+    total: u64,
+    /// Rows shown.
+    shown: usize,
+    /// Whether the schema was shown (once, from the first readable file).
+    schema_done: bool,
+}
+
+/// Describe one file of a split into `out`, showing rows while fewer than `rows` are shown.
+///
+/// Errors: the file cannot be opened or decoded (`UNREADABLE: …` or `cannot decode rows: …`);
+/// what was written to `out` before the failure stays.
+fn inspect_file(
+    file: &std::path::Path,
+    rows: usize,
+    state: &mut SplitState,
+    out: &mut String,
+) -> Result<(), String> {
+    let unreadable = |e: &dyn std::fmt::Display| format!("UNREADABLE: {e}");
+    let f = std::fs::File::open(file).map_err(|e| unreadable(&e))?;
+    let meta_reader = SerializedFileReader::new(f.try_clone().map_err(|e| unreadable(&e))?)
+        .map_err(|e| unreadable(&e))?;
+    let meta = meta_reader.metadata();
+    state.total += u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| unreadable(&e))?;
+    if !state.schema_done {
+        state.schema_done = true;
+        let hf = meta
+            .file_metadata()
+            .key_value_metadata()
+            .is_some_and(|kv| kv.iter().any(|k| k.key == "huggingface"));
+        let _ = writeln!(
+            out,
+            "  row groups in first file: {}, created_by: {}, huggingface metadata: {}",
+            meta.num_row_groups(),
+            meta.file_metadata().created_by().unwrap_or("?"),
+            if hf { "yes" } else { "no" }
+        );
+        let _ = writeln!(out, "  schema:");
+        for field in builder.schema().fields() {
+            let _ = writeln!(out, "    {}: {}", field.name(), field.data_type());
+        }
+    }
+    if state.shown >= rows {
+        return Ok(());
+    }
+    let reader = builder
+        .with_batch_size(rows - state.shown)
+        .build()
+        .map_err(|e| unreadable(&e))?;
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("cannot decode rows: {e}"))?;
+        for i in 0..batch.num_rows().min(rows - state.shown) {
+            let _ = writeln!(
+                out,
+                "  row {} ({}, row {i}):",
+                state.shown,
+                file.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default()
+            );
+            describe_row(&batch, i, out);
+            state.shown += 1;
+        }
+        if state.shown >= rows {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Summarise the dataset at `spec` (file, folder, output dir or glob), showing up to `rows`
 /// rows per split.
 ///
@@ -162,90 +236,24 @@ pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
     );
     for (split, files) in &groups {
         let _ = writeln!(out, "\n== {split} ({} file(s))", files.len());
-        let mut total: u64 = 0;
-        let mut shown = 0usize;
-        let mut schema_done = false;
+        let mut split_state = SplitState::default();
         for file in files {
-            let opened = std::fs::File::open(file)
-                .map_err(|e| e.to_string())
-                .and_then(|f| {
-                    SerializedFileReader::new(f.try_clone().map_err(|e| e.to_string())?)
-                        .map_err(|e| e.to_string())
-                        .map(|r| (f, r))
-                });
-            let (f, meta_reader) = match opened {
-                Ok(x) => x,
-                Err(e) => {
-                    let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
-                    unreadable.push(file.clone());
-                    continue;
-                }
-            };
-            let meta = meta_reader.metadata();
-            total += u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0);
-            let builder = match ParquetRecordBatchReaderBuilder::try_new(f) {
-                Ok(b) => b,
-                Err(e) => {
-                    let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
-                    unreadable.push(file.clone());
-                    continue;
-                }
-            };
-            if !schema_done {
-                schema_done = true;
-                let hf = meta
-                    .file_metadata()
-                    .key_value_metadata()
-                    .is_some_and(|kv| kv.iter().any(|k| k.key == "huggingface"));
-                let _ = writeln!(
-                    out,
-                    "  row groups in first file: {}, created_by: {}, huggingface metadata: {}",
-                    meta.num_row_groups(),
-                    meta.file_metadata().created_by().unwrap_or("?"),
-                    if hf { "yes" } else { "no" }
-                );
-                let _ = writeln!(out, "  schema:");
-                for field in builder.schema().fields() {
-                    let _ = writeln!(out, "    {}: {}", field.name(), field.data_type());
-                }
-            }
-            if shown >= rows {
-                continue;
-            }
-            let reader = match builder.with_batch_size(rows - shown).build() {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = writeln!(out, "  {}: UNREADABLE: {e}", file.display());
-                    unreadable.push(file.clone());
-                    continue;
-                }
-            };
-            for batch in reader {
-                let batch = match batch {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = writeln!(out, "  {}: cannot decode rows: {e}", file.display());
-                        unreadable.push(file.clone());
-                        break;
-                    }
-                };
-                for i in 0..batch.num_rows().min(rows - shown) {
-                    let _ = writeln!(
-                        out,
-                        "  row {shown} ({}, row {i}):",
-                        file.file_name()
-                            .map(|n| n.to_string_lossy())
-                            .unwrap_or_default()
-                    );
-                    describe_row(&batch, i, &mut out);
-                    shown += 1;
-                }
-                if shown >= rows {
-                    break;
-                }
+            let mut text = String::new();
+            let before = split_state.clone();
+            let read =
+                super::isolate::isolate(|| inspect_file(file, rows, &mut split_state, &mut text))
+                    .unwrap_or_else(|panic| {
+                        // A panic may leave the split's counts half-updated: take them back.
+                        split_state = before;
+                        Err(format!("UNREADABLE: {panic}"))
+                    });
+            out.push_str(&text);
+            if let Err(e) = read {
+                let _ = writeln!(out, "  {}: {e}", file.display());
+                unreadable.push(file.clone());
             }
         }
-        let _ = writeln!(out, "  rows: {total}");
+        let _ = writeln!(out, "  rows: {}", split_state.total);
     }
     Ok(Inspection {
         text: out,

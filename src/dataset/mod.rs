@@ -8,12 +8,16 @@
 //! - [`inspect`]: a human-readable summary of any of these datasets.
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
+//! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
+//! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.
 
 pub mod card;
 pub mod features;
 pub mod inspect;
+pub mod isolate;
 pub mod prepare;
 pub mod reader;
+pub mod scan;
 pub mod shards;
 pub mod values;
 pub mod writer;
@@ -41,6 +45,15 @@ pub enum DatasetError {
         /// The underlying error.
         #[source]
         source: parquet::errors::ParquetError,
+    },
+    /// The decoders panicked on a file (corrupt beyond what they report as an error; see
+    /// [`isolate`]).
+    #[error("{path}: cannot decode (corrupt file): {message}")]
+    Corrupt {
+        /// The parquet file.
+        path: PathBuf,
+        /// The panic message.
+        message: String,
     },
     /// Building Arrow arrays failed.
     #[error("arrow: {0}")]
@@ -75,6 +88,21 @@ impl DatasetError {
             path: path.to_path_buf(),
             source,
         }
+    }
+
+    /// Run `f`, which decodes `path`, turning a decoder panic into [`DatasetError::Corrupt`].
+    ///
+    /// Errors: `f`'s own error, or the panic.
+    pub fn isolated<T>(
+        path: &Path,
+        f: impl FnOnce() -> Result<T, DatasetError>,
+    ) -> Result<T, DatasetError> {
+        isolate::isolate(f).unwrap_or_else(|message| {
+            Err(DatasetError::Corrupt {
+                path: path.to_path_buf(),
+                message,
+            })
+        })
     }
 
     /// A parquet error on `path`.

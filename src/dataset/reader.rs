@@ -9,7 +9,8 @@
 //! file-level `RowError` (`row: None`, field `file`); a row group that fails to decode gives
 //! one error for that row group; the remaining files and row groups still stream. When the
 //! failure is a string that is not UTF-8, the row group is re-read without the bad rows
-//! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`).
+//! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`). A panic
+//! of the decoders on a corrupt file ([`super::isolate`]) is one of these errors too.
 //!
 //! Column handling: `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
 //! source?, …}) are required; `image_sha256` and `family` are optional strings; every other
@@ -17,13 +18,15 @@
 //! [`QaItem::extra`]. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
 //! (and the view variants) are all accepted; a string stored as binary must be UTF-8.
 //!
-//! An image given only by `path` is read from disk only when the path is relative and
-//! resolves (after `canonicalize`, so symlinks and `..` are followed) inside the dataset's own
-//! folder: the folder given, or the directory of the file or the glob's fixed prefix.
+//! Which files are read, and the rule on links, are [`super::scan`]'s: nothing outside the
+//! dataset's own folder (the folder given, or the directory of the file or the glob's fixed
+//! prefix), each file once; a link not followed is a file-level `RowError` first in the
+//! stream. An image given only by `path` is read from disk only when the path is relative and
+//! resolves (after `canonicalize`, so symlinks and `..` are followed) inside that folder.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch, StructArray};
@@ -35,157 +38,14 @@ use parquet::file::metadata::{FileMetaData, ParquetMetaData};
 use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
+use super::isolate::isolate;
+pub use super::scan::{resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
 use crate::record::{ImageRef, InputRow, QaItem, RowError};
 
 /// Rows decoded at a time (bounds the images held in memory).
 pub const BATCH_ROWS: usize = 64;
-
-/// The files of a dataset and the folder that path-only images must stay inside.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputFiles {
-    /// Parquet files in reading order.
-    pub files: Vec<PathBuf>,
-    /// The dataset's own folder (canonical).
-    pub root: PathBuf,
-}
-
-/// Whether `s` contains glob metacharacters.
-fn is_glob(s: &str) -> bool {
-    s.contains(['*', '?', '['])
-}
-
-/// Resolve an input spec (file, folder or glob) to its parquet files.
-///
-/// Errors: [`DatasetError::Invalid`] when the path does not exist, the glob is malformed, or
-/// nothing matches; [`DatasetError::Io`] when a folder cannot be listed.
-pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
-    let path = Path::new(spec);
-    if path.is_file() {
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let root = parent
-            .canonicalize()
-            .map_err(|e| DatasetError::io(&parent, e))?;
-        return Ok(InputFiles {
-            files: vec![path.to_path_buf()],
-            root,
-        });
-    }
-    if path.is_dir() {
-        let mut files = Vec::new();
-        collect_parquet(path, &mut files)?;
-        files.sort();
-        if files.is_empty() {
-            return Err(DatasetError::Invalid(format!(
-                "{spec}: no .parquet files in this folder"
-            )));
-        }
-        let root = path.canonicalize().map_err(|e| DatasetError::io(path, e))?;
-        return Ok(InputFiles { files, root });
-    }
-    if !is_glob(spec) {
-        return Err(DatasetError::Invalid(format!(
-            "{spec}: no such file or folder"
-        )));
-    }
-    let entries =
-        glob::glob(spec).map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let p = entry.map_err(|e| DatasetError::Invalid(format!("{spec}: {e}")))?;
-        if p.is_file() {
-            files.push(p);
-        }
-    }
-    files.sort();
-    if files.is_empty() {
-        return Err(DatasetError::Invalid(format!(
-            "{spec}: the glob matches no file"
-        )));
-    }
-    // The fixed prefix of the pattern: the components before the first one with a wildcard.
-    let mut prefix = PathBuf::new();
-    for comp in path.components() {
-        if is_glob(&comp.as_os_str().to_string_lossy()) {
-            break;
-        }
-        prefix.push(comp);
-    }
-    if prefix.as_os_str().is_empty() {
-        prefix.push(".");
-    }
-    if prefix.is_file() {
-        prefix.pop();
-    }
-    let root = prefix
-        .canonicalize()
-        .map_err(|e| DatasetError::io(&prefix, e))?;
-    Ok(InputFiles { files, root })
-}
-
-fn collect_parquet(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DatasetError> {
-    let rd = std::fs::read_dir(dir).map_err(|e| DatasetError::io(dir, e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| DatasetError::io(dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.starts_with('_') {
-            continue;
-        }
-        let p = entry.path();
-        if p.is_dir() {
-            collect_parquet(&p, out)?;
-        } else if name.ends_with(".parquet") {
-            out.push(p);
-        }
-    }
-    Ok(())
-}
-
-/// Resolve the image path `rel` of a row in a file under `base`, allowing only files inside
-/// `root` (canonical). Tries `base/rel`, then `root/rel`.
-///
-/// Errors (as a message): empty or absolute path, not found, outside `root`, not a file.
-pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, String> {
-    let p = Path::new(rel);
-    if rel.is_empty() {
-        return Err("empty path".into());
-    }
-    if p.is_absolute()
-        || p.components()
-            .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
-    {
-        return Err(format!("absolute path {rel:?} is not allowed; image paths must be relative to the dataset folder"));
-    }
-    let mut escaped = false;
-    for dir in [base, root] {
-        let Ok(c) = dir.join(p).canonicalize() else {
-            continue;
-        };
-        if !c.starts_with(root) {
-            escaped = true;
-            continue;
-        }
-        if !c.is_file() {
-            return Err(format!("{rel:?} is not a file"));
-        }
-        return Ok(c);
-    }
-    if escaped {
-        Err(format!(
-            "path {rel:?} escapes the dataset folder {}",
-            root.display()
-        ))
-    } else {
-        Err(format!(
-            "image file {rel:?} not found in the dataset folder {}",
-            root.display()
-        ))
-    }
-}
 
 /// One parquet file being read row group by row group.
 struct OpenFile {
@@ -231,12 +91,19 @@ impl InputReader {
     }
 
     /// Read an already resolved file list.
+    /// Links that were not followed ([`InputFiles::refused`]) come first, one file error
+    /// each.
     pub fn from_files(files: InputFiles) -> Self {
+        let pending = files
+            .refused
+            .into_iter()
+            .map(|r| Err(Self::file_error(&r.link, None, r.message)))
+            .collect();
         Self {
             root: files.root,
             files: files.files.into(),
             current: None,
-            pending: VecDeque::new(),
+            pending,
         }
     }
 
@@ -256,7 +123,8 @@ impl InputReader {
         let opened = File::open(&path)
             .map_err(|e| e.to_string())
             .and_then(|file| {
-                ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+                isolate(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()))
+                    .and_then(|r| r.map_err(|e| e.to_string()))
                     .map(|meta| (file, meta))
                     .map_err(|e| {
                         format!("cannot read parquet footer (truncated or not a parquet file): {e}")
@@ -292,7 +160,10 @@ impl InputReader {
         };
         loop {
             if let Some(reader) = cur.batches.as_mut() {
-                match reader.next() {
+                let next = isolate(|| reader.next()).unwrap_or_else(|panic| {
+                    Some(Err(arrow::error::ArrowError::ExternalError(panic.into())))
+                });
+                match next {
                     Some(Ok(batch)) => {
                         let start = cur.next_row;
                         cur.next_row += batch.num_rows();
@@ -314,7 +185,9 @@ impl InputReader {
                     }
                     Some(Err(e)) => {
                         let end = cur.group_start + cur.group_rows;
-                        if !cur.retried && fall_back_per_row(cur).is_some() {
+                        if !cur.retried
+                            && isolate(|| fall_back_per_row(cur)).ok().flatten().is_some()
+                        {
                             continue;
                         }
                         self.pending.push_back(Err(Self::file_error(
@@ -347,11 +220,13 @@ impl InputReader {
                 .try_clone()
                 .map_err(|e| e.to_string())
                 .and_then(|f| {
-                    ParquetRecordBatchReaderBuilder::new_with_metadata(f, cur.meta.clone())
-                        .with_row_groups(vec![g])
-                        .with_batch_size(BATCH_ROWS)
-                        .build()
-                        .map_err(|e| e.to_string())
+                    isolate(|| {
+                        ParquetRecordBatchReaderBuilder::new_with_metadata(f, cur.meta.clone())
+                            .with_row_groups(vec![g])
+                            .with_batch_size(BATCH_ROWS)
+                            .build()
+                    })?
+                    .map_err(|e| e.to_string())
                 });
             match built {
                 Ok(r) => cur.batches = Some(r),
@@ -536,7 +411,8 @@ fn decode_batch(
 ) {
     for i in 0..batch.num_rows() {
         let row = start + i;
-        let item = decode_row(batch, i, root, base)
+        let item = isolate(|| decode_row(batch, i, root, base))
+            .unwrap_or_else(|panic| Err(("row".to_string(), panic)))
             .map(|mut r| {
                 r.source_file = file.to_string();
                 r.row_index = row;
@@ -692,80 +568,4 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
         });
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resolve_inside_rejects_escapes() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ds");
-        std::fs::create_dir_all(root.join("img")).unwrap();
-        std::fs::write(root.join("img/a.png"), b"png").unwrap();
-        std::fs::write(dir.path().join("secret.txt"), b"s").unwrap();
-        let root = root.canonicalize().unwrap();
-        let base = root.join("img");
-        assert_eq!(
-            resolve_inside(&root, &base, "a.png").unwrap(),
-            root.join("img/a.png")
-        );
-        assert_eq!(
-            resolve_inside(&root, &base, "img/a.png").unwrap(),
-            root.join("img/a.png")
-        );
-        assert_eq!(
-            resolve_inside(&root, &base, "../img/a.png").unwrap(),
-            root.join("img/a.png")
-        );
-        let cases = [
-            ("../../secret.txt", "escapes"),
-            ("/etc/passwd", "absolute"),
-            ("missing.png", "not found"),
-            ("", "empty"),
-            (".", "not a file"),
-        ];
-        for (rel, want) in cases {
-            let e = resolve_inside(&root, &base, rel).unwrap_err();
-            assert!(e.contains(want), "{rel:?}: {e}");
-        }
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn resolve_inside_rejects_symlink_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ds");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(dir.path().join("outside.png"), b"x").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("outside.png"), root.join("link.png")).unwrap();
-        let root = root.canonicalize().unwrap();
-        assert!(resolve_inside(&root, &root, "link.png")
-            .unwrap_err()
-            .contains("escapes"));
-    }
-
-    #[test]
-    fn resolve_inputs_file_folder_glob() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        for n in ["b.parquet", "a.parquet", ".hidden.parquet", "note.txt"] {
-            std::fs::write(data.join(n), b"").unwrap();
-        }
-        let by_dir = resolve_inputs(dir.path().to_str().unwrap()).unwrap();
-        assert_eq!(
-            by_dir.files,
-            vec![data.join("a.parquet"), data.join("b.parquet")]
-        );
-        assert_eq!(by_dir.root, dir.path().canonicalize().unwrap());
-        let by_glob = resolve_inputs(&format!("{}/data/b*.parquet", dir.path().display())).unwrap();
-        assert_eq!(by_glob.files, vec![data.join("b.parquet")]);
-        assert_eq!(by_glob.root, data.canonicalize().unwrap());
-        let by_file = resolve_inputs(data.join("a.parquet").to_str().unwrap()).unwrap();
-        assert_eq!(by_file.root, data.canonicalize().unwrap());
-        assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
-        assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
-    }
 }

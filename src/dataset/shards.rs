@@ -109,6 +109,17 @@ pub fn list_shards(dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError
     Ok(out)
 }
 
+/// The id of the process that staged the shard file named `name` (`.<split>-<i>.staged-<pid>`,
+/// renamed to its final name only by [`ShardedWriter::finish`]); `None` for any other name.
+/// A crash between staging and finishing leaves such a file behind.
+pub fn staged_file_pid(name: &str) -> Option<u32> {
+    let (_, pid) = name.rsplit_once(".staged-")?;
+    if !name.starts_with('.') || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 /// Bytes of Arrow buffers behind `data` (values, offsets, validity, children).
 pub fn arrow_nbytes(data: &ArrayData) -> u64 {
     let own: usize = data.buffers().iter().map(|b| b.len()).sum();
@@ -353,6 +364,9 @@ mod tests {
         ] {
             assert_eq!(is_shard_of(name, split), ok, "{name} {split}");
         }
+        assert_eq!(staged_file_pid(".train-00003.staged-812"), Some(812));
+        assert_eq!(staged_file_pid(".train-00003.staged-812.tmp-812-0"), None);
+        assert_eq!(staged_file_pid("train-00003.staged-812"), None);
     }
 
     #[test]

@@ -372,28 +372,36 @@ pub fn read_split<Q: QaRecord>(path: &Path) -> Result<Vec<OutputRow<Q>>, Dataset
     let inputs = resolve_inputs(&path.to_string_lossy())?;
     let mut out = Vec::new();
     for file in &inputs.files {
-        let name = file.display().to_string();
-        let f = std::fs::File::open(file).map_err(|e| DatasetError::io(file, e))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-            .map_err(|e| DatasetError::parquet(file, e))?
-            .with_batch_size(super::reader::BATCH_ROWS)
-            .build()
-            .map_err(|e| DatasetError::parquet(file, e))?;
-        let mut row = 0;
-        for batch in reader {
-            let batch = batch.map_err(DatasetError::Arrow)?;
-            for i in 0..batch.num_rows() {
-                let decoded = decode_output_row::<Q>(&batch, i).map_err(|(field, message)| {
-                    DatasetError::Decode {
-                        file: name.clone(),
-                        row: row + i,
-                        field,
-                        message,
-                    }
-                })?;
-                out.push(decoded);
-            }
-            row += batch.num_rows();
+        out.extend(DatasetError::isolated(file, || read_split_file(file))?);
+    }
+    Ok(out)
+}
+
+/// The rows of one shard file of an output split.
+///
+/// Errors: as [`read_accepted_split`].
+fn read_split_file<Q: QaRecord>(file: &Path) -> Result<Vec<OutputRow<Q>>, DatasetError> {
+    let name = file.display().to_string();
+    let f = std::fs::File::open(file).map_err(|e| DatasetError::io(file, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| DatasetError::parquet(file, e))?
+        .with_batch_size(super::reader::BATCH_ROWS)
+        .build()
+        .map_err(|e| DatasetError::parquet(file, e))?;
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(DatasetError::Arrow)?;
+        let row = out.len();
+        for i in 0..batch.num_rows() {
+            let decoded = decode_output_row::<Q>(&batch, i).map_err(|(field, message)| {
+                DatasetError::Decode {
+                    file: name.clone(),
+                    row: row + i,
+                    field,
+                    message,
+                }
+            })?;
+            out.push(decoded);
         }
     }
     Ok(out)

@@ -119,7 +119,8 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
     Ok(report)
 }
 
-/// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C,
+/// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C
+/// (143 after SIGTERM),
 /// 2 for invalid settings (including an engine setting such as a `--kv-cache-gib` that does
 /// not fit in memory, and a merge `--out` that is a shard folder), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {

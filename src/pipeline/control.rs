@@ -1,5 +1,6 @@
-//! Stopping a run: Ctrl-C (clean stop after the current step, exit 130) and the test-only
-//! kill hook used by the end-to-end crash tests.
+//! Stopping a run: Ctrl-C or SIGTERM (clean stop after the current step, exit 128 + the
+//! signal: 130 for SIGINT, 143 for SIGTERM) and the test-only kill hook used by the end-to-end
+//! crash tests.
 //!
 //! Test hook (documented, test-only): `VERISAMPLE_TEST_KILL_AT=<stage>:<n>[:torn]` makes the
 //! process SIGKILL itself right after the `n`-th event of `stage` in this process:
@@ -8,14 +9,26 @@
 //! only half before the kill, leaving a torn record for the replay to detect. The variable
 //! is read once at start; without it the hook costs one branch per event.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 /// Environment variable of the test kill hook.
 pub const KILL_AT_ENV: &str = "VERISAMPLE_TEST_KILL_AT";
-/// Exit status of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT; the `termination`
-/// feature of `ctrlc` routes SIGTERM to the same handler).
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT), and of a stop not caused by a
+/// signal.
 pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// The first stop signal received (0: none).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The exit status of a stopped run: 128 + the signal that stopped it (SIGINT 130, SIGTERM
+/// 143, the shell convention), [`EXIT_INTERRUPTED`] when no signal was received.
+pub fn interrupted_exit_code() -> i32 {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => EXIT_INTERRUPTED,
+        signal => 128 + signal,
+    }
+}
 
 /// Where the kill hook fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,21 +121,29 @@ impl RunControl {
     }
 }
 
-/// Install the process-wide Ctrl-C handler: the first Ctrl-C sets `control.stop` (the run
-/// finishes its step, flushes and exits 130); a second one exits 130 at once. Call once,
+/// Install the process-wide handler of SIGINT (Ctrl-C) and SIGTERM (Slurm, Kubernetes): the
+/// first signal sets `control.stop` (the run finishes its step, flushes and exits with
+/// [`interrupted_exit_code`]); a second one exits with 128 + that signal at once. Call once,
 /// from the binary.
 ///
-/// Errors: the handler was already installed or the OS refused it.
-pub fn install_ctrlc(control: &RunControl) -> Result<(), ctrlc::Error> {
+/// Errors: the OS refused to register the handler.
+pub fn install_ctrlc(control: &RunControl) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let stop = control.stop.clone();
-    ctrlc::set_handler(move || {
-        if stop.swap(true, Ordering::SeqCst) {
-            std::process::exit(EXIT_INTERRUPTED);
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            // The signal first: the run may see `stop` and exit at once.
+            let _ = STOP_SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(128 + signal);
+            }
+            eprintln!(
+                "verisample: interrupt received, finishing the current step (Ctrl-C again to quit now)"
+            );
         }
-        eprintln!(
-            "verisample: interrupt received, finishing the current step (Ctrl-C again to quit now)"
-        );
-    })
+    });
+    Ok(())
 }
 
 #[cfg(test)]

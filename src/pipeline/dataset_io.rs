@@ -40,10 +40,18 @@ impl RowSource for ParquetSource {
         let mut n = 0u64;
         for f in files.files {
             let file = std::fs::File::open(&f).ok()?;
-            let reader = parquet::file::reader::SerializedFileReader::new(file).ok()?;
-            let rows = parquet::file::reader::FileReader::metadata(&reader)
-                .file_metadata()
-                .num_rows();
+            // A corrupt footer that panics the decoder counts as no rows here; the reader
+            // reports the file.
+            let rows = crate::dataset::isolate::isolate(|| {
+                parquet::file::reader::SerializedFileReader::new(file).map(|r| {
+                    parquet::file::reader::FileReader::metadata(&r)
+                        .file_metadata()
+                        .num_rows()
+                })
+            })
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0);
             n += u64::try_from(rows).unwrap_or(0);
         }
         Some(n)

@@ -25,6 +25,7 @@ pub mod command;
 pub mod control;
 mod dataset_io;
 mod decisions;
+mod dedup;
 mod engine_io;
 pub mod inspect;
 pub mod outputs;
@@ -41,7 +42,9 @@ pub use backend::{
     GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
     SplitRow, SplitSink, Verdict,
 };
-pub use control::{install_ctrlc, KillAt, KillStage, RunControl, EXIT_INTERRUPTED};
+pub use control::{
+    install_ctrlc, interrupted_exit_code, KillAt, KillStage, RunControl, EXIT_INTERRUPTED,
+};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
 pub use engine_io::{prompt_prefills_think, EngineGenerator};
@@ -129,6 +132,10 @@ pub enum PipelineError {
         /// What differs (`think: true -> false`, `model file model.safetensors`, …).
         changed: Vec<String>,
     },
+    /// OUT holds the splits of an earlier run, and neither a journal nor `run.json` says
+    /// with which settings they were made.
+    #[error("{} holds the splits of an earlier run but no journal or run.json to check its settings against (journal.bin missing or unreadable); use --restart to discard them, or another --out", .0.display())]
+    UncheckedEarlierRun(PathBuf),
     /// The journal does not start with a header.
     #[error("journal {0} has no header record; remove it or use --restart")]
     NoHeader(PathBuf),
@@ -179,10 +186,11 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
-    /// Process exit status for this error: 130 for Ctrl-C, 1 otherwise.
+    /// Process exit status for this error: 128 + the stop signal for a stopped run (130 for
+    /// Ctrl-C, 143 for SIGTERM), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            PipelineError::Interrupted => EXIT_INTERRUPTED,
+            PipelineError::Interrupted => interrupted_exit_code(),
             _ => 1,
         }
     }
@@ -269,11 +277,48 @@ fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     changed
 }
 
+/// With no journal to replay (missing, or its header unreadable), the earlier run in `out`
+/// that this run would overwrite is checked as a journal would be: `run.json`'s fingerprint
+/// must be this run's; splits without a `run.json` cannot be checked and are refused too.
+///
+/// Errors: [`PipelineError::FingerprintMismatch`], [`PipelineError::UncheckedEarlierRun`].
+fn check_earlier_run(
+    out: &std::path::Path,
+    fingerprint: &Fingerprint,
+) -> Result<(), PipelineError> {
+    let old = std::fs::read(out.join(outputs::RUN_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|mut v| {
+            serde_json::from_value::<Fingerprint>(v.get_mut("fingerprint")?.take()).ok()
+        });
+    match old {
+        Some(old) if old.sha256 == fingerprint.sha256 => Ok(()),
+        Some(old) => Err(PipelineError::FingerprintMismatch {
+            out: out.to_path_buf(),
+            old: old.sha256.clone(),
+            new: fingerprint.sha256.clone(),
+            changed: fingerprint_changes(&old, fingerprint),
+        }),
+        None => {
+            // A folder that cannot be listed holds no split this run could delete.
+            let splits = crate::dataset::card::output_split_files(out).unwrap_or_default();
+            if splits.is_empty() {
+                Ok(())
+            } else {
+                Err(PipelineError::UncheckedEarlierRun(out.to_path_buf()))
+            }
+        }
+    }
+}
+
 /// Open (or create) `OUT/journal.bin`, check its header against `fingerprint`, and replay
 /// it. With `settings.restart` the journal and the pipeline's files in OUT are discarded.
+/// Temporary files of killed runs are removed first ([`outputs::remove_debris`]); without a
+/// journal to replay, an earlier run in OUT must match as well (`check_earlier_run`).
 ///
 /// Errors: [`PipelineError::FingerprintMismatch`] (settings or model changed),
-/// [`PipelineError::NoHeader`], journal I/O.
+/// [`PipelineError::UncheckedEarlierRun`], [`PipelineError::NoHeader`], journal I/O.
 pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
     let lock = lock_out(&settings.out)?;
     let path = settings.out.join(outputs::JOURNAL_FILE);
@@ -289,13 +334,28 @@ pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared
             }
         }
     }
+    let removed = outputs::remove_debris(&settings.out).map_err(|source| JournalError::Io {
+        path: settings.out.clone(),
+        source,
+    })?;
+    if !removed.is_empty() {
+        tracing::info!(
+            "removed {} temporary file(s) of a killed run",
+            removed.len()
+        );
+    }
     let (mut journal, replay) = Journal::<JournalEntry>::open(&path)?;
     let mut records = replay.records.into_iter();
     match records.next() {
-        None => journal.append(&JournalEntry::Header {
-            format: JOURNAL_FORMAT,
-            fingerprint: fingerprint.clone(),
-        })?,
+        None => {
+            if !settings.restart {
+                check_earlier_run(&settings.out, &fingerprint)?;
+            }
+            journal.append(&JournalEntry::Header {
+                format: JOURNAL_FORMAT,
+                fingerprint: fingerprint.clone(),
+            })?
+        }
         Some(JournalEntry::Header {
             fingerprint: old, ..
         }) => {

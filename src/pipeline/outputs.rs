@@ -3,6 +3,8 @@
 //! journal `journal.bin`. Every file is written atomically ([`crate::atomic`]: temporary file,
 //! fsync, rename, fsync of the folder) so a kill never leaves half a file.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 use super::backend::{Generation, ItemKey};
@@ -32,6 +34,45 @@ pub const OWNED_FILES: [&str; 6] = [
     RUN_FILE,
     CHART_FILE,
 ];
+
+/// Whether process `pid` is alive (Linux: `/proc/<pid>` exists). Elsewhere every other
+/// process counts as dead: the caller holds the OUT lock, so no other run writes in OUT.
+fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    cfg!(target_os = "linux") && Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Remove the temporary files that killed runs left in `out` and `out/data`: hidden files of
+/// an atomic write ([`crate::atomic::temp_file_pid`]) or staged split shards
+/// ([`crate::dataset::shards::staged_file_pid`]) whose process is dead. Call it holding the
+/// OUT lock. Returns the files removed.
+///
+/// Errors: a folder cannot be listed or a file cannot be removed.
+pub fn remove_debris(out: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for dir in [out.to_path_buf(), out.join("data")] {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = crate::atomic::temp_file_pid(&name)
+                .or_else(|| crate::dataset::shards::staged_file_pid(&name));
+            if pid.is_some_and(|p| !process_alive(p)) && entry.file_type()?.is_file() {
+                tracing::info!("removing {} (left by a killed run)", entry.path().display());
+                std::fs::remove_file(entry.path())?;
+                removed.push(entry.path());
+            }
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
 
 /// A line of `errors.jsonl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +104,22 @@ pub struct CleaningLine {
     pub qa: u32,
     /// Why it was dropped.
     pub reason: String,
+    /// For reason `duplicate`: the kept occurrence of the same image, question and reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<DuplicateOf>,
+}
+
+/// The kept occurrence of a duplicate question (SPEC §3 duplicates).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DuplicateOf {
+    /// Input file of the kept row.
+    pub file: String,
+    /// 0-based row in `file`.
+    pub row: usize,
+    /// Position of the kept row in the input stream.
+    pub position: u64,
+    /// `qa` index of the kept question.
+    pub qa: u32,
 }
 
 /// One pass of a [`GenerationLine`].

@@ -12,6 +12,7 @@ use super::backend::{
     CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
 };
 use super::control::{kill_self, KillStage, RunControl};
+use super::dedup::Dedup;
 use super::inspect::{check_image, check_qa, FieldProblem};
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::journal::Journal;
@@ -35,6 +36,8 @@ pub(crate) enum ItemPlan {
     Keep(QaItem),
     /// Dropped by cleaning for this reason.
     Dropped(String),
+    /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
+    Duplicate(super::outputs::DuplicateOf),
     /// Blank question or reference.
     Invalid(FieldProblem),
 }
@@ -345,16 +348,24 @@ fn generate_answers_into(
     let mut verify_ctx = HashMap::new();
     let mut appended = 0u64;
     let mut items_seen = 0u64;
+    // Duplicates are marked over the whole input, so the rows of other shards are planned
+    // too (only to be seen by the marker).
+    let mut dedup = Dedup::new(settings.dedup);
     let stream = source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
-        if !shard.contains(position) {
+        let mine = shard.contains(position);
+        if !mine && !settings.dedup {
             continue;
         }
         if ctx.control.stopped() {
             return Err(PipelineError::Interrupted);
         }
-        let (plan, image) = plan_row(position, element, settings, ctx.decisions);
+        let (mut plan, image) = plan_row(position, element, settings, ctx.decisions);
+        dedup.mark(&mut plan);
+        if !mine {
+            continue;
+        }
         let body = match &plan.body {
             Ok(body) => body,
             Err(_) => {

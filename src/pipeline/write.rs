@@ -11,9 +11,10 @@ use super::backend::{
     Verdict,
 };
 use super::control::{kill_self, KillStage, RunControl};
+use super::dedup::DUPLICATE;
 use super::outputs::{
-    jsonl, CleaningLine, ErrorLine, GenerationLine, PassRecord, CHART_FILE, CLEANING_FILE,
-    ERRORS_FILE, GENERATIONS_FILE,
+    jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
+    CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
 };
 use super::passes::{ItemPlan, JudgeRole, RowPlan};
 use super::{JournalOutcome, PipelineError};
@@ -79,6 +80,27 @@ fn input_changed(position: u64, what: impl Into<String>) -> PipelineError {
     }
 }
 
+/// Count and list a question dropped by cleaning (`duplicate_of`: the kept occurrence of a
+/// duplicate).
+fn record_drop(
+    c: &mut Collected,
+    plan: &RowPlan,
+    key: ItemKey,
+    reason: String,
+    duplicate_of: Option<DuplicateOf>,
+) {
+    bump(&mut c.stats.cleaning_drops, &reason);
+    c.cleaning.push(CleaningLine {
+        file: plan.file.clone(),
+        row: plan.row.unwrap_or(0),
+        position: plan.position,
+        qa: key.qa,
+        reason,
+        duplicate_of,
+    });
+    c.ledger.place((plan.position, Some(key.qa)), "cleaning");
+}
+
 /// Route the kept questions of one readable row into `splits`.
 fn route_row(
     w: &WriteInput<'_>,
@@ -110,15 +132,11 @@ fn route_row(
                 continue;
             }
             ItemPlan::Dropped(reason) => {
-                bump(&mut c.stats.cleaning_drops, reason);
-                c.cleaning.push(CleaningLine {
-                    file: plan.file.clone(),
-                    row,
-                    position: plan.position,
-                    qa: key.qa,
-                    reason: reason.clone(),
-                });
-                c.ledger.place(unit, "cleaning");
+                record_drop(c, plan, key, reason.clone(), None);
+                continue;
+            }
+            ItemPlan::Duplicate(kept) => {
+                record_drop(c, plan, key, DUPLICATE.to_string(), Some(kept.clone()));
                 continue;
             }
             ItemPlan::Keep(q) => q,
@@ -350,12 +368,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     c.ledger.check().map_err(PipelineError::Accounting)?;
     c.stats.errors = c.errors.len() as u64;
     for e in &c.errors {
-        let field = if e.field.starts_with("qa[") {
-            e.field.split_once('.').map_or("qa", |(_, f)| f).to_string()
-        } else {
-            e.field.clone()
-        };
-        bump(&mut c.stats.errors_by_field, &field);
+        bump(&mut c.stats.errors_by_field, &e.field);
     }
     c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
 
@@ -415,7 +428,7 @@ pub(crate) fn write_abort_errors(
                         lines.push(line(Some(key.qa), "generation", m));
                     }
                 }
-                ItemPlan::Dropped(_) => {}
+                ItemPlan::Dropped(_) | ItemPlan::Duplicate(_) => {}
             }
         }
     }

@@ -119,3 +119,95 @@ pub fn rejected_rows(n: usize) -> Vec<OutputRow<RejectedQa>> {
         })
         .collect()
 }
+
+/// One input row for [`write_input`]: image bytes, the stored `image_sha256` (`None`: the
+/// column is null), and (question, reference) pairs.
+pub struct InputSpec {
+    pub image: Vec<u8>,
+    pub sha: Option<String>,
+    pub qa: Vec<(String, String)>,
+}
+
+impl InputSpec {
+    /// A row whose stored hash is the true hash of `image`.
+    pub fn new(image: Vec<u8>, qa: &[(&str, &str)]) -> InputSpec {
+        InputSpec {
+            sha: Some(sha256_hex(&image)),
+            image,
+            qa: qa
+                .iter()
+                .map(|(q, a)| (q.to_string(), a.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// Write `rows` as an input parquet file (SPEC §2 columns `image`, `qa`, `image_sha256`,
+/// `family` = `TestSet`), `rows_per_group` rows per row group (dictionary-encoded strings,
+/// the writer's default).
+pub fn write_input(path: &std::path::Path, rows: &[InputSpec], rows_per_group: usize) {
+    use arrow::array::{ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray};
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field, Fields};
+    use std::sync::Arc;
+    let image_fields = Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        Field::new("path", DataType::Utf8, true),
+    ]);
+    let image: ArrayRef = Arc::new(StructArray::new(
+        image_fields,
+        vec![
+            Arc::new(BinaryArray::from_iter_values(
+                rows.iter().map(|r| r.image.as_slice()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..rows.len()).map(|i| format!("img{i}.png")),
+            )),
+        ],
+        None,
+    ));
+    let qa_fields = Fields::from(vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+    ]);
+    let items = rows.iter().flat_map(|r| r.qa.iter());
+    let values = StructArray::new(
+        qa_fields.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                items.clone().map(|(q, _)| q.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                items.map(|(_, a)| a.as_str()),
+            )),
+        ],
+        None,
+    );
+    let qa: ArrayRef = Arc::new(ListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(qa_fields), true)),
+        OffsetBuffer::from_lengths(rows.iter().map(|r| r.qa.len())),
+        Arc::new(values),
+        None,
+    ));
+    let sha: ArrayRef = Arc::new(StringArray::from(
+        rows.iter().map(|r| r.sha.clone()).collect::<Vec<_>>(),
+    ));
+    let family: ArrayRef = Arc::new(StringArray::from_iter_values(
+        rows.iter().map(|_| "TestSet"),
+    ));
+    let batch = RecordBatch::try_from_iter(vec![
+        ("image", image),
+        ("qa", qa),
+        ("image_sha256", sha),
+        ("family", family),
+    ])
+    .expect("batch");
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(rows_per_group))
+        .build();
+    let file = std::fs::File::create(path).expect("create input");
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).expect("writer");
+    w.write(&batch).expect("write");
+    w.close().expect("close");
+}

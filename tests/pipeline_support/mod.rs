@@ -356,6 +356,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         judge_calibrate: 3,
         number_guard: true,
         verifiers: Vec::new(),
+        dedup: true,
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,
         max_new_tokens: 64,

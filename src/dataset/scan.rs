@@ -1,0 +1,549 @@
+//! Listing the files of an input dataset folder under the link rules of SPEC §3 ("the input
+//! stays inside its folder; each file is read once").
+//!
+//! - A symbolic link (to a file or a folder) is followed only when its target, resolved with
+//!   `canonicalize`, lies inside the dataset's root folder. A link that leads outside, or that
+//!   does not resolve, is not read: it is returned in [`Scan::refused`] with a message naming
+//!   the link (the reader reports it as a file error in `errors.jsonl`).
+//! - Every real file is listed once, however many paths lead to it (links, hard links, a
+//!   folder reached both directly and through a link), identified by device and inode (the
+//!   canonical path where those do not exist): the path kept is the direct one (no link on
+//!   the way) when there is one, else the first in path order.
+//! - Every real folder is entered once. The real folders are walked first without following
+//!   any link to a folder; a link to a folder is followed afterwards only when its target has
+//!   not been entered yet (a link to an ancestor, `DIR/loop -> DIR`, is never followed), so
+//!   the walk visits each folder of the tree once and always ends.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
+
+use super::DatasetError;
+
+/// A link that was not followed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The link, as reached from the path given.
+    pub link: PathBuf,
+    /// Why it was not read.
+    pub message: String,
+}
+
+/// What a scan found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Scan {
+    /// Matching files, each real file once, sorted by path.
+    pub files: Vec<PathBuf>,
+    /// Links not followed (outside the root, or not resolvable), sorted by path.
+    pub refused: Vec<Refused>,
+}
+
+/// How to walk.
+pub struct ScanRules<'a> {
+    /// Skip entries whose name starts with `.` or `_` (a folder input skips hidden files and
+    /// `_`-prefixed bookkeeping such as `_SUCCESS`); a glob input sees every name.
+    pub skip_hidden: bool,
+    /// Deepest folder level entered below the start (0: only the start folder).
+    pub max_depth: usize,
+    /// Whether a file, by its path as reached, is part of the input.
+    pub keep: &'a dyn Fn(&Path) -> bool,
+}
+
+/// A file reached during the walk.
+struct Found {
+    shown: PathBuf,
+    direct: bool,
+}
+
+/// The identity of a file or folder: device and inode on Unix, else the canonical path.
+type FileId = (u64, u64, PathBuf);
+
+#[cfg(unix)]
+fn file_id(real: &Path) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(real)?;
+    Ok((m.dev(), m.ino(), PathBuf::new()))
+}
+
+#[cfg(not(unix))]
+fn file_id(real: &Path) -> std::io::Result<FileId> {
+    Ok((0, 0, real.canonicalize()?))
+}
+
+/// The walk's state: folders entered, files found, links refused or pending.
+struct Walker<'a> {
+    root: &'a Path,
+    rules: &'a ScanRules<'a>,
+    entered: BTreeSet<FileId>,
+    found: BTreeMap<FileId, Vec<Found>>,
+    refused: Vec<Refused>,
+    /// Links to folders inside the root: (path reached, canonical target, depth).
+    folder_links: Vec<(PathBuf, PathBuf, usize)>,
+}
+
+/// Walk `start` (the folder as given; empty for the current folder) whose canonical form is
+/// `root`, under `rules`.
+///
+/// Errors: [`DatasetError::Io`] when a folder of the tree cannot be listed.
+pub fn scan(start: &Path, root: &Path, rules: &ScanRules<'_>) -> Result<Scan, DatasetError> {
+    let mut w = Walker {
+        root,
+        rules,
+        entered: BTreeSet::new(),
+        found: BTreeMap::new(),
+        refused: Vec::new(),
+        folder_links: Vec::new(),
+    };
+    w.entered
+        .insert(file_id(root).map_err(|e| DatasetError::io(root, e))?);
+    w.walk(start, root, 0, true)?;
+    // Links to folders, after the real tree; each may reveal more links.
+    while !w.folder_links.is_empty() {
+        let mut links = std::mem::take(&mut w.folder_links);
+        links.sort();
+        for (shown, target, depth) in links {
+            let id = file_id(&target).map_err(|e| DatasetError::io(&target, e))?;
+            if w.entered.insert(id) {
+                w.walk(&shown, &target, depth, false)?;
+            } else {
+                tracing::debug!(
+                    "{}: a link to a folder already read, not followed",
+                    shown.display()
+                );
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for mut paths in w.found.into_values() {
+        paths.sort_by(|a, b| b.direct.cmp(&a.direct).then_with(|| a.shown.cmp(&b.shown)));
+        let mut paths = paths.into_iter();
+        if let Some(kept) = paths.next() {
+            for other in paths {
+                tracing::warn!(
+                    "{} is the same file as {}: read once",
+                    other.shown.display(),
+                    kept.shown.display()
+                );
+            }
+            files.push(kept.shown);
+        }
+    }
+    files.sort();
+    w.refused.sort_by(|a, b| a.link.cmp(&b.link));
+    Ok(Scan {
+        files,
+        refused: w.refused,
+    })
+}
+
+impl Walker<'_> {
+    /// List the folder reached as `shown`, whose canonical path is `real`, at `depth`.
+    /// `direct`: no link was followed to reach it.
+    fn walk(
+        &mut self,
+        shown: &Path,
+        real: &Path,
+        depth: usize,
+        direct: bool,
+    ) -> Result<(), DatasetError> {
+        let listed = if shown.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            shown
+        };
+        let rd = std::fs::read_dir(listed).map_err(|e| DatasetError::io(listed, e))?;
+        let mut entries = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| DatasetError::io(listed, e))?;
+            let name = entry.file_name();
+            let hidden = name.to_string_lossy().starts_with(['.', '_']);
+            if self.rules.skip_hidden && hidden {
+                continue;
+            }
+            let file_type = entry.file_type().map_err(|e| DatasetError::io(listed, e))?;
+            entries.push((name, file_type));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, file_type) in entries {
+            let path = shown.join(&name);
+            if !file_type.is_symlink() {
+                let real_child = real.join(&name);
+                if file_type.is_dir() {
+                    let id = file_id(&real_child).map_err(|e| DatasetError::io(&path, e))?;
+                    if depth < self.rules.max_depth && self.entered.insert(id) {
+                        self.walk(&path, &real_child, depth + 1, direct)?;
+                    }
+                } else if file_type.is_file() && (self.rules.keep)(&path) {
+                    self.add(&real_child, path, direct)?;
+                }
+                continue;
+            }
+            let target = match path.canonicalize() {
+                Ok(t) => t,
+                Err(e) => {
+                    if (self.rules.keep)(&path) {
+                        self.refuse(
+                            path,
+                            format!("a link that does not resolve ({e}): not read"),
+                        );
+                    }
+                    continue;
+                }
+            };
+            let is_dir = target.is_dir();
+            if !target.starts_with(self.root) {
+                if is_dir || (self.rules.keep)(&path) {
+                    let what = if is_dir { "folder" } else { "file" };
+                    let message = format!(
+                        "a link to a {what} outside the dataset folder {}: not read (links are \
+                         followed only inside the dataset folder)",
+                        self.root.display()
+                    );
+                    self.refuse(path, message);
+                }
+                continue;
+            }
+            if is_dir {
+                if depth < self.rules.max_depth {
+                    self.folder_links.push((path, target, depth + 1));
+                }
+            } else if target.is_file() && (self.rules.keep)(&path) {
+                self.add(&target, path, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, real: &Path, shown: PathBuf, direct: bool) -> Result<(), DatasetError> {
+        let id = file_id(real).map_err(|e| DatasetError::io(&shown, e))?;
+        self.found
+            .entry(id)
+            .or_default()
+            .push(Found { shown, direct });
+        Ok(())
+    }
+
+    fn refuse(&mut self, link: PathBuf, message: String) {
+        tracing::warn!("{}: {message}", link.display());
+        self.refused.push(Refused { link, message });
+    }
+}
+
+/// Deepest folder level below the dataset folder that is searched for parquet files (bounds
+/// the walk of a folder or a `**` glob; HF layouts use two levels, `data/<config>/`).
+pub const MAX_DEPTH: usize = 32;
+
+/// The files of a dataset and the folder that path-only images must stay inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFiles {
+    /// Parquet files in reading order.
+    pub files: Vec<PathBuf>,
+    /// The dataset's own folder (canonical).
+    pub root: PathBuf,
+    /// Links in the folder that were not followed (outside `root`, or not resolvable); the
+    /// reader reports each as a file error.
+    pub refused: Vec<Refused>,
+}
+
+/// Whether `s` contains glob metacharacters.
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+fn is_parquet(p: &Path) -> bool {
+    p.file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(".parquet"))
+}
+
+fn canonical(p: &Path) -> Result<PathBuf, DatasetError> {
+    let listed = if p.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        p
+    };
+    listed
+        .canonicalize()
+        .map_err(|e| DatasetError::io(listed, e))
+}
+
+/// Resolve an input spec (file, folder or glob) to its parquet files, under the link rules of
+/// the module docs. The root is the folder given, the folder of the file given, or the glob's
+/// fixed prefix (the components before the first one with a wildcard).
+///
+/// Errors: [`DatasetError::Invalid`] when the path does not exist, a file given is a link out
+/// of its folder, the glob is malformed, or nothing matches; [`DatasetError::Io`] when a
+/// folder cannot be listed.
+pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
+    let path = Path::new(spec);
+    if path.is_file() {
+        let root = canonical(path.parent().unwrap_or(Path::new("")))?;
+        let real = canonical(path)?;
+        if !real.starts_with(&root) {
+            return Err(DatasetError::Invalid(format!(
+                "{spec}: a link to a file outside its folder {}: not read (links are followed \
+                 only inside the dataset folder)",
+                root.display()
+            )));
+        }
+        return Ok(InputFiles {
+            files: vec![path.to_path_buf()],
+            root,
+            refused: Vec::new(),
+        });
+    }
+    let (start, rules_keep, max_depth, skip_hidden): (PathBuf, Box<dyn Fn(&Path) -> bool>, _, _) =
+        if path.is_dir() {
+            (path.to_path_buf(), Box::new(is_parquet), MAX_DEPTH, true)
+        } else if is_glob(spec) {
+            let pattern = glob::Pattern::new(spec)
+                .map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
+            let options = glob::MatchOptions {
+                require_literal_separator: true,
+                ..glob::MatchOptions::new()
+            };
+            let mut prefix = PathBuf::new();
+            let mut below = 0usize;
+            for comp in path.components() {
+                if below > 0 || is_glob(&comp.as_os_str().to_string_lossy()) {
+                    below += 1;
+                } else {
+                    prefix.push(comp);
+                }
+            }
+            let depth = if spec.contains("**") {
+                MAX_DEPTH
+            } else {
+                below.saturating_sub(1)
+            };
+            let keep = move |p: &Path| pattern.matches_path_with(p, options);
+            (prefix, Box::new(keep), depth, false)
+        } else {
+            return Err(DatasetError::Invalid(format!(
+                "{spec}: no such file or folder"
+            )));
+        };
+    let root = canonical(&start)?;
+    let found = scan(
+        &start,
+        &root,
+        &ScanRules {
+            skip_hidden,
+            max_depth,
+            keep: &*rules_keep,
+        },
+    )?;
+    if found.files.is_empty() {
+        let what = if path.is_dir() {
+            "no .parquet files in this folder"
+        } else {
+            "the glob matches no file"
+        };
+        let refused = match found.refused.len() {
+            0 => String::new(),
+            n => format!(" ({n} link(s) not followed: {})", found.refused[0].message),
+        };
+        return Err(DatasetError::Invalid(format!("{spec}: {what}{refused}")));
+    }
+    Ok(InputFiles {
+        files: found.files,
+        root,
+        refused: found.refused,
+    })
+}
+
+/// Whether `base/rel`, with `.` and `..` taken literally (no look-up), stays inside `root`.
+fn lexically_inside(root: &Path, base: &Path, rel: &Path) -> bool {
+    let mut p = base.to_path_buf();
+    for c in rel.components() {
+        match c {
+            Component::ParentDir => {
+                if !p.pop() {
+                    return false;
+                }
+            }
+            Component::Normal(n) => p.push(n),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    p.starts_with(root)
+}
+
+/// Resolve the image path `rel` of a row in a file under `base`, allowing only files inside
+/// `root` (canonical). Tries `base/rel`, then `root/rel`. A path whose `..` lead out of
+/// `root` is refused as escaping before anything is looked up, so the message does not tell
+/// whether a file outside exists; a link inside that resolves outside is refused the same way.
+///
+/// Errors (as a message): empty or absolute path, outside `root`, not found, not a file.
+pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, String> {
+    let p = Path::new(rel);
+    if rel.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
+    {
+        return Err(format!("absolute path {rel:?} is not allowed; image paths must be relative to the dataset folder"));
+    }
+    let escapes = || format!("path {rel:?} escapes the dataset folder {}", root.display());
+    let mut escaped = false;
+    for dir in [base, root] {
+        if !lexically_inside(root, dir, p) {
+            escaped = true;
+            continue;
+        }
+        let Ok(c) = dir.join(p).canonicalize() else {
+            continue;
+        };
+        if !c.starts_with(root) {
+            escaped = true;
+            continue;
+        }
+        if !c.is_file() {
+            return Err(format!("{rel:?} is not a file"));
+        }
+        return Ok(c);
+    }
+    if escaped {
+        Err(escapes())
+    } else {
+        Err(format!(
+            "image file {rel:?} not found in the dataset folder {}",
+            root.display()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(unix)]
+    use std::os::unix::fs::symlink;
+
+    #[cfg(unix)]
+    fn scan_all(dir: &Path) -> Scan {
+        let rules = ScanRules {
+            skip_hidden: true,
+            max_depth: usize::MAX,
+            keep: &is_parquet,
+        };
+        scan(dir, &dir.canonicalize().unwrap(), &rules).unwrap()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_inside_are_read_once_and_links_outside_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = tmp.path().join("ds");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(ds.join("real")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(ds.join("real/a.parquet"), b"a").unwrap();
+        std::fs::write(outside.join("x.parquet"), b"x").unwrap();
+        symlink(&ds, ds.join("loop")).unwrap();
+        symlink("..", ds.join("real/up")).unwrap();
+        symlink(ds.join("real"), ds.join("again")).unwrap();
+        symlink(ds.join("real/a.parquet"), ds.join("b.parquet")).unwrap();
+        std::fs::hard_link(ds.join("real/a.parquet"), ds.join("real/hard.parquet")).unwrap();
+        symlink(&outside, ds.join("ext")).unwrap();
+        symlink(outside.join("x.parquet"), ds.join("x.parquet")).unwrap();
+        symlink(ds.join("gone.parquet"), ds.join("dangling.parquet")).unwrap();
+        let s = scan_all(&ds);
+        assert_eq!(s.files, vec![ds.join("real/a.parquet")]);
+        let refused: Vec<&Path> = s.refused.iter().map(|r| r.link.as_path()).collect();
+        assert_eq!(
+            refused,
+            vec![
+                ds.join("dangling.parquet").as_path(),
+                ds.join("ext").as_path(),
+                ds.join("x.parquet").as_path()
+            ]
+        );
+        assert!(s.refused[1].message.contains("outside the dataset folder"));
+        assert!(s.refused[0].message.contains("does not resolve"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_only_reachable_through_a_link_is_read_through_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = tmp.path().join("ds");
+        std::fs::create_dir_all(ds.join(".store")).unwrap();
+        std::fs::write(ds.join(".store/s.parquet"), b"s").unwrap();
+        symlink(ds.join(".store"), ds.join("data")).unwrap();
+        symlink(ds.join(".store"), ds.join("more")).unwrap();
+        assert_eq!(scan_all(&ds).files, vec![ds.join("data/s.parquet")]);
+    }
+
+    #[test]
+    fn resolve_inside_rejects_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        std::fs::create_dir_all(root.join("img")).unwrap();
+        std::fs::write(root.join("img/a.png"), b"png").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), b"s").unwrap();
+        let root = root.canonicalize().unwrap();
+        let base = root.join("img");
+        assert_eq!(
+            resolve_inside(&root, &base, "a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        assert_eq!(
+            resolve_inside(&root, &base, "../img/a.png").unwrap(),
+            root.join("img/a.png")
+        );
+        let cases = [
+            ("../../secret.txt", "escapes"),
+            ("/etc/passwd", "absolute"),
+            ("missing.png", "not found"),
+            ("../../missing.png", "escapes"),
+            ("img/../../../secret.txt", "escapes"),
+            ("", "empty"),
+            (".", "not a file"),
+        ];
+        for (rel, want) in cases {
+            let e = resolve_inside(&root, &base, rel).unwrap_err();
+            assert!(e.contains(want), "{rel:?}: {e}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn resolve_inside_rejects_symlink_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ds");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(dir.path().join("outside.png"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside.png"), root.join("link.png")).unwrap();
+        let root = root.canonicalize().unwrap();
+        assert!(resolve_inside(&root, &root, "link.png")
+            .unwrap_err()
+            .contains("escapes"));
+    }
+
+    #[test]
+    fn resolve_inputs_file_folder_glob() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        for n in ["b.parquet", "a.parquet", ".hidden.parquet", "note.txt"] {
+            std::fs::write(data.join(n), b"").unwrap();
+        }
+        let by_dir = resolve_inputs(dir.path().to_str().unwrap()).unwrap();
+        assert_eq!(
+            by_dir.files,
+            vec![data.join("a.parquet"), data.join("b.parquet")]
+        );
+        assert_eq!(by_dir.root, dir.path().canonicalize().unwrap());
+        let by_glob = resolve_inputs(&format!("{}/data/b*.parquet", dir.path().display())).unwrap();
+        assert_eq!(by_glob.files, vec![data.join("b.parquet")]);
+        assert_eq!(by_glob.root, data.canonicalize().unwrap());
+        let by_file = resolve_inputs(data.join("a.parquet").to_str().unwrap()).unwrap();
+        assert_eq!(by_file.root, data.canonicalize().unwrap());
+        assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
+        assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! Duplicate questions (SPEC §3): the same image (by content hash) with the same question and
+//! the same reference is sampled once. The first occurrence in input order is kept; every
+//! later one becomes [`ItemPlan::Duplicate`] naming it, and lands in `cleaning.jsonl` with
+//! reason [`DUPLICATE`]. Only questions that cleaning kept take part (a question dropped or
+//! invalid is accounted for on its own). Two different questions about one image, or one
+//! question about two different images, are not duplicates.
+//!
+//! The key is the cleaned question and reference (what would be sampled). The decision
+//! depends only on the input, never on the shard: every shard marks duplicates over the whole
+//! input stream, so shards and their merge agree with an unsharded run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::outputs::DuplicateOf;
+use super::passes::{ItemPlan, RowPlan};
+
+/// The `cleaning.jsonl` reason of a repeated question.
+pub const DUPLICATE: &str = "duplicate";
+
+/// Where the kept occurrence of a key is (the file name shared by the rows of a file).
+#[derive(Debug, Clone)]
+struct Kept {
+    file: Arc<str>,
+    row: usize,
+    position: u64,
+    qa: u32,
+}
+
+/// The keys seen so far (a 32-byte digest each, so memory does not grow with text length).
+#[derive(Debug, Default)]
+pub(crate) struct Dedup {
+    on: bool,
+    seen: HashMap<[u8; 32], Kept>,
+    file: Option<Arc<str>>,
+}
+
+/// The digest of (image sha256, question, reference), each length-prefixed so no two
+/// different triples share an encoding.
+fn key(image_sha256: &str, question: &str, reference: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in [image_sha256, question, reference] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
+}
+
+impl Dedup {
+    /// A marker; with `on == false` ([`crate::settings::Settings::dedup`] off) it marks
+    /// nothing.
+    pub(crate) fn new(on: bool) -> Dedup {
+        Dedup {
+            on,
+            ..Dedup::default()
+        }
+    }
+
+    /// Turn the kept questions of `plan` that repeat an earlier kept question into
+    /// [`ItemPlan::Duplicate`]; remember the others.
+    pub(crate) fn mark(&mut self, plan: &mut RowPlan) {
+        if !self.on {
+            return;
+        }
+        let Ok(body) = plan.body.as_mut() else {
+            return;
+        };
+        let file = match &self.file {
+            Some(f) if **f == *plan.file => f.clone(),
+            _ => {
+                let f: Arc<str> = plan.file.as_str().into();
+                self.file = Some(f.clone());
+                f
+            }
+        };
+        for (qa, item) in body.items.iter_mut().enumerate() {
+            let ItemPlan::Keep(q) = item else { continue };
+            let k = key(&body.image_sha256, &q.question, &q.answer);
+            match self.seen.get(&k) {
+                Some(kept) => {
+                    *item = ItemPlan::Duplicate(DuplicateOf {
+                        file: kept.file.to_string(),
+                        row: kept.row,
+                        position: kept.position,
+                        qa: kept.qa,
+                    });
+                }
+                None => {
+                    self.seen.insert(
+                        k,
+                        Kept {
+                            file: file.clone(),
+                            row: plan.row.unwrap_or(0),
+                            position: plan.position,
+                            qa: qa as u32,
+                        },
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::passes::RowOk;
+    use crate::record::QaItem;
+
+    fn plan(position: u64, sha: &str, items: &[(&str, &str)]) -> RowPlan {
+        RowPlan {
+            position,
+            file: "f.parquet".into(),
+            row: Some(position as usize),
+            body: Ok(RowOk {
+                family: "F".into(),
+                clean_meta: "{}".into(),
+                image_sha256: sha.into(),
+                items: items
+                    .iter()
+                    .map(|(q, a)| {
+                        ItemPlan::Keep(QaItem {
+                            question: (*q).into(),
+                            answer: (*a).into(),
+                            ..QaItem::default()
+                        })
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    fn kinds(p: &RowPlan) -> Vec<Option<(u64, u32)>> {
+        p.body
+            .as_ref()
+            .unwrap()
+            .items
+            .iter()
+            .map(|i| match i {
+                ItemPlan::Duplicate(d) => Some((d.position, d.qa)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn repeats_name_the_first_occurrence_and_other_keys_stay() {
+        let mut d = Dedup::new(true);
+        let mut a = plan(0, "aa", &[("q", "1"), ("q2", "1")]);
+        let mut b = plan(1, "aa", &[("q2", "1"), ("q", "2"), ("q", "1")]);
+        let mut c = plan(2, "bb", &[("q", "1")]);
+        for p in [&mut a, &mut b, &mut c] {
+            d.mark(p);
+        }
+        assert_eq!(kinds(&a), vec![None, None]);
+        assert_eq!(kinds(&b), vec![Some((0, 1)), None, Some((0, 0))]);
+        assert_eq!(kinds(&c), vec![None], "another image is not a duplicate");
+        let mut off = Dedup::new(false);
+        let mut again = plan(3, "aa", &[("q", "1")]);
+        off.mark(&mut a.clone());
+        off.mark(&mut again);
+        assert_eq!(kinds(&again), vec![None]);
+    }
+
+    #[test]
+    fn the_key_separates_its_parts() {
+        assert_ne!(key("a", "bc", "d"), key("a", "b", "cd"));
+        assert_eq!(key("a", "b", "c"), key("a", "b", "c"));
+    }
+}
