@@ -1,0 +1,58 @@
+//! Unit tests of [`super`]: device specs and the fingerprint.
+
+use super::*;
+use std::collections::BTreeMap;
+
+#[test]
+fn device_spec_parses_table() {
+    let cases: &[(&str, Option<DeviceSpec>)] = &[
+        ("cpu", Some(DeviceSpec::Cpu)),
+        ("cuda", Some(DeviceSpec::Cuda(0))),
+        ("cuda:3", Some(DeviceSpec::Cuda(3))),
+        ("metal", Some(DeviceSpec::Metal)),
+        ("cuda:", None),
+        ("cuda:x", None),
+        ("gpu", None),
+    ];
+    for (s, want) in cases {
+        assert_eq!(s.parse::<DeviceSpec>().ok(), *want, "{s}");
+    }
+}
+
+#[test]
+fn fingerprint_changes_with_settings_and_weights() {
+    let s = CanonicalSettings {
+        data: "/d".into(),
+        family: None,
+        think: true,
+        judge: true,
+        judge_calibrate: 0,
+        number_guard: true,
+        device: "cpu".into(),
+        dtype: DTypeSpec::F32,
+        max_new_tokens: 16,
+        shard: "0/1".into(),
+        verifiers: Vec::new(),
+        dedup: true,
+    };
+    let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
+    let a = fingerprint(s.clone(), w.clone(), Vec::new());
+    assert_eq!(a, fingerprint(s.clone(), w.clone(), Vec::new()));
+    let mut s2 = s.clone();
+    s2.think = false;
+    let b = fingerprint(s2.clone(), w.clone(), Vec::new());
+    assert_ne!(a.sha256, b.sha256);
+    assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
+    let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
+    assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
+    let no_dedup = CanonicalSettings {
+        dedup: false,
+        ..s.clone()
+    };
+    assert_ne!(
+        a.sha256,
+        fingerprint(no_dedup, w.clone(), Vec::new()).sha256
+    );
+    let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
+    assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
+}
