@@ -172,3 +172,30 @@ fn passes_can_be_switched_off() {
     );
     assert!(c.report.dropped.is_empty() && c.report.rewritten.is_empty());
 }
+
+#[test]
+fn a_stored_image_sha256_that_lies_drops_every_item() {
+    let upper = ABC_SHA256.to_uppercase();
+    let lie = ABC_SHA256.replace('b', "c");
+    // (stored hash, provenance pass on, items kept)
+    let cases = [
+        (Some(ABC_SHA256), true, 2),
+        (Some(upper.as_str()), true, 2),
+        (None, true, 2),
+        (Some(lie.as_str()), true, 0),
+        (Some(""), true, 0),
+        (Some(lie.as_str()), false, 2),
+    ];
+    for (stored, on, kept) in cases {
+        let mut r = row(None, vec![item("q1", "a", None), item("q2", "b", None)]);
+        r.image_sha256 = stored.map(String::from);
+        let mut c = Cleaner::new(CleanPolicy {
+            provenance: on,
+            ..CleanPolicy::default()
+        });
+        let out = c.clean_row(r);
+        assert_eq!(out.map_or(0, |o| o.row.qa.len()), kept, "{stored:?} {on}");
+        let dropped = c.report.dropped.get("image_sha256_mismatch").copied();
+        assert_eq!(dropped, (kept == 0).then_some(2), "{stored:?} {on}");
+    }
+}
