@@ -95,7 +95,8 @@ fn check(out: Output, what: &str) -> Output {
     out
 }
 
-/// Every file under `out` except the volatile ones, relative path → bytes.
+/// Every file under `out` except the volatile ones, relative path → bytes. Hidden files count:
+/// a temporary file a killed run left behind must be gone after the resume (issue 16).
 fn outputs(out: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, acc: &mut BTreeMap<String, Vec<u8>>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -106,7 +107,7 @@ fn outputs(out: &Path) -> BTreeMap<String, Vec<u8>> {
             let name = e.file_name().to_string_lossy().into_owned();
             if p.is_dir() {
                 walk(root, &p, acc);
-            } else if !VOLATILE.contains(&name.as_str()) && !name.starts_with('.') {
+            } else if !VOLATILE.contains(&name.as_str()) {
                 let rel = p
                     .strip_prefix(root)
                     .unwrap_or(&p)

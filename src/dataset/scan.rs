@@ -290,45 +290,49 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
             refused: Vec::new(),
         });
     }
-    let (start, rules_keep, max_depth, skip_hidden): (PathBuf, Box<dyn Fn(&Path) -> bool>, _, _) =
-        if path.is_dir() {
-            (path.to_path_buf(), Box::new(is_parquet), MAX_DEPTH, true)
-        } else if is_glob(spec) {
-            let pattern = glob::Pattern::new(spec)
-                .map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
-            let options = glob::MatchOptions {
-                require_literal_separator: true,
-                ..glob::MatchOptions::new()
-            };
-            let mut prefix = PathBuf::new();
-            let mut below = 0usize;
-            for comp in path.components() {
-                if below > 0 || is_glob(&comp.as_os_str().to_string_lossy()) {
-                    below += 1;
-                } else {
-                    prefix.push(comp);
-                }
-            }
-            let depth = if spec.contains("**") {
-                MAX_DEPTH
+    // A folder: every `*.parquet` below it. A glob: the files under its fixed prefix that
+    // match it (`*` stops at `/`), no deeper than its last component unless it has `**`.
+    let (start, max_depth, pattern) = if path.is_dir() {
+        (path.to_path_buf(), MAX_DEPTH, None)
+    } else if is_glob(spec) {
+        let pattern = glob::Pattern::new(spec)
+            .map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
+        let mut prefix = PathBuf::new();
+        let mut below = 0usize;
+        for comp in path.components() {
+            if below > 0 || is_glob(&comp.as_os_str().to_string_lossy()) {
+                below += 1;
             } else {
-                below.saturating_sub(1)
-            };
-            let keep = move |p: &Path| pattern.matches_path_with(p, options);
-            (prefix, Box::new(keep), depth, false)
+                prefix.push(comp);
+            }
+        }
+        let depth = if spec.contains("**") {
+            MAX_DEPTH
         } else {
-            return Err(DatasetError::Invalid(format!(
-                "{spec}: no such file or folder"
-            )));
+            below.saturating_sub(1)
         };
+        (prefix, depth, Some(pattern))
+    } else {
+        return Err(DatasetError::Invalid(format!(
+            "{spec}: no such file or folder"
+        )));
+    };
+    let options = glob::MatchOptions {
+        require_literal_separator: true,
+        ..glob::MatchOptions::new()
+    };
+    let keep = |p: &Path| match &pattern {
+        Some(g) => g.matches_path_with(p, options),
+        None => is_parquet(p),
+    };
     let root = canonical(&start)?;
     let found = scan(
         &start,
         &root,
         &ScanRules {
-            skip_hidden,
+            skip_hidden: pattern.is_none(),
             max_depth,
-            keep: &*rules_keep,
+            keep: &keep,
         },
     )?;
     if found.files.is_empty() {
