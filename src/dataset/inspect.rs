@@ -234,6 +234,9 @@ pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
         inputs.files.len(),
         groups.len()
     );
+    for r in &inputs.refused {
+        let _ = writeln!(out, "  {}: NOT READ: {}", r.link.display(), r.message);
+    }
     for (split, files) in &groups {
         let _ = writeln!(out, "\n== {split} ({} file(s))", files.len());
         let mut split_state = SplitState::default();

@@ -118,7 +118,7 @@ pub fn scan(start: &Path, root: &Path, rules: &ScanRules<'_>) -> Result<Scan, Da
         let mut paths = paths.into_iter();
         if let Some(kept) = paths.next() {
             for other in paths {
-                tracing::warn!(
+                tracing::debug!(
                     "{} is the same file as {}: read once",
                     other.shown.display(),
                     kept.shown.display()
@@ -223,7 +223,7 @@ impl Walker<'_> {
     }
 
     fn refuse(&mut self, link: PathBuf, message: String) {
-        tracing::warn!("{}: {message}", link.display());
+        tracing::debug!("{}: {message}", link.display());
         self.refused.push(Refused { link, message });
     }
 }
