@@ -52,6 +52,8 @@ pub enum Command {
     Merge(crate::merge::MergeArgs),
     #[allow(missing_docs)]
     Bench(BenchArgs),
+    #[allow(missing_docs)]
+    Doctor(DoctorArgs),
 }
 
 /// Build an input dataset (HF parquet) from images plus a labels JSONL.
@@ -204,6 +206,35 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// Check this machine's device: kernels against the CPU, batch invariance, the default model.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Check this machine's device: report it, its memory and dtypes; run the \
+paged-attention ops of every attention path it has on random inputs against the CPU kernels \
+(max abs error per kernel and dtype); check batch invariance (one sequence alone and inside \
+batches of 2..64); run the default model on the bundled sample on the device and on the CPU \
+and compare the greedy tokens. Exits 1 when a check fails.",
+    after_help = "Examples:\n  verisample doctor\n  verisample doctor --device cuda:0 --json"
+)]
+pub struct DoctorArgs {
+    /// Device: cpu, cuda:N or metal. [default: cuda:0 in a CUDA build, metal in a Metal build,
+    /// else cpu]
+    #[arg(long)]
+    pub device: Option<crate::settings::DeviceSpec>,
+    /// Checkpoint for the end-to-end check. [default: the bundled model, found as `run` finds it]
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// Dataset for the end-to-end check. [default: the bundled sample]
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+    /// New tokens per image in the end-to-end check.
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// Print one JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// A usage problem found after parsing (exit code 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -253,6 +284,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Check(a) => crate::commands::check(&a),
         Command::Merge(a) => crate::pipeline::command::merge_command(&a, cli.quiet).map(|_| ()),
         Command::Bench(a) => crate::commands::bench(&a),
+        Command::Doctor(a) => crate::commands::doctor(&a),
     }
 }
 

@@ -199,6 +199,7 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
+    a.device.check_built()?;
     let device = a.device.open().context("opening the device")?;
     let model = a
         .model
@@ -217,6 +218,38 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", report.to_table());
+    }
+    Ok(())
+}
+
+/// `verisample doctor`: run the device checks, print the report; a failed check is an error
+/// (exit 1) after the report is printed.
+///
+/// Errors: a device this binary was not built for (usage), the device not opening, the
+/// default model or sample not loading, a failed check.
+pub fn doctor(a: &crate::cli::DoctorArgs) -> anyhow::Result<()> {
+    use crate::doctor::{self, DoctorOptions};
+    use crate::settings::{bundled, DeviceSpec, DEFAULT_DATA};
+
+    let device = a.device.unwrap_or_else(DeviceSpec::default_for_build);
+    device.check_built()?;
+    let opts = DoctorOptions {
+        device,
+        model: a
+            .model
+            .clone()
+            .unwrap_or_else(crate::settings::default_model_dir),
+        data: a.data.clone().unwrap_or_else(|| bundled(DEFAULT_DATA)),
+        max_new_tokens: a.max_new_tokens,
+    };
+    let report = doctor::run(&opts).with_context(|| format!("doctor on {device}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.to_text());
+    }
+    if report.failed() {
+        anyhow::bail!("doctor: a check failed on {device} (see the report above)");
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod clean;
 pub mod cli;
 pub mod commands;
 pub mod dataset;
+pub mod doctor;
 pub mod engine;
 pub mod family;
 pub mod journal;

@@ -123,6 +123,19 @@ impl DeviceSpec {
         }
     }
 
+    /// Fails with [`SettingsError::DeviceNotBuilt`] when this binary lacks the device's backend.
+    pub fn check_built(self) -> Result<(), SettingsError> {
+        match self {
+            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
+                Err(SettingsError::DeviceNotBuilt(self, "cuda"))
+            }
+            DeviceSpec::Metal if !cfg!(feature = "metal") => {
+                Err(SettingsError::DeviceNotBuilt(self, "metal"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Open the candle device. Errors: candle's device errors (no such GPU, driver).
     pub fn open(self) -> candle_core::Result<candle_core::Device> {
         match self {
@@ -460,7 +473,9 @@ pub fn default_model_dir() -> PathBuf {
     bundled(DEFAULT_MODEL)
 }
 
-fn bundled(rel: &str) -> PathBuf {
+/// A bundled asset at `rel` ([`DEFAULT_MODEL`], [`DEFAULT_DATA`]): under the current folder,
+/// else under the source checkout the binary was built from.
+pub fn bundled(rel: &str) -> PathBuf {
     let local = PathBuf::from(rel);
     if local.exists() {
         return local;
@@ -572,15 +587,7 @@ impl Settings {
                 });
             }
         }
-        match device {
-            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
-                return Err(SettingsError::DeviceNotBuilt(device, "cuda"))
-            }
-            DeviceSpec::Metal if !cfg!(feature = "metal") => {
-                return Err(SettingsError::DeviceNotBuilt(device, "metal"))
-            }
-            _ => {}
-        }
+        device.check_built()?;
 
         let data = match (&args.data, &file.data) {
             (Some(d), _) => d.clone(),

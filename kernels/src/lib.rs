@@ -9,20 +9,125 @@
 //! tokens and context length `c` sits at cache position `c - q + j` and attends to cache
 //! positions `0..=c - q + j`.
 //!
-//! CPU: plain Rust with rayon, f32/f16/bf16 storage, f32 accumulation. The `cuda` feature is
-//! declared but has no kernels yet: any non-CPU tensor gives [`KernelError::UnsupportedDevice`].
+//! Two implementations behind one step interface ([`PagedStep`]):
+//! - **native** (CPU only): plain Rust with rayon, f32/f16/bf16 storage, f32 accumulation
+//!   ([`reshape_and_cache`], [`paged_attention`]; any non-CPU tensor gives
+//!   [`KernelError::UnsupportedDevice`]);
+//! - **portable** (every candle device): the same ops made of candle tensor ops
+//!   ([`PortableStep`]). This is what runs on CUDA and Metal until fused kernels for those
+//!   devices are written and verified on the hardware.
 
 mod cache;
 mod paged;
+mod portable;
 
 pub use cache::reshape_and_cache;
 pub use paged::{paged_attention, PagedAttentionParams};
+pub use portable::PortableStep;
+
+use candle_core::{Device, Tensor};
+
+/// Which implementation of the paged-attention ops a model uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// The CPU kernels ([`reshape_and_cache`], [`paged_attention`]): CPU tensors only.
+    Native,
+    /// Candle tensor ops ([`PortableStep`]): any device.
+    Portable,
+}
+
+impl AttentionPath {
+    /// The path for `device`: native on the CPU, portable elsewhere (no fused CUDA or Metal
+    /// kernels yet).
+    pub fn for_device(device: &Device) -> Self {
+        if device.is_cpu() {
+            Self::Native
+        } else {
+            Self::Portable
+        }
+    }
+}
+
+/// One step's paged-attention metadata, prepared once per step and used by every layer.
+#[derive(Debug)]
+pub struct PagedStep<'a> {
+    params: PagedAttentionParams<'a>,
+    slot_mapping: &'a [u32],
+    /// Device tensors of the portable path; `None` on the native path.
+    portable: Option<PortableStep>,
+}
+
+impl<'a> PagedStep<'a> {
+    /// Prepares a step on `path` for pools of `num_blocks` blocks of `block_size` tokens on
+    /// `device`: `params` as for [`paged_attention`], `slot_mapping` (`[total_tokens]`, slot =
+    /// `block * block_size + offset`) as for [`reshape_and_cache`].
+    ///
+    /// Errors: [`KernelError::Invalid`] for inconsistent metadata (portable path: at once;
+    /// native path: at the first kernel call).
+    pub fn new(
+        path: AttentionPath,
+        params: PagedAttentionParams<'a>,
+        slot_mapping: &'a [u32],
+        block_size: usize,
+        num_blocks: usize,
+        device: &Device,
+    ) -> Result<Self, KernelError> {
+        let portable = match path {
+            AttentionPath::Native => None,
+            AttentionPath::Portable => Some(PortableStep::new(
+                &params,
+                slot_mapping,
+                block_size,
+                num_blocks,
+                device,
+            )?),
+        };
+        Ok(Self {
+            params,
+            slot_mapping,
+            portable,
+        })
+    }
+
+    /// Writes this step's `key`/`value` `[total_tokens, n_kv_heads, head_dim]` into the pools
+    /// `[num_blocks, block_size, n_kv_heads, head_dim]`, in place.
+    ///
+    /// Errors: as [`reshape_and_cache`].
+    pub fn write_cache(
+        &self,
+        key: &Tensor,
+        value: &Tensor,
+        key_cache: &Tensor,
+        value_cache: &Tensor,
+    ) -> Result<(), KernelError> {
+        match &self.portable {
+            Some(p) => p.write_cache(key, value, key_cache, value_cache),
+            None => reshape_and_cache(key, value, key_cache, value_cache, self.slot_mapping),
+        }
+    }
+
+    /// Attention of `query` `[total_tokens, n_heads, head_dim]` over the pools; returns
+    /// `[total_tokens, n_heads, head_dim]` in the query dtype.
+    ///
+    /// Errors: as [`paged_attention`].
+    pub fn attend(
+        &self,
+        query: &Tensor,
+        key_cache: &Tensor,
+        value_cache: &Tensor,
+    ) -> Result<Tensor, KernelError> {
+        match &self.portable {
+            Some(p) => p.attend(query, key_cache, value_cache, self.params.scale),
+            None => paged_attention(query, key_cache, value_cache, &self.params),
+        }
+    }
+}
 
 /// Errors of the kernels: invalid shapes or metadata are caught before any memory is touched.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    /// A tensor is on a device the kernel has no implementation for yet (CUDA, Metal).
-    #[error("{kernel}: no kernel for device {device} yet (only CPU is implemented)")]
+    /// A tensor given to a native (CPU) kernel lives on another device.
+    #[error("{kernel}: the native kernels run on the CPU only, not on {device} (use AttentionPath::Portable)")]
     UnsupportedDevice {
         /// Kernel name.
         kernel: &'static str,
@@ -61,6 +166,62 @@ fn require_cpu(kernel: &'static str, t: &candle_core::Tensor) -> Result<(), Kern
             device: format!("{:?}", t.device().location()),
         })
     }
+}
+
+/// Checks a step's metadata against `total_tokens` query rows and a pool of `num_blocks`
+/// blocks of `block_size`; returns `(sequence, cache position)` of every query row.
+///
+/// Errors: [`KernelError::Invalid`] naming `kernel` when lengths disagree, a query is longer
+/// than its context, a block table is too short, or a block id is outside the pool.
+fn validate_step(
+    kernel: &'static str,
+    params: &PagedAttentionParams<'_>,
+    total_tokens: usize,
+    block_size: usize,
+    num_blocks: usize,
+) -> Result<Vec<(usize, usize)>, KernelError> {
+    let invalid = |msg: String| KernelError::Invalid { kernel, msg };
+    let n = params.query_lens.len();
+    if params.context_lens.len() != n || params.block_tables.len() != n {
+        return Err(invalid(format!(
+            "{} query_lens, {} context_lens, {} block tables",
+            n,
+            params.context_lens.len(),
+            params.block_tables.len()
+        )));
+    }
+    let sum = params.query_lens.iter().sum::<usize>();
+    if sum != total_tokens {
+        return Err(invalid(format!(
+            "query_lens sum to {sum} but there are {total_tokens} query rows"
+        )));
+    }
+    let mut tokens = Vec::with_capacity(total_tokens);
+    for s in 0..n {
+        let (q, c) = (params.query_lens[s], params.context_lens[s]);
+        if q > c {
+            return Err(invalid(format!(
+                "sequence {s}: query_len {q} > context_len {c}"
+            )));
+        }
+        let table = &params.block_tables[s];
+        if table.len() * block_size < c {
+            return Err(invalid(format!(
+                "sequence {s}: {} blocks of {block_size} cannot hold {c} tokens",
+                table.len()
+            )));
+        }
+        if let Some(b) = table[..c.div_ceil(block_size)]
+            .iter()
+            .find(|&&b| b as usize >= num_blocks)
+        {
+            return Err(invalid(format!(
+                "sequence {s}: block {b} outside the pool of {num_blocks}"
+            )));
+        }
+        tokens.extend((0..q).map(|j| (s, c - q + j)));
+    }
+    Ok(tokens)
 }
 
 /// Storage element types the kernels accept, converted to and from `f32` for accumulation.

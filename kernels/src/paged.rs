@@ -5,7 +5,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::{require_cpu, Element, KernelError};
+use crate::{require_cpu, validate_step, Element, KernelError};
 
 const NAME: &str = "paged_attention";
 
@@ -62,47 +62,7 @@ pub fn paged_attention(
             key_cache.dims()
         )));
     }
-    let n = params.query_lens.len();
-    if params.context_lens.len() != n || params.block_tables.len() != n {
-        return Err(invalid(format!(
-            "{} query_lens, {} context_lens, {} block tables",
-            n,
-            params.context_lens.len(),
-            params.block_tables.len()
-        )));
-    }
-    if params.query_lens.iter().sum::<usize>() != total {
-        return Err(invalid(format!(
-            "query_lens sum to {} but there are {total} query rows",
-            params.query_lens.iter().sum::<usize>()
-        )));
-    }
-    // Per token: (sequence, cache position of the token).
-    let mut tokens = Vec::with_capacity(total);
-    for s in 0..n {
-        let (q, c) = (params.query_lens[s], params.context_lens[s]);
-        if q > c {
-            return Err(invalid(format!(
-                "sequence {s}: query_len {q} > context_len {c}"
-            )));
-        }
-        let table = &params.block_tables[s];
-        if table.len() * block_size < c {
-            return Err(invalid(format!(
-                "sequence {s}: {} blocks of {block_size} cannot hold {c} tokens",
-                table.len()
-            )));
-        }
-        if let Some(b) = table[..c.div_ceil(block_size)]
-            .iter()
-            .find(|&&b| b as usize >= num_blocks)
-        {
-            return Err(invalid(format!(
-                "sequence {s}: block {b} outside the pool of {num_blocks}"
-            )));
-        }
-        tokens.extend((0..q).map(|j| (s, c - q + j)));
-    }
+    let tokens = validate_step(NAME, params, total, block_size, num_blocks)?;
     let op = PagedOp {
         tokens,
         block_tables: params.block_tables,

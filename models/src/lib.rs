@@ -46,4 +46,5 @@ pub use processor::{
     VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
+pub use verisample_kernels::AttentionPath;
 pub use vision::ImageEmbeds;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Result as CResult, Tensor};
 use candle_nn::VarBuilder;
+use verisample_kernels::AttentionPath;
 
 use crate::batch::{BatchMeta, KvCache};
 use crate::config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec};
@@ -192,6 +193,18 @@ impl VlModel {
         &self.device
     }
 
+    /// The implementation of the decoder's paged-attention ops (native CPU kernels on the CPU,
+    /// the portable candle-op path elsewhere).
+    pub fn attention_path(&self) -> AttentionPath {
+        self.text.attention_path()
+    }
+
+    /// Chooses the implementation of the paged-attention ops; the native path accepts CPU
+    /// tensors only (a forward on another device then fails with a kernel error).
+    pub fn set_attention_path(&mut self, path: AttentionPath) {
+        self.text.set_attention_path(path);
+    }
+
     /// Weight dtype (use it for the [`KvCache`] too).
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -266,7 +279,7 @@ impl VlModel {
     /// over the ragged batch described by `meta`, writes K/V into `cache`, and returns logits
     /// `[meta.logits_indices.len(), vocab]` (f32).
     ///
-    /// Errors: candle/kernel errors for inconsistent inputs or an unsupported device.
+    /// Errors: candle/kernel errors for inconsistent inputs.
     pub fn forward(
         &self,
         input: &StepInput<'_>,

@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
-use verisample_kernels::{paged_attention, reshape_and_cache, PagedAttentionParams};
+use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 
 use crate::batch::{BatchMeta, KvCache};
 use crate::config::TextSpec;
@@ -35,11 +35,14 @@ pub struct TextModel {
     inv_freq: Vec<f32>,
     /// Axis (0 = t, 1 = h, 2 = w) of each rotary pair.
     pair_axis: Vec<usize>,
+    /// Implementation of the paged-attention ops.
+    attention: AttentionPath,
 }
 
 impl TextModel {
     /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
-    /// `lm_head` from `head_vb` unless embeddings are tied.
+    /// `lm_head` from `head_vb` unless embeddings are tied. The attention path is the one for
+    /// `vb`'s device ([`AttentionPath::for_device`]).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor.
     pub fn new(spec: &TextSpec, vb: VarBuilder, head_vb: VarBuilder) -> Result<Self> {
@@ -89,6 +92,7 @@ impl TextModel {
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
             inv_freq: inv_freq(hd, spec.rope_theta),
+            attention: AttentionPath::for_device(vb.device()),
             spec: spec.clone(),
             embed,
             layers,
@@ -100,6 +104,17 @@ impl TextModel {
     /// The resolved spec.
     pub fn spec(&self) -> &TextSpec {
         &self.spec
+    }
+
+    /// The implementation of the paged-attention ops in use.
+    pub fn attention_path(&self) -> AttentionPath {
+        self.attention
+    }
+
+    /// Chooses the implementation of the paged-attention ops (the portable path runs on any
+    /// device; the native one on the CPU only).
+    pub fn set_attention_path(&mut self, path: AttentionPath) {
+        self.attention = path;
     }
 
     /// Token embeddings `[n, hidden]` of `ids`.
@@ -114,7 +129,8 @@ impl TextModel {
     /// `deepstack`: Qwen3-VL features added after decoder layer `i` (for `i < len`) to the rows
     /// `rows` (the image-token rows of this step).
     ///
-    /// Errors: candle errors for inconsistent shapes/metadata, kernel errors (non-CPU device).
+    /// Errors: candle errors for inconsistent shapes/metadata, kernel errors (invalid metadata,
+    /// the native path on a non-CPU device).
     pub fn forward(
         &self,
         embeds: &Tensor,
@@ -154,6 +170,18 @@ impl TextModel {
             block_tables: &meta.block_tables,
             scale: 1.0 / (hd as f32).sqrt(),
         };
+        let num_blocks = match cache.layers.first() {
+            Some((kc, _)) => kc.dim(0)?,
+            None => 0,
+        };
+        let step = PagedStep::new(
+            self.attention,
+            params,
+            &meta.slot_mapping,
+            cache.block_size,
+            num_blocks,
+            &dev,
+        )?;
         let mut x = embeds.clone();
         for (i, l) in self.layers.iter().enumerate() {
             let h = l.input_norm.forward(&x)?;
@@ -167,9 +195,10 @@ impl TextModel {
             let q = apply_rotary(&q, &cos, &sin)?;
             let k = apply_rotary(&k, &cos, &sin)?;
             let (kc, vc) = &cache.layers[i];
-            reshape_and_cache(&k, &v, kc, vc, &meta.slot_mapping)?;
+            step.write_cache(&k, &v, kc, vc)?;
             let q = q.to_dtype(kc.dtype())?;
-            let attn = paged_attention(&q, kc, vc, &params)?
+            let attn = step
+                .attend(&q, kc, vc)?
                 .to_dtype(x.dtype())?
                 .reshape((n, nh * hd))?;
             x = (x + l.o.forward(&attn)?)?;

@@ -11,8 +11,9 @@ use verisample_models::batch::KvCache;
 pub enum KvBudget {
     /// A fixed size in GiB (2^30 bytes).
     Gib(f64),
-    /// A fraction (0, 1] of the memory free when the engine starts: `MemAvailable` of
-    /// `/proc/meminfo` on CPU. On accelerators, give [`KvBudget::Gib`].
+    /// A fraction (0, 1] of the memory free once the weights are loaded ([`device_memory`]:
+    /// `MemAvailable` on the CPU, the driver's free memory on CUDA). On Metal, give
+    /// [`KvBudget::Gib`].
     FreeFraction(f64),
     /// Exactly this many blocks (tests, benchmarks).
     Blocks(usize),
@@ -103,31 +104,50 @@ pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// `MemAvailable` of `/proc/meminfo` in bytes, `None` where it cannot be read.
-fn read_mem_available() -> Option<u64> {
-    parse_mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
+/// `MemTotal` from a `/proc/meminfo` text, in bytes.
+pub fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
-/// Number of pool blocks for `layout` under `cfg.kv_budget` on `device`.
+/// Free and total memory of `device` in bytes: `MemAvailable` and `MemTotal` of
+/// `/proc/meminfo` on the CPU, the driver's `cuMemGetInfo` on CUDA; `None` where it cannot be
+/// measured (Metal, no `/proc`).
+pub fn device_memory(device: &Device) -> Option<(u64, u64)> {
+    match device {
+        Device::Cpu => {
+            let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+            Some((parse_mem_available(&text)?, parse_mem_total(&text)?))
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => {
+            use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
+            d.cuda_stream().context().bind_to_thread().ok()?;
+            let (free, total) = mem_get_info().ok()?;
+            Some((free as u64, total as u64))
+        }
+        _ => None,
+    }
+}
+
+/// Number of pool blocks for `layout` under `cfg.kv_budget` on `device` (called after the
+/// weights are loaded, so a fraction of free memory is what the weights left).
 ///
 /// Errors: [`EngineError::Config`] when free memory cannot be measured on this device, the
-/// budget holds no block, or (on CPU) the pool would not fit in `MemAvailable`.
+/// budget holds no block, or the pool would not fit in the device's free memory.
 pub fn pool_blocks(
     cfg: &EngineConfig,
     layout: &KvLayout,
     device: &Device,
 ) -> Result<usize, EngineError> {
-    let available = if device.is_cpu() {
-        read_mem_available()
-    } else {
-        None
-    };
+    let available = device_memory(device).map(|(free, _)| free);
     pool_blocks_within(cfg, layout, device, available)
 }
 
-/// [`pool_blocks`] with the CPU's available memory given (`None`: unknown, not checked).
-/// On CPU a pool larger than `available` bytes is refused instead of letting the
-/// allocation abort the process.
+/// [`pool_blocks`] with the device's free memory given (`None`: unknown, not checked).
+/// A pool larger than `available` bytes is refused instead of letting the allocation abort
+/// the process.
 ///
 /// Errors: as [`pool_blocks`].
 pub fn pool_blocks_within(
@@ -147,16 +167,11 @@ pub fn pool_blocks_within(
         KvBudget::Blocks(n) => n,
         KvBudget::Gib(g) => blocks_in_budget((g * (1u64 << 30) as f64) as u64, per_block),
         KvBudget::FreeFraction(f) => {
-            if !device.is_cpu() {
-                return Err(EngineError::Config(
-                    "a fraction of free memory is measured on CPU only; give the KV cache size in GiB".into(),
-                ));
-            }
             let free = available.ok_or_else(|| {
-                EngineError::Config(
-                    "cannot read MemAvailable from /proc/meminfo; give the KV cache size in GiB"
-                        .into(),
-                )
+                EngineError::Config(format!(
+                    "cannot measure the free memory of {:?}; give the KV cache size in GiB",
+                    device.location()
+                ))
             })?;
             blocks_in_budget((free as f64 * f) as u64, per_block)
         }
@@ -167,14 +182,15 @@ pub fn pool_blocks_within(
         )));
     }
     let bytes = (blocks as u128) * (per_block as u128);
-    if let (true, Some(free)) = (device.is_cpu(), available) {
+    if let Some(free) = available {
         if bytes > u128::from(free) {
             let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
             return Err(EngineError::Config(format!(
                 "the KV cache pool needs {:.2} GiB ({blocks} blocks of {per_block} bytes) but only \
-                 {:.2} GiB is available (MemAvailable of /proc/meminfo); lower --kv-cache-gib",
+                 {:.2} GiB is free on {}; lower --kv-cache-gib",
                 gib(bytes),
-                gib(u128::from(free))
+                gib(u128::from(free)),
+                if device.is_cpu() { "the CPU (MemAvailable of /proc/meminfo)" } else { "the device" }
             )));
         }
     }

@@ -271,14 +271,93 @@ pub fn load_engine(
     enable_thinking: Option<bool>,
 ) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
     cfg.validate()?;
+    check_weights_fit(dir, dtype, device)?;
     let model = VlModel::load(dir, dtype, device)?;
     let inputs = VlInputs::from_dir(dir, &model, enable_thinking)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }
 
+/// Bytes the checkpoint's weights take once converted to `dtype`, from the safetensors
+/// headers (8-byte little-endian header length, then JSON `{name: {dtype, shape, …}}`).
+///
+/// Errors: [`VlLoadError::Model`] when a file or header cannot be read.
+pub fn weights_bytes(dir: &Path, dtype: DType) -> Result<u64, VlLoadError> {
+    use std::io::Read;
+    let bad = |path: &Path, msg: String| {
+        VlLoadError::Model(verisample_models::LoadError::Weights(format!(
+            "{}: {msg}",
+            path.display()
+        )))
+    };
+    let mut total = 0u64;
+    for path in verisample_models::model::safetensors_files(dir)? {
+        let mut f = std::fs::File::open(&path).map_err(|e| bad(&path, e.to_string()))?;
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len)
+            .map_err(|e| bad(&path, e.to_string()))?;
+        let len = u64::from_le_bytes(len);
+        if len > 100 << 20 {
+            return Err(bad(&path, format!("safetensors header of {len} bytes")));
+        }
+        let mut header = vec![0u8; len as usize];
+        f.read_exact(&mut header)
+            .map_err(|e| bad(&path, e.to_string()))?;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&header).map_err(|e| bad(&path, e.to_string()))?;
+        for (name, info) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+            let shape = info
+                .get("shape")
+                .and_then(|s| s.as_array())
+                .ok_or_else(|| bad(&path, format!("{name}: no shape")))?;
+            let numel: u64 = shape.iter().map(|d| d.as_u64().unwrap_or(0)).product();
+            total += numel * dtype.size_in_bytes() as u64;
+        }
+    }
+    Ok(total)
+}
+
+/// Refuses a checkpoint whose weights (in `dtype`) exceed the free memory of `device`, before
+/// anything is loaded (a setting error: exit 2). Devices whose memory cannot be measured pass.
+///
+/// Errors: [`VlLoadError::Engine`] with [`EngineError::Config`] naming both sizes.
+pub fn check_weights_fit(dir: &Path, dtype: DType, device: &Device) -> Result<(), VlLoadError> {
+    let Some((free, total)) = super::config::device_memory(device) else {
+        return Ok(());
+    };
+    let need = weights_bytes(dir, dtype)?;
+    if need > free {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        return Err(VlLoadError::Engine(EngineError::Config(format!(
+            "the weights of {} take {:.2} GiB in {dtype:?} but {:?} has {:.2} GiB free of {:.2} GiB; \
+             use a smaller --dtype, a smaller model or another device",
+            dir.display(),
+            gib(need),
+            device.location(),
+            gib(free),
+            gib(total)
+        ))));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_bytes_of_the_default_model() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/model");
+        let f32_bytes = weights_bytes(&dir, DType::F32).unwrap();
+        // The bundled checkpoint is stored in f32: its weights are its file minus the header.
+        let file = std::fs::metadata(dir.join("model.safetensors"))
+            .unwrap()
+            .len();
+        assert!(
+            f32_bytes < file && file - f32_bytes < 64 * 1024,
+            "{f32_bytes} vs {file}"
+        );
+        assert_eq!(weights_bytes(&dir, DType::BF16).unwrap() * 2, f32_bytes);
+    }
 
     #[test]
     fn eos_ids_from_number_list_or_nothing() {

@@ -19,9 +19,14 @@ use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
 };
 
-/// Default KV cache size on a GPU when `--kv-cache-gib` is not given (the engine sizes the
-/// CPU pool from free memory but needs an explicit size on accelerators).
-pub const DEFAULT_GPU_KV_CACHE_GIB: f64 = 4.0;
+/// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
+/// measured).
+pub const DEFAULT_METAL_KV_CACHE_GIB: f64 = 4.0;
+
+/// Default share of a CUDA device's free memory (after the weights) for the KV cache pool
+/// when `--kv-cache-gib` is not given; the rest is headroom for activations (vLLM's
+/// `gpu_memory_utilization` plays the same role, as a share of the total).
+pub const DEFAULT_CUDA_KV_FRACTION: f64 = 0.8;
 
 /// The engine settings of a run.
 pub fn engine_config(settings: &Settings) -> EngineConfig {
@@ -29,7 +34,8 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
     let kv_budget = match (settings.kv_cache_gib, settings.device) {
         (Some(g), _) => KvBudget::Gib(g),
         (None, DeviceSpec::Cpu) => defaults.kv_budget,
-        (None, _) => KvBudget::Gib(DEFAULT_GPU_KV_CACHE_GIB),
+        (None, DeviceSpec::Cuda(_)) => KvBudget::FreeFraction(DEFAULT_CUDA_KV_FRACTION),
+        (None, DeviceSpec::Metal) => KvBudget::Gib(DEFAULT_METAL_KV_CACHE_GIB),
     };
     EngineConfig {
         kv_budget,

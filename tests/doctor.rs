@@ -1,0 +1,72 @@
+//! `verisample doctor` on the CPU, as CI runs it: every kernel of both attention paths in
+//! f32/f16/bf16 against the CPU kernels, batch invariance of the native kernels, and the
+//! default model's tokens on the bundled sample on both paths; a device this binary was not
+//! built for is a usage error.
+
+use std::process::Command;
+
+fn doctor(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_verisample"))
+        .arg("doctor")
+        .args(args)
+        .output()
+        .expect("the verisample binary")
+}
+
+#[test]
+fn doctor_on_cpu_passes_every_check_it_reports() {
+    let out = doctor(&["--device", "cpu", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+    assert_eq!(report["device"], "cpu");
+    assert_eq!(report["dtypes"], serde_json::json!(["f32", "f16", "bf16"]));
+    let checks = report["checks"].as_array().unwrap();
+    let status = |name: &str| -> String {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name:?} in {checks:?}"))["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for path in ["native", "portable"] {
+        for dtype in ["f32", "f16", "bf16"] {
+            for op in ["reshape_and_cache", "paged_attention"] {
+                assert_eq!(
+                    status(&format!("{op} {path} {dtype}")),
+                    "pass",
+                    "{op} {path} {dtype}"
+                );
+            }
+        }
+    }
+    // The native kernels compute each query row on its own: bitwise invariant, required.
+    assert_eq!(status("batch invariance: attention native"), "pass");
+    let model = checks
+        .iter()
+        .find(|c| c["name"] == "default model tokens vs cpu portable")
+        .expect("the end-to-end check");
+    assert_eq!(model["status"], "pass");
+    assert!(
+        model["detail"].as_str().unwrap().starts_with("48/48 "),
+        "{model}"
+    );
+    assert!(checks.iter().all(|c| c["status"] != "fail"), "{checks:?}");
+}
+
+#[test]
+fn doctor_on_a_device_not_built_is_a_usage_error() {
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let out = doctor(&["--device", "cuda:0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("built without cuda support"), "{err}");
+}

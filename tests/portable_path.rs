@@ -1,0 +1,101 @@
+//! The default model on the 78 ORAND-CAR-A `val` images through the engine twice: the native
+//! CPU kernels and the portable attention path (candle tensor ops, what runs on CUDA and
+//! Metal). Greedy tokens must be identical for every image and equal transformers' (the
+//! committed reference `tests/fixtures/default_model/val_reference.jsonl`).
+
+mod shared_data;
+use shared_data::shared_data;
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device};
+use serde::Deserialize;
+use verisample::engine::vl::VlInputs;
+use verisample::engine::{Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
+use verisample_models::{AttentionPath, VlModel};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[derive(Deserialize)]
+struct ValRef {
+    file: String,
+    question: String,
+    generated_ids: Vec<u32>,
+}
+
+/// Greedy ids per request of the default model with `path`.
+fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
+    let dir = repo().join("assets/model");
+    let mut model = VlModel::load(&dir, DType::F32, &Device::Cpu).unwrap();
+    model.set_attention_path(path);
+    assert_eq!(model.attention_path(), path);
+    let inputs = VlInputs::from_dir(&dir, &model, Some(true)).unwrap();
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Blocks(1024),
+        max_batch: 16,
+        max_new_tokens: 64,
+        ..Default::default()
+    };
+    let mut out = vec![Vec::new(); requests.len()];
+    Engine::new(model, inputs, cfg)
+        .unwrap()
+        .generate(requests.to_vec(), |c| {
+            assert_ne!(c.finish_reason, FinishReason::Error, "{:?}", c.error);
+            out[c.id as usize] = c.token_ids;
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn val_images_portable_path_matches_native_kernels_and_transformers() {
+    let Some(data) = shared_data() else {
+        println!("skipped: no ../shared/data");
+        return;
+    };
+    let text =
+        std::fs::read_to_string(repo().join("tests/fixtures/default_model/val_reference.jsonl"))
+            .unwrap();
+    // Line 1 is the header; one line per image after it.
+    let refs: Vec<ValRef> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(refs.len(), 78);
+    let requests: Vec<Request> = refs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Request {
+            id: i as u64,
+            system: None,
+            image: Some(ImageInput::new(
+                std::fs::read(data.join("orand-car-a").join(&r.file)).unwrap(),
+            )),
+            text: r.question.clone(),
+            max_new_tokens: None,
+        })
+        .collect();
+    let native = generate(AttentionPath::Native, &requests);
+    let portable = generate(AttentionPath::Portable, &requests);
+    let mut same_as_reference = 0;
+    for (i, r) in refs.iter().enumerate() {
+        assert_eq!(
+            portable[i], native[i],
+            "{}: portable vs native tokens",
+            r.file
+        );
+        same_as_reference += usize::from(portable[i] == r.generated_ids);
+    }
+    println!(
+        "portable path: 78/78 token-identical to native; {same_as_reference}/78 to transformers"
+    );
+    assert_eq!(
+        same_as_reference, 78,
+        "portable path vs transformers' tokens"
+    );
+}
