@@ -11,8 +11,9 @@ use candle_core::{DType, Device, Result, Tensor};
 /// Per-step batch metadata built by the engine's scheduler.
 #[derive(Debug, Clone)]
 pub struct BatchMeta {
-    /// M-RoPE position ids `[3, total_tokens]`, dtype `u32` (rows: temporal, height, width).
-    /// Text tokens have the same id in all three rows.
+    /// M-RoPE position ids `[3, total_tokens]`, dtype `u32` (rows: temporal, height, width), on
+    /// the host: the model builds the step's rotary tables from them on the host and uploads
+    /// them once. Text tokens have the same id in all three rows.
     pub positions: Tensor,
     /// New tokens per sequence in this step (a prefill chunk, or 1 for decode).
     pub query_lens: Vec<usize>,

@@ -366,9 +366,10 @@ impl<M: EngineModel> Core<M> {
                 }
             }
         }
-        let device = self.model.device();
+        // Host metadata: the model turns the positions into rotary tables on the host and
+        // uploads those once per step (no device round trip).
         let flat: Vec<u32> = pos.concat();
-        meta.positions = Tensor::from_vec(flat, (3, total), device)?;
+        meta.positions = Tensor::from_vec(flat, (3, total), &candle_core::Device::Cpu)?;
         let images = if chunks.is_empty() {
             None
         } else {
