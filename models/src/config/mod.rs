@@ -7,6 +7,12 @@
 //! - the nested one transformers 5 writes: `text_config` / `vision_config`, `rope_parameters`
 //!   holding `rope_theta` + `mrope_section` (+ `mrope_interleaved` for Qwen3-VL).
 //!
+//! The rotary block may be spelt `rope_scaling` or `rope_parameters` (or both, merged), its
+//! kind `type` or `rope_type` (or both: `"mrope"` = `"default"`), with `mrope_section` in
+//! either block and `rope_theta` inside it or next to it, at the top level of a flat file or
+//! in `text_config`. Two spellings of one setting that disagree (two different
+//! `mrope_section`s) are an error naming both; unknown keys are accepted and ignored.
+//!
 //! Field names are exactly those of the Hugging Face files; defaults are transformers' own
 //! (`configuration_qwen2_vl.py`, `configuration_qwen2_5_vl.py`, `configuration_qwen3_vl.py`).
 
@@ -21,7 +27,7 @@ pub use rope::RopeParameters;
 pub use text::{Qwen2VlTextConfig, Qwen3VlTextConfig};
 pub use vision::{Qwen25VlVisionConfig, Qwen2VlVisionConfig, Qwen3VlVisionConfig};
 
-use rope::fold_legacy_keys;
+use rope::normalize;
 use text::{qwen2_text, qwen3_text};
 
 /// Errors reading a config file.
@@ -207,13 +213,15 @@ pub struct VisionSpec {
 }
 
 impl ModelConfig {
-    /// Parses a `config.json` text (either layout).
+    /// Parses a `config.json` text (either layout, every spelling of the rotary block listed
+    /// in the module docs).
     ///
     /// Errors: [`ConfigError::Unsupported`] listing [`SUPPORTED_MODEL_TYPES`] for another
-    /// `model_type`; [`ConfigError::Json`] for malformed JSON or wrong field types.
+    /// `model_type`; [`ConfigError::Json`] for malformed JSON or wrong field types;
+    /// [`ConfigError::Invalid`] naming both places when two spellings of one setting disagree.
     pub fn from_json(text: &str) -> Result<Self, ConfigError> {
         let mut value: Value = serde_json::from_str(text)?;
-        fold_legacy_keys(&mut value)?;
+        normalize(&mut value)?;
         let found = value
             .get("model_type")
             .and_then(Value::as_str)

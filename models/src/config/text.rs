@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::rope::RopeParameters;
+use super::rope::{RopeParameters, MROPE_TYPES};
 use super::{d_silu, ConfigError, TextSpec};
 
 /// Text config of Qwen2-VL and Qwen2.5-VL (`Qwen2VLTextConfig` / `Qwen2_5_VLTextConfig`).
@@ -217,7 +217,16 @@ pub(super) fn qwen3_text(
     Ok(spec)
 }
 
+/// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE.
 fn section(rope: &RopeParameters, head_dim: usize) -> Result<[usize; 3], ConfigError> {
+    if let Some(kind) = rope.rope_type.as_deref() {
+        if !MROPE_TYPES.contains(&kind) {
+            return Err(ConfigError::Invalid(format!(
+                "text rope type `{kind}` is not implemented; supported: {}",
+                MROPE_TYPES.join(", ")
+            )));
+        }
+    }
     let s = rope
         .mrope_section
         .as_deref()
