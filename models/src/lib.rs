@@ -27,6 +27,7 @@
 pub mod batch;
 pub mod chat;
 pub mod config;
+pub mod decode;
 pub mod image_limits;
 pub mod layers;
 pub mod model;
@@ -41,6 +42,7 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec, SUPPORTED_MODEL_TYPES};
+pub use decode::decode_rgb;
 pub use image_limits::{ImageLimits, TooLarge};
 pub use model::{LoadError, StepInput, VlModel};
 pub use processor::{

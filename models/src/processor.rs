@@ -5,11 +5,9 @@
 //! used unchanged by Qwen2.5-VL and Qwen3-VL; the families differ only in
 //! `preprocessor_config.json` values (patch size 16 and mean/std 0.5 for Qwen3-VL).
 
-use std::io::Cursor;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
-use image::{DynamicImage, ImageReader};
 use serde::Deserialize;
 
 use crate::image_limits::{ImageLimits, TooLarge};
@@ -41,6 +39,9 @@ pub enum ProcessorError {
         /// Resolved `max_pixels`.
         max_pixels: usize,
     },
+    /// libjpeg refused the JPEG (its message).
+    #[error("JPEG decode: {0}")]
+    Jpeg(String),
     /// `preprocessor_config.json` could not be read or parsed.
     #[error("preprocessor config {path}: {msg}")]
     Config {
@@ -310,24 +311,14 @@ impl ImageProcessor {
         grid_thw.iter().product::<usize>() / (self.merge_size * self.merge_size)
     }
 
-    /// Decodes encoded bytes (PNG/JPEG/…) to 8-bit RGB like Pillow's `convert("RGB")`: gray is
-    /// replicated, alpha is dropped (not composited), 16-bit RGB keeps the high byte, 16-bit
-    /// gray is clipped to 255 (Pillow's `I;16 → L`).
+    /// Decodes encoded bytes (PNG/JPEG/…) to the 8-bit RGB transformers sees for a dataset
+    /// row: [`crate::decode::decode_rgb`] within [`Self::limits`] (JPEG pixel-exact with
+    /// Pillow's libjpeg-turbo, EXIF orientation applied).
     ///
     /// Errors: [`ProcessorError::TooLarge`] beyond [`Self::limits`] (checked on the header),
-    /// [`ProcessorError::Decode`] for undecodable bytes.
+    /// [`ProcessorError::Decode`] / [`ProcessorError::Jpeg`] for undecodable bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<RgbImage, ProcessorError> {
-        let (width, height) = ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(image::ImageError::IoError)?
-            .into_dimensions()?;
-        self.limits.check(width, height)?;
-        let mut reader = ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(image::ImageError::IoError)?;
-        reader.limits(self.limits.decoder_limits());
-        let img = reader.decode()?;
-        Ok(to_rgb_like_pil(img))
+        crate::decode::decode_rgb(bytes, &self.limits)
     }
 
     /// Full pipeline on encoded bytes: [`Self::decode`] then [`Self::preprocess_rgb`].
@@ -401,38 +392,10 @@ impl ImageProcessor {
     }
 }
 
-/// Pillow `convert("RGB")` semantics on a decoded image.
-fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
-    let (width, height) = (img.width() as usize, img.height() as usize);
-    let data = match img {
-        DynamicImage::ImageLuma16(g) => g
-            .into_raw()
-            .into_iter()
-            .flat_map(|v| [v.min(255) as u8; 3])
-            .collect(),
-        DynamicImage::ImageLumaA16(g) => g
-            .into_raw()
-            .chunks_exact(2)
-            .flat_map(|v| [v[0].min(255) as u8; 3])
-            .collect(),
-        DynamicImage::ImageRgb16(g) => g.into_raw().into_iter().map(|v| (v >> 8) as u8).collect(),
-        DynamicImage::ImageRgba16(g) => g
-            .into_raw()
-            .chunks_exact(4)
-            .flat_map(|v| [(v[0] >> 8) as u8, (v[1] >> 8) as u8, (v[2] >> 8) as u8])
-            .collect(),
-        other => other.to_rgb8().into_raw(),
-    };
-    RgbImage {
-        height,
-        width,
-        data,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
 
     #[test]
     fn smart_resize_table() {
@@ -586,26 +549,5 @@ mod tests {
                 .contains("min_pixels 2000000 and max_pixels 1003520"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn gray_and_rgba_convert_like_pil() {
-        let gray =
-            DynamicImage::ImageLuma8(image::GrayImage::from_raw(2, 1, vec![10, 200]).unwrap());
-        assert_eq!(to_rgb_like_pil(gray).data, vec![10, 10, 10, 200, 200, 200]);
-        let rgba =
-            DynamicImage::ImageRgba8(image::RgbaImage::from_raw(1, 1, vec![1, 2, 3, 0]).unwrap());
-        assert_eq!(to_rgb_like_pil(rgba).data, vec![1, 2, 3]);
-        let g16 = DynamicImage::ImageLuma16(
-            image::ImageBuffer::from_raw(2, 1, vec![100u16, 1000]).unwrap(),
-        );
-        assert_eq!(
-            to_rgb_like_pil(g16).data,
-            vec![100, 100, 100, 255, 255, 255]
-        );
-        let rgb16 = DynamicImage::ImageRgb16(
-            image::ImageBuffer::from_raw(1, 1, vec![0x1234u16, 0xff00, 0x00ff]).unwrap(),
-        );
-        assert_eq!(to_rgb_like_pil(rgb16).data, vec![0x12, 0xff, 0x00]);
     }
 }

@@ -55,12 +55,8 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
     limits
         .check(w, h)
         .map_err(|e| problem(FIELD, e.to_string()))?;
-    let mut reader = image::ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| problem(FIELD, format!("cannot read image: {e}")))?;
-    reader.limits(limits.decoder_limits());
-    reader
-        .decode()
+    // The decoder the model's processor uses, so an image that passes here decodes there.
+    verisample_models::decode_rgb(bytes, &limits)
         .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
     Ok((w, h))
 }
