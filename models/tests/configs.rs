@@ -486,3 +486,24 @@ fn a_rope_kind_other_than_mrope_is_refused() {
     let msg = c.text().unwrap_err().to_string();
     assert!(msg.contains("yarn") && msg.contains("default"), "{msg}");
 }
+
+#[test]
+fn a_checkpoint_with_the_resaved_rope_block_loads_with_the_same_specs() {
+    use candle_core::{DType, Device};
+    // The tiny Qwen2-VL checkpoint with its rotary block as transformers 5.24 re-saves a
+    // published config: `rope_type` and the legacy `type` side by side (issue 12).
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2_vl");
+    let dir = std::env::temp_dir().join(format!("verisample-resaved-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&read("qwen2_vl/config.json")).unwrap();
+    v["text_config"]["rope_parameters"]["type"] = serde_json::json!("mrope");
+    std::fs::write(dir.join("config.json"), v.to_string()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let resaved = verisample_models::VlModel::load(&dir, DType::F32, &Device::Cpu);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let resaved = resaved.unwrap_or_else(|e| panic!("{e}"));
+    let original = verisample_models::VlModel::load(&src, DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(resaved.text_spec(), original.text_spec());
+    assert_eq!(resaved.text_spec().mrope_section, [2, 3, 3]);
+    assert_eq!(resaved.vision_spec(), original.vision_spec());
+}
