@@ -205,8 +205,15 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
         .model
         .clone()
         .unwrap_or_else(crate::settings::default_model_dir);
-    let mut engine = load_engine(&model, candle_core::DType::F32, &device, cfg, Some(true))
-        .with_context(|| format!("loading {}", model.display()))?;
+    let mut engine = load_engine(
+        &model,
+        candle_core::DType::F32,
+        &device,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .with_context(|| format!("loading {}", model.display()))?;
     let opts = BenchOptions {
         images_dir: a.images.clone(),
         num_images: a.num_images,

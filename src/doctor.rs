@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device, Module, Tensor};
 use serde::Serialize;
 use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
-use verisample_models::VlModel;
+use verisample_models::{ImageProcessor, VlModel};
 
 use crate::dataset::reader::InputReader;
 use crate::engine::vl::VlInputs;
@@ -547,7 +547,9 @@ fn generate(
         |e: &dyn std::fmt::Display| DoctorError::Load(format!("{}: {e}", opts.model.display()));
     let mut model = VlModel::load(&opts.model, DType::F32, device).map_err(|e| load(&e))?;
     model.set_attention_path(path);
-    let inputs = VlInputs::from_dir(&opts.model, &model, Some(true)).map_err(|e| load(&e))?;
+    let images = ImageProcessor::from_dir(&opts.model).map_err(|e| load(&e))?;
+    let inputs =
+        VlInputs::from_dir(&opts.model, &model, images, Some(true)).map_err(|e| load(&e))?;
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(512),
         max_batch: 16,

@@ -19,8 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::shard::{Shard, ShardParseError};
 use crate::verify::VerifierRegistry;
 
+mod device;
 mod fingerprint;
 mod model;
+pub use device::DeviceSpec;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 
@@ -87,102 +89,6 @@ impl DTypeSpec {
             DTypeSpec::Bf16 => candle_core::DType::BF16,
             DTypeSpec::F16 => candle_core::DType::F16,
         }
-    }
-}
-
-/// The device to run on: `cpu`, `cuda:N` (`cuda` = `cuda:0`) or `metal`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum DeviceSpec {
-    /// The host CPU.
-    Cpu,
-    /// CUDA device by ordinal.
-    Cuda(usize),
-    /// The Metal device.
-    Metal,
-}
-
-impl DeviceSpec {
-    /// The device kind without the ordinal (`cpu`, `cuda`, `metal`): what can change numerics.
-    pub fn kind(self) -> &'static str {
-        match self {
-            DeviceSpec::Cpu => "cpu",
-            DeviceSpec::Cuda(_) => "cuda",
-            DeviceSpec::Metal => "metal",
-        }
-    }
-
-    /// The default device: CUDA 0 when built with `cuda`, Metal when built with `metal`, else CPU.
-    pub fn default_for_build() -> Self {
-        if cfg!(feature = "cuda") {
-            DeviceSpec::Cuda(0)
-        } else if cfg!(feature = "metal") {
-            DeviceSpec::Metal
-        } else {
-            DeviceSpec::Cpu
-        }
-    }
-
-    /// Fails with [`SettingsError::DeviceNotBuilt`] when this binary lacks the device's backend.
-    pub fn check_built(self) -> Result<(), SettingsError> {
-        match self {
-            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
-                Err(SettingsError::DeviceNotBuilt(self, "cuda"))
-            }
-            DeviceSpec::Metal if !cfg!(feature = "metal") => {
-                Err(SettingsError::DeviceNotBuilt(self, "metal"))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Open the candle device. Errors: candle's device errors (no such GPU, driver).
-    pub fn open(self) -> candle_core::Result<candle_core::Device> {
-        match self {
-            DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
-            DeviceSpec::Cuda(i) => candle_core::Device::new_cuda(i),
-            DeviceSpec::Metal => candle_core::Device::new_metal(0),
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceSpec::Cpu => write!(f, "cpu"),
-            DeviceSpec::Cuda(i) => write!(f, "cuda:{i}"),
-            DeviceSpec::Metal => write!(f, "metal"),
-        }
-    }
-}
-
-impl FromStr for DeviceSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(DeviceSpec::Cpu),
-            "metal" => Ok(DeviceSpec::Metal),
-            "cuda" => Ok(DeviceSpec::Cuda(0)),
-            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-                Some(Ok(i)) => Ok(DeviceSpec::Cuda(i)),
-                _ => Err(format!(
-                    "invalid device `{s}`: expected cpu, cuda, cuda:N or metal"
-                )),
-            },
-        }
-    }
-}
-
-impl From<DeviceSpec> for String {
-    fn from(d: DeviceSpec) -> String {
-        d.to_string()
-    }
-}
-
-impl TryFrom<String> for DeviceSpec {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
     }
 }
 
@@ -255,6 +161,14 @@ pub struct RunArgs {
     /// KV cache size in GiB. [default: chosen by the engine from free memory]
     #[arg(long, value_name = "X")]
     pub kv_cache_gib: Option<f64>,
+    /// Fewest pixels an image is resized to, overriding the checkpoint's
+    /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
+    #[arg(long, value_name = "N")]
+    pub min_pixels: Option<usize>,
+    /// Most pixels an image is resized to, overriding the checkpoint's
+    /// preprocessor_config.json (transformers' `max_pixels`). [default: the checkpoint's]
+    #[arg(long, value_name = "N")]
+    pub max_pixels: Option<usize>,
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
     pub shard: Option<Shard>,
@@ -313,6 +227,10 @@ pub struct ConfigFile {
     pub max_batch_tokens: Option<usize>,
     /// See [`RunArgs::kv_cache_gib`].
     pub kv_cache_gib: Option<f64>,
+    /// See [`RunArgs::min_pixels`].
+    pub min_pixels: Option<usize>,
+    /// See [`RunArgs::max_pixels`].
+    pub max_pixels: Option<usize>,
     /// See [`RunArgs::shard`], written `"I/N"`.
     pub shard: Option<String>,
     /// See [`RunArgs::progress`].
@@ -358,6 +276,12 @@ pub struct Settings {
     pub max_batch_tokens: usize,
     /// KV cache size in GiB, `None` = engine default.
     pub kv_cache_gib: Option<f64>,
+    /// Pixel bounds of the image resize over the checkpoint's (`None` = the checkpoint's).
+    #[serde(default)]
+    pub min_pixels: Option<usize>,
+    /// See [`Settings::min_pixels`].
+    #[serde(default)]
+    pub max_pixels: Option<usize>,
     /// Which part of the input this process takes.
     pub shard: Shard,
     /// Progress display.
@@ -569,6 +493,23 @@ impl Settings {
                 DEFAULT_MAX_BATCH_TOKENS,
             ),
         )?;
+        let min_pixels = args.min_pixels.or(file.min_pixels);
+        let max_pixels = args.max_pixels.or(file.max_pixels);
+        if let Some(v) = min_pixels {
+            positive("min-pixels", v)?;
+        }
+        if let Some(v) = max_pixels {
+            positive("max-pixels", v)?;
+        }
+        if let (Some(lo), Some(hi)) = (min_pixels, max_pixels) {
+            if lo > hi {
+                return Err(SettingsError::Invalid {
+                    key: "min-pixels",
+                    value: lo.to_string(),
+                    why: format!("must not exceed --max-pixels {hi}"),
+                });
+            }
+        }
         if let Some(g) = kv_cache_gib {
             if !(g.is_finite() && g > 0.0) {
                 return Err(SettingsError::Invalid {
@@ -674,6 +615,8 @@ impl Settings {
             max_batch,
             max_batch_tokens,
             kv_cache_gib,
+            min_pixels,
+            max_pixels,
             shard: pick(args.shard, file_shard, Shard::WHOLE),
             progress,
             max_errors: args.max_errors.or(file.max_errors),
@@ -683,7 +626,8 @@ impl Settings {
     }
 
     /// The settings that determine the output bytes, in canonical form for the fingerprint.
-    /// Excluded on purpose: `out`, scheduling knobs (`max_batch`, `max_batch_tokens`,
+    /// Included: the pixel bounds (they change what the model sees). Excluded on purpose:
+    /// `out`, scheduling knobs (`max_batch`, `max_batch_tokens`,
     /// `kv_cache_gib`: greedy results do not depend on them), display (`progress`, `quiet`),
     /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
     pub fn canonical(&self) -> CanonicalSettings {
@@ -701,6 +645,8 @@ impl Settings {
             shard: self.shard.to_string(),
             verifiers: self.verifiers.clone(),
             dedup: self.dedup,
+            min_pixels: self.min_pixels,
+            max_pixels: self.max_pixels,
         }
     }
 
@@ -748,6 +694,13 @@ pub struct CanonicalSettings {
     /// Duplicate questions dropped; left out when on (the default), as `verifiers`.
     #[serde(default = "switch_on", skip_serializing_if = "is_on")]
     pub dedup: bool,
+    /// `--min-pixels` (it changes `pixel_values`, so the answers); left out when unset, so
+    /// runs without it keep the fingerprint they had before the setting existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_pixels: Option<usize>,
+    /// `--max-pixels`, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pixels: Option<usize>,
 }
 
 fn switch_on() -> bool {

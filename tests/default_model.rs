@@ -141,7 +141,15 @@ fn engine() -> Engine<VlModel, VlInputs> {
         max_new_tokens: MAX_NEW_TOKENS,
         ..Default::default()
     };
-    load_engine(&model_dir(), DType::F32, &Device::Cpu, cfg, Some(true)).expect("load assets/model")
+    load_engine(
+        &model_dir(),
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load assets/model")
 }
 
 /// Run `requests` (ids 0..n) through a fresh engine; completions by id.

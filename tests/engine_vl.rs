@@ -32,7 +32,15 @@ fn engine(max_batch: usize, blocks: usize, prefix_caching: bool) -> Engine<VlMod
         prefix_caching,
         ..Default::default()
     };
-    load_engine(&fixture(), DType::F32, &Device::Cpu, cfg, Some(true)).expect("load fixture")
+    load_engine(
+        &fixture(),
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load fixture")
 }
 
 /// A synthetic `w`×`h` PNG with a pattern that depends on `seed`.
@@ -227,7 +235,15 @@ fn engine_with(
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("models/tests/fixtures")
         .join(family);
-    load_engine(&dir, DType::F32, &Device::Cpu, cfg, Some(true)).expect("load fixture")
+    load_engine(
+        &dir,
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load fixture")
 }
 
 #[test]
@@ -250,4 +266,49 @@ fn qwen2_5_vl_and_qwen3_vl_run_through_the_engine_batch_invariantly() {
         let many = run(&mut engine_with(family, 24, 64), items(0));
         assert_eq!(tokens(&many), tokens(&one), "{family}");
     }
+}
+
+/// `--min-pixels` / `--max-pixels` reach the processor over the checkpoint's values, one
+/// bound at a time; impossible bounds fail before the weights are read.
+#[test]
+fn pixel_bounds_override_the_checkpoint_processor() {
+    use verisample_models::PixelBounds;
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Blocks(64),
+        ..Default::default()
+    };
+    let load = |pixels| {
+        load_engine(
+            &fixture(),
+            DType::F32,
+            &Device::Cpu,
+            cfg.clone(),
+            Some(true),
+            pixels,
+        )
+    };
+    let plain = load(PixelBounds::default()).expect("load fixture");
+    let base = plain.processor().images();
+    let capped = load(PixelBounds {
+        min_pixels: None,
+        max_pixels: Some(28 * 28 * 4),
+    })
+    .expect("load fixture");
+    let images = capped.processor().images();
+    assert_eq!(
+        (images.min_pixels, images.max_pixels),
+        (base.min_pixels, 28 * 28 * 4)
+    );
+    // transformers' smart_resize of a 200x120 image: 196x112 (8x14 patches) within the
+    // checkpoint's 50176 pixels, 56x28 (2x4 patches) within 3136.
+    let bytes = png(1, 200, 120).bytes;
+    assert_eq!(base.preprocess(&bytes).unwrap().grid_thw, [1, 8, 14]);
+    assert_eq!(images.preprocess(&bytes).unwrap().grid_thw, [1, 2, 4]);
+    let err = load(PixelBounds {
+        min_pixels: Some(base.max_pixels + 1),
+        max_pixels: None,
+    })
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("pixel bounds"), "{err}");
 }

@@ -37,8 +37,15 @@ fn generator() -> Box<dyn Generator> {
         max_new_tokens: MAX_NEW,
         ..Default::default()
     };
-    let engine =
-        load_engine(&fixture(), DType::F32, &Device::Cpu, cfg, Some(true)).expect("load fixture");
+    let engine = load_engine(
+        &fixture(),
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load fixture");
     let prefilled =
         prompt_prefills_think(engine.processor().prompts().template(), true).expect("template");
     Box::new(EngineGenerator::new(engine, prefilled))

@@ -607,3 +607,32 @@ fn a_second_process_in_the_same_output_folder_is_refused_until_the_first_ends() 
     drop(first);
     prepare(&s, fp()).expect("the lock is released with the first run");
 }
+
+/// Issue 12: an image over the pipeline's one size limit is an `errors.jsonl` entry on
+/// `image.bytes` naming its size as width x height, and the run goes on.
+#[test]
+fn an_oversized_image_is_reported_on_image_bytes_with_width_then_height() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let mut wide = std::io::Cursor::new(Vec::new());
+    image::GrayImage::new(16_385, 2)
+        .write_to(&mut wide, image::ImageFormat::Png)
+        .unwrap();
+    let mut rows = rows_without_usable_items();
+    rows[0].as_mut().expect("row").image.bytes = Some(wide.into_inner());
+    let err = run_rows(&s, rows).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::NoSplit { errors: 2, .. }),
+        "{err}"
+    );
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    let oversized = errors
+        .iter()
+        .find(|e| e["row"] == 0)
+        .expect("row 0 is reported");
+    assert_eq!(oversized["field"], "image.bytes");
+    assert_eq!(
+        oversized["message"],
+        "image too large (16385x2); limits: side 16384, 89478485 pixels"
+    );
+}

@@ -312,3 +312,62 @@ fn a_quoted_glob_is_accepted_as_data_when_it_matches() {
     ]);
     assert!(Settings::resolve(&args).is_err());
 }
+
+#[test]
+fn pixel_bounds_come_from_flags_or_toml_are_checked_and_fingerprinted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let plain = Settings::resolve(&parse(&["--model", m, "--data", d])).unwrap();
+    assert_eq!((plain.min_pixels, plain.max_pixels), (None, None));
+    let config = dir.path().join("job.toml");
+    std::fs::write(&config, "min-pixels = 3136\nmax-pixels = 100352\n").unwrap();
+    let cfg = config.to_str().unwrap();
+    let s = Settings::resolve(&parse(&[
+        "--model",
+        m,
+        "--data",
+        d,
+        "--config",
+        cfg,
+        "--max-pixels",
+        "65536",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (s.min_pixels, s.max_pixels),
+        (Some(3136), Some(65536)),
+        "flag wins"
+    );
+    assert_eq!(
+        plain.canonical().diff(&s.canonical()),
+        vec![
+            "max_pixels: null -> 65536".to_string(),
+            "min_pixels: null -> 3136".to_string()
+        ]
+    );
+    // Unset bounds leave the canonical JSON (and so older fingerprints) as they were.
+    let json = serde_json::to_string(&plain.canonical()).unwrap();
+    assert!(!json.contains("pixels"), "{json}");
+    // run.json carries them in `settings`.
+    let v = serde_json::to_value(&s).unwrap();
+    assert_eq!(
+        (&v["min_pixels"], &v["max_pixels"]),
+        (&serde_json::json!(3136), &serde_json::json!(65536))
+    );
+    for (extra, want) in [
+        (
+            vec!["--max-pixels", "0"],
+            "--max-pixels 0: must be at least 1",
+        ),
+        (
+            vec!["--min-pixels", "70000", "--max-pixels", "65536"],
+            "--min-pixels 70000: must not exceed --max-pixels 65536",
+        ),
+    ] {
+        let mut args = vec!["--model", m, "--data", d];
+        args.extend(extra);
+        let err = Settings::resolve(&parse(&args)).unwrap_err();
+        assert!(err.to_string().contains(want), "{args:?}: {err}");
+    }
+}

@@ -12,7 +12,7 @@ use candle_core::{DType, Device};
 use serde::Deserialize;
 use verisample::engine::vl::VlInputs;
 use verisample::engine::{Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
-use verisample_models::{AttentionPath, VlModel};
+use verisample_models::{AttentionPath, ImageProcessor, VlModel};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,7 +31,8 @@ fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
     let mut model = VlModel::load(&dir, DType::F32, &Device::Cpu).unwrap();
     model.set_attention_path(path);
     assert_eq!(model.attention_path(), path);
-    let inputs = VlInputs::from_dir(&dir, &model, Some(true)).unwrap();
+    let images = ImageProcessor::from_dir(&dir).unwrap();
+    let inputs = VlInputs::from_dir(&dir, &model, images, Some(true)).unwrap();
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(1024),
         max_batch: 16,

@@ -27,6 +27,8 @@
 pub mod batch;
 pub mod chat;
 pub mod config;
+pub mod decode;
+pub mod image_limits;
 pub mod layers;
 pub mod model;
 pub mod processor;
@@ -40,9 +42,11 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec, SUPPORTED_MODEL_TYPES};
+pub use decode::decode_rgb;
+pub use image_limits::{ImageLimits, TooLarge};
 pub use model::{LoadError, StepInput, VlModel};
 pub use processor::{
-    smart_resize, ImageLimits, ImageProcessor, ProcessedImage, ProcessorError, RgbImage,
+    smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError, RgbImage,
     VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};

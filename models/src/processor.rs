@@ -5,13 +5,12 @@
 //! used unchanged by Qwen2.5-VL and Qwen3-VL; the families differ only in
 //! `preprocessor_config.json` values (patch size 16 and mean/std 0.5 for Qwen3-VL).
 
-use std::io::Cursor;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
-use image::{DynamicImage, ImageReader};
 use serde::Deserialize;
 
+use crate::image_limits::{ImageLimits, TooLarge};
 use crate::resample::resize_bicubic;
 
 /// Errors of the image processor.
@@ -20,20 +19,9 @@ pub enum ProcessorError {
     /// The bytes are not a decodable image.
     #[error("image decode: {0}")]
     Decode(#[from] image::ImageError),
-    /// The image exceeds the configured [`ImageLimits`] (decompression-bomb guard).
-    #[error("image {width}x{height} exceeds limits (max {max_width}x{max_height}, {max_decoded_bytes} decoded bytes)")]
-    TooLarge {
-        /// Width from the header.
-        width: u32,
-        /// Height from the header.
-        height: u32,
-        /// Configured maximum width.
-        max_width: u32,
-        /// Configured maximum height.
-        max_height: u32,
-        /// Configured maximum decoded size in bytes.
-        max_decoded_bytes: u64,
-    },
+    /// The image exceeds the [`ImageLimits`] (decompression-bomb guard, checked on the header).
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
     /// `smart_resize` rejects aspect ratios above 200 (as transformers does) or empty images.
     #[error("absolute aspect ratio must be smaller than 200, got {height}x{width}")]
     AspectRatio {
@@ -42,6 +30,18 @@ pub enum ProcessorError {
         /// Image width.
         width: usize,
     },
+    /// Pixel bounds that leave no valid size: a bound of 0, or `min_pixels > max_pixels`
+    /// once the overrides are applied over the checkpoint's values.
+    #[error("pixel bounds: min_pixels {min_pixels} and max_pixels {max_pixels} (both must be at least 1, min at most max)")]
+    PixelBounds {
+        /// Resolved `min_pixels`.
+        min_pixels: usize,
+        /// Resolved `max_pixels`.
+        max_pixels: usize,
+    },
+    /// libjpeg refused the JPEG (its message).
+    #[error("JPEG decode: {0}")]
+    Jpeg(String),
     /// `preprocessor_config.json` could not be read or parsed.
     #[error("preprocessor config {path}: {msg}")]
     Config {
@@ -63,29 +63,6 @@ pub enum ProcessorError {
     /// Tensor construction failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
-}
-
-/// Decompression-bomb limits checked on the header before decoding and enforced by the decoder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImageLimits {
-    /// Maximum width in pixels.
-    pub max_width: u32,
-    /// Maximum height in pixels.
-    pub max_height: u32,
-    /// Maximum decoded size in bytes (width × height × bytes per pixel).
-    pub max_decoded_bytes: u64,
-}
-
-impl Default for ImageLimits {
-    /// 16384 × 16384 pixels and 512 MiB decoded (Pillow's `MAX_IMAGE_PIXELS` is ~89 Mpx; these
-    /// bounds are looser on one side and hard on memory).
-    fn default() -> Self {
-        Self {
-            max_width: 16384,
-            max_height: 16384,
-            max_decoded_bytes: 512 << 20,
-        }
-    }
 }
 
 /// `size` of a transformers-5 `preprocessor_config.json`.
@@ -150,6 +127,17 @@ fn d_std() -> Vec<f32> {
 }
 fn d_rescale() -> f64 {
     1.0 / 255.0
+}
+
+/// Overrides of the checkpoint's pixel bounds (`--min-pixels` / `--max-pixels`), as
+/// transformers' processor kwargs `min_pixels` / `max_pixels` override `size.shortest_edge` /
+/// `size.longest_edge` of `preprocessor_config.json`; `None` keeps the checkpoint's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PixelBounds {
+    /// Fewest pixels after resize.
+    pub min_pixels: Option<usize>,
+    /// Most pixels after resize.
+    pub max_pixels: Option<usize>,
 }
 
 /// One preprocessed image.
@@ -302,46 +290,35 @@ impl ImageProcessor {
         Self::new(&cfg).map_err(|e| err(e.to_string()))
     }
 
+    /// Applies `bounds` over the checkpoint's pixel bounds.
+    ///
+    /// Errors: [`ProcessorError::PixelBounds`] when a resolved bound is 0 or
+    /// `min_pixels > max_pixels`.
+    pub fn with_pixel_bounds(mut self, bounds: PixelBounds) -> Result<Self, ProcessorError> {
+        self.min_pixels = bounds.min_pixels.unwrap_or(self.min_pixels);
+        self.max_pixels = bounds.max_pixels.unwrap_or(self.max_pixels);
+        if self.min_pixels == 0 || self.min_pixels > self.max_pixels {
+            return Err(ProcessorError::PixelBounds {
+                min_pixels: self.min_pixels,
+                max_pixels: self.max_pixels,
+            });
+        }
+        Ok(self)
+    }
+
     /// Number of `<|image_pad|>` tokens an image of this grid becomes: `t·h·w / merge²`.
     pub fn num_image_tokens(&self, grid_thw: [usize; 3]) -> usize {
         grid_thw.iter().product::<usize>() / (self.merge_size * self.merge_size)
     }
 
-    /// Decodes encoded bytes (PNG/JPEG/…) to 8-bit RGB like Pillow's `convert("RGB")`: gray is
-    /// replicated, alpha is dropped (not composited), 16-bit RGB keeps the high byte, 16-bit
-    /// gray is clipped to 255 (Pillow's `I;16 → L`).
+    /// Decodes encoded bytes (PNG/JPEG/…) to the 8-bit RGB transformers sees for a dataset
+    /// row: [`crate::decode::decode_rgb`] within [`Self::limits`] (JPEG pixel-exact with
+    /// Pillow's libjpeg-turbo, EXIF orientation applied).
     ///
-    /// Errors: [`ProcessorError::TooLarge`] beyond [`ImageLimits`] (checked on the header),
-    /// [`ProcessorError::Decode`] for undecodable bytes.
+    /// Errors: [`ProcessorError::TooLarge`] beyond [`Self::limits`] (checked on the header),
+    /// [`ProcessorError::Decode`] / [`ProcessorError::Jpeg`] for undecodable bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<RgbImage, ProcessorError> {
-        let l = self.limits;
-        let (width, height) = ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(image::ImageError::IoError)?
-            .into_dimensions()?;
-        // 16-bit RGBA is the widest layout the decoders produce: 8 bytes per pixel.
-        if width > l.max_width
-            || height > l.max_height
-            || width as u64 * height as u64 * 8 > l.max_decoded_bytes
-        {
-            return Err(ProcessorError::TooLarge {
-                width,
-                height,
-                max_width: l.max_width,
-                max_height: l.max_height,
-                max_decoded_bytes: l.max_decoded_bytes,
-            });
-        }
-        let mut reader = ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(image::ImageError::IoError)?;
-        let mut limits = image::Limits::default();
-        limits.max_image_width = Some(l.max_width);
-        limits.max_image_height = Some(l.max_height);
-        limits.max_alloc = Some(l.max_decoded_bytes);
-        reader.limits(limits);
-        let img = reader.decode()?;
-        Ok(to_rgb_like_pil(img))
+        crate::decode::decode_rgb(bytes, &self.limits)
     }
 
     /// Full pipeline on encoded bytes: [`Self::decode`] then [`Self::preprocess_rgb`].
@@ -415,38 +392,10 @@ impl ImageProcessor {
     }
 }
 
-/// Pillow `convert("RGB")` semantics on a decoded image.
-fn to_rgb_like_pil(img: DynamicImage) -> RgbImage {
-    let (width, height) = (img.width() as usize, img.height() as usize);
-    let data = match img {
-        DynamicImage::ImageLuma16(g) => g
-            .into_raw()
-            .into_iter()
-            .flat_map(|v| [v.min(255) as u8; 3])
-            .collect(),
-        DynamicImage::ImageLumaA16(g) => g
-            .into_raw()
-            .chunks_exact(2)
-            .flat_map(|v| [v[0].min(255) as u8; 3])
-            .collect(),
-        DynamicImage::ImageRgb16(g) => g.into_raw().into_iter().map(|v| (v >> 8) as u8).collect(),
-        DynamicImage::ImageRgba16(g) => g
-            .into_raw()
-            .chunks_exact(4)
-            .flat_map(|v| [(v[0] >> 8) as u8, (v[1] >> 8) as u8, (v[2] >> 8) as u8])
-            .collect(),
-        other => other.to_rgb8().into_raw(),
-    };
-    RgbImage {
-        height,
-        width,
-        data,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
 
     #[test]
     fn smart_resize_table() {
@@ -540,49 +489,65 @@ mod tests {
             .unwrap();
         let mut proc = ImageProcessor::new(&serde_json::from_str("{}").unwrap()).unwrap();
         proc.limits = ImageLimits {
-            max_width: 63,
-            max_height: 1000,
-            max_decoded_bytes: 1 << 30,
+            max_side: 63,
+            ..ImageLimits::default()
         };
         assert!(matches!(
             proc.decode(&png),
-            Err(ProcessorError::TooLarge {
+            Err(ProcessorError::TooLarge(TooLarge {
                 width: 64,
                 height: 32,
                 ..
-            })
+            }))
         ));
         proc.limits = ImageLimits {
-            max_width: 1000,
-            max_height: 1000,
-            max_decoded_bytes: 64 * 32 * 8 - 1,
+            max_pixels: 64 * 32 - 1,
+            ..ImageLimits::default()
         };
         assert!(matches!(
             proc.decode(&png),
-            Err(ProcessorError::TooLarge { .. })
+            Err(ProcessorError::TooLarge(_))
         ));
         proc.limits = ImageLimits::default();
         assert_eq!(proc.decode(&png).unwrap().data.len(), 64 * 32 * 3);
     }
 
     #[test]
-    fn gray_and_rgba_convert_like_pil() {
-        let gray =
-            DynamicImage::ImageLuma8(image::GrayImage::from_raw(2, 1, vec![10, 200]).unwrap());
-        assert_eq!(to_rgb_like_pil(gray).data, vec![10, 10, 10, 200, 200, 200]);
-        let rgba =
-            DynamicImage::ImageRgba8(image::RgbaImage::from_raw(1, 1, vec![1, 2, 3, 0]).unwrap());
-        assert_eq!(to_rgb_like_pil(rgba).data, vec![1, 2, 3]);
-        let g16 = DynamicImage::ImageLuma16(
-            image::ImageBuffer::from_raw(2, 1, vec![100u16, 1000]).unwrap(),
-        );
+    fn pixel_bounds_override_the_checkpoint_like_processor_kwargs() {
+        let base = ImageProcessor::new(
+            &serde_json::from_str(r#"{"size": {"shortest_edge": 3136, "longest_edge": 1003520}}"#)
+                .unwrap(),
+        )
+        .unwrap();
+        let only_max = base
+            .clone()
+            .with_pixel_bounds(PixelBounds {
+                min_pixels: None,
+                max_pixels: Some(65_536),
+            })
+            .unwrap();
+        assert_eq!((only_max.min_pixels, only_max.max_pixels), (3136, 65_536));
+        // A 1000x800 image lands under the new cap: 224x280 = 62720 pixels.
+        let img = RgbImage {
+            height: 800,
+            width: 1000,
+            data: vec![0; 800 * 1000 * 3],
+        };
+        assert_eq!(only_max.preprocess_rgb(&img).unwrap().grid_thw, [1, 16, 20]);
         assert_eq!(
-            to_rgb_like_pil(g16).data,
-            vec![100, 100, 100, 255, 255, 255]
+            base.clone().preprocess_rgb(&img).unwrap().grid_thw,
+            [1, 58, 72]
         );
-        let rgb16 = DynamicImage::ImageRgb16(
-            image::ImageBuffer::from_raw(1, 1, vec![0x1234u16, 0xff00, 0x00ff]).unwrap(),
+        let err = base
+            .with_pixel_bounds(PixelBounds {
+                min_pixels: Some(2_000_000),
+                max_pixels: None,
+            })
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("min_pixels 2000000 and max_pixels 1003520"),
+            "{err}"
         );
-        assert_eq!(to_rgb_like_pil(rgb16).data, vec![0x12, 0xff, 0x00]);
     }
 }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::{
-    decode_position, get_rope_index, ChatMessage, ImageProcessor, PromptBuilder, RenderOptions,
-    StepInput, VisionInputs, VlModel,
+    decode_position, get_rope_index, ChatMessage, ImageProcessor, PixelBounds, PromptBuilder,
+    RenderOptions, StepInput, VisionInputs, VlModel,
 };
 
 use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
@@ -159,18 +159,18 @@ pub fn parse_eos(v: Option<&serde_json::Value>) -> Vec<u32> {
 }
 
 impl VlInputs {
-    /// Load the processor, tokenizer and chat template of the checkpoint in `dir` for `model`
-    /// (its image token id and `config.json` end-of-sequence ids); `enable_thinking` is passed
-    /// to the chat template (SPEC §4 "reasoning enabled").
+    /// Load the tokenizer and chat template of the checkpoint in `dir` for `model` (its image
+    /// token id and `config.json` end-of-sequence ids) next to its image processor `images`;
+    /// `enable_thinking` is passed to the chat template (SPEC §4 "reasoning enabled").
     ///
     /// Errors: [`VlLoadError`] naming the file at fault.
     pub fn from_dir(
         dir: &Path,
         model: &VlModel,
+        images: ImageProcessor,
         enable_thinking: Option<bool>,
     ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
-        let images = ImageProcessor::from_dir(dir)?;
         let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
         let mut eos = eos_token_ids(dir, &prompts)?;
         eos.extend(&model.text_spec().eos_token_ids);
@@ -191,6 +191,11 @@ impl VlInputs {
     /// The tokenizer and chat template.
     pub fn prompts(&self) -> &PromptBuilder {
         &self.prompts
+    }
+
+    /// The image processor (the checkpoint's, with the run's pixel bounds applied).
+    pub fn images(&self) -> &ImageProcessor {
+        &self.images
     }
 }
 
@@ -260,20 +265,23 @@ impl InputProcessor for VlInputs {
 }
 
 /// Load a checkpoint directory into a ready engine: weights in `dtype` on `device`, its
-/// processor, tokenizer and chat template, and a KV cache pool sized by `cfg`.
+/// processor (with `pixels` over the checkpoint's pixel bounds), tokenizer and chat template,
+/// and a KV cache pool sized by `cfg`.
 ///
-/// Errors: [`VlLoadError`].
+/// Errors: [`VlLoadError`]; a bad `cfg` or `pixels` before any weight is read.
 pub fn load_engine(
     dir: &Path,
     dtype: DType,
     device: &Device,
     cfg: EngineConfig,
     enable_thinking: Option<bool>,
+    pixels: PixelBounds,
 ) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
     cfg.validate()?;
+    let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
     check_weights_fit(dir, dtype, device)?;
     let model = VlModel::load(dir, dtype, device)?;
-    let inputs = VlInputs::from_dir(dir, &model, enable_thinking)?;
+    let inputs = VlInputs::from_dir(dir, &model, images, enable_thinking)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }
 

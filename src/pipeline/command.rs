@@ -18,6 +18,7 @@ use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
 };
+use verisample_models::PixelBounds;
 
 /// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
 /// measured).
@@ -69,6 +70,10 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
         &device,
         engine_config(&settings),
         Some(settings.think),
+        PixelBounds {
+            min_pixels: settings.min_pixels,
+            max_pixels: settings.max_pixels,
+        },
     )
     .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
     engine.set_stop_flag(control.stop.clone());

@@ -4,15 +4,9 @@
 
 use std::io::Cursor;
 
-use crate::record::QaItem;
+use verisample_models::ImageLimits;
 
-/// Largest accepted image side in pixels (the `image` crate would allocate for any value).
-pub const MAX_IMAGE_SIDE: u32 = 16_384;
-/// Largest accepted image area in pixels: Pillow's `Image.MAX_IMAGE_PIXELS` (89,478,485,
-/// "a 0.25 GiB 3-byte RGB image"), the threshold of its decompression-bomb warning.
-pub const MAX_IMAGE_PIXELS: u64 = 89_478_485;
-/// Most bytes the decoder may allocate at once: 1 GiB (`image::Limits::max_alloc`).
-pub const MAX_DECODE_ALLOC: u64 = 1 << 30;
+use crate::record::QaItem;
 
 /// A problem with one field of an input row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +25,8 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldProblem
 }
 
 /// Check that `bytes` is an image of a supported format that decodes completely within the
-/// limits above. Returns its `(width, height)`.
+/// pipeline's one [`ImageLimits`] (the image processor applies the same ones, so an image
+/// that passes here is not refused later for its size). Returns its `(width, height)`.
 ///
 /// Errors: a [`FieldProblem`] on `image.bytes` saying what is wrong.
 pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
@@ -56,24 +51,12 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
     if w == 0 || h == 0 {
         return Err(problem(FIELD, format!("image has zero size ({w}x{h})")));
     }
-    if w > MAX_IMAGE_SIDE || h > MAX_IMAGE_SIDE || u64::from(w) * u64::from(h) > MAX_IMAGE_PIXELS {
-        return Err(problem(
-            FIELD,
-            format!(
-                "image too large ({w}x{h}); limits: side {MAX_IMAGE_SIDE}, {MAX_IMAGE_PIXELS} pixels"
-            ),
-        ));
-    }
-    let mut reader = image::ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| problem(FIELD, format!("cannot read image: {e}")))?;
-    let mut limits = image::Limits::default();
-    limits.max_image_width = Some(MAX_IMAGE_SIDE);
-    limits.max_image_height = Some(MAX_IMAGE_SIDE);
-    limits.max_alloc = Some(MAX_DECODE_ALLOC);
-    reader.limits(limits);
-    reader
-        .decode()
+    let limits = ImageLimits::default();
+    limits
+        .check(w, h)
+        .map_err(|e| problem(FIELD, e.to_string()))?;
+    // The decoder the model's processor uses, so an image that passes here decodes there.
+    verisample_models::decode_rgb(bytes, &limits)
         .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
     Ok((w, h))
 }
@@ -169,6 +152,34 @@ mod tests {
                 (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    /// One limit for the whole pipeline (issue 12): a 16384x5461 image, just inside it,
+    /// passes the input check and decodes in the image processor (which used to refuse it at
+    /// a limit of its own); one row more is refused by both with the same message.
+    #[test]
+    fn input_check_and_processor_share_one_size_limit() {
+        let processor =
+            verisample_models::ImageProcessor::new(&serde_json::from_str("{}").unwrap()).unwrap();
+        let mut inside = Cursor::new(Vec::new());
+        image::GrayImage::new(16_384, 5_461)
+            .write_to(&mut inside, image::ImageFormat::Png)
+            .unwrap();
+        let inside = inside.into_inner();
+        assert_eq!(check_image(Some(&inside)), Ok((16_384, 5_461)));
+        let rgb = processor.decode(&inside).unwrap();
+        assert_eq!((rgb.width, rgb.height), (16_384, 5_461));
+        let outside = png_header_only(16_384, 5_462);
+        let refused = check_image(Some(&outside)).unwrap_err();
+        assert_eq!(refused.field, "image.bytes");
+        assert_eq!(
+            refused.message,
+            "image too large (16384x5462); limits: side 16384, 89478485 pixels"
+        );
+        assert_eq!(
+            processor.decode(&outside).unwrap_err().to_string(),
+            refused.message
+        );
     }
 
     #[test]

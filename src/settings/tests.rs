@@ -34,6 +34,8 @@ fn fingerprint_changes_with_settings_and_weights() {
         shard: "0/1".into(),
         verifiers: Vec::new(),
         dedup: true,
+        min_pixels: None,
+        max_pixels: None,
     };
     let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
     let a = fingerprint(s.clone(), w.clone(), Vec::new());
@@ -53,6 +55,13 @@ fn fingerprint_changes_with_settings_and_weights() {
         a.sha256,
         fingerprint(no_dedup, w.clone(), Vec::new()).sha256
     );
+    let mut s3 = s.clone();
+    s3.max_pixels = Some(65_536);
+    assert_ne!(
+        a.sha256,
+        fingerprint(s3.clone(), w.clone(), Vec::new()).sha256
+    );
+    assert_eq!(s.diff(&s3), vec!["max_pixels: null -> 65536".to_string()]);
     let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
     assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
 }

@@ -363,6 +363,8 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         max_batch: 5,
         max_batch_tokens: 1024,
         kv_cache_gib: None,
+        min_pixels: None,
+        max_pixels: None,
         shard,
         progress: ProgressMode::None,
         max_errors: None,

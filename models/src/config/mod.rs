@@ -1,0 +1,275 @@
+//! `config.json` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints, and the resolved
+//! architecture switches the model code is built from.
+//!
+//! Two layouts are accepted for every family:
+//! - the flat one of the published Qwen2-VL / Qwen2.5-VL checkpoints: text fields at top level,
+//!   `rope_theta` at top level, `rope_scaling: {type: "mrope", mrope_section}`;
+//! - the nested one transformers 5 writes: `text_config` / `vision_config`, `rope_parameters`
+//!   holding `rope_theta` + `mrope_section` (+ `mrope_interleaved` for Qwen3-VL).
+//!
+//! The rotary block may be spelt `rope_scaling` or `rope_parameters` (or both, merged), its
+//! kind `type` or `rope_type` (or both: `"mrope"` = `"default"`), with `mrope_section` in
+//! either block and `rope_theta` inside it or next to it, at the top level of a flat file or
+//! in `text_config`. Two spellings of one setting that disagree (two different
+//! `mrope_section`s) are an error naming both; unknown keys are accepted and ignored.
+//!
+//! Field names are exactly those of the Hugging Face files; defaults are transformers' own
+//! (`configuration_qwen2_vl.py`, `configuration_qwen2_5_vl.py`, `configuration_qwen3_vl.py`).
+
+mod rope;
+mod text;
+mod vision;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+pub use rope::RopeParameters;
+pub use text::{Qwen2VlTextConfig, Qwen3VlTextConfig};
+pub use vision::{Qwen25VlVisionConfig, Qwen2VlVisionConfig, Qwen3VlVisionConfig};
+
+use rope::normalize;
+use text::{qwen2_text, qwen3_text};
+
+/// Errors reading a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The JSON is malformed or a field has the wrong type.
+    #[error("config: {0}")]
+    Json(#[from] serde_json::Error),
+    /// `model_type` names an architecture this crate does not implement.
+    #[error("unsupported model_type `{found}`; supported: {}", SUPPORTED_MODEL_TYPES.join(", "))]
+    Unsupported {
+        /// The `model_type` found in the file.
+        found: String,
+    },
+    /// The values are inconsistent (e.g. `mrope_section` not summing to `head_dim / 2`).
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// The `model_type` values this crate implements.
+pub const SUPPORTED_MODEL_TYPES: [&str; 3] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"];
+
+/// Model family, the switch every architectural difference hangs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Qwen2-VL: LayerNorm + QuickGELU vision blocks, full attention, Qwen2 decoder.
+    Qwen2Vl,
+    /// Qwen2.5-VL: RMSNorm + SwiGLU vision blocks, window attention, Qwen2 decoder.
+    Qwen25Vl,
+    /// Qwen3-VL: learned interpolated position embeddings, DeepStack, Qwen3 decoder.
+    Qwen3Vl,
+}
+
+fn d_silu() -> String {
+    "silu".into()
+}
+fn d_3() -> usize {
+    3
+}
+fn d_2() -> usize {
+    2
+}
+
+/// Token ids shared by the three families (top level of `config.json`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct VisionTokenIds {
+    /// `<|image_pad|>`.
+    #[serde(default = "d_image_tok")]
+    pub image_token_id: u32,
+    /// `<|video_pad|>`.
+    #[serde(default = "d_video_tok")]
+    pub video_token_id: u32,
+    /// `<|vision_start|>`.
+    #[serde(default = "d_vstart_tok")]
+    pub vision_start_token_id: u32,
+    /// `<|vision_end|>`.
+    #[serde(default = "d_vend_tok")]
+    pub vision_end_token_id: u32,
+}
+
+fn d_image_tok() -> u32 {
+    151655
+}
+fn d_video_tok() -> u32 {
+    151656
+}
+fn d_vstart_tok() -> u32 {
+    151652
+}
+fn d_vend_tok() -> u32 {
+    151653
+}
+
+/// A family's top-level file: sub-configs, token ids, and the rest of the top level (the text
+/// fields of the flat layout).
+#[derive(Debug, Clone, Deserialize)]
+pub struct FamilyConfig<T, V> {
+    /// Nested text config (transformers 5); absent in the flat layout.
+    pub text_config: Option<T>,
+    /// Vision config.
+    pub vision_config: V,
+    /// Top-level tie flag.
+    pub tie_word_embeddings: Option<bool>,
+    /// Special token ids.
+    #[serde(flatten)]
+    pub token_ids: VisionTokenIds,
+    /// Every other top-level field (the text fields of the flat layout).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// `config.json`, keyed on `model_type`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "model_type")]
+pub enum ModelConfig {
+    /// `qwen2_vl`.
+    #[serde(rename = "qwen2_vl")]
+    Qwen2Vl(FamilyConfig<Qwen2VlTextConfig, Qwen2VlVisionConfig>),
+    /// `qwen2_5_vl`.
+    #[serde(rename = "qwen2_5_vl")]
+    Qwen25Vl(FamilyConfig<Qwen2VlTextConfig, Qwen25VlVisionConfig>),
+    /// `qwen3_vl`.
+    #[serde(rename = "qwen3_vl")]
+    Qwen3Vl(FamilyConfig<Qwen3VlTextConfig, Qwen3VlVisionConfig>),
+}
+
+/// Resolved decoder switches and sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextSpec {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// MLP inner size.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads.
+    pub num_kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary base.
+    pub rope_theta: f64,
+    /// M-RoPE pairs per axis (t, h, w); sums to `head_dim / 2`.
+    pub mrope_section: [usize; 3],
+    /// Qwen3-VL interleaved M-RoPE layout.
+    pub mrope_interleaved: bool,
+    /// Bias on q/k/v (Qwen2: yes; Qwen3: `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on o_proj (Qwen3 `attention_bias`).
+    pub o_bias: bool,
+    /// RMSNorm on q and k per head (Qwen3).
+    pub qk_norm: bool,
+    /// `lm_head` shares `embed_tokens`.
+    pub tie_word_embeddings: bool,
+    /// MLP activation name.
+    pub hidden_act: String,
+    /// End-of-sequence ids, in file order.
+    pub eos_token_ids: Vec<u32>,
+    /// The model's context in tokens (`max_position_embeddings`), when the config gives it.
+    pub max_position_embeddings: Option<usize>,
+}
+
+/// Resolved vision-tower switches and sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionSpec {
+    /// Family (selects norm, MLP, attention windows, position embeddings, DeepStack).
+    pub family: Family,
+    /// Vision blocks.
+    pub depth: usize,
+    /// Block width.
+    pub hidden_size: usize,
+    /// Attention heads.
+    pub num_heads: usize,
+    /// MLP inner size.
+    pub intermediate_size: usize,
+    /// MLP activation name.
+    pub hidden_act: String,
+    /// Merger output width (= text hidden size).
+    pub out_hidden_size: usize,
+    /// Image channels.
+    pub in_channels: usize,
+    /// Spatial patch size.
+    pub patch_size: usize,
+    /// Temporal patch size.
+    pub temporal_patch_size: usize,
+    /// Merge size.
+    pub spatial_merge_size: usize,
+    /// Rotary base of the 2D vision RoPE.
+    pub rope_theta: f64,
+    /// Qwen2.5-VL window side in pixels (0 = no window attention).
+    pub window_size: usize,
+    /// Qwen2.5-VL blocks with full attention.
+    pub fullatt_block_indexes: Vec<usize>,
+    /// Qwen3-VL learned position embeddings (0 = none).
+    pub num_position_embeddings: usize,
+    /// Qwen3-VL DeepStack source blocks.
+    pub deepstack_visual_indexes: Vec<usize>,
+}
+
+impl ModelConfig {
+    /// Parses a `config.json` text (either layout, every spelling of the rotary block listed
+    /// in the module docs).
+    ///
+    /// Errors: [`ConfigError::Unsupported`] listing [`SUPPORTED_MODEL_TYPES`] for another
+    /// `model_type`; [`ConfigError::Json`] for malformed JSON or wrong field types;
+    /// [`ConfigError::Invalid`] naming both places when two spellings of one setting disagree.
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let mut value: Value = serde_json::from_str(text)?;
+        normalize(&mut value)?;
+        let found = value
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("<missing>");
+        if !SUPPORTED_MODEL_TYPES.contains(&found) {
+            return Err(ConfigError::Unsupported {
+                found: found.to_string(),
+            });
+        }
+        Ok(serde_json::from_value(value)?)
+    }
+
+    /// The family of this config.
+    pub fn family(&self) -> Family {
+        match self {
+            Self::Qwen2Vl(_) => Family::Qwen2Vl,
+            Self::Qwen25Vl(_) => Family::Qwen25Vl,
+            Self::Qwen3Vl(_) => Family::Qwen3Vl,
+        }
+    }
+
+    /// The vision special token ids.
+    pub fn token_ids(&self) -> &VisionTokenIds {
+        match self {
+            Self::Qwen2Vl(c) => &c.token_ids,
+            Self::Qwen25Vl(c) => &c.token_ids,
+            Self::Qwen3Vl(c) => &c.token_ids,
+        }
+    }
+
+    /// Resolved decoder spec.
+    ///
+    /// Errors: [`ConfigError::Invalid`] when `mrope_section` is missing or does not sum to
+    /// `head_dim / 2`, or heads do not divide the hidden size.
+    pub fn text(&self) -> Result<TextSpec, ConfigError> {
+        match self {
+            Self::Qwen2Vl(c) => qwen2_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
+            Self::Qwen25Vl(c) => qwen2_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
+            Self::Qwen3Vl(c) => qwen3_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
+        }
+    }
+
+    /// Resolved vision spec.
+    pub fn vision(&self) -> VisionSpec {
+        match self {
+            Self::Qwen2Vl(c) => c.vision_config.spec(),
+            Self::Qwen25Vl(c) => c.vision_config.spec(),
+            Self::Qwen3Vl(c) => c.vision_config.spec(),
+        }
+    }
+}
