@@ -271,7 +271,10 @@ mod tests {
         match pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, Some(2 * one_gib)) {
             Err(EngineError::Config(m)) => {
                 assert!(m.contains("100000.00 GiB"), "{m}");
-                assert!(m.contains("2.00 GiB is free on the CPU (MemAvailable"), "{m}");
+                assert!(
+                    m.contains("2.00 GiB is free on the CPU (MemAvailable"),
+                    "{m}"
+                );
             }
             other => panic!("want a Config error, got {other:?}"),
         }
