@@ -19,8 +19,12 @@ use serde::{Deserialize, Serialize};
 use crate::shard::{Shard, ShardParseError};
 use crate::verify::VerifierRegistry;
 
+mod decoding;
+mod device;
 mod fingerprint;
 mod model;
+pub use decoding::{CanonicalDecoding, Decoding};
+pub use device::DeviceSpec;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 
@@ -90,89 +94,6 @@ impl DTypeSpec {
     }
 }
 
-/// The device to run on: `cpu`, `cuda:N` (`cuda` = `cuda:0`) or `metal`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum DeviceSpec {
-    /// The host CPU.
-    Cpu,
-    /// CUDA device by ordinal.
-    Cuda(usize),
-    /// The Metal device.
-    Metal,
-}
-
-impl DeviceSpec {
-    /// The device kind without the ordinal (`cpu`, `cuda`, `metal`): what can change numerics.
-    pub fn kind(self) -> &'static str {
-        match self {
-            DeviceSpec::Cpu => "cpu",
-            DeviceSpec::Cuda(_) => "cuda",
-            DeviceSpec::Metal => "metal",
-        }
-    }
-
-    /// The default device: CUDA 0 when built with `cuda`, Metal when built with `metal`, else CPU.
-    pub fn default_for_build() -> Self {
-        if cfg!(feature = "cuda") {
-            DeviceSpec::Cuda(0)
-        } else if cfg!(feature = "metal") {
-            DeviceSpec::Metal
-        } else {
-            DeviceSpec::Cpu
-        }
-    }
-
-    /// Open the candle device. Errors: candle's device errors (no such GPU, driver).
-    pub fn open(self) -> candle_core::Result<candle_core::Device> {
-        match self {
-            DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
-            DeviceSpec::Cuda(i) => candle_core::Device::new_cuda(i),
-            DeviceSpec::Metal => candle_core::Device::new_metal(0),
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceSpec::Cpu => write!(f, "cpu"),
-            DeviceSpec::Cuda(i) => write!(f, "cuda:{i}"),
-            DeviceSpec::Metal => write!(f, "metal"),
-        }
-    }
-}
-
-impl FromStr for DeviceSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(DeviceSpec::Cpu),
-            "metal" => Ok(DeviceSpec::Metal),
-            "cuda" => Ok(DeviceSpec::Cuda(0)),
-            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-                Some(Ok(i)) => Ok(DeviceSpec::Cuda(i)),
-                _ => Err(format!(
-                    "invalid device `{s}`: expected cpu, cuda, cuda:N or metal"
-                )),
-            },
-        }
-    }
-}
-
-impl From<DeviceSpec> for String {
-    fn from(d: DeviceSpec) -> String {
-        d.to_string()
-    }
-}
-
-impl TryFrom<String> for DeviceSpec {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
 /// Sample, verify, judge and write the three splits per family.
 ///
 /// The flags of `verisample run`. Every value is optional so that a TOML file can supply it;
@@ -230,6 +151,14 @@ pub struct RunArgs {
     /// Generation budget per answer in tokens. [default: 2048]
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
+    /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
+    /// eos_token_id; other settings that change greedy output are refused). [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub generation_config: Option<Switch>,
+    /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
+    /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
+    #[arg(long, value_name = "X")]
+    pub repetition_penalty: Option<f64>,
     /// Most sequences in flight at once. [default: 64]
     #[arg(long, value_name = "N")]
     pub max_batch: Option<usize>,
@@ -289,6 +218,10 @@ pub struct ConfigFile {
     pub dtype: Option<DTypeSpec>,
     /// See [`RunArgs::max_new_tokens`].
     pub max_new_tokens: Option<usize>,
+    /// See [`RunArgs::generation_config`].
+    pub generation_config: Option<Switch>,
+    /// See [`RunArgs::repetition_penalty`].
+    pub repetition_penalty: Option<f64>,
     /// See [`RunArgs::max_batch`].
     pub max_batch: Option<usize>,
     /// See [`RunArgs::max_batch_tokens`].
@@ -331,6 +264,9 @@ pub struct Settings {
     pub dtype: DTypeSpec,
     /// Generation budget per answer, tokens.
     pub max_new_tokens: usize,
+    /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
+    #[serde(default)]
+    pub decoding: Decoding,
     /// Most sequences in flight.
     pub max_batch: usize,
     /// Most tokens per engine step.
@@ -398,6 +334,9 @@ pub enum SettingsError {
     /// `--model` is a folder, but holds no `config.json`.
     #[error("--model {}: no config.json in this folder (a model folder holds config.json, the safetensors weights and the tokenizer)", .0.display())]
     NotAModel(PathBuf),
+    /// The model's `generation_config.json` is invalid or asks for a setting not implemented.
+    #[error(transparent)]
+    GenerationConfig(#[from] crate::engine::generation::GenerationConfigError),
     /// The binary lacks the backend for the requested device.
     #[error(
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
@@ -627,6 +566,12 @@ impl Settings {
             (None, None) => resolve_model(&default_model_dir().to_string_lossy(), Path::new("."))?,
         };
 
+        let decoding = Decoding::resolve(
+            &model.dir,
+            pick(args.generation_config, file.generation_config, Switch::On),
+            args.repetition_penalty.or(file.repetition_penalty),
+        )?;
+
         let verifiers = if args.verifiers.is_empty() {
             file.verifier.clone().unwrap_or_default()
         } else {
@@ -655,6 +600,7 @@ impl Settings {
             device,
             dtype: pick(args.dtype, file.dtype, default_dtype),
             max_new_tokens,
+            decoding,
             max_batch,
             max_batch_tokens,
             kv_cache_gib,
@@ -684,6 +630,7 @@ impl Settings {
             max_new_tokens: self.max_new_tokens,
             shard: self.shard.to_string(),
             verifiers: self.verifiers.clone(),
+            decoding: CanonicalDecoding::from(&self.decoding),
         }
     }
 
@@ -728,6 +675,10 @@ pub struct CanonicalSettings {
     /// any keep the fingerprint they had before the setting existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifiers: Vec<String>,
+    /// Decoding switch and effective repetition penalty, each left out at the value runs had
+    /// before the setting existed.
+    #[serde(flatten)]
+    pub decoding: CanonicalDecoding,
 }
 
 impl CanonicalSettings {
@@ -760,22 +711,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[test]
-    fn device_spec_parses_table() {
-        let cases: &[(&str, Option<DeviceSpec>)] = &[
-            ("cpu", Some(DeviceSpec::Cpu)),
-            ("cuda", Some(DeviceSpec::Cuda(0))),
-            ("cuda:3", Some(DeviceSpec::Cuda(3))),
-            ("metal", Some(DeviceSpec::Metal)),
-            ("cuda:", None),
-            ("cuda:x", None),
-            ("gpu", None),
-        ];
-        for (s, want) in cases {
-            assert_eq!(s.parse::<DeviceSpec>().ok(), *want, "{s}");
-        }
-    }
-
-    #[test]
     fn fingerprint_changes_with_settings_and_weights() {
         let s = CanonicalSettings {
             data: "/d".into(),
@@ -789,6 +724,7 @@ mod tests {
             max_new_tokens: 16,
             shard: "0/1".into(),
             verifiers: Vec::new(),
+            decoding: CanonicalDecoding::from(&Decoding::default()),
         };
         let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
         let a = fingerprint(s.clone(), w.clone(), Vec::new());
@@ -798,6 +734,16 @@ mod tests {
         let b = fingerprint(s2.clone(), w.clone(), Vec::new());
         assert_ne!(a.sha256, b.sha256);
         assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
+        let mut s3 = s.clone();
+        s3.decoding.repetition_penalty = Some("1.05".into());
+        assert_ne!(
+            a.sha256,
+            fingerprint(s3.clone(), w.clone(), Vec::new()).sha256
+        );
+        assert_eq!(
+            s.diff(&s3),
+            vec!["repetition_penalty: null -> \"1.05\"".to_string()]
+        );
         let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
         assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
         let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
