@@ -17,7 +17,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use verisample::dataset::reader::InputReader;
 use verisample::engine::vl::load_engine;
-use verisample::engine::{EngineConfig, ImageInput, KvBudget, Request};
+use verisample::engine::{EngineConfig, EngineStats, ImageInput, KvBudget, Request};
 
 const REGENERATE: &str = "python scripts/make_generation_fixtures.py";
 
@@ -111,20 +111,26 @@ fn sample() -> BTreeMap<String, (Vec<u8>, String)> {
     .collect()
 }
 
-/// Generated ids and prompt length per item, from an engine on `dir` with `max_batch`.
-fn generate(
-    dir: &Path,
-    f: &Fixture,
-    max_batch: usize,
-    generation_config: bool,
-) -> Vec<(Vec<u32>, usize)> {
-    let cfg = EngineConfig {
+/// An engine setting for `f`: `max_batch` sequences at once, a pool of 4096 blocks.
+fn config(f: &Fixture, max_batch: usize, generation_config: bool) -> EngineConfig {
+    EngineConfig {
         kv_budget: KvBudget::Blocks(4096),
         max_batch,
         max_new_tokens: f.meta.max_new_tokens,
         generation_config,
         ..Default::default()
-    };
+    }
+}
+
+/// Generated ids and prompt length per item from an engine on `dir` with `cfg`, each item
+/// requested `copies` times in a row (every copy must give the same tokens), and the engine's
+/// statistics.
+fn generate(
+    dir: &Path,
+    f: &Fixture,
+    cfg: EngineConfig,
+    copies: usize,
+) -> (Vec<(Vec<u32>, usize)>, EngineStats) {
     let mut engine =
         load_engine(dir, DType::F32, &Device::Cpu, cfg, Some(true)).expect("load checkpoint");
     let images = sample();
@@ -132,28 +138,34 @@ fn generate(
         .items
         .iter()
         .enumerate()
-        .map(|(i, it)| {
+        .flat_map(|(i, it)| {
             let (bytes, question) = images
                 .get(&it.file)
                 .unwrap_or_else(|| panic!("{} not in the sample", it.file));
-            Request {
-                id: i as u64,
+            (0..copies).map(move |k| Request {
+                id: (i * copies + k) as u64,
                 system: None,
                 image: Some(ImageInput::new(bytes.clone())),
                 text: question.clone(),
                 max_new_tokens: None,
-            }
+            })
         })
         .collect();
-    let mut got = vec![(Vec::new(), 0); f.items.len()];
+    let mut got: Vec<Option<(Vec<u32>, usize)>> = vec![None; f.items.len()];
     engine
         .generate(requests, |c| {
             assert!(c.error.is_none(), "{c:?}");
-            got[c.id as usize] = (c.token_ids, c.prompt_tokens);
+            let slot = &mut got[c.id as usize / copies];
+            let out = (c.token_ids, c.prompt_tokens);
+            match slot {
+                Some(first) => assert_eq!(*first, out, "copies of item {}", c.id as usize / copies),
+                None => *slot = Some(out),
+            }
             Ok(())
         })
         .expect("generate");
-    got
+    let got = got.into_iter().map(|g| g.expect("every item completes")).collect();
+    (got, engine.stats().clone())
 }
 
 /// Items whose tokens differ from `want`, as readable lines.
@@ -183,7 +195,7 @@ fn check(case: &str) {
     let f = load(case);
     let dir = checkpoint(&f);
     for max_batch in [1, 64] {
-        let got = generate(dir.path(), &f, max_batch, true);
+        let (got, _) = generate(dir.path(), &f, config(&f, max_batch, true), 1);
         let bad = mismatches(&f, &got, |it| &it.generated_ids);
         assert!(
             bad.is_empty(),
@@ -193,7 +205,7 @@ fn check(case: &str) {
             bad.join("\n")
         );
     }
-    let plain = generate(dir.path(), &f, 64, false);
+    let (plain, _) = generate(dir.path(), &f, config(&f, 64, false), 1);
     let bad = mismatches(&f, &plain, |it| &it.plain_ids);
     assert!(
         bad.is_empty(),
@@ -236,6 +248,24 @@ fn held_out_default_model_with_its_own_settings_matches_transformers() {
 #[test]
 fn held_out_qwen3_vl_with_its_own_settings_matches_transformers() {
     check("qwen3_vl_held_out");
+}
+
+#[test]
+fn prefix_cache_hits_and_preemption_do_not_change_the_seen_ids() {
+    // Every image asked twice in a row: the second copy finds its prompt in the prefix cache
+    // (its computed blocks are skipped, yet its prompt ids still count as seen); a pool of 48
+    // blocks for 64 sequences preempts and recomputes sequences with generated tokens.
+    let f = load("qwen2_vl_published");
+    let dir = checkpoint(&f);
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Blocks(48),
+        ..config(&f, 64, true)
+    };
+    let (got, stats) = generate(dir.path(), &f, cfg, 2);
+    assert!(stats.cached_prompt_tokens > 0, "{stats:?}");
+    assert!(stats.preemptions > 0, "{stats:?}");
+    let bad = mismatches(&f, &got, |it| &it.generated_ids);
+    assert!(bad.is_empty(), "{} images differ:\n{}", bad.len(), bad.join("\n"));
 }
 
 #[test]
