@@ -164,7 +164,10 @@ fn generate(
             Ok(())
         })
         .expect("generate");
-    let got = got.into_iter().map(|g| g.expect("every item completes")).collect();
+    let got = got
+        .into_iter()
+        .map(|g| g.expect("every item completes"))
+        .collect();
     (got, engine.stats().clone())
 }
 
@@ -265,7 +268,12 @@ fn prefix_cache_hits_and_preemption_do_not_change_the_seen_ids() {
     assert!(stats.cached_prompt_tokens > 0, "{stats:?}");
     assert!(stats.preemptions > 0, "{stats:?}");
     let bad = mismatches(&f, &got, |it| &it.generated_ids);
-    assert!(bad.is_empty(), "{} images differ:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} images differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]

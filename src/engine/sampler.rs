@@ -216,6 +216,29 @@ mod tests {
     }
 
     #[test]
+    fn penalized_values_are_torchs_bits() {
+        // Bits of f32 values and of what torch 2.15 (CPU) gives for `x / 1.05` (x ≥ 0) and
+        // `x * 1.05` (x < 0) on them; these x are among those where multiplying by the f32
+        // reciprocal of 1.05 lands one ulp away from the true division.
+        let cases: [(u32, u32); 4] = [
+            (1054567863, 1053883079),
+            (1079733687, 1079048903),
+            ((-1092915785i32) as u32, (-1092196762i32) as u32),
+            ((-1067749961i32) as u32, (-1067030938i32) as u32),
+        ];
+        let row: Vec<f32> = cases.iter().map(|(x, _)| f32::from_bits(*x)).collect();
+        let t = Tensor::from_vec(row, (1, cases.len()), &Device::Cpu).unwrap();
+        let got = Greedy::new(1.05)
+            .penalize(&t, &[&[0, 1, 2, 3]])
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        let bits: Vec<u32> = got[0].iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = cases.iter().map(|(_, y)| *y).collect();
+        assert_eq!(bits, want);
+    }
+
+    #[test]
     fn works_on_bf16_rows() {
         let t = Tensor::new(&[[0.0f32, 2.0, 1.0], [5.0, 5.0, 4.0]], &Device::Cpu)
             .unwrap()
