@@ -192,9 +192,12 @@ mod tests {
         let rows = [a.clone(), b];
         assert_eq!(sample_rows(&rows, &seen, 1.0), vec![Some(0), Some(0)]);
         assert_eq!(sample_rows(&rows, &seen, 1.05), vec![Some(1), Some(0)]);
-        // Negative logits are multiplied: -0.1 · 3 = -0.3 and column 3 stays last.
+        // Negative logits are multiplied: -0.1 · 3 = -0.3 falls below column 2's -0.15.
         let neg = vec![-0.2f32, -0.1, -0.15];
-        assert_eq!(sample_rows(&[neg.clone()], &[vec![1]], 1.0), vec![Some(1)]);
+        assert_eq!(
+            sample_rows(std::slice::from_ref(&neg), &[vec![1]], 1.0),
+            vec![Some(1)]
+        );
         assert_eq!(sample_rows(&[neg], &[vec![1]], 3.0), vec![Some(2)]);
         // A penalty below 1 favours seen ids; ids beyond the vocabulary are ignored.
         assert_eq!(
