@@ -55,6 +55,10 @@ impl Greedy {
         logits: &Tensor,
         seen: &[&[u32]],
     ) -> candle_core::Result<Vec<Option<u32>>> {
+        if logits.dim(0)? == 0 {
+            // A step that samples no sequence (chunked prefill); candle cannot reduce nothing.
+            return Ok(Vec::new());
+        }
         let scores = logits.to_dtype(DType::F32)?;
         let scores = if self.penalizes() {
             self.penalize(&scores, seen)?
@@ -256,6 +260,13 @@ mod tests {
             Greedy::new(4.0).sample(&t, &seen).unwrap(),
             vec![Some(2), Some(1)]
         );
+    }
+
+    #[test]
+    fn a_step_without_sampled_rows_gives_no_tokens() {
+        let t = Tensor::zeros((0, 5), DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(Greedy::new(1.0).sample(&t, &[]).unwrap(), vec![]);
+        assert_eq!(Greedy::new(1.05).sample(&t, &[]).unwrap(), vec![]);
     }
 
     #[test]
