@@ -19,9 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::shard::{Shard, ShardParseError};
 use crate::verify::VerifierRegistry;
 
+mod decoding;
 mod device;
 mod fingerprint;
 mod model;
+pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
@@ -152,6 +154,14 @@ pub struct RunArgs {
     /// Generation budget per answer in tokens. [default: 2048]
     #[arg(long, value_name = "N")]
     pub max_new_tokens: Option<usize>,
+    /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
+    /// eos_token_id; other settings that change greedy output are refused). [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub generation_config: Option<Switch>,
+    /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
+    /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
+    #[arg(long, value_name = "X")]
+    pub repetition_penalty: Option<f64>,
     /// Most sequences in flight at once. [default: 64]
     #[arg(long, value_name = "N")]
     pub max_batch: Option<usize>,
@@ -221,6 +231,10 @@ pub struct ConfigFile {
     pub dtype: Option<DTypeSpec>,
     /// See [`RunArgs::max_new_tokens`].
     pub max_new_tokens: Option<usize>,
+    /// See [`RunArgs::generation_config`].
+    pub generation_config: Option<Switch>,
+    /// See [`RunArgs::repetition_penalty`].
+    pub repetition_penalty: Option<f64>,
     /// See [`RunArgs::max_batch`].
     pub max_batch: Option<usize>,
     /// See [`RunArgs::max_batch_tokens`].
@@ -270,6 +284,9 @@ pub struct Settings {
     pub dtype: DTypeSpec,
     /// Generation budget per answer, tokens.
     pub max_new_tokens: usize,
+    /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
+    #[serde(default)]
+    pub decoding: Decoding,
     /// Most sequences in flight.
     pub max_batch: usize,
     /// Most tokens per engine step.
@@ -343,6 +360,9 @@ pub enum SettingsError {
     /// `--model` is a folder, but holds no `config.json`.
     #[error("--model {}: no config.json in this folder (a model folder holds config.json, the safetensors weights and the tokenizer)", .0.display())]
     NotAModel(PathBuf),
+    /// The model's `generation_config.json` is invalid or asks for a setting not implemented.
+    #[error(transparent)]
+    GenerationConfig(#[from] crate::engine::generation::GenerationConfigError),
     /// The binary lacks the backend for the requested device.
     #[error(
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
@@ -583,6 +603,12 @@ impl Settings {
             (None, None) => resolve_model(&default_model_dir().to_string_lossy(), Path::new("."))?,
         };
 
+        let decoding = Decoding::resolve(
+            &model.dir,
+            pick(args.generation_config, file.generation_config, Switch::On),
+            args.repetition_penalty.or(file.repetition_penalty),
+        )?;
+
         let verifiers = if args.verifiers.is_empty() {
             file.verifier.clone().unwrap_or_default()
         } else {
@@ -612,6 +638,7 @@ impl Settings {
             device,
             dtype: pick(args.dtype, file.dtype, default_dtype),
             max_new_tokens,
+            decoding,
             max_batch,
             max_batch_tokens,
             kv_cache_gib,
@@ -647,6 +674,7 @@ impl Settings {
             dedup: self.dedup,
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
+            decoding: CanonicalDecoding::from(&self.decoding),
         }
     }
 
@@ -701,6 +729,10 @@ pub struct CanonicalSettings {
     /// `--max-pixels`, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pixels: Option<usize>,
+    /// Decoding switch and effective repetition penalty, each left out at the value runs had
+    /// before the setting existed.
+    #[serde(flatten)]
+    pub decoding: CanonicalDecoding,
 }
 
 fn switch_on() -> bool {

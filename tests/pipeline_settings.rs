@@ -371,3 +371,79 @@ fn pixel_bounds_come_from_flags_or_toml_are_checked_and_fingerprinted() {
         assert!(err.to_string().contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn decoding_settings_come_from_generation_config_flags_and_toml() {
+    // Issue 13: the checkpoint's generation_config.json gives the penalty; --repetition-penalty
+    // overrides it, --generation-config off drops it; both reach the fingerprint.
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    std::fs::write(
+        model.join("generation_config.json"),
+        r#"{"repetition_penalty": 1.05, "eos_token_id": [7, 8], "top_k": 1, "do_sample": true}"#,
+    )
+    .unwrap();
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let resolve = |extra: &[&str]| {
+        let mut args = vec!["--model", m, "--data", d];
+        args.extend_from_slice(extra);
+        Settings::resolve(&parse(&args))
+    };
+    let file = resolve(&[]).unwrap();
+    assert_eq!(file.decoding.repetition_penalty, 1.05);
+    assert_eq!(file.decoding.eos_token_ids, vec![7, 8]);
+    let flag = resolve(&["--repetition-penalty", "1.2"]).unwrap();
+    assert_eq!(flag.decoding.repetition_penalty, 1.2);
+    assert_eq!(
+        file.canonical().diff(&flag.canonical()),
+        vec![r#"repetition_penalty: "1.05" -> "1.2""#.to_string()]
+    );
+    let off = resolve(&["--generation-config", "off"]).unwrap();
+    assert_eq!(off.decoding.repetition_penalty, 1.0);
+    assert!(off.decoding.eos_token_ids.is_empty());
+    assert_eq!(
+        file.canonical().diff(&off.canonical()),
+        vec![
+            "generation_config: null -> false".to_string(),
+            r#"repetition_penalty: "1.05" -> null"#.to_string()
+        ]
+    );
+    // The same override in the TOML file; a flag still wins over it.
+    let config = dir.path().join("job.toml");
+    std::fs::write(
+        &config,
+        "repetition-penalty = 1.3\ngeneration-config = \"off\"\n",
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let toml = resolve(&["--config", c]).unwrap();
+    assert_eq!(
+        (
+            toml.decoding.repetition_penalty,
+            toml.decoding.generation_config
+        ),
+        (1.3, false)
+    );
+    let both = resolve(&["--config", c, "--repetition-penalty", "1.1"]).unwrap();
+    assert_eq!(both.decoding.repetition_penalty, 1.1);
+    // run.json records the effective values.
+    let json = serde_json::to_value(&file).unwrap();
+    assert_eq!(json["decoding"]["repetition_penalty"], 1.05);
+    assert_eq!(json["decoding"]["generation_config"], true);
+    // Refusals name the key, before anything loads.
+    let err = resolve(&["--repetition-penalty", "0"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid --repetition-penalty 0"),
+        "{err}"
+    );
+    std::fs::write(
+        model.join("generation_config.json"),
+        r#"{"suppress_tokens": [3]}"#,
+    )
+    .unwrap();
+    let err = resolve(&[]).unwrap_err();
+    assert!(matches!(err, SettingsError::GenerationConfig(_)), "{err}");
+    assert!(err.to_string().contains("`suppress_tokens` = [3]"), "{err}");
+    assert!(resolve(&["--generation-config", "off"]).is_ok());
+}

@@ -44,6 +44,14 @@ pub struct EngineConfig {
     /// Free blocks kept back when admitting while others run, as a fraction of the pool
     /// (0.01, vLLM's `watermark`).
     pub watermark: f64,
+    /// Repetition penalty of greedy decoding (transformers' `repetition_penalty`, see
+    /// [`super::sampler`]); `None` (the default): the checkpoint's `generation_config.json`
+    /// value when loaded through [`super::vl::load_engine`] (with `generation_config` on), else
+    /// 1.0, no penalty.
+    pub repetition_penalty: Option<f64>,
+    /// Whether [`super::vl::load_engine`] honours the checkpoint's `generation_config.json`
+    /// (its `repetition_penalty` and `eos_token_id`; see [`super::generation`]) (true).
+    pub generation_config: bool,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +67,8 @@ impl Default for EngineConfig {
             lookahead: 0,
             max_vision_batch: 16,
             watermark: 0.01,
+            repetition_penalty: None,
+            generation_config: true,
         }
     }
 }
@@ -77,6 +87,12 @@ impl EngineConfig {
         }
         if !(0.0..0.5).contains(&self.watermark) {
             return bad("watermark must be in [0, 0.5)");
+        }
+        if self
+            .repetition_penalty
+            .is_some_and(|p| !(p > 0.0 && p.is_finite()))
+        {
+            return bad("repetition_penalty must be a positive number");
         }
         match self.kv_budget {
             KvBudget::Gib(g) if !(g > 0.0 && g.is_finite()) => bad("kv_cache_gib must be > 0"),
@@ -301,6 +317,14 @@ mod tests {
             },
             EngineConfig {
                 kv_budget: KvBudget::Blocks(0),
+                ..Default::default()
+            },
+            EngineConfig {
+                repetition_penalty: Some(0.0),
+                ..Default::default()
+            },
+            EngineConfig {
+                repetition_penalty: Some(f64::NAN),
                 ..Default::default()
             },
         ];

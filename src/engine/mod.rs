@@ -5,7 +5,8 @@
 //!             tokenizer, M-RoPE positions) ─▶ bounded channel ─▶ waiting queue
 //!          ─▶ scheduler step: prefill newly admitted sequences (ragged, no padding; vision
 //!             encoder batched over images not seen yet) or decode one token per running
-//!             sequence ─▶ greedy sampler ─▶ completions, in completion order
+//!             sequence ─▶ greedy sampler on the device (repetition penalty, argmax; only
+//!             token ids come back) ─▶ completions, in completion order
 //! ```
 //!
 //! The engine is the only owner of the KV cache ([`verisample_models::batch::KvCache`], one
@@ -18,6 +19,7 @@
 
 pub mod block_manager;
 pub mod config;
+pub mod generation;
 pub mod model;
 pub mod request;
 pub mod sampler;
@@ -41,6 +43,7 @@ pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
 use block_manager::BlockManager;
+use sampler::Greedy;
 use scheduler::{Scheduler, SchedulerConfig};
 use step::Core;
 
@@ -161,7 +164,9 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             "KV cache pool allocated"
         );
         let placeholders = model.placeholder_token_ids();
+        let sampler = Greedy::new(cfg.repetition_penalty.unwrap_or(1.0));
         let core = Core {
+            sampler,
             model,
             cfg,
             cache,

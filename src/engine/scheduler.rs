@@ -367,7 +367,7 @@ impl Scheduler {
     /// Append a sampled token to a sequence.
     pub fn append_token(&mut self, key: u64, token: u32) {
         if let Some(s) = self.seqs.get_mut(&key) {
-            s.tokens.push(token);
+            s.push_token(token);
         }
     }
 

@@ -2,6 +2,7 @@
 //! preemption order, prefix sharing.
 
 use super::*;
+use crate::engine::sequence::SeenTokens;
 
 fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
     let n = tokens.len();
@@ -10,6 +11,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         id: 100 + arrival,
         prompt_positions: (0..n as u32).map(|p| [p, p, p]).collect(),
         next_position: n as u32,
+        seen: SeenTokens::of(&tokens),
         tokens,
         prompt_len: n,
         images: vec![],

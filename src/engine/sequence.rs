@@ -66,6 +66,34 @@ pub fn block_hashes(
     out
 }
 
+/// The distinct token ids of a sequence (prompt, image placeholders included, and generated
+/// tokens), sorted: the ids the repetition penalty applies to. They follow from the tokens
+/// alone, so prefix-cache hits, chunked prefill and preemption do not change them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeenTokens(Vec<u32>);
+
+impl SeenTokens {
+    /// The distinct ids of `tokens`.
+    pub fn of(tokens: &[u32]) -> Self {
+        let mut ids = tokens.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        Self(ids)
+    }
+
+    /// Add `token` (no-op when already there).
+    pub fn insert(&mut self, token: u32) {
+        if let Err(at) = self.0.binary_search(&token) {
+            self.0.insert(at, token);
+        }
+    }
+
+    /// The ids, ascending.
+    pub fn ids(&self) -> &[u32] {
+        &self.0
+    }
+}
+
 /// Engine-internal state of one request.
 #[derive(Debug, Clone)]
 pub struct Sequence {
@@ -73,8 +101,10 @@ pub struct Sequence {
     pub arrival: u64,
     /// The caller's request id.
     pub id: u64,
-    /// Prompt tokens followed by generated tokens.
+    /// Prompt tokens followed by generated tokens (append with [`Sequence::push_token`]).
     pub tokens: Vec<u32>,
+    /// The distinct ids of `tokens`.
+    pub seen: SeenTokens,
     /// Number of prompt tokens.
     pub prompt_len: usize,
     /// M-RoPE position ids `(t, h, w)` of each prompt token.
@@ -102,6 +132,12 @@ pub struct Sequence {
 }
 
 impl Sequence {
+    /// Append a generated token.
+    pub fn push_token(&mut self, token: u32) {
+        self.tokens.push(token);
+        self.seen.insert(token);
+    }
+
     /// Generated tokens so far.
     pub fn generated(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
@@ -184,6 +220,7 @@ mod tests {
             arrival: 0,
             id: 0,
             tokens: vec![5, 6, 7, 8],
+            seen: SeenTokens::of(&[5, 6, 7, 8]),
             prompt_len: 2,
             prompt_positions: vec![[0, 0, 0], [1, 3, 2]],
             next_position: 4,
@@ -200,5 +237,14 @@ mod tests {
         assert_eq!(seq.position(2), [4, 4, 4]);
         assert_eq!(seq.position(3), [5, 5, 5]);
         assert_eq!(seq.generated(), &[7, 8]);
+    }
+
+    #[test]
+    fn seen_tokens_are_the_distinct_ids_in_order() {
+        let mut seen = SeenTokens::of(&[9, 3, 9, 151655, 3]);
+        assert_eq!(seen.ids(), &[3, 9, 151655]);
+        seen.insert(5);
+        seen.insert(9);
+        assert_eq!(seen.ids(), &[3, 5, 9, 151655]);
     }
 }

@@ -10,9 +10,9 @@ use verisample_models::ImageEmbeds;
 use super::config::EngineConfig;
 use super::model::{EngineModel, InputProcessor, StepImages};
 use super::request::{Completion, FinishReason, PreparedInput};
-use super::sampler::greedy_rows;
+use super::sampler::Greedy;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
-use super::sequence::{ImageSpan, Sequence};
+use super::sequence::{ImageSpan, SeenTokens, Sequence};
 use super::vision_cache::VisionCache;
 use super::{EngineError, EngineStats};
 
@@ -27,6 +27,8 @@ pub(crate) struct Core<M> {
     pub next_arrival: u64,
     /// `model.placeholder_token_ids()`, cached.
     pub placeholders: Vec<u32>,
+    /// The greedy sampler (`cfg.repetition_penalty`).
+    pub sampler: Greedy,
 }
 
 /// The flattened inputs of one step.
@@ -93,6 +95,7 @@ impl<M: EngineModel> Core<M> {
             arrival,
             id,
             prompt_len: n,
+            seen: SeenTokens::of(&p.token_ids),
             tokens: p.token_ids,
             prompt_positions: p.positions,
             next_position: p.next_position,
@@ -177,7 +180,7 @@ impl<M: EngineModel> Core<M> {
             &batch.meta,
             &mut self.cache,
         )?;
-        let tokens = greedy_rows(&logits)?;
+        let tokens = self.sample(&plan, &logits)?;
         let secs = t0.elapsed().as_secs_f64();
         let n_tokens = batch.meta.total_tokens() as u64;
         self.stats.steps += 1;
@@ -235,6 +238,21 @@ impl<M: EngineModel> Core<M> {
             }
         }
         Ok(done)
+    }
+
+    /// Greedy tokens of the sampled sequences of `plan` from their `logits` rows, each row
+    /// penalized over its own sequence's seen ids.
+    fn sample(&self, plan: &Schedule, logits: &Tensor) -> Result<Vec<Option<u32>>, EngineError> {
+        let mut seen: Vec<&[u32]> = Vec::new();
+        if self.sampler.penalizes() {
+            for sc in plan.seqs.iter().filter(|s| s.sample) {
+                let s = self.scheduler.seq(sc.seq).ok_or_else(|| {
+                    EngineError::Internal(format!("sampled sequence {} is gone", sc.seq))
+                })?;
+                seen.push(s.seen.ids());
+            }
+        }
+        Ok(self.sampler.sample(logits, &seen)?)
     }
 
     fn completion<P: InputProcessor>(

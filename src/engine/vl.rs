@@ -2,7 +2,7 @@
 //! and [`VlInputs`]: its chat template, tokenizer, image processor and M-RoPE index as the
 //! engine's input processor.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache};
@@ -11,6 +11,7 @@ use verisample_models::{
     RenderOptions, StepInput, VisionInputs, VlModel,
 };
 
+use super::generation::{GenerationConfig, GenerationConfigError};
 use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
 use super::request::{PreparedImage, PreparedInput, Request};
 use super::{Engine, EngineConfig, EngineError};
@@ -27,14 +28,9 @@ pub enum VlLoadError {
     /// Tokenizer or chat template.
     #[error(transparent)]
     Chat(#[from] verisample_models::ChatError),
-    /// `generation_config.json` exists but is not valid JSON.
-    #[error("{path}: {msg}")]
-    GenerationConfig {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        msg: String,
-    },
+    /// `generation_config.json` is invalid or asks for a setting not implemented.
+    #[error(transparent)]
+    GenerationConfig(#[from] GenerationConfigError),
     /// The engine could not start.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -117,51 +113,12 @@ pub struct VlInputs {
     render: RenderOptions,
 }
 
-/// End-of-sequence ids: `eos_token_id` of `generation_config.json` (a number or a list) when
-/// the file exists, plus `<|im_end|>` and `<|endoftext|>` when the tokenizer has them, sorted.
-/// (The caller adds `config.json`'s own `eos_token_id`.)
-///
-/// Errors: [`VlLoadError::GenerationConfig`] for an unreadable or invalid file.
-pub fn eos_token_ids(dir: &Path, prompts: &PromptBuilder) -> Result<Vec<u32>, VlLoadError> {
-    let mut ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
-        .iter()
-        .filter_map(|t| prompts.token_id(t))
-        .collect();
-    let path = dir.join("generation_config.json");
-    if path.exists() {
-        let bad = |msg: String| VlLoadError::GenerationConfig {
-            path: path.clone(),
-            msg,
-        };
-        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        ids.extend(parse_eos(v.get("eos_token_id")));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    Ok(ids)
-}
-
-/// Token ids of an `eos_token_id` JSON value: a number, a list of numbers, or absent.
-pub fn parse_eos(v: Option<&serde_json::Value>) -> Vec<u32> {
-    match v {
-        Some(serde_json::Value::Number(n)) => n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .into_iter()
-            .collect(),
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
-            .collect(),
-        _ => vec![],
-    }
-}
-
 impl VlInputs {
     /// Load the tokenizer and chat template of the checkpoint in `dir` for `model` (its image
-    /// token id and `config.json` end-of-sequence ids) next to its image processor `images`;
-    /// `enable_thinking` is passed to the chat template (SPEC §4 "reasoning enabled").
+    /// token id) next to its image processor `images`; `enable_thinking` is passed to the chat
+    /// template (SPEC §4 "reasoning enabled"). Generation ends on any of:
+    /// `generation.eos_token_ids` (from `generation_config.json`), `config.json`'s
+    /// `eos_token_id`, and `<|im_end|>` and `<|endoftext|>` when the tokenizer has them.
     ///
     /// Errors: [`VlLoadError`] naming the file at fault.
     pub fn from_dir(
@@ -169,10 +126,15 @@ impl VlInputs {
         model: &VlModel,
         images: ImageProcessor,
         enable_thinking: Option<bool>,
+        generation: &GenerationConfig,
     ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
         let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
-        let mut eos = eos_token_ids(dir, &prompts)?;
+        let mut eos: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+            .iter()
+            .filter_map(|t| prompts.token_id(t))
+            .collect();
+        eos.extend(&generation.eos_token_ids);
         eos.extend(&model.text_spec().eos_token_ids);
         eos.sort_unstable();
         eos.dedup();
@@ -266,22 +228,26 @@ impl InputProcessor for VlInputs {
 
 /// Load a checkpoint directory into a ready engine: weights in `dtype` on `device`, its
 /// processor (with `pixels` over the checkpoint's pixel bounds), tokenizer and chat template,
-/// and a KV cache pool sized by `cfg`.
+/// and a KV cache pool sized by `cfg`. Greedy decoding follows the checkpoint's
+/// `generation_config.json` when `cfg.generation_config` is on ([`GenerationConfig::resolve`]);
+/// `cfg.repetition_penalty`, when set, overrides its penalty.
 ///
 /// Errors: [`VlLoadError`]; a bad `cfg` or `pixels` before any weight is read.
 pub fn load_engine(
     dir: &Path,
     dtype: DType,
     device: &Device,
-    cfg: EngineConfig,
+    mut cfg: EngineConfig,
     enable_thinking: Option<bool>,
     pixels: PixelBounds,
 ) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
     cfg.validate()?;
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
+    let generation = GenerationConfig::resolve(dir, cfg.generation_config, cfg.repetition_penalty)?;
+    cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;
     let model = VlModel::load(dir, dtype, device)?;
-    let inputs = VlInputs::from_dir(dir, &model, images, enable_thinking)?;
+    let inputs = VlInputs::from_dir(dir, &model, images, enable_thinking, &generation)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }
 
@@ -365,19 +331,5 @@ mod tests {
             "{f32_bytes} vs {file}"
         );
         assert_eq!(weights_bytes(&dir, DType::BF16).unwrap() * 2, f32_bytes);
-    }
-
-    #[test]
-    fn eos_ids_from_number_list_or_nothing() {
-        let cases = [
-            (serde_json::json!(151645), vec![151645]),
-            (serde_json::json!([151645, 151643]), vec![151645, 151643]),
-            (serde_json::json!(null), vec![]),
-            (serde_json::json!("x"), vec![]),
-        ];
-        for (v, want) in cases {
-            assert_eq!(parse_eos(Some(&v)), want, "{v}");
-        }
-        assert_eq!(parse_eos(None), Vec::<u32>::new());
     }
 }

@@ -43,6 +43,8 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
         max_batch: settings.max_batch,
         max_batch_tokens: settings.max_batch_tokens,
         max_new_tokens: settings.max_new_tokens,
+        repetition_penalty: Some(settings.decoding.repetition_penalty),
+        generation_config: settings.decoding.generation_config,
         ..defaults
     }
 }

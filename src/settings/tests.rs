@@ -36,6 +36,7 @@ fn fingerprint_changes_with_settings_and_weights() {
         dedup: true,
         min_pixels: None,
         max_pixels: None,
+        decoding: CanonicalDecoding::from(&Decoding::default()),
     };
     let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
     let a = fingerprint(s.clone(), w.clone(), Vec::new());
@@ -62,6 +63,16 @@ fn fingerprint_changes_with_settings_and_weights() {
         fingerprint(s3.clone(), w.clone(), Vec::new()).sha256
     );
     assert_eq!(s.diff(&s3), vec!["max_pixels: null -> 65536".to_string()]);
+    let mut s4 = s.clone();
+    s4.decoding.repetition_penalty = Some("1.05".into());
+    assert_ne!(
+        a.sha256,
+        fingerprint(s4.clone(), w.clone(), Vec::new()).sha256
+    );
+    assert_eq!(
+        s.diff(&s4),
+        vec!["repetition_penalty: null -> \"1.05\"".to_string()]
+    );
     let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
     assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
 }

@@ -360,6 +360,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,
         max_new_tokens: 64,
+        decoding: Default::default(),
         max_batch: 5,
         max_batch_tokens: 1024,
         kv_cache_gib: None,
