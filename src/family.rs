@@ -43,14 +43,14 @@ mod tests {
 
     #[test]
     fn orand_car_question_is_the_spec_text() {
-        // SPEC §4, checked piecewise so a stray edit shows where it differs.
-        assert!(ORAND_CAR_QUESTION.starts_with("What is written in the image? "));
-        assert!(ORAND_CAR_QUESTION.ends_with("Answer in short without any other content."));
-        assert_eq!(ORAND_CAR_QUESTION.len(), 157);
-        assert!(!ORAND_CAR_QUESTION.contains('\n'));
+        // SPEC §4, copied from /work/shared/SPEC.md (and equal to `ORAND_QUESTION` of
+        // scripts/tiny_tokenizer.py, the question the bundled model was trained on).
+        // Catches: any byte of the question edited (a word, a space, the full stop).
+        const SPEC_TEXT: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
+        assert_eq!(ORAND_CAR_QUESTION, SPEC_TEXT);
         assert_eq!(
             family_spec("OrandCar").and_then(|f| f.question),
-            Some(ORAND_CAR_QUESTION)
+            Some(SPEC_TEXT)
         );
         assert_eq!(family_spec("orandcar"), None);
     }

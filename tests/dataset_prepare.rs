@@ -11,7 +11,7 @@ use verisample::dataset::writer::sha256_hex;
 use verisample::family::ORAND_CAR_QUESTION;
 use verisample::record::InputRow;
 
-use dataset_util::{bin, png, shared_data};
+use dataset_util::{bin, png, require_shared_data};
 
 fn read_all(spec: &Path) -> Vec<InputRow> {
     InputReader::open(spec.to_str().unwrap())
@@ -22,8 +22,7 @@ fn read_all(spec: &Path) -> Vec<InputRow> {
 
 #[test]
 fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
-    let Some(data) = shared_data() else {
-        eprintln!("skipped: no ../shared/data");
+    let Some(data) = require_shared_data() else {
         return;
     };
     let src = data.join("orand-car-a");

@@ -3,14 +3,14 @@
 mod dataset_util;
 
 use std::path::Path;
+use std::sync::Arc;
 
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Field, Fields, Schema};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use verisample::dataset::card::{output_configs, scan_output_dir, write_card, CardSplit};
-use verisample::dataset::features::huggingface_metadata;
 use verisample::dataset::shards::{ShardOptions, CREATED_BY};
 use verisample::dataset::writer::{
-    read_accepted_split, read_rejected_split, split_files, split_schema, SplitWriter,
+    read_accepted_split, read_rejected_split, split_files, SplitWriter,
 };
 use verisample::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 
@@ -95,6 +95,41 @@ fn think_nothink_rejected_round_trip() {
     assert!(qa_names(&s_think.files[0]).contains(&"think".to_string()));
 }
 
+/// The `qa` fields of a think split, in column order (SPEC §7).
+const THINK_QA_FIELDS: [&str; 8] = [
+    "question",
+    "answer",
+    "org_answer",
+    "vlm_answer",
+    "think",
+    "accepted_by",
+    "judge_verdict",
+    "judge_raw",
+];
+
+/// `datasets.Features({"image": Image(), "qa": List({name: Value("string") for name in
+/// THINK_QA_FIELDS}), "clean_meta": Value("string"), "image_sha256": Value("string")}).to_dict()`
+/// with datasets 5.2.0, printed by `json.dumps(..., separators=(",", ":"))`.
+const DATASETS_THINK_FEATURES: &str = r#"{"image":{"_type":"Image"},"qa":{"feature":{"question":{"dtype":"string","_type":"Value"},"answer":{"dtype":"string","_type":"Value"},"org_answer":{"dtype":"string","_type":"Value"},"vlm_answer":{"dtype":"string","_type":"Value"},"think":{"dtype":"string","_type":"Value"},"accepted_by":{"dtype":"string","_type":"Value"},"judge_verdict":{"dtype":"string","_type":"Value"},"judge_raw":{"dtype":"string","_type":"Value"}},"_type":"List"},"clean_meta":{"dtype":"string","_type":"Value"},"image_sha256":{"dtype":"string","_type":"Value"}}"#;
+
+/// The writer stores lists in the `[inner]` form that datasets 3.x also reads; datasets 4+
+/// reads `[inner]` as `List(inner)`, i.e. `{"feature": inner, "_type": "List"}` (checked with
+/// `Features.from_dict`). Rewrites the one form into the other, recursively.
+fn as_datasets_reads_it(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Array(mut items) if items.len() == 1 => {
+            serde_json::json!({"feature": as_datasets_reads_it(items.remove(0)), "_type": "List"})
+        }
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, as_datasets_reads_it(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 #[test]
 fn parquet_layout_and_metadata_match_datasets() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,17 +150,24 @@ fn parquet_layout_and_metadata_match_datasets() {
         .find(|k| k.key == "huggingface")
         .and_then(|k| k.value.clone())
         .unwrap();
-    assert_eq!(
-        hf,
-        huggingface_metadata(&split_schema(SplitKind::Think)).unwrap()
-    );
     let v: serde_json::Value = serde_json::from_str(&hf).unwrap();
-    assert_eq!(
-        v["info"]["features"]["image"],
-        serde_json::json!({"_type": "Image"})
-    );
+    // The features are what `datasets` itself describes for these columns. Catches: a wrong
+    // feature type, a missing or extra field, an image column not typed `Image`.
     assert!(v["info"]["features"]["qa"].is_array(), "list form: {hf}");
-    assert_eq!(v["info"]["features"]["qa"][0]["think"]["dtype"], "string");
+    assert_eq!(
+        as_datasets_reads_it(v["info"]["features"].clone()),
+        serde_json::from_str::<serde_json::Value>(DATASETS_THINK_FEATURES).unwrap()
+    );
+    // datasets matches the metadata's struct against the Arrow struct field by field, in
+    // order, and silently ignores the metadata on any difference: the `qa` fields must be
+    // listed in the column order (the comparison above cannot see key order). Catches:
+    // metadata written from a sorted map.
+    let at = |name: &str| {
+        hf.find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("no {name} in {hf}"))
+    };
+    let positions: Vec<usize> = THINK_QA_FIELDS.iter().map(|n| at(n)).collect();
+    assert!(positions.is_sorted(), "qa fields out of column order: {hf}");
     // Arrow schema as stored: plain binary/string/list, image struct in bytes, path order.
     let arrow_schema = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(&s.files[0]).unwrap(),
@@ -133,7 +175,25 @@ fn parquet_layout_and_metadata_match_datasets() {
     .unwrap()
     .schema()
     .clone();
-    let want = split_schema(SplitKind::Think);
+    // The Arrow schema `Features.arrow_schema` gives for the features above (all nullable;
+    // the list item is named `item`). Catches: a column type or order that datasets would
+    // not match with its metadata (it then silently drops the `Image` feature).
+    let utf8 = |n: &str| Field::new(n, DataType::Utf8, true);
+    let image = DataType::Struct(Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        utf8("path"),
+    ]));
+    let item = DataType::Struct(THINK_QA_FIELDS.into_iter().map(utf8).collect());
+    let want = Schema::new(vec![
+        Field::new("image", image, true),
+        Field::new(
+            "qa",
+            DataType::List(Arc::new(Field::new("item", item, true))),
+            true,
+        ),
+        utf8("clean_meta"),
+        utf8("image_sha256"),
+    ]);
     assert_eq!(arrow_schema.fields(), want.fields());
     assert_eq!(arrow_schema.metadata().get("huggingface"), Some(&hf));
 }

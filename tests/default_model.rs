@@ -14,7 +14,7 @@
 //! checkpoint they must be regenerated (the tests say so).
 
 mod shared_data;
-use shared_data::shared_data;
+use shared_data::require_shared_data;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -321,8 +321,7 @@ fn check_reading_set(
 
 #[test]
 fn val_images_match_transformers_and_keep_accuracy() {
-    let Some(data) = shared_data() else {
-        println!("skipped: no ../shared/data");
+    let Some(data) = require_shared_data() else {
         return;
     };
     let (meta, refs) = load_fixture::<ReadingRef>("val_reference.jsonl");

@@ -143,6 +143,73 @@ fn tokens_do_not_depend_on_batch_size_or_input_order() {
     for i in 6..12 {
         assert_eq!(base[&i].token_ids, base[&(i - 6)].token_ids, "row {i}");
     }
+    // The same question about 6 different images gets 6 different answers. Catches: image
+    // embeddings dropped (or all images given the same ones), which every comparison of
+    // the engine with itself above would pass.
+    let answers: std::collections::BTreeSet<&Vec<u32>> =
+        (0..6).map(|i| &base[&i].token_ids).collect();
+    assert_eq!(answers.len(), 6, "{answers:?}");
+}
+
+/// The reference greedy tokens of `family`'s fixture (transformers, f32; 24 tokens without
+/// an end-of-sequence stop) and its images as Pillow decoded them (PNG, exact pixels).
+fn goldens(family: &str) -> Vec<(Vec<u32>, ImageInput)> {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures");
+    let dir = fixtures.join(family);
+    let tensors = candle_core::safetensors::load(dir.join("goldens.safetensors"), &Device::Cpu)
+        .expect("goldens.safetensors");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("goldens.json")).unwrap()).unwrap();
+    assert_eq!(meta["question"], QUESTION);
+    assert_eq!(meta["enable_thinking"], true);
+    let images = meta["images"].as_array().unwrap();
+    assert_eq!(images.len(), 4);
+    images
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let ids: Vec<u32> = tensors[&format!("greedy_{i}")]
+                .to_vec1::<i64>()
+                .unwrap()
+                .into_iter()
+                .map(|t| t as u32)
+                .collect();
+            let png = std::path::Path::new(p.as_str().unwrap()).with_extension("png");
+            let png = fixtures.join("pillow_rgb").join(png.file_name().unwrap());
+            (ids, ImageInput::new(std::fs::read(&png).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn image_requests_match_the_transformers_goldens() {
+    // Each family's 4 golden images, batched with the 24 synthetic requests and chunked
+    // through the image pads: every golden sequence reproduces transformers' greedy tokens
+    // (up to an end-of-sequence stop). The goldens differ from image to image, so this
+    // catches dropped, swapped or misplaced image embeddings.
+    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] {
+        let golden = goldens(family);
+        let mut reqs = items(0);
+        for (i, (_, image)) in golden.iter().enumerate() {
+            reqs.push(Request {
+                id: 100 + i as u64,
+                system: None,
+                image: Some(image.clone()),
+                text: QUESTION.to_string(),
+                max_new_tokens: Some(24),
+            });
+        }
+        let got = run(&mut engine_with(family, 8, 40), reqs);
+        for (i, (want, _)) in golden.iter().enumerate() {
+            let c = &got[&(100 + i as u64)];
+            let n = c.token_ids.len();
+            assert!(n > 0 && n <= 24, "{family} golden {i}: {c:?}");
+            assert_eq!(c.token_ids, want[..n], "{family} golden {i}");
+            if n < 24 {
+                assert_eq!(c.finish_reason, FinishReason::Stop, "{family} golden {i}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -150,10 +217,9 @@ fn duplicate_rows_reuse_vision_embeddings_and_prefix_blocks() {
     let mut e = engine(24, 512, true);
     let got = run(&mut e, items(0));
     assert_complete(&got, 24);
-    assert!(
-        e.stats().vision_images <= 12,
-        "at most one encoder pass per image and question group"
-    );
+    // 16 image requests over 6 distinct images: one encoder pass per image. Catches: an
+    // encoder pass per request (16) or per image and question (10), or none at all (0).
+    assert_eq!(e.stats().vision_images, 6);
     assert!(
         e.stats().cached_prompt_tokens > 0,
         "duplicates and the shared system prompt hit the prefix cache"

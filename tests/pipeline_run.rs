@@ -289,11 +289,18 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     // Scheduling knobs are not part of the fingerprint.
     let mut bigger = settings(dir.path(), Shard::WHOLE);
     bigger.max_batch = 99;
-    assert!(prepare(
+    let p = prepare(
         &bigger,
-        fingerprint(bigger.canonical(), model_files(), Vec::new())
+        fingerprint(bigger.canonical(), model_files(), Vec::new()),
     )
-    .is_ok());
+    .unwrap();
+    // Accepted as the same run: every generation of the first run is replayed, under the new
+    // batch size. Catches: a knob change that silently restarts (replays nothing).
+    assert_eq!(
+        (p.replayed(), p.settings.max_batch),
+        (TOTAL_GENERATIONS, 99)
+    );
+    drop(p);
     let mut restart = settings(dir.path(), Shard::WHOLE);
     restart.restart = true;
     let p = prepare(
@@ -328,7 +335,9 @@ fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     assert_eq!(positions, sorted);
     s.max_errors = Some(8);
     s.restart = true;
-    assert!(run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).is_ok());
+    // The input's 8 errors are within `--max-errors 8`: the run completes and counts them all.
+    let report = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap();
+    assert_eq!(report.stats.errors, 8);
 }
 
 fn positions_in(out: &Path) -> Vec<u64> {
@@ -457,8 +466,10 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     };
     let first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
     drop(first);
-    // Same path, same content: accepted.
-    assert!(prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).is_ok());
+    // Same path, same content: accepted (as the same, still empty run).
+    let same = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
+    assert_eq!(same.replayed(), 0);
+    drop(same);
     let err = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("cc"))).unwrap_err();
     match &err {
         PipelineError::FingerprintMismatch { changed, .. } => assert_eq!(

@@ -268,7 +268,8 @@ fn out_inside_or_equal_to_the_data_folder_is_refused() {
         "--out",
         sibling.to_str().unwrap(),
     ]);
-    assert!(Settings::resolve(&args).is_ok());
+    // Accepted, with the sibling as the output folder.
+    assert_eq!(Settings::resolve(&args).unwrap().out, sibling);
 }
 
 #[test]

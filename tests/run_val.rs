@@ -5,12 +5,13 @@
 //! counts must agree with what the splits hold.
 //!
 //! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, `<repo>/../../shared/data` or
-//! `<repo>/../shared/data`); prints "skipped: no ../shared/data" without it.
+//! `<repo>/../shared/data`); without it prints "skipped: …"
+//! (and fails under CI, see tests/shared_data).
 
 mod shared_data;
-use shared_data::shared_data;
+use shared_data::require_shared_data;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
@@ -82,8 +83,7 @@ fn qa_count<Q>(rows: &[OutputRow<Q>]) -> u64 {
 
 #[test]
 fn run_on_orand_val_accounts_for_every_question_and_verifies() {
-    let Some(data) = shared_data() else {
-        println!("skipped: no ../shared/data");
+    let Some(data) = require_shared_data() else {
         return;
     };
     let model = repo().join("assets/model");
@@ -295,4 +295,42 @@ fn run_on_orand_val_accounts_for_every_question_and_verifies() {
         serde_json::from_value(st["reject_reasons"].clone()).unwrap_or_default();
     assert_eq!(reasons, reasons_json, "reject_reasons");
     println!("accepted_by {by:?}, reject_reasons {reasons:?}");
+
+    // The reading accuracy transformers measured for this checkpoint on these 78 images
+    // (tests/fixtures/default_model/val_reference.jsonl: 66 read exactly): the verifier
+    // accepts exactly the images the reference reads correctly. Catches: a run that reads
+    // nothing, or the wrong image, while every count above still adds up (zero accuracy).
+    let reference =
+        reference_reads(&repo().join("tests/fixtures/default_model/val_reference.jsonl"));
+    assert_eq!(reference.len(), 66, "val_reference.jsonl correct items");
+    let by_verifier: BTreeSet<String> = nothink
+        .iter()
+        .filter(|r| r.qa.iter().any(|q| q.accepted_by.starts_with("verifier:")))
+        .map(|r| file_name(r.image.path.as_deref().unwrap_or_default()))
+        .collect();
+    assert_eq!(by_verifier, reference, "images the verifier accepted");
+    let verifier_count: u64 = by_json
+        .iter()
+        .filter(|(k, _)| k.starts_with("verifier:"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(verifier_count, 66, "run.json accepted_by verifier:*");
+}
+
+/// The bare file names of the images a reading reference marks `correct`.
+fn reference_reads(path: &Path) -> BTreeSet<String> {
+    let lines = jsonl(path);
+    assert_eq!(lines[0]["meta"]["n"], VAL_ROWS, "{}", path.display());
+    lines[1..]
+        .iter()
+        .filter(|l| l["correct"] == true)
+        .map(|l| file_name(l["file"].as_str().expect("file")))
+        .collect()
+}
+
+fn file_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

@@ -2,7 +2,7 @@
 //! without separators, `1.990` is labelled `1990`). Uses the real data when present.
 
 mod shared_data;
-use shared_data::shared_data;
+use shared_data::require_shared_data;
 
 use verisample::judge::numbers_disagree;
 use verisample::verify::alnum::alnum_norm;
@@ -23,15 +23,11 @@ fn with_separators(digits: &str) -> String {
 
 #[test]
 fn every_label_is_a_usable_digit_reference() {
-    let Some(root) = shared_data() else {
-        println!("skipped: no ../shared/data");
+    let Some(root) = require_shared_data() else {
         return;
     };
     let path = root.join("orand-car-a/labels.jsonl");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        println!("skipped: no {}", path.display());
-        return;
-    };
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut n = 0;
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("labels.jsonl line");

@@ -152,8 +152,15 @@ fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
     (out, reference)
 }
 
+/// Largest |a − b|. Both sides must be finite first: `f32::max` drops NaN, so without the
+/// check a NaN output would report 0. Catches: NaN or infinite attention output.
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
+    for (what, v) in [("output", a), ("reference", b)] {
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            panic!("{what}: value {i} of {} is {}", v.len(), v[i]);
+        }
+    }
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())

@@ -331,9 +331,28 @@ mod tests {
     #[test]
     fn run_json_is_pretty_and_atomic() {
         let dir = tempfile::tempdir().unwrap();
+        let first =
+            write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 1}})).unwrap();
+        assert_eq!(first, dir.path().join("run.json"));
+        // A reader that opened the old run.json (here: a second name for its inode) must keep
+        // seeing a whole old document: the new one replaces it by rename, never in place.
+        // Catches: run.json rewritten in place (`std::fs::write`), which a crash leaves torn.
+        let old_view = dir.path().join("old-view");
+        std::fs::hard_link(&first, &old_view).unwrap();
         let p =
             write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 3}})).unwrap();
         let text = std::fs::read_to_string(p).unwrap();
         assert_eq!(text, "{\n  \"counts\": {\n    \"accepted\": 3\n  }\n}\n");
+        assert_eq!(
+            std::fs::read_to_string(&old_view).unwrap(),
+            "{\n  \"counts\": {\n    \"accepted\": 1\n  }\n}\n"
+        );
+        // No temporary file is left beside it.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["old-view", "run.json"]);
     }
 }

@@ -76,10 +76,47 @@ pub fn features_of(schema: &Schema) -> Result<Value, DatasetError> {
 
 /// The value of the parquet key-value metadata entry `huggingface`:
 /// `{"info": {"features": …}}` as compact JSON (what `datasets` writes, minus whitespace).
+/// Columns and struct fields keep the schema's order: `datasets` matches a struct feature
+/// against the Arrow struct field by field, in order, and ignores the metadata on any
+/// difference (a `serde_json::Map` would sort the keys).
 ///
 /// Errors: as [`feature_of`].
 pub fn huggingface_metadata(schema: &Schema) -> Result<String, DatasetError> {
-    Ok(json!({"info": {"features": features_of(schema)?}}).to_string())
+    let mut out = String::from(r#"{"info":{"features":{"#);
+    fields_json(schema.fields(), &mut out)?;
+    out.push_str("}}}");
+    Ok(out)
+}
+
+/// `"name":feature` of each field, in order, comma-separated.
+fn fields_json(fields: &Fields, out: &mut String) -> Result<(), DatasetError> {
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(f.name().clone()).to_string());
+        out.push(':');
+        feature_json(f.data_type(), out)?;
+    }
+    Ok(())
+}
+
+/// [`feature_of`] as JSON text with struct fields in order.
+fn feature_json(dt: &DataType, out: &mut String) -> Result<(), DatasetError> {
+    match dt {
+        DataType::Struct(fields) if !is_image_struct(fields) => {
+            out.push('{');
+            fields_json(fields, out)?;
+            out.push('}');
+        }
+        DataType::List(inner) => {
+            out.push('[');
+            feature_json(inner.data_type(), out)?;
+            out.push(']');
+        }
+        other => out.push_str(&feature_of(other)?.to_string()),
+    }
+    Ok(())
 }
 
 /// The card YAML list of features (`datasets.Features._to_yaml_list` layout), each line

@@ -295,8 +295,14 @@ mod tests {
             other => panic!("want a Config error, got {other:?}"),
         }
         // Exactly the available memory still fits; unknown memory is not checked.
-        assert!(pool_blocks_within(&gib(2.0), &layout, &Device::Cpu, Some(2 * one_gib)).is_ok());
-        assert!(pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, None).is_ok());
+        assert_eq!(
+            pool_blocks_within(&gib(2.0), &layout, &Device::Cpu, Some(2 * one_gib)).unwrap(),
+            64 * 1024
+        );
+        assert_eq!(
+            pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, None).unwrap(),
+            100_000 * 32 * 1024
+        );
     }
 
     #[test]

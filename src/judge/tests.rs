@@ -2,16 +2,21 @@
 
 use super::*;
 
+/// `JUDGE_TEMPLATE` of scripts/tiny_tokenizer.py, the text the bundled judge was trained on,
+/// as Python's `json.dumps` printed it (`python3 -c "import json, tiny_tokenizer as t;
+/// print(json.dumps(t.JUDGE_TEMPLATE))"` in scripts/).
+const TRAINED_JUDGE_TEMPLATE: &str = "You are grading an answer to a question about an image. You cannot see the image. Do not solve the question yourself: only compare the candidate answer with the reference answer.\n\nQuestion: {question}\nReference answer: {reference}\nCandidate answer: {candidate}\n\nThe candidate is CORRECT if it gives the same answer as the reference, ignoring case, spacing, punctuation and formatting. Numbers must agree exactly: every digit must match. It is WRONG if it gives a different answer. Say UNSURE only if the reference itself is empty, unreadable or ambiguous.\nReply with one word: CORRECT, WRONG or UNSURE.";
+
 #[test]
 fn template_is_byte_identical() {
-    assert!(JUDGE_TEMPLATE.starts_with(
-        "You are grading an answer to a question about an image. You cannot see the image."
-    ));
-    assert!(JUDGE_TEMPLATE.ends_with("Reply with one word: CORRECT, WRONG or UNSURE."));
-    assert_eq!(JUDGE_TEMPLATE.matches('\n').count(), 7);
-    assert_eq!(JUDGE_TEMPLATE.len(), 602);
-    let crc = crc32fast::hash(JUDGE_TEMPLATE.as_bytes());
-    assert_eq!(crc, 0x0BDD_7E99, "JUDGE_TEMPLATE changed: crc {crc:#010x}");
+    // Catches: any edit of the template (a word, a space, a trailing newline) that makes the
+    // judge see a prompt it was not trained on.
+    assert_eq!(JUDGE_TEMPLATE, TRAINED_JUDGE_TEMPLATE);
+    // The prompt is the trained one with the three fields substituted (Python `str.replace`).
+    assert_eq!(
+        build_judge_prompt("Q?", "11850", "ll.850"),
+        "You are grading an answer to a question about an image. You cannot see the image. Do not solve the question yourself: only compare the candidate answer with the reference answer.\n\nQuestion: Q?\nReference answer: 11850\nCandidate answer: ll.850\n\nThe candidate is CORRECT if it gives the same answer as the reference, ignoring case, spacing, punctuation and formatting. Numbers must agree exactly: every digit must match. It is WRONG if it gives a different answer. Say UNSURE only if the reference itself is empty, unreadable or ambiguous.\nReply with one word: CORRECT, WRONG or UNSURE."
+    );
 }
 
 #[test]

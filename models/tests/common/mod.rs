@@ -30,6 +30,22 @@ pub fn shared_data() -> Option<PathBuf> {
         .find(|p| p.is_dir())
 }
 
+/// The skip helpers of the root crate's tests (`skip` fails under CI and is counted by
+/// `.ci/run`); its own data lookup is not used here (this crate sits one level deeper).
+#[path = "../../../tests/shared_data/mod.rs"]
+mod root_shared_data;
+pub use root_shared_data::skip;
+
+/// [`shared_data`], or `None` after [`skip`] (a panic under CI). Catches: a CI run without
+/// `../shared/data` passing by skipping the preprocessing parity.
+pub fn require_shared_data() -> Option<PathBuf> {
+    let found = shared_data();
+    if found.is_none() {
+        skip("no ../shared/data");
+    }
+    found
+}
+
 /// Golden tensors of a family (`goldens.safetensors`) and its metadata (`goldens.json`).
 pub struct Goldens {
     pub tensors: HashMap<String, Tensor>,
@@ -227,15 +243,29 @@ pub fn load_model(family: &str) -> VlModel {
     VlModel::load(&fixture_dir(family), DType::F32, &Device::Cpu).unwrap()
 }
 
+/// Panics unless every value is finite: `f32::max` drops NaN, so a max-abs fold over NaN
+/// output would report 0 and pass any tolerance. Catches: NaN or infinite logits.
+pub fn assert_finite(what: &str, v: &[f32]) {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        panic!("{what}: value {i} of {} is {}", v.len(), v[i]);
+    }
+}
+
+/// Largest |a − b|, after asserting both sides are finite.
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
+    assert_finite("got", a);
+    assert_finite("want", b);
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
 
+/// Mean |a − b|, after asserting both sides are finite.
 pub fn mean_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
+    assert_finite("got", a);
+    assert_finite("want", b);
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f32>() / a.len() as f32
 }
