@@ -1,5 +1,7 @@
 //! Hot kernels for verisample on candle tensors: the paged KV cache write
-//! ([`reshape_and_cache`]) and ragged causal attention over that cache ([`paged_attention`]).
+//! ([`reshape_and_cache`]), ragged causal attention over that cache ([`paged_attention`]), and
+//! the vision towers' attention within images or windows ([`segment_attention`], blockwise
+//! with an online softmax: memory linear in the patches).
 //!
 //! Cache layout (vLLM's, flattened): per layer a key and a value pool, each
 //! `[num_blocks, block_size, n_kv_heads, head_dim]`. Token `p` of a sequence lives in slot
@@ -14,16 +16,22 @@
 //!   ([`reshape_and_cache`], [`paged_attention`]; any non-CPU tensor gives
 //!   [`KernelError::UnsupportedDevice`]);
 //! - **portable** (every candle device): the same ops made of candle tensor ops
-//!   ([`PortableStep`]). This is what runs on CUDA and Metal until fused kernels for those
+//!   ([`PortableStep`], [`segment_attention_portable`]). This is what runs on CUDA and Metal until fused kernels for those
 //!   devices are written and verified on the hardware.
 
 mod cache;
 mod paged;
 mod portable;
+mod segment;
 
 pub use cache::reshape_and_cache;
 pub use paged::{paged_attention, PagedAttentionParams};
-pub use portable::PortableStep;
+pub use portable::{
+    portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,
+};
+pub use segment::{
+    segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
+};
 
 use candle_core::{Device, Tensor};
 
@@ -44,6 +52,24 @@ impl AttentionPath {
             Self::Native
         } else {
             Self::Portable
+        }
+    }
+
+    /// Attention of `q`, `k`, `v` `[n, heads, head_dim]` within `params.segments` on this
+    /// path ([`segment_attention`] or [`segment_attention_portable`]); returns `[n, heads,
+    /// head_dim]` in the input dtype.
+    ///
+    /// Errors: as the chosen implementation.
+    pub fn segment_attention(
+        self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        params: &SegmentAttentionParams<'_>,
+    ) -> Result<Tensor, KernelError> {
+        match self {
+            Self::Native => segment_attention(q, k, v, params),
+            Self::Portable => segment_attention_portable(q, k, v, params),
         }
     }
 }

@@ -226,3 +226,64 @@ impl PortableStep {
         Ok(out)
     }
 }
+
+/// Score elements (f32) one query chunk of [`segment_attention_portable`] may hold: 2²⁴, 64 MiB.
+pub const PORTABLE_SCORE_ELEMENTS: usize = 1 << 24;
+
+/// Query rows per chunk of [`segment_attention_portable`] for a segment of `len` rows and
+/// `heads` heads: as many as keep the `[heads, rows, len]` f32 scores within
+/// [`PORTABLE_SCORE_ELEMENTS`], at least one.
+pub fn portable_chunk_rows(len: usize, heads: usize) -> usize {
+    (PORTABLE_SCORE_ELEMENTS / (heads * len).max(1)).clamp(1, len.max(1))
+}
+
+/// [`crate::segment_attention`] made of candle tensor ops (any device): per segment, query
+/// chunks of [`portable_chunk_rows`] rows attend to the whole segment, with scores, softmax
+/// and the weighted sum in f32. Memory beyond the inputs: the f32 copies of one segment's
+/// `q`, `k`, `v` and one chunk's scores (at most [`PORTABLE_SCORE_ELEMENTS`] unless a single
+/// row's scores exceed it), never `[heads, len, len]` for a long segment.
+///
+/// Errors: [`KernelError::Invalid`] when shapes disagree or the segments do not tile the rows.
+pub fn segment_attention_portable(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    params: &crate::SegmentAttentionParams<'_>,
+) -> Result<Tensor, KernelError> {
+    let (n, heads, _) = q.dims3()?;
+    if k.dims() != q.dims() || v.dims() != q.dims() {
+        return Err(KernelError::Invalid {
+            kernel: "segment_attention",
+            msg: format!(
+                "q {:?}, k {:?}, v {:?} must have one shape",
+                q.dims(),
+                k.dims(),
+                v.dims()
+            ),
+        });
+    }
+    crate::segment::validate_segments("segment_attention", params.segments, n)?;
+    if n == 0 {
+        return Ok(q.clone());
+    }
+    // [len, heads, hd] rows of one segment → [heads, len, hd] f32.
+    let heads_first = |t: &Tensor, start: usize, len: usize| -> candle_core::Result<Tensor> {
+        t.narrow(0, start, len)?
+            .to_dtype(DType::F32)?
+            .transpose(0, 1)?
+            .contiguous()
+    };
+    let mut outs = Vec::new();
+    for &(start, len) in params.segments.iter().filter(|s| s.1 > 0) {
+        let ks = heads_first(k, start, len)?.t()?;
+        let vs = heads_first(v, start, len)?;
+        let chunk = portable_chunk_rows(len, heads);
+        for c0 in (0..len).step_by(chunk) {
+            let rows = chunk.min(len - c0);
+            let qs = (heads_first(q, start + c0, rows)? * params.scale as f64)?;
+            let probs = candle_nn::ops::softmax_last_dim(&qs.matmul(&ks)?)?;
+            outs.push(probs.matmul(&vs)?.transpose(0, 1)?.to_dtype(q.dtype())?);
+        }
+    }
+    Ok(Tensor::cat(&outs, 0)?.contiguous()?)
+}

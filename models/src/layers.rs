@@ -1,7 +1,8 @@
-//! Layers shared by every tower and decoder: norms, activations, MLPs, rotary embeddings and
-//! the non-causal segment attention of the vision towers. Family differences are arguments.
+//! Layers shared by every tower and decoder: norms, activations, MLPs and rotary embeddings
+//! (the vision towers' segment attention is `verisample_kernels::segment_attention`). Family
+//! differences are arguments.
 
-use candle_core::{DType, Module, Result, Tensor, D};
+use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Linear, VarBuilder};
 
 /// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
@@ -193,33 +194,6 @@ pub fn cos_sin(
         Tensor::from_vec(cos, (n, half), device)?,
         Tensor::from_vec(sin, (n, half), device)?,
     ))
-}
-
-/// Bidirectional attention restricted to segments: `q`, `k`, `v` `[n, heads, head_dim]`; row
-/// ranges `segments` (e.g. one per image, or one per window) never attend to each other.
-/// Softmax in f32 (transformers eager). Returns `[n, heads, head_dim]`.
-pub fn segment_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    segments: &[(usize, usize)],
-    scale: f64,
-) -> Result<Tensor> {
-    let dtype = q.dtype();
-    let mut outs = Vec::with_capacity(segments.len());
-    for &(start, len) in segments {
-        if len == 0 {
-            continue;
-        }
-        // [heads, len, hd]
-        let qs = q.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
-        let ks = k.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
-        let vs = v.narrow(0, start, len)?.transpose(0, 1)?.contiguous()?;
-        let w = (qs.matmul(&ks.t()?)? * scale)?;
-        let w = candle_nn::ops::softmax_last_dim(&w.to_dtype(DType::F32)?)?.to_dtype(dtype)?;
-        outs.push(w.matmul(&vs)?.transpose(0, 1)?);
-    }
-    Tensor::cat(&outs, 0)?.contiguous()
 }
 
 /// Sums the last dimension after an element-wise product (a small helper for weighted gathers).

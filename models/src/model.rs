@@ -199,10 +199,12 @@ impl VlModel {
         self.text.attention_path()
     }
 
-    /// Chooses the implementation of the paged-attention ops; the native path accepts CPU
-    /// tensors only (a forward on another device then fails with a kernel error).
+    /// Chooses the implementation of the decoder's paged-attention ops and of the vision
+    /// tower's attention; the native path accepts CPU tensors only (a forward on another
+    /// device then fails with a kernel error).
     pub fn set_attention_path(&mut self, path: AttentionPath) {
         self.text.set_attention_path(path);
+        self.vision.set_attention_path(path);
     }
 
     /// Weight dtype (use it for the [`KvCache`] too).

@@ -13,11 +13,11 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
+use verisample_kernels::{AttentionPath, SegmentAttentionParams};
 
 use crate::config::{Family, VisionSpec};
 use crate::layers::{
-    apply_rotary, cos_sin, inv_freq, linear, segment_attention, weighted_sum, Act, Mlp, MlpNames,
-    Norm,
+    apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, MlpNames, Norm,
 };
 
 /// Output of the vision tower for a batch of images.
@@ -132,10 +132,12 @@ pub struct VisionTower {
     deepstack: Vec<Merger>,
     inv_freq: Vec<f32>,
     dtype: DType,
+    attention: AttentionPath,
 }
 
 impl VisionTower {
-    /// Loads the tower from `vb` positioned at the vision prefix (`visual` or `model.visual`).
+    /// Loads the tower from `vb` positioned at the vision prefix (`visual` or `model.visual`);
+    /// attention takes the path of `vb`'s device ([`AttentionPath::for_device`]).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor.
     pub fn new(spec: &VisionSpec, vb: VarBuilder) -> Result<Self> {
@@ -189,7 +191,14 @@ impl VisionTower {
             merger,
             deepstack,
             inv_freq: inv_freq(head_dim / 2, spec.rope_theta),
+            attention: AttentionPath::for_device(vb.device()),
         })
+    }
+
+    /// Chooses the implementation of the attention within images or windows (native CPU
+    /// kernel or portable candle ops); the native path accepts CPU tensors only.
+    pub fn set_attention_path(&mut self, path: AttentionPath) {
+        self.attention = path;
     }
 
     /// Encodes `pixel_values` `[Σ t·h·w, C·T·P·P]` of the images with grids `grid_thw` into
@@ -292,8 +301,14 @@ impl VisionTower {
         let q = apply_rotary(&qkv.narrow(1, 0, 1)?.squeeze(1)?, cos, sin)?;
         let k = apply_rotary(&qkv.narrow(1, 1, 1)?.squeeze(1)?, cos, sin)?;
         let v = qkv.narrow(1, 2, 1)?.squeeze(1)?;
-        let attn =
-            segment_attention(&q, &k, &v, segs, 1.0 / (hd as f64).sqrt())?.reshape((n, hid))?;
+        let params = SegmentAttentionParams {
+            segments: segs,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let attn = self
+            .attention
+            .segment_attention(&q, &k, &v, &params)?
+            .reshape((n, hid))?;
         let x = (x + b.proj.forward(&attn)?)?;
         &x + b.mlp.forward(&b.norm2.forward(&x)?)?
     }
