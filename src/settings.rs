@@ -21,7 +21,9 @@ use crate::verify::VerifierRegistry;
 
 mod fingerprint;
 mod model;
+mod out_dir;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
+pub use out_dir::is_verisample_output;
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 
 /// Default output folder (relative to the working directory).
@@ -61,9 +63,9 @@ impl Switch {
 pub enum ProgressMode {
     /// An indicatif bar (default when stderr is a terminal).
     Bar,
-    /// One JSON object per interval on stderr (default otherwise).
+    /// One JSON object per interval on stderr (only when asked for: `--progress jsonl`).
     Jsonl,
-    /// Nothing.
+    /// Nothing (default when stderr is not a terminal).
     None,
 }
 
@@ -258,7 +260,7 @@ pub struct RunArgs {
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
     pub shard: Option<Shard>,
-    /// Progress display. [default: bar on a terminal, else jsonl]
+    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
     /// Abort when more than N input errors were recorded. [default: unlimited]
@@ -267,6 +269,13 @@ pub struct RunArgs {
     /// Discard an existing journal and outputs in OUT instead of resuming.
     #[arg(long)]
     pub restart: bool,
+    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
+    /// README.md, run.json and data/ are overwritten).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the end-of-run summary as one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
     /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
@@ -529,7 +538,7 @@ impl Settings {
         let progress_default = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             ProgressMode::Bar
         } else {
-            ProgressMode::Jsonl
+            ProgressMode::None
         };
         let quiet = args.quiet;
         let progress = if quiet {
@@ -616,26 +625,7 @@ impl Settings {
             (None, Some(o)) => rebase(&base, o.clone()),
             (None, None) => PathBuf::from(DEFAULT_OUT),
         };
-        if out.exists() && !out.is_dir() {
-            return Err(SettingsError::Invalid {
-                key: "out",
-                value: out.display().to_string(),
-                why: "exists and is not a folder".into(),
-            });
-        }
-        if let Some(root) = &data_root {
-            let out_c = canonical_lenient(&out);
-            if out_c.starts_with(root) {
-                return Err(SettingsError::Invalid {
-                    key: "out",
-                    value: out.display().to_string(),
-                    why: format!(
-                        "is inside the input dataset folder {}; a rerun would read the output as input",
-                        root.display()
-                    ),
-                });
-            }
-        }
+        out_dir::check_out(&out, data_root.as_deref(), args.force)?;
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
