@@ -207,6 +207,21 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
         .unwrap_or_else(crate::settings::default_model_dir);
     let mut engine = load_engine(&model, candle_core::DType::F32, &device, cfg, Some(true))
         .with_context(|| format!("loading {}", model.display()))?;
+    let all = bench::list_images(&a.images, 0)?.len();
+    let taken = if a.num_images == 0 {
+        all
+    } else {
+        a.num_images.min(all)
+    };
+    if taken < all {
+        tracing::info!(
+            "bench: {taken} of the {all} images in {} (the first by file name; --num-images {} keeps a run short, --num-images 0 takes all)",
+            a.images.display(),
+            a.num_images
+        );
+    } else {
+        tracing::info!("bench: all {all} images in {}", a.images.display());
+    }
     let opts = BenchOptions {
         images_dir: a.images.clone(),
         num_images: a.num_images,

@@ -22,6 +22,7 @@ use crate::verify::VerifierRegistry;
 mod fingerprint;
 mod model;
 mod out_dir;
+mod switch;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use out_dir::is_verisample_output;
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
@@ -40,8 +41,9 @@ pub const DEFAULT_MAX_BATCH: usize = 64;
 /// Default number of tokens (prefill + decode) the engine may schedule in one step.
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16384;
 
-/// An on/off switch as written on the command line and in the TOML file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+/// An on/off switch as written on the command line and in the TOML file (where `true` and
+/// `false` work too, see `switch.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Switch {
     /// Enabled.
@@ -418,7 +420,7 @@ pub enum SettingsError {
     #[error("cannot read the input dataset: {0}")]
     DataUnreadable(String),
     /// `--model` is neither a local folder nor in the local HF cache.
-    #[error("model `{spec}` not found; looked in: {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    #[error("model `{spec}` not found; looked in: {}{}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "), model::fetch_hint(spec))]
     ModelNotFound {
         /// What the user wrote.
         spec: String,
@@ -439,8 +441,13 @@ fn pick<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
     flag.or(file).unwrap_or(default)
 }
 
-/// Resolve `p` against `base` unless absolute.
+/// Resolve `p` against `base` unless absolute; a leading `~/` is the home folder (the shell
+/// expands it on the command line, but not inside the TOML file).
 pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
+    let p = match (p.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => p,
+    };
     if p.is_absolute() {
         p
     } else {

@@ -291,7 +291,10 @@ fn check_earlier_run(
 /// not load, bad input) or that had nothing to generate leaves. Its files are replaced like
 /// with `--restart`, so that the corrected command is not refused as a different run.
 fn nothing_to_lose(out: &std::path::Path, journal: &std::path::Path) -> bool {
-    let no_splits = crate::dataset::card::output_split_files(out).is_ok_and(|f| f.is_empty());
+    // As in `check_earlier_run`: a folder that cannot be listed holds no split to lose.
+    let no_splits = crate::dataset::card::output_split_files(out)
+        .unwrap_or_default()
+        .is_empty();
     let no_generation = match crate::journal::read_records::<JournalEntry>(journal) {
         Ok(replay) => replay
             .records
