@@ -24,8 +24,8 @@ mod model;
 mod out_dir;
 mod switch;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
-pub use out_dir::is_verisample_output;
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
+pub use out_dir::is_verisample_output;
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";

@@ -53,7 +53,8 @@ fn error_line(out: &Output) -> String {
 }
 
 fn has_hash(s: &str) -> bool {
-    s.split(|c: char| !c.is_ascii_hexdigit()).any(|w| w.len() == 64)
+    s.split(|c: char| !c.is_ascii_hexdigit())
+        .any(|w| w.len() == 64)
 }
 
 fn run_json(out: &Path) -> serde_json::Value {
@@ -145,10 +146,18 @@ fn summary_goes_to_stdout_headline_first_and_the_output_folder_is_left_clean() {
             out.display()
         )
     );
-    assert!(!has_hash(&text(&refused.stderr)), "{}", text(&refused.stderr));
+    assert!(
+        !has_hash(&text(&refused.stderr)),
+        "{}",
+        text(&refused.stderr)
+    );
     let verbose = run(&out, &["--think", "off", "-v"]);
     assert_eq!(verbose.status.code(), Some(1));
-    assert!(has_hash(&text(&verbose.stderr)), "{}", text(&verbose.stderr));
+    assert!(
+        has_hash(&text(&verbose.stderr)),
+        "{}",
+        text(&verbose.stderr)
+    );
 }
 
 #[test]
@@ -200,8 +209,15 @@ fn a_users_own_folder_is_never_overwritten_without_force() {
         line.contains("(README.md, run.json)") && line.contains("--force"),
         "{line}"
     );
-    assert_eq!(std::fs::read_to_string(mine.join("README.md")).unwrap(), "my notes");
-    assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 2, "nothing added");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("README.md")).unwrap(),
+        "my notes"
+    );
+    assert_eq!(
+        std::fs::read_dir(&mine).unwrap().count(),
+        2,
+        "nothing added"
+    );
     ok(run(&mine, &["--force", "-q"]), "run with --force");
     assert!(std::fs::read_to_string(mine.join("README.md"))
         .unwrap()
@@ -253,7 +269,11 @@ fn bad_output_folders_are_settings_errors_before_the_model_loads() {
     if std::fs::write(ro.join("probe"), "").is_err() {
         let r = run(&ro.join("out"), &[]);
         assert_eq!(r.status.code(), Some(2));
-        assert!(error_line(&r).contains("is not writable"), "{}", error_line(&r));
+        assert!(
+            error_line(&r).contains("is not writable"),
+            "{}",
+            error_line(&r)
+        );
     } else {
         println!("note: running as root, the read-only check is skipped");
     }
@@ -285,4 +305,42 @@ fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
     assert!(!failed.status.success());
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     ok(run(&out, &["-q"]), "the corrected command");
+}
+
+#[test]
+fn a_hub_id_not_in_the_cache_says_how_to_fetch_it_and_config_paths_take_tilde() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = Command::new(BIN)
+        .args(["run", "--model", "Qwen/Not-Here-2B", "--device", "cpu"])
+        .arg("--out")
+        .arg(tmp.path().join("o"))
+        .env("HF_HUB_CACHE", tmp.path().join("hub"))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let line = error_line(&missing);
+    assert!(
+        line.contains("verisample never downloads")
+            && line.contains("hf download Qwen/Not-Here-2B")
+            && line.contains("--model Qwen/Not-Here-2B"),
+        "{line}"
+    );
+    // `~/` in the config file is the home folder; `think = false` is a switch.
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, "model = \"~/no-model\"\nthink = false\n").unwrap();
+    let r = Command::new(BIN)
+        .args(["run", "--device", "cpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(tmp.path().join("o"))
+        .env("HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let line = error_line(&r);
+    let expanded = tmp.path().join("no-model");
+    assert!(
+        line.contains(&format!("looked in: {}", expanded.display())),
+        "{line}"
+    );
 }

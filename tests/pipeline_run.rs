@@ -14,7 +14,8 @@ use std::sync::Arc;
 use pipeline_support::*;
 use verisample::merge::{prepare_merge, JournalOnly, MergeArgs, MergeError};
 use verisample::pipeline::{
-    import_results, prepare, run, ItemKey, JournalOutcome, Pass, Backends, PipelineError, RunControl, RunReport, StandardDecisions,
+    import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
+    RunControl, RunReport, StandardDecisions,
 };
 use verisample::settings::{fingerprint, Settings};
 use verisample::shard::Shard;

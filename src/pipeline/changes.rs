@@ -79,8 +79,10 @@ pub fn describe_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     }
     let data_changed = a.get("data") != b.get("data");
     if old.input_files != new.input_files && !data_changed {
-        let old_map: BTreeMap<&String, &String> = old.input_files.iter().map(|(f, h)| (f, h)).collect();
-        let new_map: BTreeMap<&String, &String> = new.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let old_map: BTreeMap<&String, &String> =
+            old.input_files.iter().map(|(f, h)| (f, h)).collect();
+        let new_map: BTreeMap<&String, &String> =
+            new.input_files.iter().map(|(f, h)| (f, h)).collect();
         let names: BTreeSet<&String> = old_map.keys().chain(new_map.keys()).copied().collect();
         let mut what = Vec::new();
         for name in names {
@@ -145,7 +147,8 @@ mod tests {
         );
         let mut new = base();
         new.model = Some("~/q7b".into());
-        new.model_files.insert("model.safetensors".into(), "cd".into());
+        new.model_files
+            .insert("model.safetensors".into(), "cd".into());
         assert_eq!(
             describe_changes(&old, &new),
             vec!["the model changed: assets/model → ~/q7b"]

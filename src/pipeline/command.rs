@@ -13,12 +13,12 @@ use super::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
 };
 use crate::engine::vl::{load_engine, VlInputs, VlLoadError};
-use verisample_models::VlModel;
 use crate::engine::{EngineConfig, EngineError, KvBudget};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
 };
+use verisample_models::VlModel;
 
 /// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
 /// measured).
@@ -93,7 +93,10 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
 /// journal check that can still fail before the first generation).
 ///
 /// Errors: the handler, the device, the model, the chat template.
-fn start_engine(settings: &Settings, control: &RunControl) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
+fn start_engine(
+    settings: &Settings,
+    control: &RunControl,
+) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
     install_ctrlc(control).context("installing the Ctrl-C handler")?;
     let device = settings.device.open().context("opening the device")?;
     let mut engine = load_engine(

@@ -92,10 +92,7 @@ mod tests {
         let first = OutLock::take(&out).unwrap();
         assert!(first.created_out);
         assert!(out.join(LOCK_FILE).exists());
-        assert!(matches!(
-            OutLock::take(&out),
-            Err(PipelineError::Locked(_))
-        ));
+        assert!(matches!(OutLock::take(&out), Err(PipelineError::Locked(_))));
         drop(first);
         assert!(!out.join(LOCK_FILE).exists());
         let again = OutLock::take(&out).unwrap();

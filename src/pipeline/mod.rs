@@ -268,10 +268,10 @@ fn check_earlier_run(
                 fingerprint.sha256
             );
             Err(PipelineError::FingerprintMismatch {
-            out: out.to_path_buf(),
-            old: old.sha256.clone(),
-            new: fingerprint.sha256.clone(),
-            changed: changes::describe_changes(&old, fingerprint),
+                out: out.to_path_buf(),
+                old: old.sha256.clone(),
+                new: fingerprint.sha256.clone(),
+                changed: changes::describe_changes(&old, fingerprint),
             })
         }
         None => {

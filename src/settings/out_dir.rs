@@ -155,7 +155,10 @@ mod tests {
         let data = root.join("x/data");
         std::fs::create_dir_all(&data).unwrap();
         let err = check_out(&root.join("x"), Some(&data), true).unwrap_err();
-        assert!(err.to_string().contains("holds the input dataset folder"), "{err}");
+        assert!(
+            err.to_string().contains("holds the input dataset folder"),
+            "{err}"
+        );
         let err = check_out(&data.join("o"), Some(&data), true).unwrap_err();
         assert!(err.to_string().contains("inside the input"), "{err}");
         std::fs::write(root.join("f"), "").unwrap();
