@@ -314,9 +314,7 @@ fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
 pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
     let mut s = String::from("## Statistics\n\n");
     s.push_str(&format!(
-        "![split sizes, reject reasons and throughput]({chart_file})\n\n\
-         Chart panels, left to right: items per split (green `_RS_think`, blue `_RS_nothink`, \
-         red `_rejected`), reject reasons (largest first), generated tokens/s over the run.\n\n"
+        "![questions per split, accept rate per family, reject reasons, judge verdicts and throughput]({chart_file})\n\n"
     ));
     s.push_str(&format!(
         "Input: {} rows, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
@@ -376,10 +374,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        let card = card_markdown(&stats, "chart.png");
+        let card = card_markdown(&stats, "chart.svg");
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
         assert!(card.contains("59/60"));
-        assert!(card.contains("](chart.png)"));
+        assert!(card.contains("](chart.svg)"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Files whose bytes legitimately differ between runs (timings, throughput, resume info).
-const VOLATILE: [&str; 4] = ["run.json", "chart.png", "README.md", "journal.bin"];
+const VOLATILE: [&str; 4] = ["run.json", "chart.svg", "README.md", "journal.bin"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
