@@ -214,6 +214,22 @@ pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
         Default::default(),
     )
     .with_context(|| format!("loading {}", model.display()))?;
+
+    let all = bench::list_images(&a.images, 0)?.len();
+    let taken = if a.num_images == 0 {
+        all
+    } else {
+        a.num_images.min(all)
+    };
+    if taken < all {
+        tracing::info!(
+            "bench: {taken} of the {all} images in {} (the first by file name; --num-images {} keeps a run short, --num-images 0 takes all)",
+            a.images.display(),
+            a.num_images
+        );
+    } else {
+        tracing::info!("bench: all {all} images in {}", a.images.display());
+    }
     let opts = BenchOptions {
         images_dir: a.images.clone(),
         num_images: a.num_images,

@@ -1,8 +1,9 @@
 //! What a run tells people and scripts: live progress (bar, JSON lines or nothing), the
-//! statistics of `run.json`, the final summary table, the statistics section of the dataset
+//! statistics of `run.json`, the final summary ([`summary`]), the statistics section of the dataset
 //! card and its chart ([`chart`]).
 
 pub mod chart;
+pub mod summary;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -297,60 +298,6 @@ impl Progress {
     }
 }
 
-fn count_rows(map: &BTreeMap<String, u64>) -> Vec<(String, String)> {
-    map.iter()
-        .map(|(k, v)| (k.clone(), v.to_string()))
-        .collect()
-}
-
-/// The final summary as aligned text lines (for stderr).
-pub fn summary_table(stats: &RunStats) -> String {
-    let mut rows: Vec<(String, String)> = vec![
-        ("input rows".into(), stats.input_rows.to_string()),
-        ("input items".into(), stats.input_items.to_string()),
-        ("accepted".into(), stats.accepted.to_string()),
-        ("rejected".into(), stats.rejected.to_string()),
-        (
-            "cleaning drops".into(),
-            stats.cleaning_drops.values().sum::<u64>().to_string(),
-        ),
-        ("errors".into(), stats.errors.to_string()),
-        ("judged".into(), stats.judge.judged.to_string()),
-        ("judge overturns".into(), stats.judge.overturns.to_string()),
-    ];
-    if let Some(c) = stats.calibration {
-        rows.push(("calibration".into(), format!("{}/{}", c.agreed, c.total)));
-    }
-    rows.extend(
-        count_rows(&stats.split_items)
-            .into_iter()
-            .map(|(k, v)| (format!("split {k}"), v)),
-    );
-    rows.extend(
-        count_rows(&stats.reject_reasons)
-            .into_iter()
-            .map(|(k, v)| (format!("reject {k}"), v)),
-    );
-    let t = &stats.throughput;
-    let throughput = if t.generated_items == 0 {
-        // A merge, or a rerun of a finished run: every result came from the journal.
-        format!(
-            "nothing generated ({} result(s) replayed from the journal) in {:.1} s",
-            t.replayed_items, t.elapsed_s
-        )
-    } else {
-        format!(
-            "{:.2} items/s, {:.1} tokens/s over {:.1} s",
-            t.items_per_s, t.tokens_per_s, t.elapsed_s
-        )
-    };
-    rows.push(("throughput".into(), throughput));
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
-        .collect()
-}
-
 fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
     let mut s = format!("| {} | {} |\n| --- | ---: |\n", title.0, title.1);
     if map.is_empty() {
@@ -367,9 +314,7 @@ fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
 pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
     let mut s = String::from("## Statistics\n\n");
     s.push_str(&format!(
-        "![split sizes, reject reasons and throughput]({chart_file})\n\n\
-         Chart panels, left to right: items per split (green `_RS_think`, blue `_RS_nothink`, \
-         red `_rejected`), reject reasons (largest first), generated tokens/s over the run.\n\n"
+        "![questions per split, accept rate per family, reject reasons, judge verdicts and throughput]({chart_file})\n\n"
     ));
     s.push_str(&format!(
         "Input: {} rows, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
@@ -412,7 +357,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn summary_and_card_show_the_counts() {
+    fn card_shows_the_counts() {
         let stats = RunStats {
             input_rows: 78,
             input_items: 78,
@@ -429,30 +374,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        let table = summary_table(&stats);
-        let value = |key: &str| {
-            table
-                .lines()
-                .find_map(|l| l.strip_prefix(key).filter(|r| r.starts_with(' ')))
-                .map(|r| r.trim().to_string())
-        };
-        assert_eq!(value("calibration").as_deref(), Some("59/60"), "{table}");
-        assert_eq!(value("split OrandCar_rejected").as_deref(), Some("18"));
-        assert_eq!(value("reject wrong_answer").as_deref(), Some("18"));
-        assert!(
-            value("throughput").is_some_and(|v| v.starts_with("nothing generated (0 result")),
-            "{table}"
-        );
-        let mut generated = stats.clone();
-        generated.throughput.generated_items = 10;
-        generated.throughput.items_per_s = 2.5;
-        generated.throughput.elapsed_s = 4.0;
-        let table = summary_table(&generated);
-        assert!(table.contains("2.50 items/s"), "{table}");
-        let card = card_markdown(&stats, "chart.png");
+        let card = card_markdown(&stats, "chart.svg");
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
         assert!(card.contains("59/60"));
-        assert!(card.contains("](chart.png)"));
+        assert!(card.contains("](chart.svg)"));
     }
 
     #[test]

@@ -25,8 +25,11 @@ mod fingerprint;
 mod model;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
+mod out_dir;
+mod switch;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
+pub use out_dir::is_verisample_output;
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";
@@ -42,8 +45,9 @@ pub const DEFAULT_MAX_BATCH: usize = 64;
 /// Default number of tokens (prefill + decode) the engine may schedule in one step.
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16384;
 
-/// An on/off switch as written on the command line and in the TOML file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+/// An on/off switch as written on the command line and in the TOML file (where `true` and
+/// `false` work too, see `switch.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Switch {
     /// Enabled.
@@ -65,9 +69,9 @@ impl Switch {
 pub enum ProgressMode {
     /// An indicatif bar (default when stderr is a terminal).
     Bar,
-    /// One JSON object per interval on stderr (default otherwise).
+    /// One JSON object per interval on stderr (only when asked for: `--progress jsonl`).
     Jsonl,
-    /// Nothing.
+    /// Nothing (default when stderr is not a terminal).
     None,
 }
 
@@ -182,7 +186,7 @@ pub struct RunArgs {
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
     pub shard: Option<Shard>,
-    /// Progress display. [default: bar on a terminal, else jsonl]
+    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
     /// Abort when more than N input errors were recorded. [default: unlimited]
@@ -191,6 +195,13 @@ pub struct RunArgs {
     /// Discard an existing journal and outputs in OUT instead of resuming.
     #[arg(long)]
     pub restart: bool,
+    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
+    /// README.md, run.json and data/ are overwritten).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the end-of-run summary as one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
     /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
@@ -350,7 +361,7 @@ pub enum SettingsError {
     #[error("cannot read the input dataset: {0}")]
     DataUnreadable(String),
     /// `--model` is neither a local folder nor in the local HF cache.
-    #[error("model `{spec}` not found; looked in: {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    #[error("model `{spec}` not found; looked in: {}{}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "), model::fetch_hint(spec))]
     ModelNotFound {
         /// What the user wrote.
         spec: String,
@@ -374,8 +385,13 @@ fn pick<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
     flag.or(file).unwrap_or(default)
 }
 
-/// Resolve `p` against `base` unless absolute.
+/// Resolve `p` against `base` unless absolute; a leading `~/` is the home folder (the shell
+/// expands it on the command line, but not inside the TOML file).
 pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
+    let p = match (p.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => p,
+    };
     if p.is_absolute() {
         p
     } else {
@@ -473,7 +489,7 @@ impl Settings {
         let progress_default = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             ProgressMode::Bar
         } else {
-            ProgressMode::Jsonl
+            ProgressMode::None
         };
         let quiet = args.quiet;
         let progress = if quiet {
@@ -577,26 +593,7 @@ impl Settings {
             (None, Some(o)) => rebase(&base, o.clone()),
             (None, None) => PathBuf::from(DEFAULT_OUT),
         };
-        if out.exists() && !out.is_dir() {
-            return Err(SettingsError::Invalid {
-                key: "out",
-                value: out.display().to_string(),
-                why: "exists and is not a folder".into(),
-            });
-        }
-        if let Some(root) = &data_root {
-            let out_c = canonical_lenient(&out);
-            if out_c.starts_with(root) {
-                return Err(SettingsError::Invalid {
-                    key: "out",
-                    value: out.display().to_string(),
-                    why: format!(
-                        "is inside the input dataset folder {}; a rerun would read the output as input",
-                        root.display()
-                    ),
-                });
-            }
-        }
+        out_dir::check_out(&out, data_root.as_deref(), args.force)?;
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,

@@ -332,7 +332,7 @@ fn without_a_readable_journal_other_settings_are_refused_unless_restart() {
         }
         let err = run_with(&other).unwrap_err();
         assert!(
-            matches!(&err, PipelineError::FingerprintMismatch { changed, .. } if changed.iter().any(|c| c.starts_with("think"))),
+            matches!(&err, PipelineError::FingerprintMismatch { changed, .. } if changed.iter().any(|c| c.starts_with("--think changed"))),
             "{damage}: {err}"
         );
         assert_eq!(

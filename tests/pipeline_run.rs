@@ -14,7 +14,8 @@ use std::sync::Arc;
 use pipeline_support::*;
 use verisample::merge::{prepare_merge, JournalOnly, MergeArgs, MergeError};
 use verisample::pipeline::{
-    prepare, run, Backends, PipelineError, RunControl, RunReport, StandardDecisions,
+    import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
+    RunControl, RunReport, StandardDecisions,
 };
 use verisample::settings::{fingerprint, Settings};
 use verisample::shard::Shard;
@@ -168,11 +169,8 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     let card = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
     assert!(card.contains("| `judge_numbers_disagree` | 3 |"), "{card}");
     assert!(card.contains("3/3 verifier accepts"), "{card}");
-    let chart = image::open(dir.path().join("chart.png")).expect("chart png");
-    assert_eq!(
-        (chart.width(), chart.height()),
-        verisample::report::chart::CHART_SIZE
-    );
+    let chart = std::fs::read_to_string(dir.path().join("chart.svg")).expect("chart svg");
+    assert!(chart.contains(">judge_numbers_disagree<"), "{chart}");
 }
 
 #[test]
@@ -267,7 +265,7 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     let err = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap_err();
     match &err {
         PipelineError::FingerprintMismatch { changed, .. } => {
-            assert_eq!(changed, &vec!["think: true -> false".to_string()])
+            assert_eq!(changed, &vec!["--think changed: on → off".to_string()])
         }
         other => panic!("{other}"),
     }
@@ -282,7 +280,10 @@ fn changed_settings_or_model_are_refused_unless_restart() {
     .unwrap_err()
     {
         PipelineError::FingerprintMismatch { changed, .. } => {
-            assert_eq!(changed, vec!["model file model.safetensors".to_string()])
+            assert_eq!(
+                changed,
+                vec!["the model's files changed (model.safetensors)".to_string()]
+            )
         }
         other => panic!("{other}"),
     }
@@ -464,7 +465,11 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
             ("d/b.parquet".to_string(), b.repeat(32)),
         ]
     };
-    let first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
+    let mut first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
+    // One generation journaled: from now on the folder holds work a changed run would lose.
+    let key = ItemKey { position: 0, qa: 0 };
+    let failed = JournalOutcome::Failed("x".into());
+    import_results(&mut first, [(key, Pass::Answer, failed)]).unwrap();
     drop(first);
     // Same path, same content: accepted (as the same, still empty run).
     let same = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
@@ -474,7 +479,7 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     match &err {
         PipelineError::FingerprintMismatch { changed, .. } => assert_eq!(
             changed,
-            &vec!["input file d/b.parquet (content changed)".to_string()]
+            &vec!["the input changed: d/b.parquet changed content".to_string()]
         ),
         other => panic!("{other}"),
     }
@@ -616,6 +621,10 @@ fn a_second_process_in_the_same_output_folder_is_refused_until_the_first_ends() 
     assert!(matches!(err, PipelineError::Locked(_)), "{err}");
     assert!(err.to_string().contains(".verisample.lock"), "{err}");
     drop(first);
+    assert!(
+        !dir.path().join(".verisample.lock").exists(),
+        "the lock file goes with the run that held it"
+    );
     prepare(&s, fp()).expect("the lock is released with the first run");
 }
 
@@ -646,4 +655,35 @@ fn an_oversized_image_is_reported_on_image_bytes_with_width_then_height() {
         oversized["message"],
         "image too large (16385x2); limits: side 16384, 89478485 pixels"
     );
+}
+
+#[test]
+fn a_start_that_generated_nothing_does_not_block_the_corrected_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    // As a run killed (or failed) after its journal check, before its first generation.
+    let first = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    drop(first);
+    assert!(dir.path().join("journal.bin").exists());
+    let mut corrected = settings(dir.path(), Shard::WHOLE);
+    corrected.think = false;
+    let fp = fingerprint(corrected.canonical(), model_files(), Vec::new());
+    let p = prepare(&corrected, fp).expect("nothing generated: nothing to refuse");
+    drop(p);
+    // A failed start gives back the folder it created, journal and lock included.
+    let out = dir.path().join("fresh");
+    let s = settings(&out, Shard::WHOLE);
+    let p = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    assert!(out.join("journal.bin").exists());
+    p.abandon();
+    assert!(!out.exists(), "the folder this start created is removed");
+    // In a folder that existed, only the journal and the lock go.
+    let p = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    std::fs::write(out.join("notes.txt"), "kept").unwrap();
+    p.abandon();
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("notes.txt")]);
 }

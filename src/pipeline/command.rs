@@ -12,13 +12,14 @@ use super::engine_io::{prompt_prefills_think, EngineGenerator};
 use super::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
 };
-use crate::engine::vl::{load_engine, VlLoadError};
+use crate::engine::vl::{load_engine, VlInputs, VlLoadError};
 use crate::engine::{EngineConfig, EngineError, KvBudget};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
 };
 use verisample_models::PixelBounds;
+use verisample_models::VlModel;
 
 /// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
 /// measured).
@@ -59,29 +60,18 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let model_files = hash_model_files(&settings.model.dir)
         .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
     let input_files = hash_input_files(&settings.data)?;
-    let prepared = prepare(
-        &settings,
-        fingerprint(settings.canonical(), model_files, input_files),
-    )?;
+    let mut fingerprint = fingerprint(settings.canonical(), model_files, input_files);
+    fingerprint.model = Some(settings.model.spec.clone());
+    let prepared = prepare(&settings, fingerprint)?;
     let control = RunControl::from_env();
-    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
-    let device = settings.device.open().context("opening the device")?;
-    let mut engine = load_engine(
-        &settings.model.dir,
-        settings.dtype.to_dtype(),
-        &device,
-        engine_config(&settings),
-        Some(settings.think),
-        PixelBounds {
-            min_pixels: settings.min_pixels,
-            max_pixels: settings.max_pixels,
-        },
-    )
-    .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
-    engine.set_stop_flag(control.stop.clone());
-    let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
-        .context("rendering the chat template")?;
-    let mut generator = EngineGenerator::new(engine, prefilled);
+    // A start that fails leaves nothing behind that would block the corrected command.
+    let mut generator = match start_engine(&settings, &control) {
+        Ok(g) => g,
+        Err(e) => {
+            prepared.abandon();
+            return Err(e);
+        }
+    };
     let source = ParquetSource::new(&settings.data);
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
@@ -98,7 +88,49 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
         },
         &control,
     )?;
+    print_summary(&report, &settings.out, args.quiet, args.json);
     Ok(report)
+}
+
+/// Install the stop handler, open the device and load the model (the steps after the
+/// journal check that can still fail before the first generation).
+///
+/// Errors: the handler, the device, the model, the chat template.
+fn start_engine(
+    settings: &Settings,
+    control: &RunControl,
+) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
+    install_ctrlc(control).context("installing the Ctrl-C handler")?;
+    let device = settings.device.open().context("opening the device")?;
+    let mut engine = load_engine(
+        &settings.model.dir,
+        settings.dtype.to_dtype(),
+        &device,
+        engine_config(settings),
+        Some(settings.think),
+        PixelBounds {
+            min_pixels: settings.min_pixels,
+            max_pixels: settings.max_pixels,
+        },
+    )
+    .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
+    engine.set_stop_flag(control.stop.clone());
+    let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
+        .context("rendering the chat template")?;
+    Ok(EngineGenerator::new(engine, prefilled))
+}
+
+/// Print the end-of-run summary on stdout: one JSON object with `json`, else the text
+/// summary, or with `quiet` only the line naming where the splits are (none without splits).
+fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: bool) {
+    let summary = crate::report::summary::Summary::new(&report.stats, out);
+    if json {
+        println!("{}", summary.json());
+    } else if !quiet {
+        print!("{}", summary.text());
+    } else if !report.stats.split_rows.is_empty() {
+        println!("{}", summary.where_line());
+    }
 }
 
 /// `verisample merge`. `quiet` is the CLI's global `-q`.
@@ -129,6 +161,7 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
         },
         &control,
     )?;
+    print_summary(&report, &plan.settings.out, args.quiet, false);
     Ok(report)
 }
 

@@ -21,6 +21,7 @@
 
 pub mod accounting;
 pub mod backend;
+mod changes;
 pub mod command;
 pub mod control;
 mod dataset_io;
@@ -28,6 +29,7 @@ mod decisions;
 mod dedup;
 mod engine_io;
 pub mod inspect;
+mod lock;
 pub mod outputs;
 mod passes;
 mod write;
@@ -120,8 +122,9 @@ pub enum PipelineError {
     /// Another process is running in OUT (it holds `OUT/.verisample.lock`).
     #[error("another verisample process is running in {} (it holds {}); wait for it to finish or use another --out", .0.display(), .0.join(outputs::LOCK_FILE).display())]
     Locked(PathBuf),
-    /// OUT holds a journal of a run with other settings or another model.
-    #[error("{out} holds a run with different settings or model (journal {old}, now {new}); changed: {}. Use --restart to discard it, or another --out", changed.join("; "))]
+    /// OUT holds the output of a run with other settings, model or input. The message names
+    /// the differences in words; the fingerprints are logged at debug level (`-v`).
+    #[error("{} holds the output of a different run ({}); rerun with --restart to replace that output, or choose another --out", out.display(), changed.join("; "))]
     FingerprintMismatch {
         /// The output folder.
         out: PathBuf,
@@ -129,7 +132,7 @@ pub enum PipelineError {
         old: String,
         /// Fingerprint of this run.
         new: String,
-        /// What differs (`think: true -> false`, `model file model.safetensors`, …).
+        /// What differs, in words (`--think changed: on → off`, `the model changed: a → b`).
         changed: Vec<String>,
     },
     /// OUT holds the splits of an earlier run, and neither a journal nor `run.json` says
@@ -204,8 +207,8 @@ pub struct Prepared {
     pub settings: Settings,
     /// The run's fingerprint.
     pub fingerprint: Fingerprint,
-    /// `OUT/.verisample.lock`, locked for as long as this run lives.
-    _lock: std::fs::File,
+    /// `OUT/.verisample.lock`, locked for as long as this run lives, removed with it.
+    lock: lock::OutLock,
     journal: Journal<JournalEntry>,
     results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
     /// Bytes of a torn last record dropped on open.
@@ -217,64 +220,28 @@ impl Prepared {
     pub fn replayed(&self) -> usize {
         self.results.len()
     }
-}
 
-/// Take the exclusive lock of OUT (`OUT/.verisample.lock`, created if missing, never
-/// removed), so that two processes never write one journal and one set of splits. The lock
-/// is the OS's advisory file lock: it goes away with the process, even after `kill -9`.
-///
-/// Errors: [`PipelineError::Locked`] when another process holds it; I/O creating OUT or
-/// the lock file.
-fn lock_out(out: &std::path::Path) -> Result<std::fs::File, PipelineError> {
-    let io = |path: PathBuf| move |source| JournalError::Io { path, source };
-    std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
-    let path = out.join(outputs::LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io(path.clone()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(PipelineError::Locked(out.to_path_buf())),
-        Err(std::fs::TryLockError::Error(source)) => Err(JournalError::Io { path, source }.into()),
-    }
-}
-
-fn fingerprint_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
-    let mut changed = old.settings.diff(&new.settings);
-    let names: std::collections::BTreeSet<&String> = old
-        .model_files
-        .keys()
-        .chain(new.model_files.keys())
-        .collect();
-    for name in names {
-        if old.model_files.get(name) != new.model_files.get(name) {
-            changed.push(format!("model file {name}"));
-        }
-    }
-    if old.input_files != new.input_files {
-        let old_map: BTreeMap<&String, &String> =
-            old.input_files.iter().map(|(f, h)| (f, h)).collect();
-        let new_map: BTreeMap<&String, &String> =
-            new.input_files.iter().map(|(f, h)| (f, h)).collect();
-        let names: std::collections::BTreeSet<&String> =
-            old_map.keys().chain(new_map.keys()).copied().collect();
-        let before = changed.len();
-        for name in names {
-            match (old_map.get(name), new_map.get(name)) {
-                (Some(a), Some(b)) if a == b => {}
-                (Some(_), Some(_)) => changed.push(format!("input file {name} (content changed)")),
-                (Some(_), None) => changed.push(format!("input file {name} (removed)")),
-                _ => changed.push(format!("input file {name} (added)")),
+    /// Give up a run that failed before generating anything (the model does not load, a KV
+    /// cache that does not fit, …): remove the journal when it holds no generation, the lock,
+    /// and OUT itself when this process created it and nothing else is in it, so that the
+    /// corrected command starts as on a fresh folder.
+    pub fn abandon(self) {
+        let out = self.settings.out.clone();
+        let created = self.lock.created_out;
+        if self.results.is_empty() {
+            let journal = out.join(outputs::JOURNAL_FILE);
+            if let Err(e) = std::fs::remove_file(&journal) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("cannot remove {}: {e}", journal.display());
+                }
             }
         }
-        if changed.len() == before {
-            changed.push("input files (order changed)".into());
+        drop(self);
+        if created {
+            // Fails (and is meant to) when the folder is not empty.
+            let _ = std::fs::remove_dir(&out);
         }
     }
-    changed
 }
 
 /// With no journal to replay (missing, or its header unreadable), the earlier run in `out`
@@ -294,12 +261,19 @@ fn check_earlier_run(
         });
     match old {
         Some(old) if old.sha256 == fingerprint.sha256 => Ok(()),
-        Some(old) => Err(PipelineError::FingerprintMismatch {
-            out: out.to_path_buf(),
-            old: old.sha256.clone(),
-            new: fingerprint.sha256.clone(),
-            changed: fingerprint_changes(&old, fingerprint),
-        }),
+        Some(old) => {
+            tracing::debug!(
+                "run.json fingerprint {}, this run's {}",
+                old.sha256,
+                fingerprint.sha256
+            );
+            Err(PipelineError::FingerprintMismatch {
+                out: out.to_path_buf(),
+                old: old.sha256.clone(),
+                new: fingerprint.sha256.clone(),
+                changed: changes::describe_changes(&old, fingerprint),
+            })
+        }
         None => {
             // A folder that cannot be listed holds no split this run could delete.
             let splits = crate::dataset::card::output_split_files(out).unwrap_or_default();
@@ -312,6 +286,25 @@ fn check_earlier_run(
     }
 }
 
+/// Whether OUT holds no work a rerun could lose: no split, and a journal (if any) without a
+/// single generation — what a run that failed before its first generation (a model that does
+/// not load, bad input) or that had nothing to generate leaves. Its files are replaced like
+/// with `--restart`, so that the corrected command is not refused as a different run.
+fn nothing_to_lose(out: &std::path::Path, journal: &std::path::Path) -> bool {
+    // As in `check_earlier_run`: a folder that cannot be listed holds no split to lose.
+    let no_splits = crate::dataset::card::output_split_files(out)
+        .unwrap_or_default()
+        .is_empty();
+    let no_generation = match crate::journal::read_records::<JournalEntry>(journal) {
+        Ok(replay) => replay
+            .records
+            .iter()
+            .all(|r| matches!(r, JournalEntry::Header { .. })),
+        Err(_) => !journal.exists(),
+    };
+    no_splits && no_generation
+}
+
 /// Open (or create) `OUT/journal.bin`, check its header against `fingerprint`, and replay
 /// it. With `settings.restart` the journal and the pipeline's files in OUT are discarded.
 /// Temporary files of killed runs are removed first ([`outputs::remove_debris`]); without a
@@ -320,9 +313,9 @@ fn check_earlier_run(
 /// Errors: [`PipelineError::FingerprintMismatch`] (settings or model changed),
 /// [`PipelineError::UncheckedEarlierRun`], [`PipelineError::NoHeader`], journal I/O.
 pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
-    let lock = lock_out(&settings.out)?;
+    let lock = lock::OutLock::take(&settings.out)?;
     let path = settings.out.join(outputs::JOURNAL_FILE);
-    if settings.restart {
+    if settings.restart || nothing_to_lose(&settings.out, &path) {
         for name in outputs::OWNED_FILES {
             let p = settings.out.join(name);
             match std::fs::remove_file(&p) {
@@ -360,11 +353,16 @@ pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared
             fingerprint: old, ..
         }) => {
             if old.sha256 != fingerprint.sha256 {
+                tracing::debug!(
+                    "journal fingerprint {}, this run's {}",
+                    old.sha256,
+                    fingerprint.sha256
+                );
                 return Err(PipelineError::FingerprintMismatch {
                     out: settings.out.clone(),
                     old: old.sha256.clone(),
                     new: fingerprint.sha256.clone(),
-                    changed: fingerprint_changes(&old, &fingerprint),
+                    changed: changes::describe_changes(&old, &fingerprint),
                 });
             }
         }
@@ -379,7 +377,7 @@ pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared
     Ok(Prepared {
         settings: settings.clone(),
         fingerprint,
-        _lock: lock,
+        lock,
         journal,
         results,
         torn_bytes: replay.torn_bytes,
@@ -526,17 +524,6 @@ pub fn run(
     };
     let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
     crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
-    if !settings.quiet {
-        eprint!("{}", crate::report::summary_table(&report.stats));
-    }
-    if !settings.quiet && !report.stats.split_rows.is_empty() {
-        eprintln!(
-            "splits in {}, dataset card {}, run report {}",
-            settings.out.join("data").display(),
-            settings.out.join("README.md").display(),
-            settings.out.join(outputs::RUN_FILE).display()
-        );
-    }
     if report.stats.split_rows.is_empty() {
         let err = PipelineError::NoSplit {
             out: settings.out.clone(),

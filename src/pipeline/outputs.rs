@@ -1,5 +1,5 @@
 //! The pipeline's own files under OUT (the splits and the card belong to the writer):
-//! `errors.jsonl`, `cleaning.jsonl`, `generations.jsonl`, `chart.png`, `run.json`, and the
+//! `errors.jsonl`, `cleaning.jsonl`, `generations.jsonl`, `chart.svg`, `run.json`, and the
 //! journal `journal.bin`. Every file is written atomically ([`crate::atomic`]: temporary file,
 //! fsync, rename, fsync of the folder) so a kill never leaves half a file.
 
@@ -22,8 +22,8 @@ pub const CLEANING_FILE: &str = "cleaning.jsonl";
 pub const GENERATIONS_FILE: &str = "generations.jsonl";
 /// Run report: settings, fingerprint, statistics, throughput, peak memory.
 pub const RUN_FILE: &str = "run.json";
-/// The card chart.
-pub const CHART_FILE: &str = "chart.png";
+/// The card's figures (SVG, text included).
+pub const CHART_FILE: &str = "chart.svg";
 
 /// The files this module owns, for `--restart`.
 pub const OWNED_FILES: [&str; 6] = [

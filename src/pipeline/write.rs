@@ -376,13 +376,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
     write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
     write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
-    // plotters picks the encoder from the extension: keep `.png` on the temporary name.
-    let chart_tmp = out.join(format!(".chart.tmp-{}.png", std::process::id()));
-    match chart::draw_chart(&chart_tmp, &c.stats) {
-        Ok(()) => crate::atomic::rename_durable(&chart_tmp, &out.join(CHART_FILE))?,
-        // The chart is decoration: a drawing failure is logged, not fatal.
-        Err(e) => tracing::warn!("{e}"),
-    }
+    write_atomic(out.join(CHART_FILE), chart::chart_svg(&c.stats).as_bytes())?;
     w.sink
         .finish(&card_markdown(&c.stats, CHART_FILE))
         .map_err(PipelineError::Sink)?;

@@ -1,49 +1,139 @@
-//! The small PNG chart of the dataset card: three panels drawn with plotters' bitmap
-//! backend: items per split, reject reasons (largest first), generated tokens/s over time.
-//!
-//! The workspace builds plotters without a font backend (no `ttf`/`ab_glyph`, which would
-//! pull system font libraries), so the chart carries no text: the card's Markdown names the
-//! panels and colours and holds the exact numbers in tables.
+//! The figures of the dataset card, one SVG file (`chart.svg`) readable on its own: every
+//! panel has a title, an axis label and the count on each bar, and the split colours have a
+//! legend. SVG keeps the text as text, so no font file is embedded and the viewer (the Hub,
+//! a browser) renders it sharp. Panels: questions per split, accept rate per family, reject
+//! reasons, judge verdicts, generated tokens/s over the run.
 
-use std::path::Path;
-
-use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use super::RunStats;
 
-/// Chart size in pixels (width, height).
-pub const CHART_SIZE: (u32, u32) = (960, 320);
+/// Figure size in pixels (width, height).
+pub const CHART_SIZE: (u32, u32) = (1000, 780);
 
-/// Chart failures (plotters drawing or PNG encoding).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot draw chart {path}: {message}")]
-pub struct ChartError {
-    /// The PNG file.
-    pub path: String,
-    /// What failed.
-    pub message: String,
+const THINK: &str = "#2ea043";
+const NOTHINK: &str = "#1f6feb";
+const REJECTED: &str = "#cf222e";
+const REASON: &str = "#bf8700";
+const LINE: &str = "#8250df";
+const FRAME: &str = "#c8c8c8";
+
+/// Panel size: two columns, three rows.
+const PANEL: (f64, f64) = (500.0, 260.0);
+
+/// One horizontal bar: label, value, colour and the text written after the bar.
+struct Bar {
+    label: String,
+    value: f64,
+    colour: &'static str,
+    text: String,
 }
 
-const THINK: RGBColor = RGBColor(46, 160, 67);
-const NOTHINK: RGBColor = RGBColor(31, 111, 235);
-const REJECTED: RGBColor = RGBColor(207, 34, 46);
-const REASON: RGBColor = RGBColor(191, 135, 0);
-const LINE: RGBColor = RGBColor(130, 80, 223);
-const FRAME: RGBColor = RGBColor(200, 200, 200);
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
 
-/// Bar heights in pixels for `values`, scaled to `height` by the largest value.
-pub fn bar_heights(values: &[u64], height: i32) -> Vec<i32> {
-    let max = values.iter().copied().max().unwrap_or(0);
-    values
+fn text(svg: &mut String, x: f64, y: f64, size: u32, anchor: &str, s: &str) {
+    let _ = writeln!(
+        svg,
+        r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}">{}</text>"#,
+        esc(s)
+    );
+}
+
+/// A panel of horizontal bars at `(x0, y0)`: title, one bar per entry scaled to `max`, the
+/// entry's text after its bar, `axis` under the bars; `(none)` when there is no entry.
+fn hbars(svg: &mut String, (x0, y0): (f64, f64), title: &str, axis: &str, bars: &[Bar], max: f64) {
+    text(svg, x0 + 20.0, y0 + 28.0, 16, "start", title);
+    let (left, right) = (x0 + 170.0, x0 + PANEL.0 - 140.0);
+    let (top, bottom) = (y0 + 45.0, y0 + PANEL.1 - 40.0);
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="{FRAME}"/>"#
+    );
+    text(svg, (left + right) / 2.0, bottom + 25.0, 12, "middle", axis);
+    if bars.is_empty() {
+        text(svg, left + 10.0, top + 20.0, 12, "start", "(none)");
+        return;
+    }
+    let shown = bars.len().min(8);
+    let step = (bottom - top) / shown as f64;
+    let height = (step * 0.7).min(24.0);
+    for (i, b) in bars.iter().take(shown).enumerate() {
+        let y = top + step * i as f64 + (step - height) / 2.0;
+        let w = if max > 0.0 {
+            (b.value / max) * (right - left)
+        } else {
+            0.0
+        };
+        let mid = y + height / 2.0 + 4.0;
+        text(svg, left - 6.0, mid, 12, "end", &b.label);
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{left}" y="{y:.1}" width="{w:.1}" height="{height:.1}" fill="{}"/>"#,
+            b.colour
+        );
+        text(svg, left + w + 5.0, mid, 12, "start", &b.text);
+    }
+    if bars.len() > shown {
+        text(
+            svg,
+            left,
+            bottom + 12.0,
+            11,
+            "start",
+            &format!("… {} more in the tables below", bars.len() - shown),
+        );
+    }
+}
+
+fn counted(map: &BTreeMap<String, u64>, colour: &'static str) -> Vec<Bar> {
+    let mut v: Vec<Bar> = map
         .iter()
-        .map(|&v| {
-            if max == 0 {
-                0
-            } else {
-                ((v as f64 / max as f64) * f64::from(height)).round() as i32
-            }
+        .map(|(k, &n)| Bar {
+            label: k.clone(),
+            value: n as f64,
+            colour,
+            text: n.to_string(),
         })
-        .collect()
+        .collect();
+    v.sort_by(|a, b| b.value.total_cmp(&a.value));
+    v
+}
+
+fn max_of(bars: &[Bar]) -> f64 {
+    bars.iter().map(|b| b.value).fold(0.0, f64::max)
+}
+
+/// The colour of a split by its kind.
+fn split_colour(name: &str) -> &'static str {
+    if name.ends_with("_RS_think") {
+        THINK
+    } else if name.ends_with("_RS_nothink") {
+        NOTHINK
+    } else {
+        REJECTED
+    }
+}
+
+/// Accepted and total questions per family, from the split sizes (an accepted question is
+/// in `_RS_nothink`, a rejected one in `_rejected`).
+pub fn family_rates(stats: &RunStats) -> BTreeMap<String, (u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for (split, &n) in &stats.split_items {
+        if let Some(f) = split.strip_suffix("_RS_nothink") {
+            let e = out.entry(f.to_string()).or_default();
+            e.0 += n;
+            e.1 += n;
+        } else if let Some(f) = split.strip_suffix("_rejected") {
+            out.entry(f.to_string()).or_default().1 += n;
+        }
+    }
+    out
 }
 
 /// Tokens/s between consecutive samples: `(t_s, rate)` points.
@@ -62,92 +152,180 @@ pub fn token_rates(stats: &RunStats) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn split_colour(name: &str) -> RGBColor {
-    if name.ends_with("_RS_think") {
-        THINK
-    } else if name.ends_with("_RS_nothink") {
-        NOTHINK
-    } else {
-        REJECTED
-    }
-}
-
-type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
-type DrawResult = DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>;
-
-fn draw_bars(area: &Area<'_>, bars: &[(u64, RGBColor)]) -> Result<(), DrawResult> {
-    let (w, h) = area.dim_in_pixel();
-    let (w, h) = (w as i32, h as i32);
-    let pad = 16;
-    area.draw(&Rectangle::new(
-        [(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)],
-        FRAME,
-    ))?;
-    if bars.is_empty() {
-        return Ok(());
-    }
-    let values: Vec<u64> = bars.iter().map(|b| b.0).collect();
-    let heights = bar_heights(&values, h - 2 * pad);
-    let slot = (w - 2 * pad) / bars.len() as i32;
-    for (i, ((_, colour), bh)) in bars.iter().zip(heights).enumerate() {
-        let x0 = pad + i as i32 * slot + slot / 8;
-        let x1 = pad + (i as i32 + 1) * slot - slot / 8;
-        area.draw(&Rectangle::new(
-            [(x0, h - pad - bh), (x1, h - pad)],
-            colour.filled(),
-        ))?;
-    }
-    Ok(())
-}
-
-fn draw_line(area: &Area<'_>, points: &[(f64, f64)]) -> Result<(), DrawResult> {
-    let (w, h) = area.dim_in_pixel();
-    let (w, h) = (w as i32, h as i32);
-    let pad = 16;
-    area.draw(&Rectangle::new(
-        [(pad / 2, pad / 2), (w - pad / 2, h - pad / 2)],
-        FRAME,
-    ))?;
+fn line_panel(svg: &mut String, (x0, y0): (f64, f64), points: &[(f64, f64)], mean: f64) {
+    text(
+        svg,
+        x0 + 20.0,
+        y0 + 28.0,
+        16,
+        "start",
+        &format!("Generated tokens/s over the run (mean {mean:.1})"),
+    );
+    let (left, right) = (x0 + 70.0, x0 + PANEL.0 - 30.0);
+    let (top, bottom) = (y0 + 45.0, y0 + PANEL.1 - 40.0);
+    let _ = writeln!(
+        svg,
+        r#"<polyline points="{left},{top} {left},{bottom} {right},{bottom}" fill="none" stroke="{FRAME}"/>"#
+    );
+    text(
+        svg,
+        (left + right) / 2.0,
+        bottom + 25.0,
+        12,
+        "middle",
+        "seconds since the start",
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle" transform="rotate(-90 {:.1} {:.1})">tokens/s</text>"#,
+        x0 + 25.0,
+        (top + bottom) / 2.0,
+        x0 + 25.0,
+        (top + bottom) / 2.0
+    );
     let t_max = points.iter().map(|p| p.0).fold(0.0, f64::max);
     let r_max = points.iter().map(|p| p.1).fold(0.0, f64::max);
-    if points.is_empty() || t_max <= 0.0 || r_max <= 0.0 {
-        return Ok(());
+    if points.len() < 2 || t_max <= 0.0 || r_max <= 0.0 {
+        text(
+            svg,
+            left + 10.0,
+            top + 20.0,
+            12,
+            "start",
+            "(the run was too short for a curve: one sample a second)",
+        );
+        return;
     }
-    let px: Vec<(i32, i32)> = points
+    text(
+        svg,
+        left - 5.0,
+        top + 4.0,
+        11,
+        "end",
+        &format!("{r_max:.0}"),
+    );
+    text(svg, left - 5.0, bottom, 11, "end", "0");
+    text(svg, right, bottom + 12.0, 11, "end", &format!("{t_max:.0}"));
+    let pts: Vec<String> = points
         .iter()
         .map(|&(t, r)| {
-            (
-                pad + ((t / t_max) * f64::from(w - 2 * pad)) as i32,
-                h - pad - ((r / r_max) * f64::from(h - 2 * pad)) as i32,
+            format!(
+                "{:.1},{:.1}",
+                left + t / t_max * (right - left),
+                bottom - r / r_max * (bottom - top)
             )
         })
         .collect();
-    area.draw(&PathElement::new(px, LINE.stroke_width(2)))
+    let _ = writeln!(
+        svg,
+        r#"<polyline points="{}" fill="none" stroke="{LINE}" stroke-width="2"/>"#,
+        pts.join(" ")
+    );
 }
 
-/// Draw the chart for `stats` into the PNG file `path`.
-///
-/// Errors: [`ChartError`] when drawing or writing the PNG fails.
-pub fn draw_chart(path: &Path, stats: &RunStats) -> Result<(), ChartError> {
-    let err = |e: &dyn std::fmt::Display| ChartError {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
-    let root = BitMapBackend::new(path, CHART_SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let panels = root.split_evenly((1, 3));
-    let splits: Vec<(u64, RGBColor)> = stats
+/// The card's figures as one SVG document.
+pub fn chart_svg(stats: &RunStats) -> String {
+    let (w, h) = CHART_SIZE;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Arial, sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+"#
+    );
+    let at = |col: f64, row: f64| (col * PANEL.0, row * PANEL.1);
+    let mut splits: Vec<Bar> = stats
         .split_items
         .iter()
-        .map(|(name, &n)| (n, split_colour(name)))
+        .map(|(k, &n)| Bar {
+            label: k.clone(),
+            value: n as f64,
+            colour: split_colour(k),
+            text: n.to_string(),
+        })
         .collect();
-    draw_bars(&panels[0], &splits).map_err(|e| err(&e))?;
-    let mut reasons: Vec<u64> = stats.reject_reasons.values().copied().collect();
-    reasons.sort_unstable_by(|a, b| b.cmp(a));
-    let reasons: Vec<(u64, RGBColor)> = reasons.into_iter().map(|n| (n, REASON)).collect();
-    draw_bars(&panels[1], &reasons).map_err(|e| err(&e))?;
-    draw_line(&panels[2], &token_rates(stats)).map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    splits.sort_by_key(|b| b.label.clone());
+    let max = max_of(&splits);
+    hbars(
+        &mut svg,
+        at(0.0, 0.0),
+        "Questions per split",
+        "questions",
+        &splits,
+        max,
+    );
+    // The legend of the split colours, in the free panel at the bottom right.
+    let (lx, ly) = at(1.0, 2.0);
+    text(&mut svg, lx + 20.0, ly + 28.0, 16, "start", "Split colours");
+    for (i, (colour, name)) in [
+        (THINK, "accepted, with reasoning (_RS_think)"),
+        (NOTHINK, "accepted, answer only (_RS_nothink)"),
+        (REJECTED, "rejected (_rejected)"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (x, y) = (lx + 20.0, ly + 60.0 + 28.0 * i as f64);
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{x}" y="{:.1}" width="16" height="16" fill="{colour}"/>"#,
+            y - 13.0
+        );
+        text(&mut svg, x + 24.0, y, 13, "start", name);
+    }
+    let families: Vec<Bar> = family_rates(stats)
+        .into_iter()
+        .map(|(f, (acc, total))| {
+            let pct = if total == 0 {
+                0.0
+            } else {
+                100.0 * acc as f64 / total as f64
+            };
+            Bar {
+                label: f,
+                value: pct,
+                colour: THINK,
+                text: format!("{pct:.1} % ({acc} of {total})"),
+            }
+        })
+        .collect();
+    hbars(
+        &mut svg,
+        at(1.0, 0.0),
+        "Accept rate per family",
+        "accepted, % of the family's sampled questions",
+        &families,
+        100.0,
+    );
+    let reasons = counted(&stats.reject_reasons, REASON);
+    let max = max_of(&reasons);
+    hbars(
+        &mut svg,
+        at(0.0, 1.0),
+        "Reject reasons",
+        "rejected questions",
+        &reasons,
+        max,
+    );
+    let verdicts = counted(&stats.judge.verdicts, NOTHINK);
+    let max = max_of(&verdicts);
+    hbars(
+        &mut svg,
+        at(1.0, 1.0),
+        &format!(
+            "Judge verdicts ({} judged, {} moved to accepted)",
+            stats.judge.judged, stats.judge.overturns
+        ),
+        "verifier rejects judged",
+        &verdicts,
+        max,
+    );
+    line_panel(
+        &mut svg,
+        at(0.0, 2.0),
+        &token_rates(stats),
+        stats.throughput.tokens_per_s,
+    );
+    svg.push_str("</svg>\n");
+    svg
 }
 
 #[cfg(test)]
@@ -156,40 +334,47 @@ mod tests {
     use crate::report::ThroughputSample;
 
     #[test]
-    fn bar_heights_scale_to_the_largest() {
-        assert_eq!(bar_heights(&[60, 18, 0], 120), vec![120, 36, 0]);
-        assert_eq!(bar_heights(&[0, 0], 50), vec![0, 0]);
-        assert_eq!(bar_heights(&[], 50), Vec::<i32>::new());
-    }
-
-    #[test]
-    fn chart_is_a_png_of_the_stated_size() {
-        let mut stats = RunStats::default();
-        stats.split_items.insert("F_RS_think".into(), 5);
-        stats.split_items.insert("F_rejected".into(), 2);
-        stats.reject_reasons.insert("wrong_answer".into(), 2);
-        stats.throughput.samples = vec![
-            ThroughputSample {
-                t_s: 0.0,
+    fn the_figures_carry_titles_counts_and_a_legend() {
+        let mut stats = RunStats {
+            split_items: BTreeMap::from([
+                ("OrandCar_RS_think".to_string(), 41),
+                ("OrandCar_RS_nothink".to_string(), 41),
+                ("OrandCar_rejected".to_string(), 7),
+            ]),
+            reject_reasons: BTreeMap::from([("wrong_answer".to_string(), 7)]),
+            ..Default::default()
+        };
+        stats.judge.judged = 7;
+        stats.judge.verdicts = BTreeMap::from([("WRONG".to_string(), 7)]);
+        stats.throughput.samples = [(0.0, 0), (2.0, 100), (4.0, 300)]
+            .iter()
+            .map(|&(t_s, tokens)| ThroughputSample {
+                t_s,
                 items: 0,
-                tokens: 0,
-            },
-            ThroughputSample {
-                t_s: 2.0,
-                items: 3,
-                tokens: 100,
-            },
-            ThroughputSample {
-                t_s: 4.0,
-                items: 7,
-                tokens: 300,
-            },
-        ];
+                tokens,
+            })
+            .collect();
         assert_eq!(token_rates(&stats), vec![(2.0, 50.0), (4.0, 100.0)]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("chart.png");
-        draw_chart(&path, &stats).unwrap();
-        let img = image::open(&path).unwrap();
-        assert_eq!((img.width(), img.height()), CHART_SIZE);
+        assert_eq!(family_rates(&stats)["OrandCar"], (41, 48));
+        let svg = chart_svg(&stats);
+        for want in [
+            ">Questions per split<",
+            ">Accept rate per family<",
+            ">85.4 % (41 of 48)<",
+            ">Reject reasons<",
+            ">wrong_answer<",
+            ">Judge verdicts (7 judged, 0 moved to accepted)<",
+            ">accepted, with reasoning (_RS_think)<",
+            ">seconds since the start<",
+            ">tokens/s<",
+        ] {
+            assert!(svg.contains(want), "{want} missing");
+        }
+        assert_eq!(
+            svg.matches(">41<").count(),
+            2,
+            "a count on each accepted split"
+        );
+        assert!(esc("a<b&").eq("a&lt;b&amp;"));
     }
 }

@@ -21,6 +21,10 @@ pub struct Fingerprint {
     /// Input parquet files in reading order (see [`hash_input_files`]): path → hex sha256.
     #[serde(default)]
     pub input_files: Vec<(String, String)>,
+    /// The model as the user named it (`--model`), to name it when a rerun changes it; not
+    /// hashed (the model files are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The sha256 of every input parquet file, in the order the dataset reader reads them
@@ -66,5 +70,6 @@ pub fn fingerprint(
         settings,
         model_files,
         input_files,
+        model: None,
     }
 }

@@ -85,6 +85,18 @@ fn looks_like_hub_id(s: &str) -> bool {
     ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
 }
 
+/// What to do about a `--model` that was not found: for a hub id, that verisample never
+/// downloads and the command that fetches it into the local cache; empty otherwise.
+pub(crate) fn fetch_hint(spec: &str) -> String {
+    if looks_like_hub_id(spec) {
+        format!(
+            ". verisample never downloads: fetch it once with `pip install -U huggingface_hub` and `hf download {spec}` (into the cache above), then rerun with --model {spec}, or pass --model DIR of a local copy"
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// Resolve `--model`: a local folder (relative to `base`), else a hub id found in the local
 /// HF cache (offline: the snapshot `refs/main` points at, via hf-hub's [`hf_hub::Cache`]).
 ///

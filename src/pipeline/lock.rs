@@ -1,0 +1,101 @@
+//! The exclusive lock of an output folder, `OUT/.verisample.lock`: held (the OS's advisory
+//! file lock, released with the process even after `kill -9`) for as long as a `run` or
+//! `merge` lives, so that two processes never write one journal and one set of splits.
+//!
+//! The file is removed when the holder ends without being killed, so a finished output holds
+//! no lock file. Removing a lock file races with a process that opened it just before: after
+//! taking the lock, the holder checks that the path still names the file it locked (same
+//! device and inode) and starts over otherwise.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use super::outputs::LOCK_FILE;
+use super::PipelineError;
+use crate::journal::JournalError;
+
+/// The held lock of an output folder; dropping it removes the lock file and releases it.
+#[derive(Debug)]
+pub struct OutLock {
+    file: std::fs::File,
+    path: PathBuf,
+    /// `true` when this process created the output folder.
+    pub created_out: bool,
+}
+
+/// Lock attempts before giving up when the lock file keeps being replaced under us.
+const ATTEMPTS: usize = 16;
+
+impl OutLock {
+    /// Create `out` if missing and take its lock.
+    ///
+    /// Errors: [`PipelineError::Locked`] when another process holds it; I/O creating OUT or
+    /// the lock file.
+    pub fn take(out: &Path) -> Result<OutLock, PipelineError> {
+        let io = |path: PathBuf| move |source| JournalError::Io { path, source };
+        let created_out = !out.exists();
+        std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
+        let path = out.join(LOCK_FILE);
+        for _ in 0..ATTEMPTS {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io(path.clone()))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(PipelineError::Locked(out.to_path_buf()))
+                }
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(JournalError::Io { path, source }.into())
+                }
+            }
+            let held = file.metadata().map_err(io(path.clone()))?;
+            let same = std::fs::metadata(&path)
+                .is_ok_and(|now| now.dev() == held.dev() && now.ino() == held.ino());
+            if same {
+                return Ok(OutLock {
+                    file,
+                    path,
+                    created_out,
+                });
+            }
+            // The previous holder removed the file between our open and our lock: retry on
+            // the file that the path names now.
+        }
+        Err(PipelineError::Locked(out.to_path_buf()))
+    }
+}
+
+impl Drop for OutLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so no other process can hold a lock on this file.
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("cannot remove {}: {e}", self.path.display());
+            }
+        }
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_excludes_a_second_holder_and_its_file_goes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o");
+        let first = OutLock::take(&out).unwrap();
+        assert!(first.created_out);
+        assert!(out.join(LOCK_FILE).exists());
+        assert!(matches!(OutLock::take(&out), Err(PipelineError::Locked(_))));
+        drop(first);
+        assert!(!out.join(LOCK_FILE).exists());
+        let again = OutLock::take(&out).unwrap();
+        assert!(!again.created_out);
+    }
+}

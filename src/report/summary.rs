@@ -1,0 +1,217 @@
+//! The end-of-run summary a person reads on stdout (logs and progress stay on stderr): the
+//! headline first — accepted N of M questions, by the verifier and by the judge — then the
+//! rejects by reason, errors and cleaning drops, time and throughput, whether the run
+//! resumed from its journal, and where the output is. `--json` prints the same as one JSON
+//! object; `-q` keeps only the line naming where the splits are.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Calibration, RunStats};
+use crate::route::ACCEPTED_BY_JUDGE;
+
+/// The summary of one run or merge (what `run --json` prints).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The output folder.
+    pub out: PathBuf,
+    /// Where the splits are (`OUT/data`).
+    pub splits_dir: PathBuf,
+    /// The dataset card (`OUT/README.md`).
+    pub card: PathBuf,
+    /// The run report (`OUT/run.json`).
+    pub run_report: PathBuf,
+    /// Questions (`qa` entries) of readable input rows in this shard.
+    pub questions: u64,
+    /// Questions accepted into the training splits.
+    pub accepted: u64,
+    /// `accepted / questions`, in percent (0 without questions).
+    pub accepted_percent: f64,
+    /// Accepted by the string verifier.
+    pub accepted_by_verifier: u64,
+    /// Accepted by the judge (verifier rejects it moved to the accepted splits).
+    pub accepted_by_judge: u64,
+    /// Questions rejected.
+    pub rejected: u64,
+    /// Reject reason → questions.
+    pub reject_reasons: BTreeMap<String, u64>,
+    /// Lines of `errors.jsonl` (unusable input, failed generations).
+    pub errors: u64,
+    /// Cleaning drop reason → questions.
+    pub cleaning_drops: BTreeMap<String, u64>,
+    /// Split name → questions written.
+    pub split_items: BTreeMap<String, u64>,
+    /// Calibration agreement, when `--judge-calibrate N > 0`.
+    pub calibration: Option<Calibration>,
+    /// Wall time of this process, seconds.
+    pub elapsed_s: f64,
+    /// Generations (answers and verdicts) made by this process.
+    pub generated: u64,
+    /// Generations replayed from the journal instead (a resumed run, a merge).
+    pub replayed: u64,
+    /// Generations per second in this process.
+    pub items_per_s: f64,
+    /// Generated tokens per second in this process.
+    pub tokens_per_s: f64,
+}
+
+fn counts(map: &BTreeMap<String, u64>) -> String {
+    let mut v: Vec<(&String, &u64)> = map.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Summary {
+    /// The summary of `stats` for the output folder `out`.
+    pub fn new(stats: &RunStats, out: &Path) -> Summary {
+        let by_judge = stats
+            .accepted_by
+            .get(ACCEPTED_BY_JUDGE)
+            .copied()
+            .unwrap_or(0);
+        let t = &stats.throughput;
+        Summary {
+            out: out.to_path_buf(),
+            splits_dir: out.join("data"),
+            card: out.join("README.md"),
+            run_report: out.join(crate::pipeline::outputs::RUN_FILE),
+            questions: stats.input_items,
+            accepted: stats.accepted,
+            accepted_percent: if stats.input_items == 0 {
+                0.0
+            } else {
+                100.0 * stats.accepted as f64 / stats.input_items as f64
+            },
+            accepted_by_verifier: stats.accepted.saturating_sub(by_judge),
+            accepted_by_judge: by_judge,
+            rejected: stats.rejected,
+            reject_reasons: stats.reject_reasons.clone(),
+            errors: stats.errors,
+            cleaning_drops: stats.cleaning_drops.clone(),
+            split_items: stats.split_items.clone(),
+            calibration: stats.calibration,
+            elapsed_s: t.elapsed_s,
+            generated: t.generated_items,
+            replayed: t.replayed_items,
+            items_per_s: t.items_per_s,
+            tokens_per_s: t.tokens_per_s,
+        }
+    }
+
+    /// The line `-q` keeps: where the splits, the card and the report are.
+    pub fn where_line(&self) -> String {
+        format!(
+            "splits in {}, dataset card {}, run report {}",
+            self.splits_dir.display(),
+            self.card.display(),
+            self.run_report.display()
+        )
+    }
+
+    /// The summary as text lines, headline first.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "accepted {} of {} questions ({:.1} %): {} by the verifier, {} by the judge\n",
+            self.accepted,
+            self.questions,
+            self.accepted_percent,
+            self.accepted_by_verifier,
+            self.accepted_by_judge
+        );
+        s.push_str(&format!("rejected {}", self.rejected));
+        if !self.reject_reasons.is_empty() {
+            s.push_str(&format!(": {}", counts(&self.reject_reasons)));
+        }
+        s.push_str(&format!(
+            "\nerrors {}, cleaning drops {}",
+            self.errors,
+            self.cleaning_drops.values().sum::<u64>()
+        ));
+        if !self.cleaning_drops.is_empty() {
+            s.push_str(&format!(" ({})", counts(&self.cleaning_drops)));
+        }
+        s.push('\n');
+        if let Some(c) = self.calibration {
+            s.push_str(&format!(
+                "calibration: the judge agreed on {} of {} verifier accepts\n",
+                c.agreed, c.total
+            ));
+        }
+        s.push_str(&format!(
+            "time {:.1} s, {:.2} items/s, {:.1} tokens/s ({} generated)\n",
+            self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
+        ));
+        if self.replayed > 0 {
+            s.push_str(&format!(
+                "resumed: {} of {} generations replayed from the journal\n",
+                self.replayed,
+                self.replayed + self.generated
+            ));
+        }
+        if !self.split_items.is_empty() {
+            s.push_str(&format!("splits: {}\n", counts(&self.split_items)));
+        }
+        s.push_str(&self.where_line());
+        s.push('\n');
+        s
+    }
+
+    /// The summary as one JSON object (one line).
+    pub fn json(&self) -> String {
+        // Plain data: serialising cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_headline_comes_first_and_counts_add_up() {
+        let mut stats = RunStats {
+            input_rows: 78,
+            input_items: 80,
+            accepted: 62,
+            rejected: 16,
+            errors: 2,
+            accepted_by: BTreeMap::from([
+                ("verifier:alnum:whole".to_string(), 60),
+                ("judge".to_string(), 2),
+            ]),
+            reject_reasons: BTreeMap::from([
+                ("wrong_answer".to_string(), 3),
+                ("judge_wrong".to_string(), 13),
+            ]),
+            split_items: BTreeMap::from([("OrandCar_RS_think".to_string(), 62)]),
+            ..Default::default()
+        };
+        stats.throughput.elapsed_s = 10.0;
+        stats.throughput.generated_items = 25;
+        stats.throughput.items_per_s = 2.5;
+        stats.throughput.replayed_items = 75;
+        let s = Summary::new(&stats, Path::new("o"));
+        let text = s.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "accepted 62 of 80 questions (77.5 %): 60 by the verifier, 2 by the judge"
+        );
+        assert_eq!(lines[1], "rejected 16: judge_wrong 13, wrong_answer 3");
+        assert_eq!(lines[2], "errors 2, cleaning drops 0");
+        assert!(lines[3].starts_with("time 10.0 s, 2.50 items/s"), "{text}");
+        assert_eq!(
+            lines[4],
+            "resumed: 75 of 100 generations replayed from the journal"
+        );
+        assert!(text.ends_with("run report o/run.json\n"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
+        assert_eq!(json["accepted_by_judge"], 2);
+        assert_eq!(json["accepted_percent"], 77.5);
+    }
+}

@@ -1,0 +1,168 @@
+//! Checks of the output folder made before anything loads: it is a folder (or can become
+//! one) that this process can write, it neither lies inside the input nor holds it, and it is
+//! not someone else's non-empty folder (whose `README.md` and `run.json` a run would
+//! overwrite) unless `--force`.
+
+use std::path::{Path, PathBuf};
+
+use super::{canonical_lenient, SettingsError};
+
+/// Files whose presence marks a folder as an output of verisample: the journal, the lock and
+/// a `run.json` written by a run (see [`is_our_run_json`]).
+const MARKERS: [&str; 2] = ["journal.bin", ".verisample.lock"];
+
+/// Whether `path` is a `run.json` written by verisample (a JSON object with its
+/// `verisample_version` and `fingerprint`), not a user's file of the same name.
+fn is_our_run_json(path: &Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("verisample_version").is_some() && v.get("fingerprint").is_some())
+}
+
+/// Whether `out` holds an earlier verisample output (a journal, a lock or our `run.json`).
+pub fn is_verisample_output(out: &Path) -> bool {
+    MARKERS.iter().any(|m| out.join(m).exists()) || is_our_run_json(&out.join("run.json"))
+}
+
+fn invalid(out: &Path, why: String) -> SettingsError {
+    SettingsError::Invalid {
+        key: "out",
+        value: out.display().to_string(),
+        why,
+    }
+}
+
+/// Check that this process can create files in `dir` (an existing folder): creates and
+/// removes a hidden probe file, which also answers for root, ACLs and read-only mounts.
+fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".verisample-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// Validate the output folder `out` of a run reading its input from the folder `data_root`
+/// (canonical; `None` when unknown). `force` accepts a non-empty folder that holds no
+/// earlier verisample output.
+///
+/// Errors: [`SettingsError::Invalid`] (key `out`) when `out` is a file or lies under one, is
+/// not writable, is inside the input folder, holds the input folder, or is a foreign
+/// non-empty folder without `force`.
+pub fn check_out(out: &Path, data_root: Option<&Path>, force: bool) -> Result<(), SettingsError> {
+    if out.exists() && !out.is_dir() {
+        return Err(invalid(out, "exists and is not a folder".into()));
+    }
+    let out_c = canonical_lenient(out);
+    if let Some(root) = data_root {
+        if out_c.starts_with(root) {
+            return Err(invalid(
+                out,
+                format!(
+                    "is inside the input dataset folder {}; a rerun would read the output as input",
+                    root.display()
+                ),
+            ));
+        }
+        if root.starts_with(&out_c) {
+            return Err(invalid(
+                out,
+                format!(
+                    "holds the input dataset folder {}; the next run would read this run's splits as input. Choose an --out outside the input",
+                    root.display()
+                ),
+            ));
+        }
+    }
+    // The nearest existing folder is where the first file (or folder) will be created.
+    let mut existing: PathBuf = out_c.clone();
+    while !existing.exists() {
+        match existing.parent() {
+            Some(p) => existing = p.to_path_buf(),
+            None => break,
+        }
+    }
+    if !existing.is_dir() {
+        return Err(invalid(
+            out,
+            format!("cannot be created: {} is a file", existing.display()),
+        ));
+    }
+    if let Err(e) = probe_writable(&existing) {
+        let what = if existing == out_c {
+            "is not writable".to_string()
+        } else {
+            format!("cannot be created: {} is not writable", existing.display())
+        };
+        return Err(invalid(out, format!("{what} ({e})")));
+    }
+    if out.is_dir() && !force && !is_verisample_output(out) {
+        let mut names: Vec<String> = std::fs::read_dir(out)
+            .map_err(|e| invalid(out, format!("cannot be listed ({e})")))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        if !names.is_empty() {
+            names.sort();
+            let shown = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+            let more = if names.len() > 3 { ", …" } else { "" };
+            return Err(invalid(
+                out,
+                format!(
+                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes README.md, run.json and data/ there. Choose a new or empty folder, or add --force to write into it"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_folders_need_force_our_outputs_and_empty_folders_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o");
+        // Missing and empty folders are fine.
+        check_out(&out, None, false).unwrap();
+        std::fs::create_dir(&out).unwrap();
+        check_out(&out, None, false).unwrap();
+        // A user's own README.md and run.json: refused without --force.
+        std::fs::write(out.join("README.md"), "mine").unwrap();
+        std::fs::write(out.join("run.json"), r#"{"my":"notes"}"#).unwrap();
+        let err = check_out(&out, None, false).unwrap_err().to_string();
+        assert!(
+            err.contains("(README.md, run.json)") && err.contains("--force"),
+            "{err}"
+        );
+        check_out(&out, None, true).unwrap();
+        // A run.json of ours marks the folder as an earlier output.
+        std::fs::write(
+            out.join("run.json"),
+            r#"{"verisample_version":"0","fingerprint":{}}"#,
+        )
+        .unwrap();
+        check_out(&out, None, false).unwrap();
+    }
+
+    #[test]
+    fn input_inside_output_and_output_under_a_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let data = root.join("x/data");
+        std::fs::create_dir_all(&data).unwrap();
+        let err = check_out(&root.join("x"), Some(&data), true).unwrap_err();
+        assert!(
+            err.to_string().contains("holds the input dataset folder"),
+            "{err}"
+        );
+        let err = check_out(&data.join("o"), Some(&data), true).unwrap_err();
+        assert!(err.to_string().contains("inside the input"), "{err}");
+        std::fs::write(root.join("f"), "").unwrap();
+        let err = check_out(&root.join("f/o"), None, false).unwrap_err();
+        assert!(err.to_string().contains("is a file"), "{err}");
+    }
+}

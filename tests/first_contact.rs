@@ -1,0 +1,346 @@
+//! Issue 17, first contact: what a newcomer meets with the real `verisample run` binary, the
+//! bundled tiny model and the bundled sample — output folders that never lose a user's
+//! files, refusals that say what to do in one sentence, and the summary on stdout.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_verisample");
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `verisample run` of the bundled model on the bundled sample into `out`, with `extra` flags.
+fn run(out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("run")
+        .arg("--model")
+        .arg(repo().join("assets/model"))
+        .arg("--data")
+        .arg(repo().join("assets/sample/data"))
+        .arg("--out")
+        .arg(out)
+        .args(["--device", "cpu", "--max-new-tokens", "64"])
+        .args(extra)
+        .env_remove("VERISAMPLE_TEST_KILL_AT")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\nstderr:\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+    out
+}
+
+/// The `error: …` line of a failed command.
+fn error_line(out: &Output) -> String {
+    text(&out.stderr)
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn has_hash(s: &str) -> bool {
+    s.split(|c: char| !c.is_ascii_hexdigit())
+        .any(|w| w.len() == 64)
+}
+
+fn run_json(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn summary_goes_to_stdout_headline_first_and_the_output_folder_is_left_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let first = ok(run(&out, &[]), "run");
+    let stdout = text(&first.stdout);
+    let stats = &run_json(&out)["stats"];
+    let (accepted, items) = (
+        stats["accepted"].as_u64().unwrap(),
+        stats["input_items"].as_u64().unwrap(),
+    );
+    let percent = 100.0 * accepted as f64 / items as f64;
+    let headline = stdout.lines().next().unwrap_or_default();
+    assert!(
+        headline.starts_with(&format!(
+            "accepted {accepted} of {items} questions ({percent:.1} %): "
+        )),
+        "{stdout}"
+    );
+    assert!(headline.contains("by the verifier") && headline.contains("by the judge"));
+    assert!(
+        stdout.contains(&format!("rejected {}", stats["rejected"])),
+        "{stdout}"
+    );
+    assert!(stdout.contains("items/s"), "{stdout}");
+    assert!(!stdout.contains("resumed:"), "{stdout}");
+    assert!(
+        stdout.ends_with(&format!("run report {}\n", out.join("run.json").display())),
+        "{stdout}"
+    );
+    // Not a terminal and no --progress: no JSON lines among the logs, no summary there.
+    let stderr = text(&first.stderr);
+    assert!(!stderr.contains("\"phase\""), "{stderr}");
+    assert!(!stderr.contains("accepted "), "{stderr}");
+    assert!(
+        !out.join(".verisample.lock").exists(),
+        "a clean finish removes its lock file"
+    );
+
+    // A rerun replays everything and says so; --progress jsonl puts progress on stderr.
+    let again = ok(run(&out, &["--progress", "jsonl"]), "rerun");
+    let stdout = text(&again.stdout);
+    let replayed = run_json(&out)["replayed_results"].as_u64().unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "resumed: {replayed} of {replayed} generations replayed from the journal"
+        )),
+        "{stdout}"
+    );
+    assert!(text(&again.stderr).contains("\"phase\":\"write\""));
+
+    // -q: the one line naming where the splits are.
+    let quiet = ok(run(&out, &["-q"]), "quiet rerun");
+    assert_eq!(
+        text(&quiet.stdout),
+        format!(
+            "splits in {}, dataset card {}, run report {}\n",
+            out.join("data").display(),
+            out.join("README.md").display(),
+            out.join("run.json").display()
+        )
+    );
+
+    // --json: one JSON object with the same counts as run.json.
+    let json = ok(run(&out, &["--json"]), "json rerun");
+    let stdout = text(&json.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["accepted"].as_u64(), Some(accepted));
+    assert_eq!(v["questions"].as_u64(), Some(items));
+    assert_eq!(
+        v["accepted_by_verifier"].as_u64().unwrap() + v["accepted_by_judge"].as_u64().unwrap(),
+        accepted
+    );
+
+    // A rerun with another setting: one sentence naming it in words, hashes only with -v.
+    let refused = run(&out, &["--think", "off"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        error_line(&refused),
+        format!(
+            "error: {} holds the output of a different run (--think changed: on → off); rerun with --restart to replace that output, or choose another --out",
+            out.display()
+        )
+    );
+    assert!(
+        !has_hash(&text(&refused.stderr)),
+        "{}",
+        text(&refused.stderr)
+    );
+    let verbose = run(&out, &["--think", "off", "-v"]);
+    assert_eq!(verbose.status.code(), Some(1));
+    assert!(
+        has_hash(&text(&verbose.stderr)),
+        "{}",
+        text(&verbose.stderr)
+    );
+}
+
+#[test]
+fn a_resumed_run_says_how_much_came_from_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let killed = Command::new(BIN)
+        .arg("run")
+        .arg("--model")
+        .arg(repo().join("assets/model"))
+        .arg("--data")
+        .arg(repo().join("assets/sample/data"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--device", "cpu", "--max-new-tokens", "64"])
+        .env("VERISAMPLE_TEST_KILL_AT", "generation:5")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    let resumed = ok(run(&out, &[]), "resume");
+    let t = &run_json(&out)["stats"]["throughput"];
+    let (replayed, generated) = (
+        t["replayed_items"].as_u64().unwrap(),
+        t["generated_items"].as_u64().unwrap(),
+    );
+    assert!(replayed >= 5 && generated > 0, "{t}");
+    assert!(
+        text(&resumed.stdout).contains(&format!(
+            "resumed: {replayed} of {} generations replayed from the journal",
+            replayed + generated
+        )),
+        "{}",
+        text(&resumed.stdout)
+    );
+    assert!(!out.join(".verisample.lock").exists());
+}
+
+#[test]
+fn a_users_own_folder_is_never_overwritten_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mine = tmp.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("README.md"), "my notes").unwrap();
+    std::fs::write(mine.join("run.json"), "{\"mine\": true}").unwrap();
+    let refused = run(&mine, &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    let line = error_line(&refused);
+    assert!(
+        line.contains("(README.md, run.json)") && line.contains("--force"),
+        "{line}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("README.md")).unwrap(),
+        "my notes"
+    );
+    assert_eq!(
+        std::fs::read_dir(&mine).unwrap().count(),
+        2,
+        "nothing added"
+    );
+    ok(run(&mine, &["--force", "-q"]), "run with --force");
+    assert!(std::fs::read_to_string(mine.join("README.md"))
+        .unwrap()
+        .contains("OrandCar"));
+}
+
+#[test]
+fn bad_output_folders_are_settings_errors_before_the_model_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The input inside the output: the next run would re-ingest its own splits.
+    let x = tmp.path().join("x");
+    let data = x.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for f in std::fs::read_dir(repo().join("assets/sample/data")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), data.join(f.file_name())).unwrap();
+    }
+    let inside = Command::new(BIN)
+        .arg("run")
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&x)
+        .args(["--device", "cpu", "--force"])
+        .output()
+        .unwrap();
+    assert_eq!(inside.status.code(), Some(2));
+    assert!(
+        error_line(&inside).contains("holds the input dataset folder"),
+        "{}",
+        error_line(&inside)
+    );
+    // --out is a file, or lies under one.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    for (out, want) in [
+        (file.clone(), "exists and is not a folder"),
+        (file.join("out"), "is a file"),
+    ] {
+        let r = run(&out, &[]);
+        assert_eq!(r.status.code(), Some(2), "{out:?}");
+        assert!(error_line(&r).contains(want), "{}", error_line(&r));
+    }
+    // A read-only folder (meaningless as root, who writes anyway).
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::write(ro.join("probe"), "").is_err() {
+        let r = run(&ro.join("out"), &[]);
+        assert_eq!(r.status.code(), Some(2));
+        assert!(
+            error_line(&r).contains("is not writable"),
+            "{}",
+            error_line(&r)
+        );
+    } else {
+        println!("note: running as root, the read-only check is skipped");
+    }
+}
+
+#[test]
+fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let failed = run(&out, &["--kv-cache-gib", "100000"]);
+    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed.stderr));
+    assert!(!out.exists(), "the failed start left {out:?} behind");
+    // A bad model into an existing, empty folder: the folder stays, empty.
+    std::fs::create_dir(&out).unwrap();
+    let model = tmp.path().join("broken");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    let failed = Command::new(BIN)
+        .arg("run")
+        .arg("--model")
+        .arg(&model)
+        .arg("--data")
+        .arg(repo().join("assets/sample/data"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    ok(run(&out, &["-q"]), "the corrected command");
+}
+
+#[test]
+fn a_hub_id_not_in_the_cache_says_how_to_fetch_it_and_config_paths_take_tilde() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = Command::new(BIN)
+        .args(["run", "--model", "Qwen/Not-Here-2B", "--device", "cpu"])
+        .arg("--out")
+        .arg(tmp.path().join("o"))
+        .env("HF_HUB_CACHE", tmp.path().join("hub"))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let line = error_line(&missing);
+    assert!(
+        line.contains("verisample never downloads")
+            && line.contains("hf download Qwen/Not-Here-2B")
+            && line.contains("--model Qwen/Not-Here-2B"),
+        "{line}"
+    );
+    // `~/` in the config file is the home folder; `think = false` is a switch.
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, "model = \"~/no-model\"\nthink = false\n").unwrap();
+    let r = Command::new(BIN)
+        .args(["run", "--device", "cpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(tmp.path().join("o"))
+        .env("HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let line = error_line(&r);
+    let expanded = tmp.path().join("no-model");
+    assert!(
+        line.contains(&format!("looked in: {}", expanded.display())),
+        "{line}"
+    );
+}
