@@ -20,6 +20,7 @@ use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 use verisample_models::{ImageProcessor, VlModel};
 
 use crate::dataset::reader::InputReader;
+use crate::engine::generation::GenerationConfig;
 use crate::engine::vl::VlInputs;
 use crate::engine::{Engine, EngineConfig, ImageInput, KvBudget, Request};
 use crate::settings::DeviceSpec;
@@ -143,7 +144,7 @@ pub fn run(opts: &DoctorOptions) -> Result<DoctorReport, DoctorError> {
             .and_then(|t| t.sum_all())
             .and_then(|t| t.to_scalar::<f32>());
         match ok {
-            Ok(v) if v == 64.0 => dtypes.push(dtype),
+            Ok(64.0) => dtypes.push(dtype),
             Ok(v) => checks.push(fail(
                 format!("matmul {}", dt(dtype)),
                 format!("4×4 ones squared sum to {v}, not 64"),
@@ -548,12 +549,14 @@ fn generate(
     let mut model = VlModel::load(&opts.model, DType::F32, device).map_err(|e| load(&e))?;
     model.set_attention_path(path);
     let images = ImageProcessor::from_dir(&opts.model).map_err(|e| load(&e))?;
-    let inputs =
-        VlInputs::from_dir(&opts.model, &model, images, Some(true)).map_err(|e| load(&e))?;
+    let generation = GenerationConfig::resolve(&opts.model, true, None).map_err(|e| load(&e))?;
+    let inputs = VlInputs::from_dir(&opts.model, &model, images, Some(true), &generation)
+        .map_err(|e| load(&e))?;
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(512),
         max_batch: 16,
         max_new_tokens: opts.max_new_tokens,
+        repetition_penalty: Some(generation.repetition_penalty),
         ..Default::default()
     };
     let mut engine = Engine::new(model, inputs, cfg).map_err(|e| load(&e))?;

@@ -131,8 +131,15 @@ fn generate(
     cfg: EngineConfig,
     copies: usize,
 ) -> (Vec<(Vec<u32>, usize)>, EngineStats) {
-    let mut engine =
-        load_engine(dir, DType::F32, &Device::Cpu, cfg, Some(true)).expect("load checkpoint");
+    let mut engine = load_engine(
+        dir,
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load checkpoint");
     let images = sample();
     let requests: Vec<Request> = f
         .items
@@ -305,7 +312,14 @@ fn an_unsupported_setting_is_refused_by_name() {
         kv_budget: KvBudget::Blocks(64),
         ..Default::default()
     };
-    let err = match load_engine(dir.path(), DType::F32, &Device::Cpu, cfg.clone(), None) {
+    let err = match load_engine(
+        dir.path(),
+        DType::F32,
+        &Device::Cpu,
+        cfg.clone(),
+        None,
+        Default::default(),
+    ) {
         Ok(_) => panic!("an active no_repeat_ngram_size must be refused"),
         Err(e) => e.to_string(),
     };
@@ -314,6 +328,14 @@ fn an_unsupported_setting_is_refused_by_name() {
         generation_config: false,
         ..cfg
     };
-    let engine = load_engine(dir.path(), DType::F32, &Device::Cpu, off, None).expect("off");
+    let engine = load_engine(
+        dir.path(),
+        DType::F32,
+        &Device::Cpu,
+        off,
+        None,
+        Default::default(),
+    )
+    .expect("off");
     assert_eq!(engine.config().repetition_penalty, Some(1.0));
 }

@@ -175,7 +175,11 @@ fn assert_same(a: &Path, b: &Path, what: &str) {
     assert_eq!(stable_run_json(a), stable_run_json(b), "{what}: run.json");
     for dir in [a, b] {
         let svg = std::fs::read_to_string(dir.join("chart.svg")).unwrap();
-        assert!(svg.contains("<svg"), "{what}: chart.svg of {}", dir.display());
+        assert!(
+            svg.contains("<svg"),
+            "{what}: chart.svg of {}",
+            dir.display()
+        );
     }
 }
 

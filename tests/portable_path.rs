@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
+use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::VlInputs;
 use verisample::engine::{Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
 use verisample_models::{AttentionPath, ImageProcessor, VlModel};
@@ -32,11 +33,13 @@ fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
     model.set_attention_path(path);
     assert_eq!(model.attention_path(), path);
     let images = ImageProcessor::from_dir(&dir).unwrap();
-    let inputs = VlInputs::from_dir(&dir, &model, images, Some(true)).unwrap();
+    let generation = GenerationConfig::resolve(&dir, true, None).unwrap();
+    let inputs = VlInputs::from_dir(&dir, &model, images, Some(true), &generation).unwrap();
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(1024),
         max_batch: 16,
         max_new_tokens: 64,
+        repetition_penalty: Some(generation.repetition_penalty),
         ..Default::default()
     };
     let mut out = vec![Vec::new(); requests.len()];

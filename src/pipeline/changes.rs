@@ -120,6 +120,11 @@ mod tests {
             shard: "0/1".into(),
             verifiers: Vec::new(),
             dedup: true,
+            min_pixels: None,
+            max_pixels: None,
+            decoding: crate::settings::CanonicalDecoding::from(
+                &crate::settings::Decoding::default(),
+            ),
         };
         let mut fp = fingerprint(
             settings,
