@@ -1,23 +1,7 @@
-//! Unit tests of [`super`]: device specs and the fingerprint.
+//! Unit tests of [`super`]: the fingerprint.
 
 use super::*;
 use std::collections::BTreeMap;
-
-#[test]
-fn device_spec_parses_table() {
-    let cases: &[(&str, Option<DeviceSpec>)] = &[
-        ("cpu", Some(DeviceSpec::Cpu)),
-        ("cuda", Some(DeviceSpec::Cuda(0))),
-        ("cuda:3", Some(DeviceSpec::Cuda(3))),
-        ("metal", Some(DeviceSpec::Metal)),
-        ("cuda:", None),
-        ("cuda:x", None),
-        ("gpu", None),
-    ];
-    for (s, want) in cases {
-        assert_eq!(s.parse::<DeviceSpec>().ok(), *want, "{s}");
-    }
-}
 
 #[test]
 fn fingerprint_changes_with_settings_and_weights() {
