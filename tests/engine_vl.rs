@@ -5,6 +5,8 @@
 //! Images are synthetic PNGs made here (hermetic); the parity of the model itself with
 //! transformers is tested in the models crate.
 
+mod shared_data;
+
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::PathBuf;
@@ -152,8 +154,8 @@ fn tokens_do_not_depend_on_batch_size_or_input_order() {
 }
 
 /// The reference greedy tokens of `family`'s fixture (transformers, f32; 24 tokens without
-/// an end-of-sequence stop) and its images as Pillow decoded them (PNG, exact pixels).
-fn goldens(family: &str) -> Vec<(Vec<u32>, ImageInput)> {
+/// an end-of-sequence stop) and its JPEG images from `data` (decoded Pillow-exact).
+fn goldens(family: &str, data: &std::path::Path) -> Vec<(Vec<u32>, ImageInput)> {
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/tests/fixtures");
     let dir = fixtures.join(family);
     let tensors = candle_core::safetensors::load(dir.join("goldens.safetensors"), &Device::Cpu)
@@ -174,9 +176,8 @@ fn goldens(family: &str) -> Vec<(Vec<u32>, ImageInput)> {
                 .into_iter()
                 .map(|t| t as u32)
                 .collect();
-            let png = std::path::Path::new(p.as_str().unwrap()).with_extension("png");
-            let png = fixtures.join("pillow_rgb").join(png.file_name().unwrap());
-            (ids, ImageInput::new(std::fs::read(&png).unwrap()))
+            let jpg = data.join(p.as_str().unwrap());
+            (ids, ImageInput::new(std::fs::read(&jpg).unwrap()))
         })
         .collect()
 }
@@ -187,8 +188,11 @@ fn image_requests_match_the_transformers_goldens() {
     // through the image pads: every golden sequence reproduces transformers' greedy tokens
     // (up to an end-of-sequence stop). The goldens differ from image to image, so this
     // catches dropped, swapped or misplaced image embeddings.
+    let Some(data) = shared_data::require_shared_data() else {
+        return;
+    };
     for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] {
-        let golden = goldens(family);
+        let golden = goldens(family, &data);
         let mut reqs = items(0);
         for (i, (_, image)) in golden.iter().enumerate() {
             reqs.push(Request {

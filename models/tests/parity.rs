@@ -28,18 +28,14 @@ fn reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
     }
 }
 
-/// The fixture image `i` as Pillow decoded it (RGB, stored as PNG: tests/fixtures/pillow_rgb).
-fn pillow_rgb_png(g: &Goldens, i: usize) -> Vec<u8> {
-    let jpg = std::path::Path::new(g.meta["images"][i].as_str().unwrap());
-    let name = jpg.with_extension("png");
-    let path = fixture_dir("pillow_rgb").join(name.file_name().unwrap());
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Resize + normalise on the pixels Pillow decoded: bit-exact with transformers' Pillow
-/// processor, and the prompt ids and M-RoPE positions built from the resulting grid.
-/// Catches: any resize or normalisation drift, even one 8-bit level on one value.
+/// Decode (Pillow-exact, `tests/jpeg_pillow.rs`) + resize + normalise of the real JPEGs:
+/// bit-exact with transformers' Pillow processor, and the prompt ids and M-RoPE positions
+/// built from the resulting grid. Catches: any decode, resize or normalisation drift, even
+/// one 8-bit level on one value.
 fn preprocessing(family: &str) {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
     let g = Goldens::load(family);
     let dir = fixture_dir(family);
     let proc = ImageProcessor::from_dir(&dir).unwrap();
@@ -53,7 +49,8 @@ fn preprocessing(family: &str) {
     let model = load_model(family);
     let mut grids = Vec::new();
     for i in 0..g.n() {
-        let out = proc.preprocess(&pillow_rgb_png(&g, i)).unwrap();
+        let path = data.join(g.meta["images"][i].as_str().unwrap());
+        let out = proc.preprocess(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(out.grid_thw, g.grid(i), "grid_thw of image {i}");
         let want = g.f32s("pixel_values", i);
         let mx = max_abs(&out.pixel_values, &want);
