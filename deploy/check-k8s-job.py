@@ -1,12 +1,25 @@
 #!/usr/bin/env python3
-"""Check deploy/k8s-indexed-job.yaml: the fields and types the batch/v1 Job schema requires of
-an Indexed Job (no cluster here to validate against, so the rules are spelled out), and that
-it sets every VERISAMPLE_* variable that deploy/slurm-array.sbatch reads, and no other."""
+"""Check deploy/k8s-indexed-job.yaml against the real Kubernetes batch/v1 Job schema and against
+deploy/slurm-array.sbatch.
+
+1. Schema: the OpenAPI-derived JSON schema of batch/v1 Job for Kubernetes 1.33 (bundled by the
+   `kubernetes-validate` package, no cluster or network needed), in strict mode, so a misspelt
+   field is an error as `kubectl apply --validate=strict` makes it. A negative control (the same
+   file with `completionMode` misspelt) must be refused, or the check itself is broken.
+2. Indexed-Job semantics the schema cannot express: `completionMode: Indexed`, `--shard
+   $JOB_COMPLETION_INDEX/N` with N = `spec.completions`.
+3. Environment: the Job sets every VERISAMPLE_* variable the sbatch script reads, and no other,
+   and its args use each of them.
+"""
+import copy
 import re
 import sys
 from pathlib import Path
 
+import kubernetes_validate
 import yaml
+
+KUBERNETES_VERSION = "1.33.0"
 
 root = Path(__file__).resolve().parent
 job = yaml.safe_load((root / "k8s-indexed-job.yaml").read_text())
@@ -14,37 +27,39 @@ sbatch = (root / "slurm-array.sbatch").read_text()
 errors = []
 
 
-def need(cond, what):
-    if not cond:
-        errors.append(what)
+def schema_errors(doc):
+    """The strict-schema error of `doc` as one line, or None when it validates."""
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return str(e).splitlines()[0]
+    return None
 
 
-need(job.get("apiVersion") == "batch/v1", "apiVersion must be batch/v1")
-need(job.get("kind") == "Job", "kind must be Job")
-need(isinstance(job.get("metadata", {}).get("name"), str), "metadata.name must be a string")
+problem = schema_errors(job)
+if problem:
+    errors.append(f"not a valid batch/v1 Job (Kubernetes {KUBERNETES_VERSION}): {problem}")
+misspelt = copy.deepcopy(job)
+misspelt["spec"]["completionsMode"] = misspelt["spec"].pop("completionMode", "Indexed")
+if schema_errors(misspelt) is None:
+    errors.append("schema check is broken: a misspelt spec.completionsMode was accepted")
+
 spec = job.get("spec", {})
-need(spec.get("completionMode") == "Indexed", "spec.completionMode must be Indexed")
-for key in ("completions", "parallelism", "backoffLimitPerIndex"):
-    need(isinstance(spec.get(key), int) and spec[key] >= 0, f"spec.{key} must be an int >= 0")
-pod = spec.get("template", {}).get("spec", {})
-need(pod.get("restartPolicy") in ("Never", "OnFailure"), "restartPolicy must be Never or OnFailure")
-containers = pod.get("containers") or []
-need(len(containers) == 1, "one container")
-c = containers[0] if containers else {}
-for key in ("name", "image"):
-    need(isinstance(c.get(key), str), f"container.{key} must be a string")
-env = c.get("env") or []
-need(all(isinstance(e.get("name"), str) and isinstance(e.get("value"), str) for e in env),
-     "env entries are {name: str, value: str}")
-mounts = {m.get("name") for m in c.get("volumeMounts") or []}
-volumes = {v.get("name") for v in pod.get("volumes") or []}
-need(mounts <= volumes, f"volumeMounts {sorted(mounts - volumes)} have no volume")
-args = " ".join(c.get("args") or [])
-need(f"/{spec.get('completions')}" in args, "--shard INDEX/N must use N = spec.completions")
+if spec.get("completionMode") != "Indexed":
+    errors.append("spec.completionMode must be Indexed")
+containers = spec.get("template", {}).get("spec", {}).get("containers") or [{}]
+container = containers[0]
+args = " ".join(container.get("args") or [])
+if f"$JOB_COMPLETION_INDEX/{spec.get('completions')}" not in args:
+    errors.append("--shard INDEX/N must use N = spec.completions")
+env = container.get("env") or []
 in_job = {e["name"] for e in env if e.get("name", "").startswith("VERISAMPLE_")}
 in_sbatch = set(re.findall(r"\$\{(VERISAMPLE_[A-Z_]+)", sbatch)) - {"VERISAMPLE_BIN"}
-need(in_job == in_sbatch, f"environment differs: job {sorted(in_job)}, sbatch {sorted(in_sbatch)}")
-need(all(f"${v}" in args for v in in_job), "the job's args use every VERISAMPLE_* variable")
+if in_job != in_sbatch:
+    errors.append(f"environment differs: job {sorted(in_job)}, sbatch {sorted(in_sbatch)}")
+if not all(f"${v}" in args for v in in_job):
+    errors.append("the job's args must use every VERISAMPLE_* variable")
 if errors:
     sys.exit("deploy/k8s-indexed-job.yaml: " + "; ".join(errors))
-print(f"k8s Indexed Job ok: {spec['completions']} indexes, environment {sorted(in_job)}")
+print(f"k8s Indexed Job ok: valid batch/v1 Job (Kubernetes {KUBERNETES_VERSION}, strict), "
+      f"{spec['completions']} indexes, environment {sorted(in_job)}")
