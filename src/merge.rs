@@ -43,6 +43,10 @@ pub struct MergeArgs {
     /// Input dataset, when not at the path recorded in the shards' run.json.
     #[arg(long, value_name = "INPUT")]
     pub data: Option<PathBuf>,
+    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
+    /// README.md, run.json and data/ are overwritten).
+    #[arg(long)]
+    pub force: bool,
     /// Progress display. [default: bar on a terminal, else jsonl]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
@@ -75,6 +79,10 @@ pub enum MergeError {
     /// `--out` is one of the shard folders (merging there would destroy its journal).
     #[error("--out {0} is one of the shard folders being merged; choose another --out")]
     OutIsShard(PathBuf),
+    /// `--out` is not a folder this merge may write: a file, read-only, inside or around the
+    /// input, or a non-empty folder of someone else's without `--force`.
+    #[error(transparent)]
+    Out(crate::settings::SettingsError),
     /// Shards missing or given twice.
     #[error("shards do not cover the input exactly once: {0}")]
     Coverage(String),
@@ -188,6 +196,9 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     if !settings.data.exists() {
         return Err(MergeError::DataNotFound(settings.data));
     }
+    let data_root = crate::settings::input_root(&settings.data).map_err(MergeError::Out)?;
+    crate::settings::check_out(&args.out, data_root.as_deref(), args.force)
+        .map_err(MergeError::Out)?;
     settings.progress = if args.quiet {
         ProgressMode::None
     } else {

@@ -75,6 +75,49 @@ pub struct Throughput {
     pub samples: Vec<ThroughputSample>,
 }
 
+/// Upper bounds (inclusive, in generated tokens) of the answer-length histogram's buckets:
+/// powers of two, so a bucket reads "≤ 8 tokens"; the last bucket also holds longer answers.
+pub const ANSWER_LENGTH_BOUNDS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// Histogram of answer generations' lengths in tokens (EOS included), per outcome; bucket
+/// `i` counts lengths in `(ANSWER_LENGTH_BOUNDS[i-1], ANSWER_LENGTH_BOUNDS[i]]`, the last one
+/// everything above too.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerLengths {
+    /// Accepted items per bucket.
+    pub accepted: [u64; 11],
+    /// Rejected items per bucket.
+    pub rejected: [u64; 11],
+}
+
+impl AnswerLengths {
+    /// The bucket index of a generation of `tokens` tokens.
+    pub fn bucket(tokens: u64) -> usize {
+        ANSWER_LENGTH_BOUNDS
+            .iter()
+            .position(|&b| tokens <= b)
+            .unwrap_or(ANSWER_LENGTH_BOUNDS.len() - 1)
+    }
+
+    /// Count one answer of `tokens` tokens, accepted or not.
+    pub fn record(&mut self, tokens: u64, accepted: bool) {
+        let b = Self::bucket(tokens);
+        if accepted {
+            self.accepted[b] += 1;
+        } else {
+            self.rejected[b] += 1;
+        }
+    }
+
+    /// The label of bucket `i`: `≤8`, or `>512` for the last one.
+    pub fn label(i: usize) -> String {
+        match i {
+            i if i + 1 == ANSWER_LENGTH_BOUNDS.len() => format!(">{}", ANSWER_LENGTH_BOUNDS[i - 1]),
+            i => format!("≤{}", ANSWER_LENGTH_BOUNDS[i]),
+        }
+    }
+}
+
 /// Counts of one run (one shard or a merge).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStats {
@@ -106,6 +149,9 @@ pub struct RunStats {
     pub calibration: Option<Calibration>,
     /// Throughput.
     pub throughput: Throughput,
+    /// Lengths of the answer generations that reached a split (judge generations excluded).
+    #[serde(default)]
+    pub answer_lengths: AnswerLengths,
 }
 
 /// Peak resident memory of this process in bytes: `VmHWM` of `/proc/self/status` (Linux);
@@ -314,7 +360,7 @@ fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
 pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
     let mut s = String::from("## Statistics\n\n");
     s.push_str(&format!(
-        "![questions per split, accept rate per family, reject reasons, judge verdicts and throughput]({chart_file})\n\n"
+        "![questions per split, accept rate per family, reject reasons, judge verdicts, throughput and answer lengths]({chart_file})\n\n"
     ));
     s.push_str(&format!(
         "Input: {} rows, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
@@ -338,6 +384,17 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
         ("cleaning drop", "questions"),
         &stats.cleaning_drops,
     ));
+    s.push('\n');
+    s.push_str("| answer length (tokens) | accepted | rejected |\n| --- | ---: | ---: |\n");
+    let l = &stats.answer_lengths;
+    for i in (0..ANSWER_LENGTH_BOUNDS.len()).filter(|&i| l.accepted[i] + l.rejected[i] > 0) {
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            AnswerLengths::label(i),
+            l.accepted[i],
+            l.rejected[i]
+        ));
+    }
     s.push('\n');
     s.push_str(&format!(
         "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",
@@ -374,8 +431,16 @@ mod tests {
             }),
             ..Default::default()
         };
+        let mut stats = stats;
+        stats.answer_lengths.record(9, true);
+        stats.answer_lengths.record(16, false);
         let card = card_markdown(&stats, "chart.svg");
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
+        assert!(card.contains("| ≤16 | 1 | 1 |"), "{card}");
+        assert!(
+            !card.contains("| ≤8 |"),
+            "empty buckets are left out: {card}"
+        );
         assert!(card.contains("59/60"));
         assert!(card.contains("](chart.svg)"));
     }

@@ -29,7 +29,7 @@ mod out_dir;
 mod switch;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
-pub use out_dir::is_verisample_output;
+pub use out_dir::{check_out, is_verisample_output};
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";
@@ -38,6 +38,30 @@ pub const DEFAULT_OUT: &str = "verisample-out";
 pub const DEFAULT_MODEL: &str = "assets/model";
 /// Default input dataset: the bundled sample (same lookup as [`DEFAULT_MODEL`]).
 pub const DEFAULT_DATA: &str = "assets/sample/data";
+
+/// The canonical folder an input is read from, for the output-folder checks: the folder
+/// itself, a file's parent, or the root of a glob (`dir/*.parquet`) as the reader resolves
+/// it; `None` when it cannot be canonicalised.
+///
+/// Errors: [`SettingsError::DataNotFound`] when a path that does not exist resolves to no
+/// input either.
+pub fn input_root(data: &Path) -> Result<Option<PathBuf>, SettingsError> {
+    if data.exists() {
+        let folder = if data.is_dir() {
+            data.to_path_buf()
+        } else {
+            match data.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            }
+        };
+        return Ok(std::fs::canonicalize(&folder).ok());
+    }
+    match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
+        Ok(inputs) => Ok(Some(inputs.root)),
+        Err(_) => Err(SettingsError::DataNotFound(data.to_path_buf())),
+    }
+}
 /// Default generation budget per answer, in tokens (reasoning trace + answer).
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 2048;
 /// Default number of sequences the engine may run at once.
@@ -136,7 +160,7 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub judge: Option<Switch>,
     /// Also judge the first N verifier accepts and report the agreement. [default: 0]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub judge_calibrate: Option<usize>,
     /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
     #[arg(long, value_enum)]
@@ -156,7 +180,7 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub dtype: Option<DTypeSpec>,
     /// Generation budget per answer in tokens. [default: 2048]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_new_tokens: Option<usize>,
     /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
     /// eos_token_id; other settings that change greedy output are refused). [default: on]
@@ -164,24 +188,24 @@ pub struct RunArgs {
     pub generation_config: Option<Switch>,
     /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
     /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub repetition_penalty: Option<f64>,
     /// Most sequences in flight at once. [default: 64]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_batch: Option<usize>,
     /// Most tokens scheduled in one engine step. [default: 16384]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_batch_tokens: Option<usize>,
     /// KV cache size in GiB. [default: chosen by the engine from free memory]
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub kv_cache_gib: Option<f64>,
     /// Fewest pixels an image is resized to, overriding the checkpoint's
     /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub min_pixels: Option<usize>,
     /// Most pixels an image is resized to, overriding the checkpoint's
     /// preprocessor_config.json (transformers' `max_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_pixels: Option<usize>,
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
@@ -190,7 +214,7 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
     /// Abort when more than N input errors were recorded. [default: unlimited]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_errors: Option<usize>,
     /// Discard an existing journal and outputs in OUT instead of resuming.
     #[arg(long)]
@@ -571,23 +595,7 @@ impl Settings {
             (None, Some(d)) => rebase(&base, d.clone()),
             (None, None) => bundled(DEFAULT_DATA),
         };
-        // The reader accepts a folder, a file or a glob (`dir/*.parquet`); so does this check.
-        let data_root = if data.exists() {
-            let folder = if data.is_dir() {
-                data.clone()
-            } else {
-                match data.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                    _ => PathBuf::from("."),
-                }
-            };
-            std::fs::canonicalize(&folder).ok()
-        } else {
-            match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
-                Ok(inputs) => Some(inputs.root),
-                Err(_) => return Err(SettingsError::DataNotFound(data)),
-            }
-        };
+        let data_root = input_root(&data)?;
         let out = match (&args.out, &file.out) {
             (Some(o), _) => o.clone(),
             (None, Some(o)) => rebase(&base, o.clone()),

@@ -36,6 +36,16 @@ fn stats() -> RunStats {
         ("WRONG".to_string(), 15),
         ("UNSURE".to_string(), 6),
     ]);
+    for (tokens, accepted, n) in [
+        (3, true, 60),
+        (12, true, 30),
+        (12, false, 6),
+        (600, false, 16),
+    ] {
+        for _ in 0..n {
+            s.answer_lengths.record(tokens, accepted);
+        }
+    }
     s.throughput.tokens_per_s = 88.0;
     s.throughput.samples = (0..60)
         .map(|i| ThroughputSample {
@@ -67,6 +77,12 @@ fn the_card_figures_have_titles_axes_counts_and_a_legend_and_render() {
         ">tokens/s<",
         ">Split colours<",
         ">rejected (_rejected)<",
+        ">Answer length (generated tokens)<",
+        ">tokens per answer (bucket upper bound)<",
+        ">≤4<",
+        ">≤16<",
+        ">&gt;512<",
+        ">36<",
     ] {
         assert!(svg.contains(want), "{want} missing from the figure");
     }
@@ -97,5 +113,14 @@ fn the_card_figures_have_titles_axes_counts_and_a_legend_and_render() {
         .filter(|&(x, y)| img.get_pixel(x, y).0.iter().all(|&c| c < 100))
         .count();
     assert!(dark > 50, "no title text rendered ({dark} dark pixels)");
+    // The answer-length histogram (bottom-right panel) drew its accepted columns in blue.
+    let blue = (500..1000)
+        .flat_map(|x| (560..740).map(move |y| (x, y)))
+        .filter(|&(x, y)| img.get_pixel(x, y).0 == [0x1f, 0x6f, 0xeb])
+        .count();
+    assert!(
+        blue > 500,
+        "no histogram columns rendered ({blue} blue pixels)"
+    );
     println!("rendered {}", png_path.display());
 }

@@ -308,6 +308,68 @@ fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
 }
 
 #[test]
+fn negative_numbers_get_the_settings_message_not_a_parser_puzzle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    for (flag, want) in [
+        (
+            "--kv-cache-gib",
+            "invalid --kv-cache-gib -1: must be a positive number of GiB",
+        ),
+        (
+            "--repetition-penalty",
+            "invalid --repetition-penalty -1: must be a positive number",
+        ),
+        ("--max-batch", "invalid value '-1' for '--max-batch <N>'"),
+    ] {
+        let r = run(&out, &[flag, "-1"]);
+        assert_eq!(r.status.code(), Some(2), "{flag}: {}", text(&r.stderr));
+        assert!(
+            error_line(&r).starts_with(&format!("error: {want}")),
+            "{flag}: {}",
+            text(&r.stderr)
+        );
+    }
+    assert!(!out.exists());
+}
+
+#[test]
+fn an_input_of_which_nothing_reads_names_the_errors_file_and_leaves_no_card() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("train-00000-of-00001.parquet"), b"not parquet").unwrap();
+    let out = tmp.path().join("out");
+    let r = Command::new(BIN)
+        .arg("run")
+        .arg("--model")
+        .arg(repo().join("assets/model"))
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&out)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let errors = out.join("errors.jsonl");
+    assert!(
+        error_line(&r).contains(&errors.display().to_string()),
+        "{}",
+        text(&r.stderr)
+    );
+    assert!(std::fs::read_to_string(&errors)
+        .unwrap()
+        .contains("train-00000-of-00001.parquet"));
+    for gone in ["README.md", "chart.svg"] {
+        assert!(
+            !out.join(gone).exists(),
+            "{gone} written for a run without a dataset"
+        );
+    }
+}
+
+#[test]
 fn a_hub_id_not_in_the_cache_says_how_to_fetch_it_and_config_paths_take_tilde() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = Command::new(BIN)

@@ -220,6 +220,7 @@ fn val_images_through_parquet_resume_and_merge() {
         shards: shard_dirs.clone(),
         out: merged.clone(),
         data: None,
+        force: false,
         progress: None,
         quiet: true,
     })

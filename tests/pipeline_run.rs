@@ -393,6 +393,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         ],
         out: merged.path().into(),
         data: Some(data.path().into()),
+        force: false,
         progress: None,
         quiet: true,
     };
@@ -434,12 +435,37 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
             dirs[1].path().into(),
             dirs[1].path().into(),
         ],
-        ..args
+        ..args.clone()
     };
     assert!(matches!(
         prepare_merge(&twice).unwrap_err(),
         MergeError::Coverage(_)
     ));
+    // A user's own non-empty folder is not overwritten by a merge unless --force.
+    let foreign = tempfile::tempdir().unwrap();
+    std::fs::write(foreign.path().join("README.md"), "my notes").unwrap();
+    let into_foreign = MergeArgs {
+        out: foreign.path().into(),
+        ..args.clone()
+    };
+    match prepare_merge(&into_foreign).unwrap_err() {
+        MergeError::Out(e) => assert!(e.to_string().contains("README.md"), "{e}"),
+        other => panic!("{other}"),
+    }
+    let forced = MergeArgs {
+        force: true,
+        ..into_foreign
+    };
+    assert!(prepare_merge(&forced).is_ok());
+    // Nor may the merged output sit inside the input dataset folder.
+    let inside = MergeArgs {
+        out: data.path().join("merged"),
+        ..args
+    };
+    match prepare_merge(&inside).unwrap_err() {
+        MergeError::Out(e) => assert!(e.to_string().contains("inside the input"), "{e}"),
+        other => panic!("{other}"),
+    }
 }
 
 #[test]
@@ -502,6 +528,7 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
         // Same folder, spelled differently.
         out: dirs[1].path().join("."),
         data: None,
+        force: false,
         progress: None,
         quiet: true,
     };

@@ -168,7 +168,7 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
 /// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C
 /// (143 after SIGTERM),
 /// 2 for invalid settings (including an engine setting such as a `--kv-cache-gib` that does
-/// not fit in memory, and a merge `--out` that is a shard folder), 1 otherwise.
+/// not fit in memory, and a merge `--out` that is a shard folder or not writable), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(p) = err.downcast_ref::<PipelineError>() {
         return u8::try_from(p.exit_code()).unwrap_or(1);
@@ -178,7 +178,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         .is_some()
         || matches!(
             err.downcast_ref::<crate::merge::MergeError>(),
-            Some(crate::merge::MergeError::OutIsShard(_))
+            Some(crate::merge::MergeError::OutIsShard(_) | crate::merge::MergeError::Out(_))
         )
         || matches!(
             err.downcast_ref::<VlLoadError>(),

@@ -126,6 +126,17 @@ impl SplitSink for ParquetSink {
         } else {
             Vec::new()
         };
+        let readme = self.out.join("README.md");
+        if splits.is_empty() {
+            // No split: no dataset to describe (`datasets` loads none), so no card; one of an
+            // earlier run in this folder would describe data that is gone.
+            return match std::fs::remove_file(&readme) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(crate::dataset::DatasetError::io(&readme, e).into())
+                }
+                _ => Ok(()),
+            };
+        }
         let configs = output_configs(&splits);
         let title = if families.is_empty() {
             "verisample output".to_string()
@@ -133,7 +144,7 @@ impl SplitSink for ParquetSink {
             format!("verisample output: {}", families.join(", "))
         };
         let card = format!("{}\n{card_stats}", render_card(&configs, &title)?);
-        crate::atomic::write_atomic(self.out.join("README.md"), card.as_bytes())?;
+        crate::atomic::write_atomic(readme, card.as_bytes())?;
         Ok(())
     }
 }

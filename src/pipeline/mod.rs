@@ -100,8 +100,10 @@ pub enum PipelineError {
     #[error(transparent)]
     Journal(#[from] JournalError),
     /// No row of the input could be decoded: every element was a whole-file error.
-    #[error("no row of the input could be read ({count} unreadable input file(s); first: {first}); see errors.jsonl")]
+    #[error("no row of the input could be read ({count} unreadable input file(s); first: {first}); all are listed in {}", errors.display())]
     InputUnreadable {
+        /// `OUT/errors.jsonl`.
+        errors: PathBuf,
         /// File-level errors.
         count: usize,
         /// The first one, `file: message`.
@@ -502,6 +504,7 @@ pub fn run(
         let first = &plans[0];
         let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
         return Err(PipelineError::InputUnreadable {
+            errors: settings.out.join(outputs::ERRORS_FILE),
             count: plans.len(),
             first: format!("{}: {message}", first.file),
         });

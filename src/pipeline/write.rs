@@ -211,6 +211,10 @@ fn route_row(
             number_guard: w.settings.number_guard,
             thinking: w.settings.think,
         });
+        c.stats.answer_lengths.record(
+            generation.token_ids.len() as u64,
+            matches!(routed, Routed::Accepted { .. }),
+        );
         match routed {
             Routed::Accepted { think, nothink } => {
                 c.stats.accepted += 1;
@@ -376,7 +380,21 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
     write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
     write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
-    write_atomic(out.join(CHART_FILE), chart::chart_svg(&c.stats).as_bytes())?;
+    let chart_path = out.join(CHART_FILE);
+    if c.stats.split_rows.is_empty() {
+        // No dataset, so no figures (the card is left out by the sink alike); a chart of an
+        // earlier run in this folder would describe other data.
+        match std::fs::remove_file(&chart_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(PipelineError::Sink(
+                    crate::dataset::DatasetError::io(&chart_path, e).into(),
+                ))
+            }
+            _ => {}
+        }
+    } else {
+        write_atomic(chart_path, chart::chart_svg(&c.stats).as_bytes())?;
+    }
     w.sink
         .finish(&card_markdown(&c.stats, CHART_FILE))
         .map_err(PipelineError::Sink)?;

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::RunStats;
+use super::{AnswerLengths, RunStats, ANSWER_LENGTH_BOUNDS};
 
 /// Figure size in pixels (width, height).
-pub const CHART_SIZE: (u32, u32) = (1000, 780);
+pub const CHART_SIZE: (u32, u32) = (1000, 850);
 
 const THINK: &str = "#2ea043";
 const NOTHINK: &str = "#1f6feb";
@@ -252,25 +252,7 @@ pub fn chart_svg(stats: &RunStats) -> String {
         &splits,
         max,
     );
-    // The legend of the split colours, in the free panel at the bottom right.
-    let (lx, ly) = at(1.0, 2.0);
-    text(&mut svg, lx + 20.0, ly + 28.0, 16, "start", "Split colours");
-    for (i, (colour, name)) in [
-        (THINK, "accepted, with reasoning (_RS_think)"),
-        (NOTHINK, "accepted, answer only (_RS_nothink)"),
-        (REJECTED, "rejected (_rejected)"),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let (x, y) = (lx + 20.0, ly + 60.0 + 28.0 * i as f64);
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{x}" y="{:.1}" width="16" height="16" fill="{colour}"/>"#,
-            y - 13.0
-        );
-        text(&mut svg, x + 24.0, y, 13, "start", name);
-    }
+    legend(&mut svg, 3.0 * PANEL.1);
     let families: Vec<Bar> = family_rates(stats)
         .into_iter()
         .map(|(f, (acc, total))| {
@@ -324,8 +306,101 @@ pub fn chart_svg(stats: &RunStats) -> String {
         &token_rates(stats),
         stats.throughput.tokens_per_s,
     );
+    length_panel(&mut svg, at(1.0, 2.0), &stats.answer_lengths);
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The legend of the split colours: one row of swatches starting at height `y0`.
+fn legend(svg: &mut String, y0: f64) {
+    text(svg, 20.0, y0 + 30.0, 14, "start", "Split colours");
+    let mut x = 130.0;
+    for (colour, name) in [
+        (THINK, "accepted, with reasoning (_RS_think)"),
+        (NOTHINK, "accepted, answer only (_RS_nothink)"),
+        (REJECTED, "rejected (_rejected)"),
+    ] {
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{x}" y="{:.1}" width="16" height="16" fill="{colour}"/>"#,
+            y0 + 17.0
+        );
+        text(svg, x + 22.0, y0 + 30.0, 13, "start", name);
+        x += 300.0;
+    }
+}
+
+/// Answer lengths in generated tokens: one column per bucket, accepted (blue, below) and
+/// rejected (red, stacked on top), the bucket's total above the column.
+fn length_panel(svg: &mut String, (x0, y0): (f64, f64), lengths: &AnswerLengths) {
+    text(
+        svg,
+        x0 + 20.0,
+        y0 + 28.0,
+        16,
+        "start",
+        "Answer length (generated tokens)",
+    );
+    let (left, right) = (x0 + 50.0, x0 + PANEL.0 - 20.0);
+    let (top, bottom) = (y0 + 55.0, y0 + PANEL.1 - 45.0);
+    let _ = writeln!(
+        svg,
+        r#"<polyline points="{left},{top} {left},{bottom} {right},{bottom}" fill="none" stroke="{FRAME}"/>"#
+    );
+    text(
+        svg,
+        (left + right) / 2.0,
+        bottom + 35.0,
+        12,
+        "middle",
+        "tokens per answer (bucket upper bound)",
+    );
+    let totals: Vec<u64> = (0..ANSWER_LENGTH_BOUNDS.len())
+        .map(|i| lengths.accepted[i] + lengths.rejected[i])
+        .collect();
+    let max = totals.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        text(svg, left + 10.0, top + 20.0, 12, "start", "(no answers)");
+        return;
+    }
+    let step = (right - left) / ANSWER_LENGTH_BOUNDS.len() as f64;
+    let scale = (bottom - top) / max as f64;
+    for (i, &total) in totals.iter().enumerate() {
+        let x = left + step * i as f64 + step * 0.15;
+        let width = step * 0.7;
+        let acc_h = lengths.accepted[i] as f64 * scale;
+        let rej_h = lengths.rejected[i] as f64 * scale;
+        for (y, h, colour) in [
+            (bottom - acc_h, acc_h, NOTHINK),
+            (bottom - acc_h - rej_h, rej_h, REJECTED),
+        ] {
+            if h > 0.0 {
+                let _ = writeln!(
+                    svg,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{width:.1}" height="{h:.1}" fill="{colour}"/>"#
+                );
+            }
+        }
+        let mid = x + width / 2.0;
+        if total > 0 {
+            text(
+                svg,
+                mid,
+                bottom - acc_h - rej_h - 4.0,
+                11,
+                "middle",
+                &total.to_string(),
+            );
+        }
+        text(
+            svg,
+            mid,
+            bottom + 14.0,
+            10,
+            "middle",
+            &AnswerLengths::label(i),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -354,6 +429,9 @@ mod tests {
                 tokens,
             })
             .collect();
+        for (tokens, accepted) in [(3, true), (4, true), (5, false), (900, false)] {
+            stats.answer_lengths.record(tokens, accepted);
+        }
         assert_eq!(token_rates(&stats), vec![(2.0, 50.0), (4.0, 100.0)]);
         assert_eq!(family_rates(&stats)["OrandCar"], (41, 48));
         let svg = chart_svg(&stats);
@@ -365,6 +443,9 @@ mod tests {
             ">wrong_answer<",
             ">Judge verdicts (7 judged, 0 moved to accepted)<",
             ">accepted, with reasoning (_RS_think)<",
+            ">Answer length (generated tokens)<",
+            ">≤8<",
+            ">&gt;512<",
             ">seconds since the start<",
             ">tokens/s<",
         ] {
@@ -376,5 +457,32 @@ mod tests {
             "a count on each accepted split"
         );
         assert!(esc("a<b&").eq("a&lt;b&amp;"));
+        // Bucket "≤4" holds the two accepted answers of 3 and 4 tokens: its total is 2.
+        assert!(svg.contains(">2</text>"), "bucket total missing");
+    }
+
+    #[test]
+    fn answer_length_buckets_are_powers_of_two_inclusive() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (512, 9),
+            (513, 10),
+        ];
+        for (tokens, bucket) in cases {
+            assert_eq!(AnswerLengths::bucket(tokens), bucket, "{tokens} tokens");
+        }
+        assert_eq!(AnswerLengths::bucket(100_000), 10);
+        assert_eq!(AnswerLengths::label(0), "≤1");
+        assert_eq!(AnswerLengths::label(10), ">512");
+        let mut l = AnswerLengths::default();
+        l.record(6, true);
+        l.record(6, false);
+        l.record(7, false);
+        assert_eq!((l.accepted[3], l.rejected[3]), (1, 2));
     }
 }
