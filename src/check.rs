@@ -9,20 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::judge::{ascii_digits, numbers_disagree};
 use crate::route::is_blank;
 use crate::verify::think::split_think;
-use crate::verify::{Trial, Variant, Verifier, VerifierRegistry};
-
-/// The arguments of `check`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CheckArgs {
-    /// The family whose verifier is used (`OrandCar`).
-    pub family: String,
-    /// The model's output; a reasoning block (`<think>…</think>`) is split off first.
-    pub pred: String,
-    /// The reference answer.
-    pub reference: String,
-    /// A verifier that replaces the family's choice, if given.
-    pub verifier: Option<Verifier>,
-}
+use crate::verify::{Trial, Variant, Verifier};
 
 /// Everything `check` reports; its JSON is the `--json` output (one object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,14 +48,6 @@ pub struct CheckReport {
     pub digits: [String; 2],
     /// The number guard would veto a judge `CORRECT`.
     pub numbers_disagree: bool,
-}
-
-/// Runs `check` with the verifier of `args.family` from `registry` unless overridden.
-pub fn check(args: &CheckArgs, registry: &VerifierRegistry) -> CheckReport {
-    let verifier = args
-        .verifier
-        .unwrap_or_else(|| registry.for_family(Some(&args.family)));
-    check_with(&args.family, &args.pred, &args.reference, verifier)
 }
 
 /// Explains the decision of `verifier` on `pred` (reasoning split off) against `reference`.
@@ -176,16 +155,17 @@ impl CheckReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::VerifierRegistry;
 
     #[test]
     fn explains_first_line_match() {
-        let args = CheckArgs {
-            family: "OrandCar".into(),
-            pred: "\n\n11850\n\nThe amount is 11.850".into(),
-            reference: "11850".into(),
-            verifier: None,
-        };
-        let r = check(&args, &VerifierRegistry::default());
+        let verifier = VerifierRegistry::default().for_family(Some("OrandCar"));
+        let r = check_with(
+            "OrandCar",
+            "\n\n11850\n\nThe amount is 11.850",
+            "11850",
+            verifier,
+        );
         assert_eq!(r.verifier, "alnum");
         assert_eq!(r.matched_variant, Some(Variant::FirstLine));
         assert_eq!(r.accepted_by.as_deref(), Some("verifier:alnum:first_line"));

@@ -5,7 +5,6 @@ pub mod bench;
 pub mod check;
 pub mod clean;
 pub mod cli;
-pub mod commands;
 pub mod dataset;
 pub mod doctor;
 pub mod engine;

@@ -1,20 +1,39 @@
-//! The I/O sides of `verify`, `check` and `bench`: read what they need from disk or
-//! arguments, call the library code (`verify_output`, `check`, `bench`), print.
+//! `verisample verify OUT`: recompute every decision of an output from its stored splits.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use clap::Args;
 
-use crate::check::{check_with, CheckReport};
-use crate::cli::{CheckArgs, UsageError, VerifyArgs};
+use super::UsageError;
 use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
-use crate::verify::{Verifier, VerifierRegistry};
 use crate::verify_output::{
     row_count_mismatches, verify_family, FamilySplits, VerifyReport, VerifySettings,
 };
+
+/// Recompute every accept/reject decision of an output from its stored splits.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Recompute every accept/reject decision of an output directory from its stored splits \
+and stored judge verdicts, with no model, and report any row whose split disagrees.",
+    after_help = "Example:\n  verisample verify verisample-out"
+)]
+pub struct VerifyArgs {
+    /// Output directory written by `run` or `merge`.
+    pub out: PathBuf,
+    /// Print the report as one JSON object per family instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Treat the number guard as off (default: as recorded in OUT/run.json, else on).
+    #[arg(long)]
+    pub no_number_guard: bool,
+    /// Verifier override `FAMILY=NAME` or `NAME` (default: as recorded in OUT/run.json).
+    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
+    pub verifiers: Vec<String>,
+}
 
 /// A `verify` that found disagreements (exit code 1, report already printed).
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +99,7 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 /// stored fields alone, check the row counts against `run.json`, and print the report.
 ///
 /// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
-pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
+pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     let recorded = read_run_json(&a.out)?;
     if recorded.is_null() {
         use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
@@ -149,130 +168,6 @@ pub fn verify_dir(a: &VerifyArgs) -> anyhow::Result<()> {
     }
     if problems > 0 {
         return Err(VerifyFailed(problems).into());
-    }
-    Ok(())
-}
-
-/// `verisample check`: explain one string decision.
-///
-/// Errors: an unknown `--verifier` specification (usage error).
-pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
-    let verifier: Verifier = match &a.verifier {
-        Some(spec) => spec
-            .parse()
-            .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?,
-        None => {
-            let registry = VerifierRegistry::default();
-            if !registry.by_family.contains_key(&a.family) {
-                eprintln!(
-                    "note: no verifier is registered for family {:?}: using the default ({}), \
-                     as `run` would; pass --verifier to choose one",
-                    a.family, registry.default
-                );
-            }
-            registry.for_family(Some(&a.family))
-        }
-    };
-    let report: CheckReport = check_with(&a.family, &a.pred, &a.reference, verifier);
-    if a.json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", report.to_human());
-    }
-    Ok(())
-}
-
-/// `verisample bench`: load the model, run the OrandCar question over a folder of images
-/// through the engine, print the throughput table (or the JSON report).
-///
-/// Errors: invalid settings (usage), model loading, unreadable images, engine errors.
-pub fn bench(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
-    use crate::bench::{self, BenchOptions};
-    use crate::engine::vl::load_engine;
-    use crate::engine::{EngineConfig, KvBudget};
-
-    let cfg = EngineConfig {
-        kv_budget: KvBudget::Gib(a.kv_cache_gib),
-        max_batch: a.max_batch,
-        max_new_tokens: a.max_new_tokens,
-        prefix_caching: !a.no_prefix_caching,
-        ..Default::default()
-    };
-    cfg.validate().map_err(|e| UsageError(e.to_string()))?;
-    a.device.check_built()?;
-    let device = a.device.open().context("opening the device")?;
-    let model = a
-        .model
-        .clone()
-        .unwrap_or_else(crate::settings::default_model_dir);
-    let mut engine = load_engine(
-        &model,
-        candle_core::DType::F32,
-        &device,
-        cfg,
-        Some(true),
-        Default::default(),
-    )
-    .with_context(|| format!("loading {}", model.display()))?;
-
-    let all = bench::list_images(&a.images, 0)?.len();
-    let taken = if a.num_images == 0 {
-        all
-    } else {
-        a.num_images.min(all)
-    };
-    if taken < all {
-        tracing::info!(
-            "bench: {taken} of the {all} images in {} (the first by file name; --num-images {} keeps a run short, --num-images 0 takes all)",
-            a.images.display(),
-            a.num_images
-        );
-    } else {
-        tracing::info!("bench: all {all} images in {}", a.images.display());
-    }
-    let opts = BenchOptions {
-        images_dir: a.images.clone(),
-        num_images: a.num_images,
-        question: crate::family::ORAND_CAR_QUESTION.to_string(),
-        max_new_tokens: a.max_new_tokens,
-    };
-    let report = bench::run(&mut engine, &opts)?;
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.to_table());
-    }
-    Ok(())
-}
-
-/// `verisample doctor`: run the device checks, print the report; a failed check is an error
-/// (exit 1) after the report is printed.
-///
-/// Errors: a device this binary was not built for (usage), the device not opening, the
-/// default model or sample not loading, a failed check.
-pub fn doctor(a: &crate::cli::DoctorArgs) -> anyhow::Result<()> {
-    use crate::doctor::{self, DoctorOptions};
-    use crate::settings::{bundled, DeviceSpec, DEFAULT_DATA};
-
-    let device = a.device.unwrap_or_else(DeviceSpec::default_for_build);
-    device.check_built()?;
-    let opts = DoctorOptions {
-        device,
-        model: a
-            .model
-            .clone()
-            .unwrap_or_else(crate::settings::default_model_dir),
-        data: a.data.clone().unwrap_or_else(|| bundled(DEFAULT_DATA)),
-        max_new_tokens: a.max_new_tokens,
-    };
-    let report = doctor::run(&opts).with_context(|| format!("doctor on {device}"))?;
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.to_text());
-    }
-    if report.failed() {
-        anyhow::bail!("doctor: a check failed on {device} (see the report above)");
     }
     Ok(())
 }

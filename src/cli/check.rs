@@ -1,0 +1,63 @@
+//! `verisample check`: explain one string decision.
+
+use clap::Args;
+
+use super::UsageError;
+use crate::check::{check_with, CheckReport};
+use crate::verify::{Verifier, VerifierRegistry};
+
+/// Check one prediction against one reference with a string verifier.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Explain one string decision: the reasoning split off the prediction, the normalised \
+forms, each candidate tried (whole, first line, first paragraph), which matched, and whether the \
+item would go to the judge. Output is text, or one JSON object with --json.",
+    after_help = "Example:\n  verisample check --family OrandCar --pred $'11850\\n\\nThe amount is' --ref 11850"
+)]
+pub struct CheckArgs {
+    /// Family whose verifier is used.
+    #[arg(long, default_value = crate::family::ORAND_CAR)]
+    pub family: String,
+    /// The model's output (a `<think>…</think>` block is split off first).
+    #[arg(long)]
+    pub pred: String,
+    /// The reference answer.
+    #[arg(long = "ref")]
+    pub reference: String,
+    /// Use this verifier instead of the family's (`alnum`, `exact`, `mc_letter`, `numeric[:tol]`,
+    /// `relaxed`, `anls[:tau]`).
+    #[arg(long)]
+    pub verifier: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `verisample check`: explain one string decision.
+///
+/// Errors: an unknown `--verifier` specification (usage error).
+pub(super) fn run(a: &CheckArgs) -> anyhow::Result<()> {
+    let verifier: Verifier = match &a.verifier {
+        Some(spec) => spec
+            .parse()
+            .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?,
+        None => {
+            let registry = VerifierRegistry::default();
+            if !registry.by_family.contains_key(&a.family) {
+                eprintln!(
+                    "note: no verifier is registered for family {:?}: using the default ({}), \
+                     as `run` would; pass --verifier to choose one",
+                    a.family, registry.default
+                );
+            }
+            registry.for_family(Some(&a.family))
+        }
+    };
+    let report: CheckReport = check_with(&a.family, &a.pred, &a.reference, verifier);
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_human());
+    }
+    Ok(())
+}

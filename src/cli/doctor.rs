@@ -1,0 +1,67 @@
+//! `verisample doctor`: the device self-check.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+
+/// Check this machine's device: kernels against the CPU, batch invariance, the default model.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Check this machine's device: report it, its memory and dtypes; run the \
+paged-attention ops of every attention path it has on random inputs against the CPU kernels \
+(max abs error per kernel and dtype); check batch invariance (one sequence alone and inside \
+batches of 2..64); run the default model on the bundled sample on the device and on the CPU \
+and compare the greedy tokens. Exits 1 when a check fails.",
+    after_help = "Examples:\n  verisample doctor\n  verisample doctor --device cuda:0 --json"
+)]
+pub struct DoctorArgs {
+    /// Device: cpu, cuda:N or metal. [default: cuda:0 in a CUDA build, metal in a Metal build,
+    /// else cpu]
+    #[arg(long)]
+    pub device: Option<crate::settings::DeviceSpec>,
+    /// Checkpoint for the end-to-end check. [default: the bundled model, found as `run` finds it]
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// Dataset for the end-to-end check. [default: the bundled sample]
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+    /// New tokens per image in the end-to-end check.
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// Print one JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `verisample doctor`: run the device checks, print the report; a failed check is an error
+/// (exit 1) after the report is printed.
+///
+/// Errors: a device this binary was not built for (usage), the device not opening, the
+/// default model or sample not loading, a failed check.
+pub(super) fn run(a: &DoctorArgs) -> anyhow::Result<()> {
+    use crate::doctor::{self, DoctorOptions};
+    use crate::settings::{bundled, DeviceSpec, DEFAULT_DATA};
+
+    let device = a.device.unwrap_or_else(DeviceSpec::default_for_build);
+    device.check_built()?;
+    let opts = DoctorOptions {
+        device,
+        model: a
+            .model
+            .clone()
+            .unwrap_or_else(crate::settings::default_model_dir),
+        data: a.data.clone().unwrap_or_else(|| bundled(DEFAULT_DATA)),
+        max_new_tokens: a.max_new_tokens,
+    };
+    let report = doctor::run(&opts).with_context(|| format!("doctor on {device}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.to_text());
+    }
+    if report.failed() {
+        anyhow::bail!("doctor: a check failed on {device} (see the report above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The `verisample` command line, the only layer that knows clap and `anyhow`: the
+//! top-level parser, one file per subcommand (its clap arguments and its I/O side: read what
+//! it needs, call the library, print), and the one mapping from typed errors to exit codes
+//! ([`exit_code`]: 0 ok, 1 error, 2 usage or invalid settings, 130/143 after a stop signal).
+//! `run` and `merge` take their arguments from [`crate::settings::RunArgs`] and
+//! [`crate::merge::MergeArgs`] and start in [`crate::pipeline::command`].
+
+mod bench;
+mod check;
+mod doctor;
+mod inspect;
+mod prepare;
+mod verify;
+
+use clap::{Parser, Subcommand};
+
+pub use bench::BenchArgs;
+pub use check::CheckArgs;
+pub use doctor::DoctorArgs;
+pub use inspect::InspectArgs;
+pub use prepare::{prepare_options, PrepareArgs};
+pub use verify::{VerifyArgs, VerifyFailed};
+
+/// Turn a visual-QA dataset into verified training data with a vision-language model.
+#[derive(Debug, Parser)]
+#[command(name = "verisample", version, propagate_version = true)]
+#[command(
+    about = "Turn a visual-QA dataset into verified training data with a VLM",
+    long_about = "Turn a visual-QA dataset into verified training data with a vision-language model: \
+batched greedy sampling with reasoning, a string verifier, a judge pass, and Hugging Face parquet \
+splits (<Family>_RS_think, <Family>_RS_nothink, <Family>_rejected).\n\n\
+Logging goes to stderr: -v for debug, -vv for trace, -q for warnings only; RUST_LOG overrides."
+)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    // Each variant takes its help (about, long about, examples) from its `*Args` struct, so the
+    // variants carry no doc comments (clap would let them override the struct's long help).
+    #[allow(missing_docs)]
+    Prepare(PrepareArgs),
+    #[allow(missing_docs)]
+    Inspect(InspectArgs),
+    #[allow(missing_docs)]
+    Run(crate::settings::RunArgs),
+    #[allow(missing_docs)]
+    Verify(VerifyArgs),
+    #[allow(missing_docs)]
+    Check(CheckArgs),
+    #[allow(missing_docs)]
+    Merge(crate::merge::MergeArgs),
+    #[allow(missing_docs)]
+    Bench(BenchArgs),
+    #[allow(missing_docs)]
+    Doctor(DoctorArgs),
+}
+
+/// A usage problem found after parsing (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// The process exit code for a command result: 0 ok, 2 usage or invalid settings, 130 after
+/// Ctrl-C (143 after SIGTERM), 1 otherwise (see [`crate::pipeline::command::exit_code`]).
+pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
+    match result {
+        Ok(()) => 0,
+        Err(e) if e.is::<UsageError>() => 2,
+        Err(e) => crate::pipeline::command::exit_code(e),
+    }
+}
+
+/// The one-line message printed for an error: each context and cause, joined by `": "`,
+/// leaving out a cause whose text the line already holds (typed errors often repeat their
+/// source in their own message, which `{:#}` would then print twice or three times).
+pub fn error_message(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+/// Run a parsed command line.
+///
+/// Errors: [`UsageError`] (exit 2), pipeline errors (see [`exit_code`]), anything else (exit 1).
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Prepare(a) => prepare::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Run(a) => crate::pipeline::command::run_command(&a, cli.quiet).map(|_| ()),
+        Command::Verify(a) => verify::run(&a),
+        Command::Check(a) => check::run(&a),
+        Command::Merge(a) => crate::pipeline::command::merge_command(&a, cli.quiet).map(|_| ()),
+        Command::Bench(a) => bench::run(&a),
+        Command::Doctor(a) => doctor::run(&a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn error_message_keeps_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("config: {0}")]
+        struct Config(#[source] std::io::Error);
+        let io = std::io::Error::other("EOF while parsing");
+        let err = anyhow::Error::new(Config(io)).context("loading the model from m");
+        assert_eq!(
+            error_message(&err),
+            "loading the model from m: config: EOF while parsing"
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("writing o");
+        assert_eq!(error_message(&plain), "writing o: disk full");
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(exit_code(&Ok(())), 0);
+        assert_eq!(exit_code(&Err(usage("x"))), 2);
+        assert_eq!(exit_code(&Err(anyhow::anyhow!("io"))), 1);
+    }
+}

@@ -1,0 +1,231 @@
+//! `verisample prepare`: build an input dataset (HF parquet) from images plus labels.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Args};
+
+use super::usage;
+use crate::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
+use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GROUP};
+use crate::family::{family_spec, is_valid_family_name};
+
+/// Build an input dataset (HF parquet) from images plus a labels JSONL.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").required(true).args(["labels", "jsonl"])),
+    long_about = "Build an input dataset in the Hugging Face parquet layout.\n\n\
+Input, one of:\n  \
+--labels FILE: a labels JSONL, one object per image with `file` (relative to --images) and \
+`label` (the reference answer); other fields are kept as provenance columns. Every image gets \
+the family's fixed question (built in for OrandCar, else --question).\n  \
+--jsonl FILE: a JSONL of {\"image\", \"question\", \"answer\"} with `image` relative to the \
+JSONL's folder; lines with the same image become one row.\n\n\
+Output: OUT/data/<split>-00000-of-0000N.parquet with columns image{bytes,path} (bytes unchanged), \
+qa[{question, answer, source = image sha256}], image_sha256, family and provenance columns; \
+row groups of at most 100 rows.",
+    after_help = "Examples:\n  \
+verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
+verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input"
+)]
+pub struct PrepareArgs {
+    /// Labels JSONL (`file`, `label`, provenance fields).
+    #[arg(long, value_name = "FILE")]
+    pub labels: Option<PathBuf>,
+    /// Folder that the labels' `file` paths are relative to [default: the labels file's folder].
+    #[arg(long, value_name = "DIR", requires = "labels")]
+    pub images: Option<PathBuf>,
+    /// Generic QA JSONL (`image`, `question`, `answer`).
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+    /// Benchmark family written to the `family` column (required with --labels).
+    #[arg(long, value_name = "NAME")]
+    pub family: Option<String>,
+    /// The question for every image with --labels [default: the family's built-in question].
+    #[arg(long, value_name = "TEXT", requires = "labels")]
+    pub question: Option<String>,
+    /// Keep only labels lines whose `split` field is this value; also names the output split.
+    #[arg(long, value_name = "SPLIT", requires = "labels")]
+    pub split: Option<String>,
+    /// Output dataset folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Start a new shard once one reaches this many MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub max_shard_mib: u64,
+}
+
+/// Validate `prepare` arguments into options, touching nothing on disk but existence checks.
+///
+/// Errors: [`UsageError`] naming the bad argument.
+pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
+    if let Some(f) = &a.family {
+        if !is_valid_family_name(f) {
+            return Err(usage(format!(
+                "--family {f:?}: use letters, digits and _ only (it becomes part of split names)"
+            )));
+        }
+    }
+    if a.max_shard_mib == 0 {
+        return Err(usage("--max-shard-mib must be at least 1"));
+    }
+    let split = a.split.clone().unwrap_or_else(|| "train".to_string());
+    if !is_valid_split_name(&split) {
+        return Err(usage(format!(
+            "--split {split:?}: a split name must match ^\\w+(\\.\\w+)*$"
+        )));
+    }
+    let source = match (a.labels, a.jsonl) {
+        (Some(labels), None) => {
+            if !labels.is_file() {
+                return Err(usage(format!(
+                    "--labels {}: no such file",
+                    labels.display()
+                )));
+            }
+            let Some(family) = a.family.as_deref() else {
+                return Err(usage("--labels needs --family (e.g. --family OrandCar)"));
+            };
+            let question = match (a.question, family_spec(family).and_then(|f| f.question)) {
+                (Some(q), _) if q.trim().is_empty() => return Err(usage("--question is empty")),
+                (Some(q), _) => q,
+                (None, Some(q)) => q.to_string(),
+                (None, None) => {
+                    return Err(usage(format!(
+                        "family {family} has no built-in question: pass --question"
+                    )))
+                }
+            };
+            let images = match a.images {
+                Some(d) => d,
+                None => labels
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map_or_else(|| PathBuf::from("."), PathBuf::from),
+            };
+            if !images.is_dir() {
+                return Err(usage(format!(
+                    "--images {}: no such folder",
+                    images.display()
+                )));
+            }
+            PrepareSource::Labels {
+                labels,
+                images,
+                question,
+                split_filter: a.split,
+            }
+        }
+        (None, Some(jsonl)) => {
+            if !jsonl.is_file() {
+                return Err(usage(format!("--jsonl {}: no such file", jsonl.display())));
+            }
+            PrepareSource::QaJsonl { jsonl }
+        }
+        _ => return Err(usage("give exactly one of --labels or --jsonl")),
+    };
+    let shard = ShardOptions {
+        max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024),
+        rows_per_group: MAX_ROWS_PER_GROUP,
+    };
+    Ok(PrepareOptions {
+        source,
+        family: a.family,
+        out: a.out,
+        split,
+        shard,
+    })
+}
+
+/// Run `prepare` and print the written shard files.
+pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
+    let opts = prepare_options(a)?;
+    let started = std::time::Instant::now();
+    let summary = prepare(&opts).with_context(|| format!("prepare into {}", opts.out.display()))?;
+    tracing::info!(
+        rows = summary.shards.num_rows,
+        qa = summary.qa_items,
+        shards = summary.shards.files.len(),
+        bytes = summary.shards.file_bytes,
+        secs = started.elapsed().as_secs_f64(),
+        "prepared"
+    );
+    for f in &summary.shards.files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn prepare_validation() {
+        let parse = |args: &[&str]| -> anyhow::Result<PrepareOptions> {
+            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args))
+                .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+            match cli.command {
+                Command::Prepare(a) => prepare_options(a),
+                _ => unreachable!(),
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let labels = dir.path().join("labels.jsonl");
+        std::fs::write(&labels, "").unwrap();
+        let l = labels.to_str().unwrap();
+        let ok = parse(&[
+            "--labels", l, "--family", "OrandCar", "--split", "val", "--out", "o",
+        ])
+        .unwrap();
+        assert_eq!(ok.split, "val");
+        match ok.source {
+            PrepareSource::Labels {
+                question,
+                split_filter,
+                ..
+            } => {
+                assert_eq!(question, crate::family::ORAND_CAR_QUESTION);
+                assert_eq!(split_filter.as_deref(), Some("val"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for (args, want) in [
+            (vec!["--labels", l, "--out", "o"], "needs --family"),
+            (
+                vec!["--labels", l, "--family", "Other", "--out", "o"],
+                "no built-in question",
+            ),
+            (
+                vec!["--labels", l, "--family", "Or-and", "--out", "o"],
+                "--family",
+            ),
+            (
+                vec![
+                    "--labels",
+                    "/nonexistent.jsonl",
+                    "--family",
+                    "OrandCar",
+                    "--out",
+                    "o",
+                ],
+                "no such file",
+            ),
+            (
+                vec![
+                    "--labels", l, "--family", "OrandCar", "--split", "a b", "--out", "o",
+                ],
+                "split name",
+            ),
+            (
+                vec!["--labels", l, "--jsonl", l, "--out", "o"],
+                "cannot be used with",
+            ),
+        ] {
+            let e = parse(&args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+}
