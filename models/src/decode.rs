@@ -17,15 +17,39 @@ use std::io::Cursor;
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader};
 
-use crate::image_limits::ImageLimits;
-use crate::processor::{ProcessorError, RgbImage};
+use crate::image_limits::{ImageLimits, TooLarge};
+
+/// An 8-bit RGB image `[height, width, 3]`, row-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RgbImage {
+    /// Height in pixels.
+    pub height: usize,
+    /// Width in pixels.
+    pub width: usize,
+    /// Interleaved RGB bytes, `height * width * 3`.
+    pub data: Vec<u8>,
+}
+
+/// Why encoded bytes did not decode to an [`RgbImage`].
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The bytes are not a decodable image.
+    #[error("image decode: {0}")]
+    Image(#[from] image::ImageError),
+    /// The image exceeds the [`ImageLimits`] (decompression-bomb guard, checked on the header).
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    /// libjpeg refused the JPEG (its message).
+    #[error("JPEG decode: {0}")]
+    Jpeg(String),
+}
 
 /// Decodes `bytes` to RGB as described in the module docs, refusing anything beyond `limits`
 /// before the pixels are decoded.
 ///
-/// Errors: [`ProcessorError::TooLarge`] beyond `limits`; [`ProcessorError::Decode`] for bytes
-/// the `image` crate cannot read; [`ProcessorError::Jpeg`] for a JPEG libjpeg refuses.
-pub fn decode_rgb(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage, ProcessorError> {
+/// Errors: [`DecodeError::TooLarge`] beyond `limits`; [`DecodeError::Image`] for bytes the
+/// `image` crate cannot read; [`DecodeError::Jpeg`] for a JPEG libjpeg refuses.
+pub fn decode_rgb(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage, DecodeError> {
     let mut reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(image::ImageError::IoError)?;
@@ -47,7 +71,7 @@ pub fn decode_rgb(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage, Proces
 
 /// libjpeg-turbo's decode of a JPEG with libjpeg's defaults (the mozjpeg crate reports
 /// libjpeg's fatal errors by unwinding, caught here).
-fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, ProcessorError> {
+fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, DecodeError> {
     let run = || -> std::io::Result<RgbImage> {
         let jpeg = mozjpeg::Decompress::new_mem(bytes)?;
         let (width, height) = jpeg.size();
@@ -76,8 +100,8 @@ fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, ProcessorError> {
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(Ok(img)) => Ok(img),
-        Ok(Err(e)) => Err(ProcessorError::Jpeg(e.to_string())),
-        Err(payload) => Err(ProcessorError::Jpeg(
+        Ok(Err(e)) => Err(DecodeError::Jpeg(e.to_string())),
+        Err(payload) => Err(DecodeError::Jpeg(
             payload
                 .downcast_ref::<String>()
                 .cloned()
@@ -186,6 +210,6 @@ mod tests {
     #[test]
     fn a_broken_jpeg_is_an_error_not_a_panic() {
         let err = decode_jpeg(&[0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x02, 0xFF, 0xD9]).unwrap_err();
-        assert!(matches!(err, ProcessorError::Jpeg(_)), "{err}");
+        assert!(matches!(err, DecodeError::Jpeg(_)), "{err}");
     }
 }

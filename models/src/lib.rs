@@ -42,12 +42,11 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec, SUPPORTED_MODEL_TYPES};
-pub use decode::decode_rgb;
+pub use decode::{decode_rgb, DecodeError, RgbImage};
 pub use image_limits::{ImageLimits, TooLarge};
 pub use model::{LoadError, StepInput, VlModel};
 pub use processor::{
-    smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError, RgbImage,
-    VisionInputs,
+    smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError, VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
 pub use verisample_kernels::AttentionPath;

@@ -10,18 +10,17 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 
-use crate::image_limits::{ImageLimits, TooLarge};
+use crate::decode::{DecodeError, RgbImage};
+use crate::image_limits::ImageLimits;
 use crate::resample::resize_bicubic;
 
 /// Errors of the image processor.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessorError {
-    /// The bytes are not a decodable image.
-    #[error("image decode: {0}")]
-    Decode(#[from] image::ImageError),
-    /// The image exceeds the [`ImageLimits`] (decompression-bomb guard, checked on the header).
+    /// The bytes did not decode: not an image, beyond the [`ImageLimits`], or a JPEG libjpeg
+    /// refuses.
     #[error(transparent)]
-    TooLarge(#[from] TooLarge),
+    Decode(#[from] DecodeError),
     /// `smart_resize` rejects aspect ratios above 200 (as transformers does) or empty images.
     #[error("absolute aspect ratio must be smaller than 200, got {height}x{width}")]
     AspectRatio {
@@ -39,9 +38,6 @@ pub enum ProcessorError {
         /// Resolved `max_pixels`.
         max_pixels: usize,
     },
-    /// libjpeg refused the JPEG (its message).
-    #[error("JPEG decode: {0}")]
-    Jpeg(String),
     /// `preprocessor_config.json` could not be read or parsed.
     #[error("preprocessor config {path}: {msg}")]
     Config {
@@ -180,17 +176,6 @@ impl VisionInputs {
     }
 }
 
-/// An 8-bit RGB image `[height, width, 3]`, row-major.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RgbImage {
-    /// Height in pixels.
-    pub height: usize,
-    /// Width in pixels.
-    pub width: usize,
-    /// Interleaved RGB bytes, `height * width * 3`.
-    pub data: Vec<u8>,
-}
-
 /// Target size `(height, width)` of the Qwen-VL resize (transformers `smart_resize`): both sides
 /// multiples of `factor = patch_size · merge_size`, pixel count within `[min_pixels,
 /// max_pixels]`, aspect ratio kept as closely as possible. Python's `round` (ties to even) is
@@ -315,10 +300,10 @@ impl ImageProcessor {
     /// row: [`crate::decode::decode_rgb`] within [`Self::limits`] (JPEG pixel-exact with
     /// Pillow's libjpeg-turbo, EXIF orientation applied).
     ///
-    /// Errors: [`ProcessorError::TooLarge`] beyond [`Self::limits`] (checked on the header),
-    /// [`ProcessorError::Decode`] / [`ProcessorError::Jpeg`] for undecodable bytes.
+    /// Errors: [`ProcessorError::Decode`]: [`DecodeError::TooLarge`] beyond [`Self::limits`]
+    /// (checked on the header), the other variants for undecodable bytes.
     pub fn decode(&self, bytes: &[u8]) -> Result<RgbImage, ProcessorError> {
-        crate::decode::decode_rgb(bytes, &self.limits)
+        Ok(crate::decode::decode_rgb(bytes, &self.limits)?)
     }
 
     /// Full pipeline on encoded bytes: [`Self::decode`] then [`Self::preprocess_rgb`].
@@ -395,6 +380,7 @@ impl ImageProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image_limits::TooLarge;
     use std::io::Cursor;
 
     #[test]
@@ -494,11 +480,11 @@ mod tests {
         };
         assert!(matches!(
             proc.decode(&png),
-            Err(ProcessorError::TooLarge(TooLarge {
+            Err(ProcessorError::Decode(DecodeError::TooLarge(TooLarge {
                 width: 64,
                 height: 32,
                 ..
-            }))
+            })))
         ));
         proc.limits = ImageLimits {
             max_pixels: 64 * 32 - 1,
@@ -506,7 +492,7 @@ mod tests {
         };
         assert!(matches!(
             proc.decode(&png),
-            Err(ProcessorError::TooLarge(_))
+            Err(ProcessorError::Decode(DecodeError::TooLarge(_)))
         ));
         proc.limits = ImageLimits::default();
         assert_eq!(proc.decode(&png).unwrap().data.len(), 64 * 32 * 3);
