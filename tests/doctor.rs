@@ -48,6 +48,8 @@ fn doctor_on_cpu_passes_every_check_it_reports() {
     }
     // The native kernels compute each query row on its own: bitwise invariant, required.
     assert_eq!(status("batch invariance: attention native"), "pass");
+    // So does the packed CPU linear (a fixed reduction order): required too.
+    assert_eq!(status("batch invariance: linear (packed)"), "pass");
     let model = checks
         .iter()
         .find(|c| c["name"] == "default model tokens vs cpu portable")

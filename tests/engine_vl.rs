@@ -128,7 +128,7 @@ fn assert_complete(got: &BTreeMap<u64, Completion>, n: usize) {
 fn tokens_do_not_depend_on_batch_size_or_input_order() {
     let base = run(&mut engine(1, 512, true), items(0));
     assert_complete(&base, 24);
-    for max_batch in [5, 24] {
+    for max_batch in [5, 24, 64] {
         let got = run(&mut engine(max_batch, 512, true), items(0));
         assert_eq!(tokens(&got), tokens(&base), "max_batch {max_batch}");
         let mut shuffled = items(0);

@@ -1,7 +1,8 @@
 //! Hot kernels for verisample on candle tensors: the paged KV cache write
-//! ([`reshape_and_cache`]), ragged causal attention over that cache ([`paged_attention`]), and
+//! ([`reshape_and_cache`]), ragged causal attention over that cache ([`paged_attention`]),
 //! the vision towers' attention within images or windows ([`segment_attention`], blockwise
-//! with an online softmax: memory linear in the patches).
+//! with an online softmax: memory linear in the patches), and the CPU linear layer with its
+//! weights packed once at load and a batch-invariant reduction order ([`PackedLinear`]).
 //!
 //! Cache layout (vLLM's, flattened): per layer a key and a value pool, each
 //! `[num_blocks, block_size, n_kv_heads, head_dim]`. Token `p` of a sequence lives in slot
@@ -20,11 +21,13 @@
 //!   devices are written and verified on the hardware.
 
 mod cache;
+mod linear;
 mod paged;
 mod portable;
 mod segment;
 
 pub use cache::reshape_and_cache;
+pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, TILE_ROWS};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{
     portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,

@@ -4,6 +4,7 @@
 
 use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Linear, VarBuilder};
+use verisample_kernels::PackedLinear;
 
 /// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +44,74 @@ impl Act {
     }
 }
 
-/// A linear layer `y = x Wᵀ (+ b)` loaded from `<prefix>.weight` (and `.bias`).
-pub fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Linear> {
-    candle_nn::linear_b(in_dim, out_dim, bias, vb)
+/// A linear projection `y = x Wᵀ (+ b)`, possibly fused: several checkpoint linears with one
+/// input width side by side (q/k/v, gate/up), their outputs concatenated in order.
+///
+/// On the CPU the weights are packed once, here, for [`PackedLinear`] (batch-invariant: a
+/// row's output does not depend on the other rows); elsewhere candle's `Linear` over the
+/// concatenated weights (the portable path).
+#[derive(Debug, Clone)]
+pub enum Proj {
+    /// The packed CPU kernel.
+    Packed(PackedLinear),
+    /// candle's matmul, any device.
+    Portable(Linear),
+}
+
+impl Proj {
+    /// Fuses `parts` (weight `[n_i, k]`, optional bias `[n_i]`, one device) into one
+    /// projection of `Σ n_i` outputs.
+    ///
+    /// Errors: a candle error for mismatched shapes or devices, or no parts.
+    pub fn from_parts(parts: Vec<(Tensor, Option<Tensor>)>) -> Result<Self> {
+        let Some((first, _)) = parts.first() else {
+            candle_core::bail!("a projection needs at least one weight");
+        };
+        if first.device().is_cpu() {
+            return Ok(Self::Packed(PackedLinear::pack(&parts)?));
+        }
+        let weights: Vec<&Tensor> = parts.iter().map(|(w, _)| w).collect();
+        let bias = if parts.iter().any(|(_, b)| b.is_some()) {
+            let biases = parts
+                .iter()
+                .map(|(w, b)| match b {
+                    Some(b) => Ok(b.clone()),
+                    None => Tensor::zeros(w.dim(0)?, w.dtype(), w.device()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(Tensor::cat(&biases, 0)?)
+        } else {
+            None
+        };
+        Ok(Self::Portable(Linear::new(Tensor::cat(&weights, 0)?, bias)))
+    }
+
+    /// `[.., k] → [.., Σ n_i]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Packed(p) => Ok(p.forward(x)?),
+            Self::Portable(l) => l.forward(x),
+        }
+    }
+}
+
+/// A linear layer `y = x Wᵀ (+ b)` loaded from `<prefix>.weight` `[out_dim, in_dim]` (and
+/// `.bias`).
+pub fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Proj> {
+    fused_linear(in_dim, &[(out_dim, vb)], bias)
+}
+
+/// Linears `(out_dim_i, prefix_i)` of one input width loaded as one fused [`Proj`].
+pub fn fused_linear(in_dim: usize, parts: &[(usize, VarBuilder)], bias: bool) -> Result<Proj> {
+    let parts = parts
+        .iter()
+        .map(|(out, vb)| {
+            let w = vb.get((*out, in_dim), "weight")?;
+            let b = bias.then(|| vb.get(*out, "bias")).transpose()?;
+            Ok((w, b))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Proj::from_parts(parts)
 }
 
 /// RMSNorm (`weight * x / sqrt(mean(x²) + eps)`), transformers `Qwen2RMSNorm`.
@@ -98,13 +164,16 @@ impl Norm {
     }
 }
 
-/// Feed-forward block: gated `down(act(gate(x)) * up(x))` or plain `fc2(act(fc1(x)))`.
+/// Feed-forward block: gated `down(act(gate(x)) * up(x))` (gate and up fused into one
+/// projection) or plain `fc2(act(fc1(x)))`.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    gate: Option<Linear>,
-    up: Linear,
-    down: Linear,
+    /// `[gate | up]` (`2 · inner` outputs) when gated, else `fc1`.
+    up: Proj,
+    down: Proj,
     act: Act,
+    /// Width of the gate half of `up` when gated.
+    gate: Option<usize>,
 }
 
 /// Tensor names of an MLP in the checkpoint.
@@ -128,36 +197,40 @@ impl Mlp {
         act: Act,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let (gate, up, down) = match names {
+        let (up, down, gate) = match names {
             MlpNames::Gated => (
-                Some(linear(dim, inner, bias, vb.pp("gate_proj"))?),
-                linear(dim, inner, bias, vb.pp("up_proj"))?,
-                linear(inner, dim, bias, vb.pp("down_proj"))?,
+                fused_linear(
+                    dim,
+                    &[(inner, vb.pp("gate_proj")), (inner, vb.pp("up_proj"))],
+                    bias,
+                )?,
+                "down_proj",
+                Some(inner),
             ),
-            MlpNames::Fc => (
-                None,
-                linear(dim, inner, bias, vb.pp("fc1"))?,
-                linear(inner, dim, bias, vb.pp("fc2"))?,
-            ),
+            MlpNames::Fc => (linear(dim, inner, bias, vb.pp("fc1"))?, "fc2", None),
             MlpNames::LinearFc => (
-                None,
                 linear(dim, inner, bias, vb.pp("linear_fc1"))?,
-                linear(inner, dim, bias, vb.pp("linear_fc2"))?,
+                "linear_fc2",
+                None,
             ),
         };
         Ok(Self {
-            gate,
             up,
-            down,
+            down: linear(inner, dim, bias, vb.pp(down))?,
             act,
+            gate,
         })
     }
 
     /// `[n, dim] → [n, dim]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = match &self.gate {
-            Some(g) => (self.act.forward(&g.forward(x)?)? * self.up.forward(x)?)?,
-            None => self.act.forward(&self.up.forward(x)?)?,
+        let h = self.up.forward(x)?;
+        let h = match self.gate {
+            Some(inner) => {
+                (self.act.forward(&h.narrow(D::Minus1, 0, inner)?)?
+                    * h.narrow(D::Minus1, inner, inner)?)?
+            }
+            None => self.act.forward(&h)?,
         };
         self.down.forward(&h)
     }

@@ -6,20 +6,21 @@
 //! (Qwen2) or interleaved `t h w t h w …` for the first `3·section[1..]` pairs (Qwen3).
 
 use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 
 use crate::batch::{BatchMeta, KvCache};
 use crate::config::TextSpec;
-use crate::layers::{apply_rotary, cos_sin, inv_freq, linear, Act, Mlp, MlpNames, RmsNorm};
+use crate::layers::{
+    apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, MlpNames, Proj, RmsNorm,
+};
 
 struct Layer {
     input_norm: RmsNorm,
     post_norm: RmsNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    /// `[q | k | v]` fused.
+    qkv: Proj,
+    o: Proj,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     mlp: Mlp,
@@ -31,7 +32,7 @@ pub struct TextModel {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    lm_head: Linear,
+    lm_head: Proj,
     inv_freq: Vec<f32>,
     /// Axis (0 = t, 1 = h, 2 = w) of each rotary pair.
     pair_axis: Vec<usize>,
@@ -60,9 +61,15 @@ impl TextModel {
                         spec.rms_norm_eps,
                         l.pp("post_attention_layernorm"),
                     )?,
-                    q: linear(h, spec.num_heads * hd, spec.qkv_bias, a.pp("q_proj"))?,
-                    k: linear(h, spec.num_kv_heads * hd, spec.qkv_bias, a.pp("k_proj"))?,
-                    v: linear(h, spec.num_kv_heads * hd, spec.qkv_bias, a.pp("v_proj"))?,
+                    qkv: fused_linear(
+                        h,
+                        &[
+                            (spec.num_heads * hd, a.pp("q_proj")),
+                            (spec.num_kv_heads * hd, a.pp("k_proj")),
+                            (spec.num_kv_heads * hd, a.pp("v_proj")),
+                        ],
+                        spec.qkv_bias,
+                    )?,
                     o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"))?,
                     q_norm: spec
                         .qk_norm
@@ -85,7 +92,7 @@ impl TextModel {
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::new(h, spec.rms_norm_eps, vb.pp("norm"))?;
         let lm_head = if spec.tie_word_embeddings {
-            Linear::new(embed.embeddings().clone(), None)
+            Proj::from_parts(vec![(embed.embeddings().clone(), None)])?
         } else {
             linear(h, spec.vocab_size, false, head_vb.pp("lm_head"))?
         };
@@ -185,9 +192,12 @@ impl TextModel {
         let mut x = embeds.clone();
         for (i, l) in self.layers.iter().enumerate() {
             let h = l.input_norm.forward(&x)?;
-            let mut q = l.q.forward(&h)?.reshape((n, nh, hd))?;
-            let mut k = l.k.forward(&h)?.reshape((n, kvh, hd))?;
-            let v = l.v.forward(&h)?.reshape((n, kvh, hd))?;
+            let qkv = l.qkv.forward(&h)?;
+            let mut q = qkv.narrow(1, 0, nh * hd)?.reshape((n, nh, hd))?;
+            let mut k = qkv.narrow(1, nh * hd, kvh * hd)?.reshape((n, kvh, hd))?;
+            let v = qkv
+                .narrow(1, (nh + kvh) * hd, kvh * hd)?
+                .reshape((n, kvh, hd))?;
             if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
                 q = qn.forward(&q)?;
                 k = kn.forward(&k)?;

@@ -11,13 +11,13 @@
 //! Reference: transformers `modeling_qwen2_vl.py`, `modeling_qwen2_5_vl.py`,
 //! `modeling_qwen3_vl.py`, `vision_utils.py`.
 
-use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, SegmentAttentionParams};
 
 use crate::config::{Family, VisionSpec};
 use crate::layers::{
-    apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, MlpNames, Norm,
+    apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, MlpNames, Norm, Proj,
 };
 
 /// Output of the vision tower for a batch of images.
@@ -69,16 +69,16 @@ impl ImageEmbeds {
 struct Block {
     norm1: Norm,
     norm2: Norm,
-    qkv: Linear,
-    proj: Linear,
+    qkv: Proj,
+    proj: Proj,
     mlp: Mlp,
 }
 
 struct Merger {
     norm: Norm,
     postshuffle: bool,
-    fc1: Linear,
-    fc2: Linear,
+    fc1: Proj,
+    fc2: Proj,
     merged: usize,
 }
 
@@ -123,9 +123,9 @@ impl Merger {
 /// A vision tower with its merger(s).
 pub struct VisionTower {
     spec: VisionSpec,
-    /// Conv3d weight flattened to `[hidden, C·T·P·P]`.
-    patch_w: Tensor,
-    patch_b: Option<Tensor>,
+    /// The Conv3d patch embedding as a projection: weight flattened to `[hidden, C·T·P·P]`
+    /// (stride = kernel, so the convolution is one matmul per patch).
+    patch_embed: Proj,
     pos_embed: Option<Tensor>,
     blocks: Vec<Block>,
     merger: Merger,
@@ -184,8 +184,7 @@ impl VisionTower {
         Ok(Self {
             spec: spec.clone(),
             dtype: patch_w.dtype(),
-            patch_w,
-            patch_b,
+            patch_embed: Proj::from_parts(vec![(patch_w, patch_b)])?,
             pos_embed,
             blocks,
             merger,
@@ -216,12 +215,9 @@ impl VisionTower {
                 pixel_values.dim(0)?
             );
         }
-        let mut x = pixel_values
-            .to_dtype(self.dtype)?
-            .matmul(&self.patch_w.t()?)?;
-        if let Some(b) = &self.patch_b {
-            x = x.broadcast_add(b)?;
-        }
+        let mut x = self
+            .patch_embed
+            .forward(&pixel_values.to_dtype(self.dtype)?)?;
         let coords = patch_coords(grid_thw, m);
         if let Some(table) = &self.pos_embed {
             x = (x + self.interpolated_pos_embed(table, &coords, grid_thw, &dev)?)?;

@@ -105,9 +105,11 @@ pub struct SeqInput {
     pub images: ImageEmbeds,
 }
 
-/// Output of [`run_greedy`]: per sequence the prefill logits (last row) and greedy tokens.
+/// Output of [`run_greedy`]: per sequence the prefill logits (last row), the logits of each
+/// decode step, and the greedy tokens.
 pub struct Run {
     pub prefill_logits: Vec<Vec<f32>>,
+    pub decode_logits: Vec<Vec<Vec<f32>>>,
     pub tokens: Vec<Vec<u32>>,
 }
 
@@ -194,6 +196,7 @@ pub fn run_greedy(
         .unwrap();
     let prefill_logits: Vec<Vec<f32>> = logits.to_vec2().unwrap();
     let mut tokens: Vec<Vec<u32>> = prefill_logits.iter().map(|l| vec![argmax(l)]).collect();
+    let mut decode_logits: Vec<Vec<Vec<f32>>> = vec![Vec::new(); seqs.len()];
     // Decode.
     for step in 1..steps {
         let ids: Vec<u32> = tokens.iter().map(|t| t[step - 1]).collect();
@@ -224,12 +227,14 @@ pub fn run_greedy(
             .unwrap()
             .to_vec2()
             .unwrap();
-        for (t, l) in tokens.iter_mut().zip(&logits) {
-            t.push(argmax(l));
+        for ((t, l), all) in tokens.iter_mut().zip(logits).zip(&mut decode_logits) {
+            t.push(argmax(&l));
+            all.push(l);
         }
     }
     Run {
         prefill_logits,
+        decode_logits,
         tokens,
     }
 }

@@ -1,0 +1,434 @@
+//! [`PackedLinear`]: the CPU linear layer `y = x Wᵀ + b`, with the weight packed once (at load)
+//! into the micro-kernel's panel layout, and a reduction order that does not depend on the
+//! number of rows: row `i` of `y` is bitwise the same whether it is computed alone or among 63
+//! other rows.
+//!
+//! Layout: `W` `[n, k]` (PyTorch `nn.Linear.weight`) is cut into panels of [`PANEL_COLS`]
+//! output columns; a panel is stored `[k][PANEL_COLS]`, the last one padded with zeros. The
+//! micro-kernel (BLIS's register blocking; Goto & van de Geijn, "Anatomy of high-performance
+//! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns of
+//! accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
+//! staying in L1 while every row of `x` passes over it.
+//!
+//! Batch invariance by construction: every output element is `acc = 0; for k in 0..K { acc =
+//! x[i][k] · w[j][k] + acc }` in increasing `k` (a fused multiply-add on the SIMD path, a
+//! multiply then an add on the scalar one), plus the bias at the end. Partial sums leave the
+//! registers only as f32 stores and reloads, which are exact; no path splits `k` differently
+//! for a different row count. The SIMD path is chosen once per process (runtime detection:
+//! AVX2 + FMA on x86-64; the scalar loop elsewhere), so two calls on one machine always use
+//! the same arithmetic. Work is split over output panels with rayon, never over `k`.
+
+use std::sync::OnceLock;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+use half::bf16;
+use rayon::prelude::*;
+
+use crate::{require_cpu, KernelError};
+
+const NAME: &str = "packed_linear";
+
+/// Output columns per packed panel: two 8-lane f32 vectors (AVX2).
+pub const PANEL_COLS: usize = 16;
+/// Rows of `x` per micro-kernel call: 6 × 2 accumulator vectors + 2 weight vectors + 1
+/// broadcast fill 15 of the 16 AVX2 registers.
+pub const TILE_ROWS: usize = 6;
+/// Depth (`k`) per block: a block of a panel (`DEPTH_BLOCK × PANEL_COLS` weights, 16 KiB in
+/// f32) stays in L1 while all rows pass over it.
+pub const DEPTH_BLOCK: usize = 256;
+/// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core).
+const TASK_MACS: usize = 1 << 18;
+
+/// Weights in panel layout, in their storage type.
+#[derive(Debug, Clone)]
+enum Panels {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+}
+
+/// A linear layer `y = x Wᵀ + b` on the CPU with `W` packed once into panels (see the module
+/// docs): f32 weights, or bf16 weights widened to f32 in registers; f32 accumulation always.
+#[derive(Debug, Clone)]
+pub struct PackedLinear {
+    in_dim: usize,
+    out_dim: usize,
+    panels: Panels,
+    bias: Option<Vec<f32>>,
+}
+
+impl PackedLinear {
+    /// Packs the weights `parts[i].0` `[n_i, k]` (all on the CPU, one `k`) as one layer of
+    /// `Σ n_i` outputs, in order: a fused projection (q/k/v, gate/up) whose output columns
+    /// are the parts' side by side. Biases `parts[i].1` `[n_i]` are optional per part (a part
+    /// without one adds nothing). bf16 weights stay bf16; f32 and f16 are stored as f32.
+    ///
+    /// Errors: [`KernelError::UnsupportedDevice`] off the CPU; [`KernelError::Invalid`] for
+    /// no parts, differing `k`, a bias of the wrong length, or another dtype.
+    pub fn pack(parts: &[(Tensor, Option<Tensor>)]) -> Result<Self, KernelError> {
+        let invalid = |msg: String| KernelError::Invalid { kernel: NAME, msg };
+        let Some((first, _)) = parts.first() else {
+            return Err(invalid("no weights to pack".into()));
+        };
+        let in_dim = first.dims2()?.1;
+        let mut weights = Vec::with_capacity(parts.len());
+        let mut bias = Vec::new();
+        let any_bias = parts.iter().any(|(_, b)| b.is_some());
+        for (w, b) in parts {
+            require_cpu(NAME, w)?;
+            let (n, k) = w.dims2()?;
+            if k != in_dim {
+                return Err(invalid(format!("weights of {k} and {in_dim} inputs")));
+            }
+            weights.push(w.clone());
+            if any_bias {
+                match b {
+                    Some(b) if b.dims() == [n] => {
+                        bias.extend(b.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+                    }
+                    Some(b) => return Err(invalid(format!("bias {:?} for {n} outputs", b.dims()))),
+                    None => bias.extend(std::iter::repeat_n(0.0, n)),
+                }
+            }
+        }
+        let w = Tensor::cat(&weights, 0)?;
+        let out_dim = w.dim(0)?;
+        let panels = match w.dtype() {
+            DType::BF16 => Panels::Bf16(to_panels(&w.flatten_all()?.to_vec1()?, out_dim, in_dim)),
+            DType::F32 | DType::F16 => Panels::F32(to_panels(
+                &w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+                out_dim,
+                in_dim,
+            )),
+            other => return Err(invalid(format!("unsupported weight dtype {other:?}"))),
+        };
+        Ok(Self {
+            in_dim,
+            out_dim,
+            panels,
+            bias: any_bias.then_some(bias),
+        })
+    }
+
+    /// Input features `k`.
+    pub fn in_dim(&self) -> usize {
+        self.in_dim
+    }
+
+    /// Output features `n` (all parts together).
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// `x` `[.., k]` (CPU; f32, f16 or bf16) → `[.., n]` in `x`'s dtype, computed in f32.
+    ///
+    /// Errors: [`KernelError::UnsupportedDevice`] off the CPU; [`KernelError::Invalid`] when
+    /// the last dimension is not `k`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, KernelError> {
+        require_cpu(NAME, x)?;
+        let dims = x.dims();
+        if dims.last() != Some(&self.in_dim) {
+            return Err(KernelError::Invalid {
+                kernel: NAME,
+                msg: format!("input {dims:?} for {} inputs", self.in_dim),
+            });
+        }
+        let rows = x.elem_count() / self.in_dim;
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = self.out_dim;
+        }
+        let y = x
+            .contiguous()?
+            .reshape((rows, self.in_dim))?
+            .apply_op1_no_bwd(self)?;
+        Ok(y.reshape(out_dims)?)
+    }
+
+    /// `y` `[m, n]` (row-major f32) of `x` `[m, k]` (row-major f32).
+    ///
+    /// Panics if `x.len()` is not a multiple of `k`.
+    pub fn matmul_f32(&self, x: &[f32]) -> Vec<f32> {
+        assert_eq!(
+            x.len() % self.in_dim.max(1),
+            0,
+            "x is not [m, {}]",
+            self.in_dim
+        );
+        let m = x.len() / self.in_dim.max(1);
+        match &self.panels {
+            Panels::F32(p) => self.run(x, m, p),
+            Panels::Bf16(p) => self.run(x, m, p),
+        }
+    }
+
+    /// [`Self::matmul_f32`] of `x` stored in a half type: widened, multiplied, rounded once.
+    fn through_f32<T: Copy>(
+        &self,
+        x: &[T],
+        widen: impl Fn(T) -> f32,
+        narrow: impl Fn(f32) -> T,
+    ) -> Vec<T> {
+        let x: Vec<f32> = x.iter().map(|&v| widen(v)).collect();
+        self.matmul_f32(&x).into_iter().map(narrow).collect()
+    }
+
+    /// Computes every panel (rayon over panels) and writes its columns of `y`.
+    fn run<W: PanelElem>(&self, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
+        let (k, n) = (self.in_dim, self.out_dim);
+        let mut y = vec![0f32; m * n];
+        if m == 0 || n == 0 {
+            return y;
+        }
+        let isa = Isa::detected();
+        let panel_len = k * PANEL_COLS;
+        let min_len = (TASK_MACS / (m * k * PANEL_COLS).max(1)).max(1);
+        let out = OutPtr(y.as_mut_ptr());
+        (0..n.div_ceil(PANEL_COLS))
+            .into_par_iter()
+            .with_min_len(min_len)
+            .for_each_init(
+                || vec![0f32; m * PANEL_COLS],
+                |tile, p| {
+                    let panel = &panels[p * panel_len..(p + 1) * panel_len];
+                    panel_product(isa, x, m, k, panel, tile);
+                    let col = p * PANEL_COLS;
+                    let width = PANEL_COLS.min(n - col);
+                    let bias = self.bias.as_ref().map(|b| &b[col..col + width]);
+                    for (r, acc) in tile.chunks_exact(PANEL_COLS).enumerate() {
+                        // SAFETY: `y` holds `m * n` elements and outlives the parallel loop;
+                        // panel `p` alone writes columns `col..col + width` of each row, so no
+                        // two tasks write the same element.
+                        let dst = unsafe { out.slice(r * n + col, width) };
+                        match bias {
+                            Some(b) => {
+                                for ((d, a), b) in dst.iter_mut().zip(acc).zip(b) {
+                                    *d = a + b;
+                                }
+                            }
+                            None => dst.copy_from_slice(&acc[..width]),
+                        }
+                    }
+                },
+            );
+        y
+    }
+}
+
+/// The output pointer shared by the panel tasks (each writes its own columns).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+impl OutPtr {
+    /// The `len` floats from `start`.
+    ///
+    /// # Safety
+    /// `start + len` within the buffer, which outlives `'a`; no other live reference to them.
+    unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+// SAFETY: tasks write disjoint elements (see `PackedLinear::run`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl CustomOp1 for PackedLinear {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let rows = l.dims()[0];
+        let start = l.start_offset();
+        let len = rows * self.in_dim;
+        let y = match s {
+            CpuStorage::F32(x) => CpuStorage::F32(self.matmul_f32(&x[start..start + len])),
+            CpuStorage::F16(x) => CpuStorage::F16(self.through_f32(
+                &x[start..start + len],
+                half::f16::to_f32,
+                half::f16::from_f32,
+            )),
+            CpuStorage::BF16(x) => CpuStorage::BF16(self.through_f32(
+                &x[start..start + len],
+                bf16::to_f32,
+                bf16::from_f32,
+            )),
+            other => candle_core::bail!("{NAME}: unsupported input dtype {:?}", other.dtype()),
+        };
+        Ok((y, Shape::from((rows, self.out_dim))))
+    }
+}
+
+/// `w` `[n, k]` row-major → panels `[⌈n / PANEL_COLS⌉][k][PANEL_COLS]`, zero-padded.
+fn to_panels<W: Copy + Default>(w: &[W], n: usize, k: usize) -> Vec<W> {
+    let mut out = vec![W::default(); n.div_ceil(PANEL_COLS) * k * PANEL_COLS];
+    for (j, row) in w.chunks_exact(k.max(1)).take(n).enumerate() {
+        let (p, c) = (j / PANEL_COLS, j % PANEL_COLS);
+        let panel = &mut out[p * k * PANEL_COLS..(p + 1) * k * PANEL_COLS];
+        for (kk, &v) in row.iter().enumerate() {
+            panel[kk * PANEL_COLS + c] = v;
+        }
+    }
+    out
+}
+
+/// Instruction set of the micro-kernel, detected once per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    /// x86-64 AVX2 + FMA: 8-lane f32 vectors, fused multiply-add.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+    /// Portable Rust: a multiply, then an add.
+    Scalar,
+}
+
+impl Isa {
+    fn detected() -> Self {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(Self::detect)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn detect() -> Self {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            Self::Avx2Fma
+        } else {
+            Self::Scalar
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn detect() -> Self {
+        Self::Scalar
+    }
+}
+
+/// Storage types of packed weights, widened to f32 in the micro-kernel.
+trait PanelElem: Copy + Send + Sync {
+    fn to_f32(self) -> f32;
+
+    /// Loads 8 consecutive weights at `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// `p..p + 8` must be readable; the CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl PanelElem for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl PanelElem for bf16 {
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    /// bf16 is the high half of an f32: widen the 16-bit lanes and shift them up.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let h = _mm_loadu_si128(p.cast::<__m128i>());
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+}
+
+/// `tile` `[m][PANEL_COLS]` = `x` `[m, k]` × one panel `[k][PANEL_COLS]`, blocked over `k` by
+/// [`DEPTH_BLOCK`] and over rows by [`TILE_ROWS`]; the order per element never depends on `m`.
+fn panel_product<W: PanelElem>(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    panel: &[W],
+    tile: &mut [f32],
+) {
+    tile.fill(0.0);
+    for k0 in (0..k).step_by(DEPTH_BLOCK) {
+        let kb = DEPTH_BLOCK.min(k - k0);
+        let w = &panel[k0 * PANEL_COLS..(k0 + kb) * PANEL_COLS];
+        for r0 in (0..m).step_by(TILE_ROWS) {
+            let rows = TILE_ROWS.min(m - r0);
+            let x = &x[r0 * k + k0..];
+            let acc = &mut tile[r0 * PANEL_COLS..(r0 + rows) * PANEL_COLS];
+            match rows {
+                1 => micro::<W, 1>(isa, x, k, w, acc),
+                2 => micro::<W, 2>(isa, x, k, w, acc),
+                3 => micro::<W, 3>(isa, x, k, w, acc),
+                4 => micro::<W, 4>(isa, x, k, w, acc),
+                5 => micro::<W, 5>(isa, x, k, w, acc),
+                _ => micro::<W, TILE_ROWS>(isa, x, k, w, acc),
+            }
+        }
+    }
+}
+
+/// `acc` `[R][PANEL_COLS]` += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`.
+#[inline(always)]
+fn micro<W: PanelElem, const R: usize>(isa: Isa, x: &[f32], ldx: usize, w: &[W], acc: &mut [f32]) {
+    let kb = w.len() / PANEL_COLS;
+    assert!(acc.len() == R * PANEL_COLS && x.len() >= (R - 1) * ldx + kb);
+    match isa {
+        // SAFETY: AVX2 and FMA were detected; the assert above bounds every access.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => unsafe { micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc) },
+        Isa::Scalar => {
+            for (kk, wk) in w.chunks_exact(PANEL_COLS).enumerate() {
+                for (r, row) in acc.chunks_exact_mut(PANEL_COLS).enumerate() {
+                    let a = x[r * ldx + kk];
+                    for (c, &wv) in row.iter_mut().zip(wk) {
+                        *c += a * wv.to_f32();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The AVX2 + FMA micro-kernel: `R × 2` accumulator vectors in registers over `kb` steps.
+///
+/// # Safety
+/// AVX2 and FMA available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
+/// `kb * PANEL_COLS` weights; `acc` holds `R * PANEL_COLS` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn micro_avx2<W: PanelElem, const R: usize>(
+    x: *const f32,
+    ldx: usize,
+    w: *const W,
+    kb: usize,
+    acc: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let c = acc.as_mut_ptr();
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    for r in 0..R {
+        lo[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS));
+        hi[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS + 8));
+    }
+    for kk in 0..kb {
+        let b0 = W::load8(w.add(kk * PANEL_COLS));
+        let b1 = W::load8(w.add(kk * PANEL_COLS + 8));
+        for r in 0..R {
+            let a = _mm256_set1_ps(*x.add(r * ldx + kk));
+            lo[r] = _mm256_fmadd_ps(a, b0, lo[r]);
+            hi[r] = _mm256_fmadd_ps(a, b1, hi[r]);
+        }
+    }
+    for r in 0..R {
+        _mm256_storeu_ps(c.add(r * PANEL_COLS), lo[r]);
+        _mm256_storeu_ps(c.add(r * PANEL_COLS + 8), hi[r]);
+    }
+}

@@ -1,0 +1,187 @@
+//! [`PackedLinear`] against a naive f64 product, and its batch invariance: row `i` of the
+//! output is bitwise the same computed alone or among m = 2, 7, 16, 64 rows (f32 and bf16
+//! weights). Sizes straddle a partial last panel (`n % PANEL_COLS != 0`), a partial last depth
+//! block (`k % DEPTH_BLOCK != 0`) and partial row tiles (`m % TILE_ROWS != 0`).
+
+use candle_core::{DType, Device, Tensor};
+use half::bf16;
+use verisample_kernels::{KernelError, PackedLinear, DEPTH_BLOCK, PANEL_COLS, TILE_ROWS};
+
+/// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
+fn lcg(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+const K: usize = DEPTH_BLOCK + 45;
+const N: usize = 3 * PANEL_COLS + 5;
+
+fn weight(dtype: DType) -> Tensor {
+    Tensor::from_vec(lcg(1, N * K), (N, K), &Device::Cpu)
+        .and_then(|w| w.to_dtype(dtype))
+        .expect("weight")
+}
+
+fn bias() -> Tensor {
+    Tensor::from_vec(lcg(2, N), N, &Device::Cpu).expect("bias")
+}
+
+/// `x Wᵀ + b` in f64 from the weights as stored (bf16 rounding included), and the bound
+/// `Σ_k |x w| + |b|` per element that scales the rounding error.
+fn naive(x: &[f32], w: &Tensor, b: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let w: Vec<f32> = w
+        .to_dtype(DType::F32)
+        .and_then(|w| w.flatten_all())
+        .and_then(|w| w.to_vec1())
+        .expect("weights");
+    let m = x.len() / K;
+    let (mut y, mut mag) = (vec![0f64; m * N], vec![0f64; m * N]);
+    for i in 0..m {
+        for j in 0..N {
+            let (mut s, mut a) = (b[j] as f64, (b[j] as f64).abs());
+            for k in 0..K {
+                let p = x[i * K + k] as f64 * w[j * K + k] as f64;
+                s += p;
+                a += p.abs();
+            }
+            y[i * N + j] = s;
+            mag[i * N + j] = a;
+        }
+    }
+    (y, mag)
+}
+
+#[test]
+fn matches_the_naive_product_in_f64() {
+    for dtype in [DType::F32, DType::BF16] {
+        let w = weight(dtype);
+        let lin = PackedLinear::pack(&[(w.clone(), Some(bias()))]).expect("pack");
+        let x = lcg(3, 9 * K);
+        let y = lin.matmul_f32(&x);
+        let (want, mag) = naive(&x, &w, &lcg(2, N));
+        assert_eq!(y.len(), 9 * N);
+        for ((&got, &want), &mag) in y.iter().zip(&want).zip(&mag) {
+            // f32 accumulation of K products: |error| ≤ (K + 1) ε Σ|x w| (Higham, Thm. 3.1).
+            let tol = (K + 1) as f64 * f32::EPSILON as f64 * mag;
+            assert!(
+                (got as f64 - want).abs() <= tol,
+                "{dtype:?}: got {got}, want {want}, tol {tol}"
+            );
+        }
+        // The error is far below the worst-case bound: not a coincidence of a loose check.
+        let max_err = y
+            .iter()
+            .zip(&want)
+            .map(|(&g, &w)| (g as f64 - w).abs())
+            .fold(0.0, f64::max);
+        assert!(max_err < 1e-3, "{dtype:?}: max error {max_err}");
+    }
+}
+
+#[test]
+fn rows_are_bitwise_the_same_at_every_batch_size() {
+    assert_ne!(64 % TILE_ROWS, 0, "64 rows must end in a partial tile");
+    for dtype in [DType::F32, DType::BF16] {
+        let lin = PackedLinear::pack(&[(weight(dtype), Some(bias()))]).expect("pack");
+        let x = lcg(4, 64 * K);
+        let all = lin.matmul_f32(&x);
+        for m in [1, 2, 7, 16, 64] {
+            // Every window of m rows, at offsets that move rows between tile positions.
+            for start in [0, 64 - m, (64 - m) / 2, 1.min(64 - m)] {
+                let part = lin.matmul_f32(&x[start * K..(start + m) * K]);
+                let same = part
+                    .iter()
+                    .zip(&all[start * N..(start + m) * N])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?}: rows {start}..{} differ at m = {m}",
+                    start + m
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fused_projection_equals_its_parts_bitwise() {
+    let w = Tensor::from_vec(lcg(5, 40 * K), (40, K), &Device::Cpu).expect("w");
+    let (w1, w2, w3) = (
+        w.narrow(0, 0, 7).expect("w1"),
+        w.narrow(0, 7, 20).expect("w2"),
+        w.narrow(0, 27, 13).expect("w3"),
+    );
+    let b1 = Tensor::from_vec(lcg(6, 7), 7, &Device::Cpu).expect("b1");
+    let fused = PackedLinear::pack(&[
+        (w1.clone(), Some(b1.clone())),
+        (w2.clone(), None),
+        (w3.clone(), None),
+    ])
+    .expect("fused");
+    assert_eq!((fused.in_dim(), fused.out_dim()), (K, 40));
+    let x = lcg(7, 5 * K);
+    let y = fused.matmul_f32(&x);
+    let mut offset = 0;
+    for (w, b) in [(w1, Some(b1)), (w2, None), (w3, None)] {
+        let n = w.dim(0).expect("n");
+        let alone = PackedLinear::pack(&[(w, b)]).expect("part").matmul_f32(&x);
+        for r in 0..5 {
+            let fused_row = &y[r * 40 + offset..r * 40 + offset + n];
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(fused_row), bits(&alone[r * n..(r + 1) * n]), "row {r}");
+        }
+        offset += n;
+    }
+}
+
+#[test]
+fn forward_keeps_leading_dims_and_the_input_dtype() {
+    let lin = PackedLinear::pack(&[(weight(DType::BF16), None)]).expect("pack");
+    let x = Tensor::from_vec(lcg(8, 6 * K), (2, 3, K), &Device::Cpu).expect("x");
+    let y = lin.forward(&x).expect("f32 forward");
+    assert_eq!((y.dims(), y.dtype()), (&[2, 3, N][..], DType::F32));
+    let want = lin.matmul_f32(&lcg(8, 6 * K));
+    assert_eq!(
+        y.flatten_all().and_then(|y| y.to_vec1::<f32>()).ok(),
+        Some(want)
+    );
+    // A bf16 input is widened, multiplied in f32 and rounded once at the end.
+    let xb = x.to_dtype(DType::BF16).expect("bf16 x");
+    let yb = lin.forward(&xb).expect("bf16 forward");
+    assert_eq!(yb.dtype(), DType::BF16);
+    let xw: Vec<f32> = xb
+        .to_dtype(DType::F32)
+        .and_then(|x| x.flatten_all())
+        .and_then(|x| x.to_vec1())
+        .expect("x");
+    let want: Vec<bf16> = lin
+        .matmul_f32(&xw)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    assert_eq!(
+        yb.flatten_all().and_then(|y| y.to_vec1::<bf16>()).ok(),
+        Some(want)
+    );
+}
+
+#[test]
+fn mismatched_shapes_are_errors() {
+    let w = weight(DType::F32);
+    let other = Tensor::zeros((4, K + 1), DType::F32, &Device::Cpu).expect("other");
+    let err = PackedLinear::pack(&[(w.clone(), None), (other, None)]).unwrap_err();
+    assert!(matches!(err, KernelError::Invalid { .. }), "{err}");
+    let short_bias = Tensor::zeros(N - 1, DType::F32, &Device::Cpu).expect("bias");
+    assert!(PackedLinear::pack(&[(w.clone(), Some(short_bias))]).is_err());
+    assert!(PackedLinear::pack(&[]).is_err());
+    let lin = PackedLinear::pack(&[(w, None)]).expect("pack");
+    let x = Tensor::zeros((3, K - 1), DType::F32, &Device::Cpu).expect("x");
+    assert!(matches!(lin.forward(&x), Err(KernelError::Invalid { .. })));
+}
