@@ -262,6 +262,7 @@ fn stats_delta(now: &EngineStats, before: &EngineStats) -> EngineStats {
         decode_tokens: now.decode_tokens - before.decode_tokens,
         decode_secs: now.decode_secs - before.decode_secs,
         vision_images: now.vision_images - before.vision_images,
+        vision_batches: now.vision_batches - before.vision_batches,
         vision_secs: now.vision_secs - before.vision_secs,
         input_wait_secs: now.input_wait_secs - before.input_wait_secs,
         cached_prompt_tokens: now.cached_prompt_tokens - before.cached_prompt_tokens,

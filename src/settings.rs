@@ -199,6 +199,11 @@ pub struct RunArgs {
     /// KV cache size in GiB. [default: chosen by the engine from free memory]
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub kv_cache_gib: Option<f64>,
+    /// Most memory one vision-encoder pass may take, in GiB: a row whose image would need
+    /// more is refused (errors.jsonl, `image.bytes`, with the --max-pixels that would fit).
+    /// [default: half the memory free after the weights and the KV cache]
+    #[arg(long, value_name = "X")]
+    pub vision_memory_gib: Option<f64>,
     /// Fewest pixels an image is resized to, overriding the checkpoint's
     /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -276,6 +281,8 @@ pub struct ConfigFile {
     pub max_batch_tokens: Option<usize>,
     /// See [`RunArgs::kv_cache_gib`].
     pub kv_cache_gib: Option<f64>,
+    /// See [`RunArgs::vision_memory_gib`].
+    pub vision_memory_gib: Option<f64>,
     /// See [`RunArgs::min_pixels`].
     pub min_pixels: Option<usize>,
     /// See [`RunArgs::max_pixels`].
@@ -328,6 +335,9 @@ pub struct Settings {
     pub max_batch_tokens: usize,
     /// KV cache size in GiB, `None` = engine default.
     pub kv_cache_gib: Option<f64>,
+    /// Vision memory budget in GiB, `None` = engine default.
+    #[serde(default)]
+    pub vision_memory_gib: Option<f64>,
     /// Pixel bounds of the image resize over the checkpoint's (`None` = the checkpoint's).
     #[serde(default)]
     pub min_pixels: Option<usize>,
@@ -510,6 +520,7 @@ impl Settings {
         };
         let settings_family = args.family.clone().or(file.family.clone());
         let kv_cache_gib = args.kv_cache_gib.or(file.kv_cache_gib);
+        let vision_memory_gib = args.vision_memory_gib.or(file.vision_memory_gib);
         let progress_default = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             ProgressMode::Bar
         } else {
@@ -570,10 +581,13 @@ impl Settings {
                 });
             }
         }
-        if let Some(g) = kv_cache_gib {
-            if !(g.is_finite() && g > 0.0) {
+        for (key, gib) in [
+            ("kv-cache-gib", kv_cache_gib),
+            ("vision-memory-gib", vision_memory_gib),
+        ] {
+            if let Some(g) = gib.filter(|g| !(g.is_finite() && *g > 0.0)) {
                 return Err(SettingsError::Invalid {
-                    key: "kv-cache-gib",
+                    key,
                     value: g.to_string(),
                     why: "must be a positive number of GiB".into(),
                 });
@@ -647,6 +661,7 @@ impl Settings {
             max_batch,
             max_batch_tokens,
             kv_cache_gib,
+            vision_memory_gib,
             min_pixels,
             max_pixels,
             shard: pick(args.shard, file_shard, Shard::WHOLE),
@@ -660,7 +675,7 @@ impl Settings {
     /// The settings that determine the output bytes, in canonical form for the fingerprint.
     /// Included: the pixel bounds (they change what the model sees). Excluded on purpose:
     /// `out`, scheduling knobs (`max_batch`, `max_batch_tokens`,
-    /// `kv_cache_gib`: greedy results do not depend on them), display (`progress`, `quiet`),
+    /// `kv_cache_gib`, `vision_memory_gib`: greedy results do not depend on them), display (`progress`, `quiet`),
     /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
     pub fn canonical(&self) -> CanonicalSettings {
         let data = std::fs::canonicalize(&self.data).unwrap_or_else(|_| self.data.clone());

@@ -231,6 +231,41 @@ fn duplicate_rows_reuse_vision_embeddings_and_prefix_blocks() {
 }
 
 #[test]
+fn vision_batches_follow_the_patch_budget_without_changing_tokens() {
+    // The 6 distinct images have 16 to 48 patches each. A budget of 1 patch makes every image
+    // run alone (an image larger than the budget is not refused by it); the default budget
+    // (16384) batches the images of a step together. Tokens do not depend on it.
+    let mut batched = engine(24, 512, true);
+    let want = tokens(&run(&mut batched, items(0)));
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Blocks(512),
+        max_batch: 24,
+        max_new_tokens: MAX_NEW,
+        max_vision_patches: 1,
+        ..Default::default()
+    };
+    let mut alone = load_engine(
+        &fixture(),
+        DType::F32,
+        &Device::Cpu,
+        cfg,
+        Some(true),
+        Default::default(),
+    )
+    .expect("load fixture");
+    let got = run(&mut alone, items(0));
+    assert_complete(&got, 24);
+    assert_eq!(tokens(&got), want);
+    assert_eq!(alone.stats().vision_images, 6);
+    assert_eq!(alone.stats().vision_batches, 6);
+    assert!(
+        batched.stats().vision_batches < 6,
+        "{} encoder forwards for 6 images under the default budget",
+        batched.stats().vision_batches
+    );
+}
+
+#[test]
 fn prefix_caching_on_and_off_give_identical_tokens() {
     let mut reqs = items(0);
     reqs.extend(items(100).into_iter().map(|mut r| {

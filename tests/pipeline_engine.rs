@@ -13,16 +13,18 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device};
 use pipeline_support::{
-    assert_same_outputs, deterministic_outputs, mixed_rows, model_files, settings, MemSource,
+    assert_same_outputs, deterministic_outputs, mixed_rows, model_files, qa, row, settings,
+    MemSource,
 };
 use verisample::engine::vl::load_engine;
-use verisample::engine::{EngineConfig, KvBudget};
+use verisample::engine::{EngineConfig, EngineModel, KvBudget, VisionMemory};
 use verisample::pipeline::{
     prepare, prompt_prefills_think, run, BackendError, Backends, EngineGenerator, GenRequest,
     GenResult, Generator, ParquetSink, PipelineError, RunControl, RunReport, StandardDecisions,
 };
 use verisample::settings::fingerprint;
 use verisample::shard::Shard;
+use verisample_models::{smart_resize, VlModel};
 
 const MAX_NEW: usize = 12;
 
@@ -31,10 +33,15 @@ fn fixture() -> PathBuf {
 }
 
 fn generator() -> Box<dyn Generator> {
+    generator_with(EngineConfig::default().vision_memory)
+}
+
+fn generator_with(vision_memory: VisionMemory) -> Box<dyn Generator> {
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(256),
         max_batch: 6,
         max_new_tokens: MAX_NEW,
+        vision_memory,
         ..Default::default()
     };
     let engine = load_engine(
@@ -73,6 +80,10 @@ impl Generator for StopAfter {
             }
             on_done(r)
         })
+    }
+
+    fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
+        self.inner.check_image(width, height)
     }
 
     fn version(&self) -> String {
@@ -135,4 +146,88 @@ fn real_engine_run_resumes_to_identical_outputs() {
         &deterministic_outputs(&whole),
         &deterministic_outputs(&resumed),
     );
+}
+
+/// A `w`×`h` PNG gradient.
+fn png(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x % 251) as u8, (y % 241) as u8, 9])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)
+        .expect("png");
+    out.into_inner()
+}
+
+#[test]
+fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() {
+    // The fixture resizes within 3136..=50176 pixels: its 2x2 rows become 56x56 (16 patches),
+    // a 1000x800 image 224x196 (16x14 = 224 patches). The budget holds 64 patches.
+    let model = VlModel::load(&fixture(), DType::F32, &Device::Cpu).unwrap();
+    let pass = |p: usize| model.vision_pass_bytes(p).unwrap();
+    let budget = pass(64);
+    let patches = |max_pixels: usize| {
+        let (h, w) = smart_resize(800, 1000, 28, 3136, max_pixels).unwrap();
+        (h / 14) * (w / 14)
+    };
+    assert_eq!(patches(50176), 224);
+    let f = "data/train-00000.parquet";
+    let mut big = row(f, 1, 1, vec![qa("1", "1")]).unwrap();
+    big.image.bytes = Some(png(1000, 800));
+    let rows = vec![
+        row(f, 0, 0, vec![qa("1", "1")]),
+        Ok(big),
+        row(f, 2, 2, vec![qa("2", "2")]),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut s = settings(&out, Shard::WHOLE);
+    s.max_new_tokens = MAX_NEW;
+    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    let mut generator = generator_with(VisionMemory::Gib(budget as f64 / (1u64 << 30) as f64));
+    let report = run(
+        prepared,
+        Backends {
+            source: &MemSource(rows),
+            generator: generator.as_mut(),
+            decisions: &StandardDecisions::default(),
+            sink: &mut ParquetSink::new(&out),
+        },
+        &RunControl::default(),
+    )
+    .expect("the run goes on");
+    // The two small rows were answered; the big one is the only error.
+    assert_eq!(
+        report.stats.accepted + report.stats.rejected,
+        2,
+        "{:?}",
+        report.stats
+    );
+    assert_eq!(report.stats.errors, 1);
+    let errors: Vec<serde_json::Value> = std::fs::read_to_string(out.join("errors.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!(
+        (e["field"].as_str(), e["row"].as_u64()),
+        (Some("image.bytes"), Some(1))
+    );
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("1000x800 pixels (224 patches once resized)"),
+        "{msg}"
+    );
+    assert!(msg.contains("vision memory budget"), "{msg}");
+    // The suggested --max-pixels is the largest whose image fits the budget.
+    let suggested: usize = msg
+        .split("--max-pixels ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no --max-pixels in {msg}"));
+    assert!(pass(patches(suggested)) <= budget, "{msg}");
+    assert!(pass(patches(suggested + 1)) > budget, "{msg}");
 }

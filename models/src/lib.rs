@@ -30,6 +30,7 @@ pub mod config;
 pub mod decode;
 pub mod image_limits;
 pub mod layers;
+pub mod load;
 pub mod model;
 pub mod processor;
 mod resample;
@@ -50,4 +51,4 @@ pub use processor::{
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
 pub use verisample_kernels::AttentionPath;
-pub use vision::ImageEmbeds;
+pub use vision::{vision_forward_bytes, ImageEmbeds};

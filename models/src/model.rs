@@ -101,8 +101,9 @@ pub fn safetensors_files(dir: &Path) -> std::result::Result<Vec<PathBuf>, LoadEr
 }
 
 impl VlModel {
-    /// Loads `config.json` and the safetensors weights (memory-mapped, converted to `dtype`:
-    /// f32, bf16 or f16) from a checkpoint directory onto `device`.
+    /// Loads `config.json` and the safetensors weights (converted to `dtype`: f32, bf16 or
+    /// f16, one shard at a time with its pages released as it is read:
+    /// [`crate::load::load_tensors`]) from a checkpoint directory onto `device`.
     ///
     /// Accepts both tensor layouts: published (`visual.*`, `model.layers.*`) and transformers 5
     /// (`model.visual.*`, `model.language_model.*`); `lm_head.weight` unless embeddings are tied.
@@ -124,9 +125,8 @@ impl VlModel {
             )));
         }
         let files = safetensors_files(dir)?;
-        // SAFETY: the files are memory-mapped read-only; like every mmap user we rely on them
-        // not being modified while the model is alive (candle's documented contract).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files, dtype, device)? };
+        let tensors = crate::load::load_tensors(&files, dtype, device)?;
+        let vb = VarBuilder::from_tensors(tensors, dtype, device);
         Self::from_var_builder(config, vb, dtype, device)
     }
 

@@ -290,22 +290,26 @@ impl VisionTower {
         let (n, hid) = x.dims2()?;
         let heads = self.spec.num_heads;
         let hd = hid / heads;
-        let qkv = b
-            .qkv
-            .forward(&b.norm1.forward(x)?)?
-            .reshape((n, 3, heads, hd))?;
-        let q = apply_rotary(&qkv.narrow(1, 0, 1)?.squeeze(1)?, cos, sin)?;
-        let k = apply_rotary(&qkv.narrow(1, 1, 1)?.squeeze(1)?, cos, sin)?;
-        let v = qkv.narrow(1, 2, 1)?.squeeze(1)?;
-        let params = SegmentAttentionParams {
-            segments: segs,
-            scale: 1.0 / (hd as f32).sqrt(),
+        // q, k, v and the attention output are dropped before the MLP runs (the peak of
+        // [`vision_forward_bytes`] counts them in the attention stage only).
+        let x = {
+            let qkv = b
+                .qkv
+                .forward(&b.norm1.forward(x)?)?
+                .reshape((n, 3, heads, hd))?;
+            let q = apply_rotary(&qkv.narrow(1, 0, 1)?.squeeze(1)?, cos, sin)?;
+            let k = apply_rotary(&qkv.narrow(1, 1, 1)?.squeeze(1)?, cos, sin)?;
+            let v = qkv.narrow(1, 2, 1)?.squeeze(1)?;
+            let params = SegmentAttentionParams {
+                segments: segs,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let attn = self
+                .attention
+                .segment_attention(&q, &k, &v, &params)?
+                .reshape((n, hid))?;
+            (x + b.proj.forward(&attn)?)?
         };
-        let attn = self
-            .attention
-            .segment_attention(&q, &k, &v, &params)?
-            .reshape((n, hid))?;
-        let x = (x + b.proj.forward(&attn)?)?;
         &x + b.mlp.forward(&b.norm2.forward(&x)?)?
     }
 
@@ -347,6 +351,64 @@ impl VisionTower {
         let weights = Tensor::from_vec(w, (n, 4), dev)?.to_dtype(table.dtype())?;
         weighted_sum(&rows, &weights)
     }
+}
+
+/// Bytes one [`VisionTower::forward`] over `patches` patches allocates beyond the weights and
+/// its `pixel_values` input, at its peak, for a tower of `spec` in `dtype` on the CPU with
+/// `threads` rayon workers: an estimate from the buffers live at each stage, checked against
+/// a counting allocator on the three fixture towers (`models/tests/vision_memory.rs`).
+/// Every term is linear in `patches` (no `[heads, patches, patches]` matrix exists); the
+/// estimate holds for any split of the patches into images.
+///
+/// Per patch, with `h = hidden_size`, `i = intermediate_size`, `d = head_dim`, `s` the bytes
+/// of `dtype`:
+/// - held through the forward: the patch coordinates (3 `usize`), the rotary angles and
+///   their cos/sin tables (`3 · d/2` f32, twice with Qwen2.5-VL's window permutation), the
+///   merged output and each DeepStack feature (`out_hidden / merge² · s`), and, when `dtype`
+///   is not f32, the input cast to it (`C·T·P² · s`);
+/// - the larger of two stages of a block: attention (the block input, `qkv`, rotated `q`
+///   and `k`, their f32 rotary temporaries, the attention output: `8 · h · s`, plus the
+///   kernel's own [`verisample_kernels::segment_attention_scratch_bytes`]) and MLP (input,
+///   residual sum, norm, output: `4 · h · s`, plus 4 inner-width buffers, 5 when gated:
+///   projections, bias sums, activation temporaries).
+pub fn vision_forward_bytes(
+    spec: &VisionSpec,
+    patches: usize,
+    dtype: DType,
+    threads: usize,
+) -> u64 {
+    let (h, i, s) = (
+        spec.hidden_size,
+        spec.intermediate_size,
+        dtype.size_in_bytes(),
+    );
+    let d = h / spec.num_heads.max(1);
+    let merge2 = spec.spatial_merge_size.pow(2).max(1);
+    let rotary_copies = if spec.window_size > 0 { 2 } else { 1 };
+    let outputs = (1 + spec.deepstack_visual_indexes.len()) * spec.out_hidden_size * s / merge2;
+    let patch_dim = spec.in_channels * spec.temporal_patch_size * spec.patch_size.pow(2);
+    let cast_input = if dtype == DType::F32 {
+        0
+    } else {
+        patch_dim * s
+    };
+    let held =
+        3 * std::mem::size_of::<usize>() + rotary_copies * 3 * (d / 2) * 4 + outputs + cast_input;
+    let scratch = verisample_kernels::segment_attention_scratch_bytes(
+        patches,
+        spec.num_heads,
+        d,
+        dtype,
+        threads,
+    );
+    let attention = patches * 8 * h * s + scratch;
+    let inner = if spec.family == Family::Qwen25Vl {
+        5
+    } else {
+        4
+    };
+    let mlp = patches * (4 * h + inner * i) * s;
+    (patches * held + attention.max(mlp)) as u64
 }
 
 /// `(image, row, col)` of every patch in processor order: merge blocks row-major, patches

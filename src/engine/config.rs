@@ -19,6 +19,33 @@ pub enum KvBudget {
     Blocks(usize),
 }
 
+/// How much memory one vision-encoder pass may take beyond the weights (its input pixels,
+/// activations and attention scratch: [`super::EngineModel::vision_pass_bytes`]). An image
+/// whose pass needs more is refused before it is decoded ([`super::Engine::check_image`]), and
+/// images of one step are batched only as far as it allows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum VisionMemory {
+    /// A fixed size in GiB (2^30 bytes).
+    Gib(f64),
+    /// A fraction (0, 1] of the memory free once the weights are loaded, less the KV cache
+    /// pool ([`device_memory`]); nothing is checked where free memory cannot be measured
+    /// (Metal).
+    FreeFraction(f64),
+}
+
+impl VisionMemory {
+    /// The budget in bytes, given the device's free memory `available` (measured after the
+    /// weights, before the pool) and the pool's `pool_bytes`; `None` when unknown.
+    pub fn bytes(self, available: Option<u64>, pool_bytes: u64) -> Option<u64> {
+        match self {
+            VisionMemory::Gib(g) => Some((g * (1u64 << 30) as f64) as u64),
+            VisionMemory::FreeFraction(f) => {
+                available.map(|free| (free.saturating_sub(pool_bytes) as f64 * f) as u64)
+            }
+        }
+    }
+}
+
 /// Engine settings. `Default` gives the values documented on each field.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
@@ -41,6 +68,12 @@ pub struct EngineConfig {
     pub lookahead: usize,
     /// Most images per vision-encoder forward (16).
     pub max_vision_batch: usize,
+    /// Most patches per vision-encoder forward (16384, one 1792×1792 image at patch 14):
+    /// images of a step are batched up to this token budget, or fewer when
+    /// [`EngineConfig::vision_memory`] allows fewer; an image larger than the budget runs alone.
+    pub max_vision_patches: usize,
+    /// Memory one vision-encoder pass may take (`FreeFraction(0.5)`).
+    pub vision_memory: VisionMemory,
     /// Free blocks kept back when admitting while others run, as a fraction of the pool
     /// (0.01, vLLM's `watermark`).
     pub watermark: f64,
@@ -66,6 +99,8 @@ impl Default for EngineConfig {
             prepare_threads: 0,
             lookahead: 0,
             max_vision_batch: 16,
+            max_vision_patches: 16384,
+            vision_memory: VisionMemory::FreeFraction(0.5),
             watermark: 0.01,
             repetition_penalty: None,
             generation_config: true,
@@ -82,8 +117,26 @@ impl EngineConfig {
         if self.block_size == 0 {
             return bad("block_size must be ≥ 1");
         }
-        if self.max_batch == 0 || self.max_batch_tokens == 0 || self.max_vision_batch == 0 {
-            return bad("max_batch, max_batch_tokens and max_vision_batch must be ≥ 1");
+        if [
+            self.max_batch,
+            self.max_batch_tokens,
+            self.max_vision_batch,
+            self.max_vision_patches,
+        ]
+        .contains(&0)
+        {
+            return bad(
+                "max_batch, max_batch_tokens, max_vision_batch and max_vision_patches must be ≥ 1",
+            );
+        }
+        match self.vision_memory {
+            VisionMemory::Gib(g) if !(g > 0.0 && g.is_finite()) => {
+                return bad("vision memory must be > 0 GiB")
+            }
+            VisionMemory::FreeFraction(f) if !(f > 0.0 && f <= 1.0) => {
+                return bad("vision memory fraction must be in (0, 1]")
+            }
+            _ => {}
         }
         if !(0.0..0.5).contains(&self.watermark) {
             return bad("watermark must be in [0, 0.5)");
@@ -147,25 +200,14 @@ pub fn device_memory(device: &Device) -> Option<(u64, u64)> {
     }
 }
 
-/// Number of pool blocks for `layout` under `cfg.kv_budget` on `device` (called after the
-/// weights are loaded, so a fraction of free memory is what the weights left).
+/// Number of pool blocks for `layout` under `cfg.kv_budget` on `device`, given the device's
+/// free memory `available` measured after the weights are loaded ([`device_memory`]; `None`:
+/// unknown, not checked), so a fraction of free memory is what the weights left. A pool
+/// larger than `available` bytes is refused instead of letting the allocation abort the
+/// process.
 ///
-/// Errors: [`EngineError::Config`] when free memory cannot be measured on this device, the
-/// budget holds no block, or the pool would not fit in the device's free memory.
-pub fn pool_blocks(
-    cfg: &EngineConfig,
-    layout: &KvLayout,
-    device: &Device,
-) -> Result<usize, EngineError> {
-    let available = device_memory(device).map(|(free, _)| free);
-    pool_blocks_within(cfg, layout, device, available)
-}
-
-/// [`pool_blocks`] with the device's free memory given (`None`: unknown, not checked).
-/// A pool larger than `available` bytes is refused instead of letting the allocation abort
-/// the process.
-///
-/// Errors: as [`pool_blocks`].
+/// Errors: [`EngineError::Config`] when free memory is needed but unknown, the budget holds
+/// no block, or the pool would not fit in `available`.
 pub fn pool_blocks_within(
     cfg: &EngineConfig,
     layout: &KvLayout,
@@ -216,6 +258,15 @@ pub fn pool_blocks_within(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pool_blocks(
+        cfg: &EngineConfig,
+        layout: &KvLayout,
+        device: &Device,
+    ) -> Result<usize, EngineError> {
+        let available = device_memory(device).map(|(free, _)| free);
+        pool_blocks_within(cfg, layout, device, available)
+    }
 
     #[test]
     fn blocks_in_budget_table() {

@@ -26,6 +26,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 mod step;
+pub mod vision_budget;
 pub mod vision_cache;
 pub mod vl;
 
@@ -38,7 +39,7 @@ use std::time::Instant;
 use serde::Serialize;
 use verisample_models::batch::KvCache;
 
-pub use config::{EngineConfig, KvBudget};
+pub use config::{EngineConfig, KvBudget, VisionMemory};
 pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
@@ -96,6 +97,8 @@ pub struct EngineStats {
     pub decode_secs: f64,
     /// Distinct images run through the vision encoder.
     pub vision_images: u64,
+    /// Vision-encoder forwards (batches of images, see [`EngineConfig::max_vision_patches`]).
+    pub vision_batches: u64,
     /// Seconds in the vision encoder.
     pub vision_secs: f64,
     /// Seconds the loop waited for the input pipeline with nothing to compute.
@@ -129,7 +132,21 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
     pub fn new(model: M, processor: P, cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.validate()?;
         let layout = model.kv_layout();
-        let num_blocks = config::pool_blocks(&cfg, &layout, model.device())?;
+        let available = config::device_memory(model.device()).map(|(free, _)| free);
+        let num_blocks = config::pool_blocks_within(&cfg, &layout, model.device(), available)?;
+        let pool_bytes = num_blocks as u64
+            * KvCache::bytes_per_block(
+                layout.num_layers,
+                cfg.block_size,
+                layout.n_kv_heads,
+                layout.head_dim,
+                layout.dtype,
+            ) as u64;
+        let vision_budget = cfg.vision_memory.bytes(available, pool_bytes);
+        let vision_batch_patches =
+            vision_budget::batch_patches(cfg.max_vision_patches, vision_budget, |p| {
+                model.vision_pass_bytes(p)
+            });
         let cache = KvCache::new(
             layout.num_layers,
             num_blocks,
@@ -161,6 +178,8 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             num_blocks,
             block_size = cfg.block_size,
             max_batch = cfg.max_batch,
+            vision_budget,
+            vision_batch_patches,
             "KV cache pool allocated"
         );
         let placeholders = model.placeholder_token_ids();
@@ -175,6 +194,8 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             stats: EngineStats::default(),
             next_arrival: 0,
             placeholders,
+            vision_budget,
+            vision_batch_patches,
         };
         Ok(Self {
             core,
@@ -311,6 +332,34 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             "generate finished (totals since the engine started)"
         );
         result
+    }
+
+    /// Whether an image of `width × height` pixels (its header size) can be encoded within
+    /// the vision memory budget ([`EngineConfig::vision_memory`]), before anything decodes it.
+    ///
+    /// Errors: a message naming the size, the patches once resized, the estimated bytes of
+    /// its vision pass ([`EngineModel::vision_pass_bytes`]), the budget, and the largest
+    /// `--max-pixels` that would fit ([`vision_budget::refusal`]).
+    pub fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
+        let (Some(budget), Some(pixel_bounds)) =
+            (self.core.vision_budget, self.processor.pixel_bounds())
+        else {
+            return Ok(());
+        };
+        let patches = |m: Option<usize>| self.processor.image_patches(width, height, m);
+        let pass_bytes = |p: usize| self.core.model.vision_pass_bytes(p);
+        let cost = vision_budget::ImageCost {
+            patches: &patches,
+            pass_bytes: &pass_bytes,
+            pixel_bounds,
+        };
+        vision_budget::refusal(width, height, budget, &cost).map_or(Ok(()), Err)
+    }
+
+    /// Bytes one vision pass may take (the resolved [`EngineConfig::vision_memory`]; `None`
+    /// where free memory cannot be measured).
+    pub fn vision_budget(&self) -> Option<u64> {
+        self.core.vision_budget
     }
 
     /// Counters since the engine was built.

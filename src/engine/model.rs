@@ -63,6 +63,13 @@ pub trait EngineModel {
         grid_thw: &[[usize; 3]],
     ) -> candle_core::Result<ImageEmbeds>;
 
+    /// Bytes one vision-encoder pass over `patches` patches (one image or a batch) needs
+    /// beyond the weights, its input pixel values included: an estimate the engine holds to
+    /// [`super::EngineConfig::vision_memory`]. Default: `None`, unknown (nothing is refused).
+    fn vision_pass_bytes(&self, _patches: usize) -> Option<u64> {
+        None
+    }
+
     /// Token ids that stand for non-text inputs (image placeholders). A sequence that
     /// generates one ends with `FinishReason::Error` (it cannot be fed back as a text token
     /// through a model that finds image rows by token id). Default: none.
@@ -98,6 +105,24 @@ pub trait InputProcessor: Send + Sync {
     ///
     /// Errors: a human-readable message from the tokenizer.
     fn decode(&self, tokens: &[u32]) -> Result<String, String>;
+
+    /// Patches the vision encoder gets for an image of `width × height` pixels, resized
+    /// within the processor's pixel bounds or, when given, with at most `max_pixels` pixels.
+    /// Default: `None` (no images, or a size the processor refuses: `prepare` then fails
+    /// naming why).
+    fn image_patches(
+        &self,
+        _width: u32,
+        _height: u32,
+        _max_pixels: Option<usize>,
+    ) -> Option<usize> {
+        None
+    }
+
+    /// The processor's `(min_pixels, max_pixels)` resize bounds. Default: `None` (no images).
+    fn pixel_bounds(&self) -> Option<(usize, usize)> {
+        None
+    }
 
     /// Token ids that end generation (from `generation_config.json` `eos_token_id` and the
     /// tokenizer: `<|im_end|>`, `<|endoftext|>` for Qwen2-VL).

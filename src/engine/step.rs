@@ -13,6 +13,7 @@ use super::request::{Completion, FinishReason, PreparedInput};
 use super::sampler::Greedy;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
 use super::sequence::{ImageSpan, SeenTokens, Sequence};
+use super::vision_budget::vision_batches;
 use super::vision_cache::VisionCache;
 use super::{EngineError, EngineStats};
 
@@ -29,6 +30,10 @@ pub(crate) struct Core<M> {
     pub placeholders: Vec<u32>,
     /// The greedy sampler (`cfg.repetition_penalty`).
     pub sampler: Greedy,
+    /// Bytes one vision pass may take (`cfg.vision_memory` resolved; `None`: unknown).
+    pub vision_budget: Option<u64>,
+    /// Patches per vision-encoder forward ([`super::vision_budget::batch_patches`]).
+    pub vision_batch_patches: usize,
 }
 
 /// The flattened inputs of one step.
@@ -281,8 +286,9 @@ impl<M: EngineModel> Core<M> {
         }
     }
 
-    /// Run the vision encoder, in batches of `max_vision_batch` images, over every image
-    /// whose tokens are computed in this step and whose embeddings are not cached yet.
+    /// Run the vision encoder over every image whose tokens are computed in this step and
+    /// whose embeddings are not cached yet, in batches of at most `max_vision_batch` images
+    /// and `vision_batch_patches` patches ([`vision_batches`]).
     fn encode_missing_images(&mut self, seqs: &[ScheduledSeq]) -> Result<(), EngineError> {
         let mut missing: Vec<([u8; 32], usize)> = Vec::new();
         for sc in seqs {
@@ -303,7 +309,19 @@ impl<M: EngineModel> Core<M> {
         }
         let t0 = Instant::now();
         let device = self.model.device().clone();
-        for chunk in missing.chunks(self.cfg.max_vision_batch) {
+        let mut patches = Vec::with_capacity(missing.len());
+        for (sha, _) in &missing {
+            let (_, g) = self.vision.pending_pixels(sha).ok_or_else(|| {
+                EngineError::Internal("image without pixels or embeddings".into())
+            })?;
+            patches.push(g.iter().product::<usize>());
+        }
+        let batches = vision_batches(
+            &patches,
+            self.cfg.max_vision_batch,
+            self.vision_batch_patches,
+        );
+        for chunk in batches.into_iter().map(|r| &missing[r]) {
             let mut pixels = Vec::with_capacity(chunk.len());
             let mut grids = Vec::with_capacity(chunk.len());
             for (sha, _) in chunk {
@@ -328,6 +346,7 @@ impl<M: EngineModel> Core<M> {
                 self.vision.set_embeds(sha, embeds.narrow(off, *n)?);
                 off += n;
             }
+            self.stats.vision_batches += 1;
         }
         self.stats.vision_images += missing.len() as u64;
         self.stats.vision_secs += t0.elapsed().as_secs_f64();

@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::{
-    decode_position, get_rope_index, ChatMessage, ImageProcessor, PixelBounds, PromptBuilder,
-    RenderOptions, StepInput, VisionInputs, VlModel,
+    decode_position, get_rope_index, smart_resize, ChatMessage, ImageProcessor, PixelBounds,
+    PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
@@ -71,6 +71,21 @@ impl EngineModel for VlModel {
 
     fn placeholder_token_ids(&self) -> Vec<u32> {
         vec![self.image_token_id()]
+    }
+
+    /// [`verisample_models::vision_forward_bytes`] with the rayon pool's workers, plus the f32
+    /// pixel values twice (the prepared image, held until encoded, and the batch's
+    /// concatenation).
+    fn vision_pass_bytes(&self, patches: usize) -> Option<u64> {
+        let spec = self.vision_spec();
+        let patch_dim = spec.in_channels * spec.temporal_patch_size * spec.patch_size.pow(2);
+        let forward = verisample_models::vision_forward_bytes(
+            spec,
+            patches,
+            self.dtype(),
+            rayon::current_num_threads(),
+        );
+        Some(forward + 2 * (patches * patch_dim * 4) as u64)
     }
 
     fn forward(
@@ -219,6 +234,24 @@ impl InputProcessor for VlInputs {
 
     fn decode(&self, tokens: &[u32]) -> Result<String, String> {
         self.prompts.decode(tokens, true).map_err(|e| e.to_string())
+    }
+
+    /// `smart_resize` of `height × width` (factor `patch · merge`), in patches.
+    fn image_patches(&self, width: u32, height: u32, max_pixels: Option<usize>) -> Option<usize> {
+        let p = &self.images;
+        let (h, w) = smart_resize(
+            height as usize,
+            width as usize,
+            p.patch_size * p.merge_size,
+            p.min_pixels,
+            max_pixels.unwrap_or(p.max_pixels),
+        )
+        .ok()?;
+        Some((h / p.patch_size) * (w / p.patch_size))
+    }
+
+    fn pixel_bounds(&self) -> Option<(usize, usize)> {
+        Some((self.images.min_pixels, self.images.max_pixels))
     }
 
     fn eos_token_ids(&self) -> &[u32] {

@@ -98,6 +98,15 @@ pub trait Generator {
         on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
     ) -> Result<(), BackendError>;
 
+    /// Whether an image of `width × height` pixels (its header size) can be encoded within
+    /// the engine's vision memory budget; checked before the image is decoded. Default: any.
+    ///
+    /// Errors: a message naming the size, the estimate and the `--max-pixels` that would
+    /// fit; the row goes to `errors.jsonl` under `image.bytes` and the run goes on.
+    fn check_image(&self, _width: u32, _height: u32) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Engine name and version for `run.json` (e.g. `verisample-engine 0.1.0`).
     fn version(&self) -> String;
 

@@ -13,7 +13,7 @@ use super::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
 };
 use crate::engine::vl::{load_engine, VlInputs, VlLoadError};
-use crate::engine::{EngineConfig, EngineError, KvBudget};
+use crate::engine::{EngineConfig, EngineError, KvBudget, VisionMemory};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
@@ -46,6 +46,9 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
         max_new_tokens: settings.max_new_tokens,
         repetition_penalty: Some(settings.decoding.repetition_penalty),
         generation_config: settings.decoding.generation_config,
+        vision_memory: settings
+            .vision_memory_gib
+            .map_or(defaults.vision_memory, VisionMemory::Gib),
         ..defaults
     }
 }

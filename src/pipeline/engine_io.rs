@@ -129,6 +129,10 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
         }
     }
 
+    fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
+        self.engine.check_image(width, height)
+    }
+
     fn version(&self) -> String {
         format!("verisample-engine {}", env!("CARGO_PKG_VERSION"))
     }

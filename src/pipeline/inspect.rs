@@ -26,10 +26,15 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldProblem
 
 /// Check that `bytes` is an image of a supported format that decodes completely within the
 /// pipeline's one [`ImageLimits`] (the image processor applies the same ones, so an image
-/// that passes here is not refused later for its size). Returns its `(width, height)`.
+/// that passes here is not refused later for its size), and that `admit` accepts its header
+/// size `(width, height)` before it is decoded (the engine's vision memory budget,
+/// [`super::Generator::check_image`]). Returns its `(width, height)`.
 ///
-/// Errors: a [`FieldProblem`] on `image.bytes` saying what is wrong.
-pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
+/// Errors: a [`FieldProblem`] on `image.bytes` saying what is wrong (`admit`'s message as is).
+pub fn check_image(
+    bytes: Option<&[u8]>,
+    admit: impl Fn(u32, u32) -> Result<(), String>,
+) -> Result<(u32, u32), FieldProblem> {
     const FIELD: &str = "image.bytes";
     let bytes = match bytes {
         None => return Err(problem(FIELD, "no image bytes")),
@@ -55,6 +60,7 @@ pub fn check_image(bytes: Option<&[u8]>) -> Result<(u32, u32), FieldProblem> {
     limits
         .check(w, h)
         .map_err(|e| problem(FIELD, e.to_string()))?;
+    admit(w, h).map_err(|m| problem(FIELD, m))?;
     // The decoder the model's processor uses, so an image that passes here decodes there.
     verisample_models::decode_rgb(bytes, &limits)
         .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
@@ -99,6 +105,30 @@ pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
 mod tests {
     use super::*;
 
+    fn any_size(_: u32, _: u32) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn admit_refuses_by_header_size_before_decoding() {
+        // Header only: decoding would fail, so a refusal by size proves the order.
+        let header = png_header_only(4000, 3000);
+        let refused = check_image(Some(&header), |w, h| {
+            Err(format!("{w}x{h} needs more than the budget"))
+        })
+        .unwrap_err();
+        assert_eq!(refused.field, "image.bytes");
+        assert_eq!(refused.message, "4000x3000 needs more than the budget");
+        let decoded = check_image(Some(&png(5, 4)), |w, h| {
+            if (w, h) == (5, 4) {
+                Ok(())
+            } else {
+                Err("wrong size".into())
+            }
+        });
+        assert_eq!(decoded, Ok((5, 4)));
+    }
+
     fn png(w: u32, h: u32) -> Vec<u8> {
         let img = image::RgbImage::from_pixel(w, h, image::Rgb([10, 20, 30]));
         let mut out = Cursor::new(Vec::new());
@@ -142,7 +172,7 @@ mod tests {
             ("wide", Some(wide), Err("too large")),
         ];
         for (name, bytes, want) in cases {
-            let got = check_image(bytes.as_deref());
+            let got = check_image(bytes.as_deref(), any_size);
             match (got, want) {
                 (Ok(d), Ok(w)) => assert_eq!(d, w, "{name}"),
                 (Err(p), Err(w)) => {
@@ -166,11 +196,11 @@ mod tests {
             .write_to(&mut inside, image::ImageFormat::Png)
             .unwrap();
         let inside = inside.into_inner();
-        assert_eq!(check_image(Some(&inside)), Ok((16_384, 5_461)));
+        assert_eq!(check_image(Some(&inside), any_size), Ok((16_384, 5_461)));
         let rgb = processor.decode(&inside).unwrap();
         assert_eq!((rgb.width, rgb.height), (16_384, 5_461));
         let outside = png_header_only(16_384, 5_462);
-        let refused = check_image(Some(&outside)).unwrap_err();
+        let refused = check_image(Some(&outside), any_size).unwrap_err();
         assert_eq!(refused.field, "image.bytes");
         assert_eq!(
             refused.message,
@@ -233,10 +263,10 @@ mod tests {
             .collect();
         jpegs.sort();
         let bytes = std::fs::read(&jpegs[0]).unwrap();
-        let (w, h) = check_image(Some(&bytes)).unwrap();
+        let (w, h) = check_image(Some(&bytes), any_size).unwrap();
         assert!(w > 0 && h > 0);
         for cut in [bytes.len() / 2, 700] {
-            let p = check_image(Some(&bytes[..cut])).unwrap_err();
+            let p = check_image(Some(&bytes[..cut]), any_size).unwrap_err();
             assert_eq!(p.field, "image.bytes");
             assert!(p.message.contains(TRUNCATED_JPEG), "{cut}: {}", p.message);
         }

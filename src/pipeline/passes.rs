@@ -116,13 +116,15 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
     }
 }
 
-/// Plan one stream element: checks, cleaning, `clean_meta`. Returns the plan and, for a
-/// readable row, its image bytes for the answer requests.
+/// Plan one stream element: checks (the image's size against `generator`'s vision memory
+/// budget among them), cleaning, `clean_meta`. Returns the plan and, for a readable row, its
+/// image bytes for the answer requests.
 pub(crate) fn plan_row(
     position: u64,
     element: Result<InputRow, RowError>,
     settings: &Settings,
     decisions: &dyn Decisions,
+    generator: &dyn Generator,
 ) -> (RowPlan, Option<Arc<Vec<u8>>>) {
     let mut row = match element {
         Ok(row) => row,
@@ -139,7 +141,9 @@ pub(crate) fn plan_row(
             },
         )
     };
-    if let Err(p) = check_image(row.image.bytes.as_deref()) {
+    if let Err(p) = check_image(row.image.bytes.as_deref(), |w, h| {
+        generator.check_image(w, h)
+    }) {
         return (fail(&p.field, p.message), None);
     }
     if row.qa.is_empty() {
@@ -361,7 +365,7 @@ fn generate_answers_into(
         if ctx.control.stopped() {
             return Err(PipelineError::Interrupted);
         }
-        let (mut plan, image) = plan_row(position, element, settings, ctx.decisions);
+        let (mut plan, image) = plan_row(position, element, settings, ctx.decisions, &*generator);
         dedup.mark(&mut plan);
         if !mine {
             continue;

@@ -366,6 +366,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         kv_cache_gib: None,
         min_pixels: None,
         max_pixels: None,
+        vision_memory_gib: None,
         shard,
         progress: ProgressMode::None,
         max_errors: None,

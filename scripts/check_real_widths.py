@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Real-width check (issue 12 item 4): our greedy tokens vs transformers' at published widths.
+
+For each family it builds a random checkpoint with the published widths of a real model
+(every hidden size, head count and the 151936-token vocabulary; fewer layers), saves it the
+way the hub does (bf16, sharded, ``model.safetensors.index.json``), and compares the greedy
+tokens of verisample (the ``bench`` subcommand, f32) with transformers' ``generate`` (f32,
+``AutoModelForImageTextToText``) on a few real images (orand-car-a/val, the OrandCar question,
+thinking on). Tokenizer, chat template and processor come from the repository's fixture of the
+family (special-token ids below 151936). Checkpoints go to a temporary folder, never the repo.
+
+Widths (config.json of the published checkpoints):
+  2b  Qwen2-VL-2B-Instruct: text 1536 / 8960, 12 heads, 2 KV heads; vision 1280, 16 heads,
+      mlp_ratio 4, merger to 1536.
+  7b  Qwen2.5-VL-7B-Instruct: text 3584 / 18944, 28 heads, 4 KV heads; vision 1280 / 3420,
+      16 heads, window 112, merger to 3584.
+  8b  Qwen3-VL-8B-Instruct: text 4096 / 12288, 32 heads, 8 KV heads, head_dim 128; vision
+      1152 / 4304, 16 heads, patch 16, 2304 position embeddings, merger to 4096.
+
+Peak memory per process: about 1 GB (2b), 4.5 GB (7b), 5 GB (8b) in f32; run one at a time.
+CI runs the 2b one.
+
+Usage (from the repository root, after ``cargo build --release``):
+    python scripts/check_real_widths.py [--models 2b,7b,8b] [--num-images 3]
+        [--max-new-tokens 8] [--threads N] [--bin PATH] [--keep DIR]
+Exit status 1 when any item's tokens differ beyond a near-tie (see bench_vs_transformers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vs_transformers import QUESTION, REPO, compare, list_images, run_json, shared_data  # noqa: E402
+
+FIXTURES = os.path.join(REPO, "models", "tests", "fixtures")
+VOCAB = 151936
+
+# family fixture, text widths, vision widths (layers cut to 2 text / 4 vision blocks).
+# Published embedding ties: the 2B ties its embeddings, the 7B and 8B do not.
+TIED = {"2b": True, "7b": False, "8b": False}
+WIDTHS = {
+    "2b": ("qwen2_vl",
+           dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}),
+           dict(depth=4, embed_dim=1280, num_heads=16, mlp_ratio=4, hidden_size=1536)),
+    "7b": ("qwen2_5_vl",
+           dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}),
+           dict(depth=4, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
+                window_size=112, fullatt_block_indexes=[1, 3])),
+    "8b": ("qwen3_vl",
+           dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                 "mrope_interleaved": True}),
+           dict(depth=4, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=4096,
+                num_position_embeddings=2304, deepstack_visual_indexes=[1, 2, 3])),
+}
+
+
+def build(name: str, out_dir: str) -> None:
+    """A random checkpoint of `name`'s widths in `out_dir`: bf16, sharded with an index."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    fixture, text, vision = WIDTHS[name]
+    src = os.path.join(FIXTURES, fixture)
+    for f in os.listdir(src):
+        if f not in ("config.json", "model.safetensors") and not f.startswith("goldens"):
+            shutil.copy(os.path.join(src, f), out_dir)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["text_config"].update(text, vocab_size=VOCAB, num_hidden_layers=2, layer_types=["full_attention"] * 2)
+    cfg["vision_config"].update(vision)
+    cfg.pop("dtype", None)
+    cfg["tie_word_embeddings"] = TIED[name]
+    cfg["text_config"]["tie_word_embeddings"] = TIED[name]
+    config = AutoConfig.for_model(**cfg)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config).to(torch.bfloat16).eval()
+    model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="300MB")
+    if not os.path.exists(os.path.join(out_dir, "model.safetensors.index.json")):
+        sys.exit(f"{name}: save_pretrained wrote no shard index")
+
+
+def hf_worker(args: argparse.Namespace) -> None:
+    """transformers' greedy tokens for each image, one JSON object (as bench_vs_transformers)."""
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    torch.set_num_threads(args.threads)
+    processor = AutoProcessor.from_pretrained(args.model, use_fast=False)
+    model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32).eval()
+    tok = processor.tokenizer
+    eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+    prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=True)
+    items = []
+    for f in list_images(args.images, args.num_images):
+        inputs = processor(text=[prompt], images=[Image.open(f)], return_tensors="pt")
+        n_in = inputs["input_ids"].shape[1]
+        with torch.inference_mode():
+            gen = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens,
+                                 eos_token_id=eos, pad_token_id=eos[0], output_logits=True,
+                                 return_dict_in_generate=True)
+        ids = []
+        for t in gen.sequences[0, n_in:].tolist():
+            ids.append(t)
+            if t in eos:
+                break
+        logits = torch.stack(gen.logits, dim=1)[0, : len(ids)].tolist()
+        items.append({"file": os.path.basename(f), "token_ids": ids, "logits": logits})
+    print(json.dumps({"items": items}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="2b")
+    ap.add_argument("--images", default=os.path.join(shared_data(), "orand-car-a", "val"))
+    ap.add_argument("--num-images", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    ap.add_argument("--bin", default=os.path.join(target, "release", "verisample"))
+    ap.add_argument("--keep", help="build the checkpoints under this folder and keep them")
+    ap.add_argument("--tie-tol", type=float, default=1e-3)
+    ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.hf_worker:
+        hf_worker(args)
+        return
+    if not os.path.isdir(args.images):
+        sys.exit(f"skipped: no images at {args.images}")
+    if not os.path.exists(args.bin):
+        sys.exit(f"no binary at {args.bin}: run `cargo build --release`")
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
+    root = args.keep or tempfile.mkdtemp(prefix="verisample-widths-")
+    bad = 0
+    for name in args.models.split(","):
+        mdir = os.path.join(root, name)
+        if not os.path.exists(os.path.join(mdir, "model.safetensors.index.json")):
+            os.makedirs(mdir, exist_ok=True)
+            build(name, mdir)
+        common = ["--images", args.images, "--num-images", str(args.num_images),
+                  "--max-new-tokens", str(args.max_new_tokens)]
+        ours = run_json([args.bin, "bench", "--json", "--model", mdir, "--max-batch", "1", *common], env)
+        hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--threads", str(args.threads),
+                       *common], env)
+        for o, h in zip(ours["items"], hf["items"]):
+            kind, detail = compare(o, h, args.tie_tol)
+            bad += kind == "MISMATCH"
+            print(f"{name} {o['file']}: {kind} {detail} ours {o['token_ids']} hf {h['token_ids']}")
+        if len(ours["items"]) != len(hf["items"]):
+            bad += 1
+            print(f"{name}: {len(ours['items'])} items ours vs {len(hf['items'])} transformers")
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
