@@ -12,6 +12,9 @@
 //! tokens and context length `c` sits at cache position `c - q + j` and attends to cache
 //! positions `0..=c - q + j`.
 //!
+//! The linear-attention (Gated DeltaNet) layers' kernels over per-sequence state slots,
+//! updated in place: [`causal_conv1d_update`] and [`gated_delta_rule_recurrent`] (CPU).
+//!
 //! Two implementations behind one step interface ([`PagedStep`]):
 //! - **native** (CPU only): plain Rust with rayon, f32/f16/bf16 storage, f32 accumulation
 //!   ([`reshape_and_cache`], [`paged_attention`]; any non-CPU tensor gives
@@ -24,6 +27,7 @@ mod cache;
 mod linear;
 mod paged;
 mod portable;
+mod recurrent;
 mod segment;
 
 pub use cache::reshape_and_cache;
@@ -32,6 +36,7 @@ pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{
     portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,
 };
+pub use recurrent::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS};
 pub use segment::{
     segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
 };

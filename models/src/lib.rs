@@ -42,7 +42,10 @@ pub use batch::{BatchMeta, KvCache};
 pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
-pub use config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec, SUPPORTED_MODEL_TYPES};
+pub use config::{
+    ConfigError, Family, LayerKind, LinearAttentionSpec, ModelConfig, TextSpec, VisionSpec,
+    SUPPORTED_MODEL_TYPES,
+};
 pub use decode::{decode_rgb, DecodeError, RgbImage};
 pub use image_limits::{ImageLimits, TooLarge};
 pub use model::{LoadError, StepInput, VlModel};

@@ -45,8 +45,15 @@ impl TextModel {
     /// `lm_head` from `head_vb` unless embeddings are tied. The attention path is the one for
     /// `vb`'s device ([`AttentionPath::for_device`]).
     ///
-    /// Errors: a candle error naming any missing or mis-shaped tensor.
+    /// Errors: a candle error naming any missing or mis-shaped tensor, or a Qwen3.5 spec
+    /// (its decoder layers are not implemented yet).
     pub fn new(spec: &TextSpec, vb: VarBuilder, head_vb: VarBuilder) -> Result<Self> {
+        if spec.linear_attention.is_some() || spec.attn_output_gate || spec.zero_centered_norm {
+            candle_core::bail!(
+                "the Qwen3.5 hybrid decoder (Gated DeltaNet layers, gated attention) cannot be run yet: \
+                 its config parses, its layers are not implemented"
+            );
+        }
         let (h, hd) = (spec.hidden_size, spec.head_dim);
         let embed = candle_nn::embedding(spec.vocab_size, h, vb.pp("embed_tokens"))?;
         let act = Act::from_name(&spec.hidden_act)?;

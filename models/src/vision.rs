@@ -86,7 +86,7 @@ impl Merger {
     fn new(spec: &VisionSpec, postshuffle: bool, vb: VarBuilder) -> Result<Self> {
         let merged = spec.hidden_size * spec.spatial_merge_size * spec.spatial_merge_size;
         let (norm_name, fc1, fc2) = match spec.family {
-            Family::Qwen3Vl => ("norm", "linear_fc1", "linear_fc2"),
+            Family::Qwen3Vl | Family::Qwen35 => ("norm", "linear_fc1", "linear_fc2"),
             _ => ("ln_q", "mlp.0", "mlp.2"),
         };
         let norm_dim = if postshuffle {
@@ -151,7 +151,7 @@ impl VisionTower {
             .get((hid, c, t, p, p), "patch_embed.proj.weight")?
             .reshape((hid, c * t * p * p))?;
         let patch_b = match spec.family {
-            Family::Qwen3Vl => Some(vb.get(hid, "patch_embed.proj.bias")?),
+            Family::Qwen3Vl | Family::Qwen35 => Some(vb.get(hid, "patch_embed.proj.bias")?),
             _ => None,
         };
         let pos_embed = match spec.num_position_embeddings {
@@ -162,7 +162,7 @@ impl VisionTower {
         let (rms, names) = match spec.family {
             Family::Qwen2Vl => (false, MlpNames::Fc),
             Family::Qwen25Vl => (true, MlpNames::Gated),
-            Family::Qwen3Vl => (false, MlpNames::LinearFc),
+            Family::Qwen3Vl | Family::Qwen35 => (false, MlpNames::LinearFc),
         };
         let blocks = (0..spec.depth)
             .map(|i| {

@@ -14,8 +14,10 @@
 //! `mrope_section`s) are an error naming both; unknown keys are accepted and ignored.
 //!
 //! Field names are exactly those of the Hugging Face files; defaults are transformers' own
-//! (`configuration_qwen2_vl.py`, `configuration_qwen2_5_vl.py`, `configuration_qwen3_vl.py`).
+//! (`configuration_qwen2_vl.py`, `configuration_qwen2_5_vl.py`, `configuration_qwen3_vl.py`,
+//! `configuration_qwen3_5.py`).
 
+mod qwen3_5;
 mod rope;
 mod text;
 mod vision;
@@ -23,10 +25,12 @@ mod vision;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+pub use qwen3_5::{Qwen35TextConfig, DEFAULT_MROPE_SECTION, DEFAULT_PARTIAL_ROTARY_FACTOR};
 pub use rope::RopeParameters;
 pub use text::{Qwen2VlTextConfig, Qwen3VlTextConfig};
 pub use vision::{Qwen25VlVisionConfig, Qwen2VlVisionConfig, Qwen3VlVisionConfig};
 
+use qwen3_5::{qwen3_5_text, TOKEN_ID_DEFAULTS};
 use rope::normalize;
 use text::{qwen2_text, qwen3_text};
 
@@ -42,13 +46,14 @@ pub enum ConfigError {
         /// The `model_type` found in the file.
         found: String,
     },
-    /// The values are inconsistent (e.g. `mrope_section` not summing to `head_dim / 2`).
+    /// The values are inconsistent (e.g. `mrope_section` not summing to `rotary_dim / 2`).
     #[error("config: {0}")]
     Invalid(String),
 }
 
-/// The `model_type` values this crate implements.
-pub const SUPPORTED_MODEL_TYPES: [&str; 3] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"];
+/// The `model_type` values this crate implements (the MoE variants `qwen3_vl_moe` and
+/// `qwen3_5_moe` are not among them).
+pub const SUPPORTED_MODEL_TYPES: [&str; 4] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"];
 
 /// Model family, the switch every architectural difference hangs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,66 @@ pub enum Family {
     Qwen25Vl,
     /// Qwen3-VL: learned interpolated position embeddings, DeepStack, Qwen3 decoder.
     Qwen3Vl,
+    /// Qwen3.5 (and Qwen3.6): Qwen3-VL's vision tower without DeepStack; hybrid decoder of
+    /// Gated DeltaNet and gated full-attention layers.
+    Qwen35,
+}
+
+/// What a decoder layer mixes tokens with, and so what the engine caches for it
+/// (transformers `layer_types`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Softmax attention over the paged KV cache (`full_attention`).
+    FullAttention,
+    /// Gated DeltaNet (`linear_attention`): a fixed-size recurrent state per sequence (conv
+    /// state + delta-rule state), no KV cache.
+    LinearAttention,
+}
+
+/// Sizes of the Gated DeltaNet layers (Qwen3.5 `linear_*` fields,
+/// `Qwen3_5GatedDeltaNet` in transformers' `modeling_qwen3_5.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearAttentionSpec {
+    /// Depthwise causal conv1d kernel size (`linear_conv_kernel_dim`, 4).
+    pub conv_kernel: usize,
+    /// Query/key heads (`linear_num_key_heads`).
+    pub num_key_heads: usize,
+    /// Value heads (`linear_num_value_heads`), a multiple of the key heads; each key head
+    /// serves `num_value_heads / num_key_heads` consecutive value heads.
+    pub num_value_heads: usize,
+    /// Query/key head dimension (`linear_key_head_dim`).
+    pub key_head_dim: usize,
+    /// Value head dimension (`linear_value_head_dim`).
+    pub value_head_dim: usize,
+}
+
+impl LinearAttentionSpec {
+    /// Width of the query (and of the key) projection: `num_key_heads · key_head_dim`.
+    pub fn key_dim(&self) -> usize {
+        self.num_key_heads * self.key_head_dim
+    }
+
+    /// Width of the value projection: `num_value_heads · value_head_dim`.
+    pub fn value_dim(&self) -> usize {
+        self.num_value_heads * self.value_head_dim
+    }
+
+    /// Channels of the causal conv1d (`2 · key_dim + value_dim`: q, k, v fused).
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// f32 elements of one sequence's conv state: the last `conv_kernel - 1` inputs of every
+    /// channel, `[conv_dim, conv_kernel - 1]`.
+    pub fn conv_state_elems(&self) -> usize {
+        self.conv_dim() * (self.conv_kernel - 1)
+    }
+
+    /// f32 elements of one sequence's delta-rule state `[num_value_heads, key_head_dim,
+    /// value_head_dim]`.
+    pub fn recurrent_state_elems(&self) -> usize {
+        self.num_value_heads * self.key_head_dim * self.value_head_dim
+    }
 }
 
 fn d_silu() -> String {
@@ -132,6 +197,9 @@ pub enum ModelConfig {
     /// `qwen3_vl`.
     #[serde(rename = "qwen3_vl")]
     Qwen3Vl(FamilyConfig<Qwen3VlTextConfig, Qwen3VlVisionConfig>),
+    /// `qwen3_5` (the vision config is Qwen3-VL's; DeepStack is dropped in [`Self::vision`]).
+    #[serde(rename = "qwen3_5")]
+    Qwen35(FamilyConfig<Qwen35TextConfig, Qwen3VlVisionConfig>),
 }
 
 /// Resolved decoder switches and sizes.
@@ -155,8 +223,11 @@ pub struct TextSpec {
     pub rms_norm_eps: f64,
     /// Rotary base.
     pub rope_theta: f64,
-    /// M-RoPE pairs per axis (t, h, w); sums to `head_dim / 2`.
+    /// M-RoPE pairs per axis (t, h, w); sums to `rotary_dim / 2`.
     pub mrope_section: [usize; 3],
+    /// Leading dimensions of each head that are rotated (`head_dim` but in Qwen3.5:
+    /// `int(head_dim · partial_rotary_factor)`); the rest pass through.
+    pub rotary_dim: usize,
     /// Qwen3-VL interleaved M-RoPE layout.
     pub mrope_interleaved: bool,
     /// Bias on q/k/v (Qwen2: yes; Qwen3: `attention_bias`).
@@ -165,6 +236,15 @@ pub struct TextSpec {
     pub o_bias: bool,
     /// RMSNorm on q and k per head (Qwen3).
     pub qk_norm: bool,
+    /// Qwen3.5 gated attention: `q_proj` yields query and gate per head, the attention output
+    /// is multiplied by `sigmoid(gate)` before `o_proj`.
+    pub attn_output_gate: bool,
+    /// Qwen3.5 zero-centred RMSNorm: `x̂ · (1 + w)` in f32 (weights stored as offsets from 1).
+    pub zero_centered_norm: bool,
+    /// Mixer of each decoder layer (`num_layers` entries; all full attention but in Qwen3.5).
+    pub layer_types: Vec<LayerKind>,
+    /// Gated DeltaNet sizes, when any layer is [`LayerKind::LinearAttention`].
+    pub linear_attention: Option<LinearAttentionSpec>,
     /// `lm_head` shares `embed_tokens`.
     pub tie_word_embeddings: bool,
     /// MLP activation name.
@@ -231,6 +311,13 @@ impl ModelConfig {
                 found: found.to_string(),
             });
         }
+        if found == "qwen3_5" {
+            if let Value::Object(top) = &mut value {
+                for (key, id) in TOKEN_ID_DEFAULTS {
+                    top.entry(key).or_insert(Value::from(id));
+                }
+            }
+        }
         Ok(serde_json::from_value(value)?)
     }
 
@@ -240,6 +327,7 @@ impl ModelConfig {
             Self::Qwen2Vl(_) => Family::Qwen2Vl,
             Self::Qwen25Vl(_) => Family::Qwen25Vl,
             Self::Qwen3Vl(_) => Family::Qwen3Vl,
+            Self::Qwen35(_) => Family::Qwen35,
         }
     }
 
@@ -249,18 +337,21 @@ impl ModelConfig {
             Self::Qwen2Vl(c) => &c.token_ids,
             Self::Qwen25Vl(c) => &c.token_ids,
             Self::Qwen3Vl(c) => &c.token_ids,
+            Self::Qwen35(c) => &c.token_ids,
         }
     }
 
     /// Resolved decoder spec.
     ///
-    /// Errors: [`ConfigError::Invalid`] when `mrope_section` is missing or does not sum to
-    /// `head_dim / 2`, or heads do not divide the hidden size.
+    /// Errors: [`ConfigError::Invalid`] when `mrope_section` is missing (Qwen3.5 defaults it)
+    /// or does not sum to `rotary_dim / 2`, heads do not divide the hidden size, or (Qwen3.5)
+    /// `layer_types` / the linear-attention sizes are inconsistent.
     pub fn text(&self) -> Result<TextSpec, ConfigError> {
         match self {
             Self::Qwen2Vl(c) => qwen2_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
             Self::Qwen25Vl(c) => qwen2_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
             Self::Qwen3Vl(c) => qwen3_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
+            Self::Qwen35(c) => qwen3_5_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
         }
     }
 
@@ -270,6 +361,11 @@ impl ModelConfig {
             Self::Qwen2Vl(c) => c.vision_config.spec(),
             Self::Qwen25Vl(c) => c.vision_config.spec(),
             Self::Qwen3Vl(c) => c.vision_config.spec(),
+            Self::Qwen35(c) => VisionSpec {
+                family: Family::Qwen35,
+                deepstack_visual_indexes: Vec::new(),
+                ..c.vision_config.spec()
+            },
         }
     }
 }

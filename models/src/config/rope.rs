@@ -29,6 +29,9 @@ pub struct RopeParameters {
     /// Qwen3-VL: axes interleaved over the frequency pairs instead of contiguous chunks.
     #[serde(default)]
     pub mrope_interleaved: Option<bool>,
+    /// Fraction of each head that is rotated (Qwen3.5; absent: the whole head).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
     /// Rotary kind: `"default"` / `"mrope"` (both plain M-RoPE) for the decoder, `"axial"` for
     /// the vision tower of transformers 5 files.
     #[serde(default)]

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::rope::{RopeParameters, MROPE_TYPES};
-use super::{d_silu, ConfigError, TextSpec};
+use super::{d_silu, ConfigError, LayerKind, TextSpec};
 
 /// Text config of Qwen2-VL and Qwen2.5-VL (`Qwen2VLTextConfig` / `Qwen2_5_VLTextConfig`).
 #[derive(Debug, Clone, Deserialize)]
@@ -174,6 +174,11 @@ pub(super) fn qwen2_text(
         qkv_bias: true,
         o_bias: false,
         qk_norm: false,
+        attn_output_gate: false,
+        zero_centered_norm: false,
+        rotary_dim: head_dim,
+        layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
+        linear_attention: None,
         tie_word_embeddings: top_tie.or(t.tie_word_embeddings).unwrap_or(false),
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
@@ -208,6 +213,11 @@ pub(super) fn qwen3_text(
         qkv_bias: t.attention_bias,
         o_bias: t.attention_bias,
         qk_norm: true,
+        attn_output_gate: false,
+        zero_centered_norm: false,
+        rotary_dim: t.head_dim,
+        layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
+        linear_attention: None,
         tie_word_embeddings: top_tie.or(t.tie_word_embeddings).unwrap_or(false),
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
@@ -217,8 +227,9 @@ pub(super) fn qwen3_text(
     Ok(spec)
 }
 
-/// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE.
-fn section(rope: &RopeParameters, head_dim: usize) -> Result<[usize; 3], ConfigError> {
+/// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE, summing to
+/// `rotary_dim / 2` (the rotated part of a head: all of it but in Qwen3.5).
+pub(super) fn section(rope: &RopeParameters, rotary_dim: usize) -> Result<[usize; 3], ConfigError> {
     if let Some(kind) = rope.rope_type.as_deref() {
         if !MROPE_TYPES.contains(&kind) {
             return Err(ConfigError::Invalid(format!(
@@ -232,15 +243,15 @@ fn section(rope: &RopeParameters, head_dim: usize) -> Result<[usize; 3], ConfigE
         .as_deref()
         .ok_or_else(|| ConfigError::Invalid("rope parameters lack `mrope_section`".into()))?;
     match s {
-        [t, h, w] if t + h + w == head_dim / 2 => Ok([*t, *h, *w]),
+        [t, h, w] if t + h + w == rotary_dim / 2 => Ok([*t, *h, *w]),
         _ => Err(ConfigError::Invalid(format!(
-            "mrope_section {s:?} must have 3 entries summing to head_dim/2 = {}",
-            head_dim / 2
+            "mrope_section {s:?} must have 3 entries summing to rotary_dim/2 = {}",
+            rotary_dim / 2
         ))),
     }
 }
 
-fn check_heads(s: &TextSpec) -> Result<(), ConfigError> {
+pub(super) fn check_heads(s: &TextSpec) -> Result<(), ConfigError> {
     if s.num_heads == 0
         || s.num_kv_heads == 0
         || !s.num_heads.is_multiple_of(s.num_kv_heads)
@@ -254,7 +265,7 @@ fn check_heads(s: &TextSpec) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn eos_ids(v: Option<&Value>) -> Vec<u32> {
+pub(super) fn eos_ids(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
         Some(Value::Array(a)) => a
