@@ -166,6 +166,7 @@ impl Pass {
                 McOutcome::Rewritten { question, answer } => Action::Rewrite(QaItem {
                     question,
                     answer,
+                    answer_list: None,
                     ..item.clone()
                 }),
                 McOutcome::Uncertain { why } => Action::Uncertain(why),

@@ -81,6 +81,20 @@ impl JudgeOutcome {
     }
 }
 
+/// The `{reference}` text of the judge prompt: the one reference as it is, or several (a
+/// list-valued answer) each as a JSON string, joined by ` or ` — `"black" or "Black"` — so
+/// the judge sees every reference and where each begins and ends. No reference is `""`.
+pub fn reference_text(references: &[&str]) -> String {
+    match references {
+        [one] => (*one).to_string(),
+        many => many
+            .iter()
+            .map(|r| serde_json::Value::from(*r).to_string())
+            .collect::<Vec<_>>()
+            .join(" or "),
+    }
+}
+
 /// Fills [`JUDGE_TEMPLATE`] in one pass: a value containing a placeholder such as
 /// `{reference}` is inserted literally, never expanded.
 pub fn build_judge_prompt(question: &str, reference: &str, candidate: &str) -> String {

@@ -21,13 +21,42 @@ pub struct ImageRef {
 pub struct QaItem {
     /// The user text, byte-identical to what the model receives (SPEC §4).
     pub question: String,
-    /// The official reference answer.
+    /// The official reference answer; for several references (a list-valued input answer)
+    /// their JSON array text, e.g. `["black","Black"]` (what `org_answer` and the rejected
+    /// `answer` store).
     pub answer: String,
+    /// All references when the input answer is a list of strings (in input order); `None`
+    /// when it is one string, which is then the only reference ([`QaItem::references`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_list: Option<Vec<String>>,
     /// Where the item came from (a source image hash or path), used by the provenance check.
     pub source: Option<String>,
     /// Any other fields of the input `qa` struct, carried through as JSON.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl QaItem {
+    /// The references the verifiers and the judge compare against: the list of a list-valued
+    /// answer, else `[answer]`.
+    pub fn references(&self) -> Vec<&str> {
+        match &self.answer_list {
+            Some(list) => list.iter().map(String::as_str).collect(),
+            None => vec![self.answer.as_str()],
+        }
+    }
+}
+
+/// The input columns a flat-layout row was read from (`image, question, answer`-style
+/// datasets; see `dataset::layout`), recorded in the row's `clean_meta.columns`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceColumns {
+    /// The image column (`image`, `img`, …).
+    pub image: String,
+    /// The question column (`question`, `query`, `prompt`, …).
+    pub question: String,
+    /// The reference-answer column (`answer`, `answers`, `label`, `ground_truth`, …).
+    pub answer: String,
 }
 
 /// One decoded input row: one image and its questions.
@@ -49,6 +78,9 @@ pub struct InputRow {
     /// Unknown extra columns, carried through into `clean_meta`.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The columns of a flat-layout row (one item per row); `None` for SPEC §2's `qa` layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<SourceColumns>,
 }
 
 /// A per-row problem: the run goes on, and the row is reported in `errors.jsonl`.

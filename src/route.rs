@@ -163,13 +163,15 @@ pub fn is_blank(answer: &str) -> bool {
 }
 
 /// The decision table of the module doc. `answer` is the model's stripped answer,
-/// `verification` the verifier's result on it, `judge` the judge's verdict if it ran.
+/// `verification` the verifier's result on it, `judge` the judge's verdict if it ran,
+/// `references` the item's references (several for a list-valued answer): the number guard
+/// vetoes a `CORRECT` only when the answer's digits agree with none of them.
 pub fn decide(
     answer: &str,
     truncated: bool,
     verification: &Verification,
     judge: Option<Verdict>,
-    reference: &str,
+    references: &[&str],
     number_guard: bool,
 ) -> Decision {
     if truncated {
@@ -186,7 +188,9 @@ pub fn decide(
     }
     match judge {
         Some(Verdict::Correct)
-            if guard_vetoes(Verdict::Correct, answer, reference, number_guard) =>
+            if references
+                .iter()
+                .all(|r| guard_vetoes(Verdict::Correct, answer, r, number_guard)) =>
         {
             Decision::Reject(RejectReason::JudgeNumbersDisagree)
         }
@@ -212,11 +216,12 @@ pub struct Assessment {
 }
 
 impl Assessment {
-    /// Splits the generation and runs the verifier.
-    pub fn new(generation: &Generation, reference: &str, verifier: &Verifier) -> Assessment {
+    /// Splits the generation and runs the verifier against the item's references (one, or
+    /// several for a list-valued answer: [`Verifier::verify_any`]).
+    pub fn new(generation: &Generation, references: &[&str], verifier: &Verifier) -> Assessment {
         let split = split_think(&generation.raw, generation.prefilled_open);
         let truncated = generation.finish == FinishReason::Length || split.unterminated;
-        let verification = verifier.verify(&split.answer, reference);
+        let verification = verifier.verify_any(&split.answer, references);
         Assessment {
             split,
             truncated,
@@ -266,7 +271,7 @@ pub fn route(
         assessment.truncated,
         &assessment.verification,
         judge.map(|j| j.verdict),
-        &qa.answer,
+        &qa.references(),
         number_guard,
     );
     let verdict = judge.map(|j| j.verdict.as_str().to_string());

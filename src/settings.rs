@@ -16,13 +16,16 @@ use std::str::FromStr;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+use crate::dataset::layout::{ColumnFlags, Layout, LayoutError, ReadOptions};
 use crate::shard::{Shard, ShardParseError};
 use crate::verify::VerifierRegistry;
 
+mod canonical;
 mod decoding;
 mod device;
 mod fingerprint;
 mod model;
+pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 mod out_dir;
@@ -147,6 +150,22 @@ pub struct RunArgs {
     /// Input dataset (HF parquet folder or file). [default: assets/sample/data]
     #[arg(long, value_name = "INPUT")]
     pub data: Option<PathBuf>,
+    /// Image column of a flat input (one question per row, no `qa` column).
+    /// [default: detected: image, img]
+    #[arg(long, value_name = "COLUMN")]
+    pub image_column: Option<String>,
+    /// Question column of a flat input. [default: detected: question, query, prompt]
+    #[arg(long, value_name = "COLUMN")]
+    pub question_column: Option<String>,
+    /// Reference-answer column of a flat input: a string, or a list of strings (several
+    /// references). [default: detected: answer, answers, label, ground_truth]
+    #[arg(long, value_name = "COLUMN")]
+    pub answer_column: Option<String>,
+    /// Read images given only by path (absolute ones included, as `datasets`' to_parquet
+    /// writes them) from under DIR instead of the dataset folder; paths leading out of DIR are
+    /// refused.
+    #[arg(long, value_name = "DIR")]
+    pub images_root: Option<PathBuf>,
     /// Output folder. [default: ./verisample-out]
     #[arg(long, value_name = "OUT")]
     pub out: Option<PathBuf>,
@@ -249,6 +268,14 @@ pub struct ConfigFile {
     pub model: Option<String>,
     /// See [`RunArgs::data`].
     pub data: Option<PathBuf>,
+    /// See [`RunArgs::image_column`].
+    pub image_column: Option<String>,
+    /// See [`RunArgs::question_column`].
+    pub question_column: Option<String>,
+    /// See [`RunArgs::answer_column`].
+    pub answer_column: Option<String>,
+    /// See [`RunArgs::images_root`].
+    pub images_root: Option<PathBuf>,
     /// See [`RunArgs::out`].
     pub out: Option<PathBuf>,
     /// See [`RunArgs::family`].
@@ -302,6 +329,9 @@ pub struct Settings {
     pub model: ResolvedModel,
     /// Input dataset path.
     pub data: PathBuf,
+    /// Column flags and `--images-root`.
+    #[serde(default)]
+    pub read: ReadOptions,
     /// Output folder.
     pub out: PathBuf,
     /// Family override for split names.
@@ -408,6 +438,14 @@ pub enum SettingsError {
     /// The model's `generation_config.json` is invalid or asks for a setting not implemented.
     #[error(transparent)]
     GenerationConfig(#[from] crate::engine::generation::GenerationConfigError),
+    /// The input's columns do not say which hold the image, question and answer.
+    #[error("--data {file}: {source}")]
+    Columns {
+        /// The first input file.
+        file: PathBuf,
+        /// What is missing or ambiguous, with the columns found.
+        source: LayoutError,
+    },
     /// The binary lacks the backend for the requested device.
     #[error(
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
@@ -616,6 +654,22 @@ impl Settings {
             (None, None) => PathBuf::from(DEFAULT_OUT),
         };
         out_dir::check_out(&out, data_root.as_deref(), args.force)?;
+        let read = ReadOptions {
+            columns: ColumnFlags {
+                image: args.image_column.clone().or(file.image_column.clone()),
+                question: args
+                    .question_column
+                    .clone()
+                    .or(file.question_column.clone()),
+                answer: args.answer_column.clone().or(file.answer_column.clone()),
+            },
+            images_root: match (&args.images_root, &file.images_root) {
+                (Some(r), _) => Some(r.clone()),
+                (None, Some(r)) => Some(rebase(&base, r.clone())),
+                (None, None) => None,
+            },
+        };
+        check_read_options(&data, &read)?;
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
@@ -646,6 +700,7 @@ impl Settings {
         Ok(Settings {
             model,
             data,
+            read,
             out,
             family: settings_family,
             think: pick(args.think, file.think, Switch::On).is_on(),
@@ -694,6 +749,7 @@ impl Settings {
             dedup: self.dedup,
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
+            read: self.read.clone(),
             decoding: CanonicalDecoding::from(&self.decoding),
         }
     }
@@ -711,81 +767,39 @@ impl Settings {
     }
 }
 
-/// The output-determining settings (see [`Settings::canonical`]). Field order is fixed, so
-/// its JSON is canonical.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CanonicalSettings {
-    /// Canonical input path.
-    pub data: String,
-    /// Family override.
-    pub family: Option<String>,
-    /// Thinking mode.
-    pub think: bool,
-    /// Judge pass.
-    pub judge: bool,
-    /// Calibration size.
-    pub judge_calibrate: usize,
-    /// Number guard.
-    pub number_guard: bool,
-    /// Device kind.
-    pub device: String,
-    /// Dtype.
-    pub dtype: DTypeSpec,
-    /// Generation budget.
-    pub max_new_tokens: usize,
-    /// Shard `I/N`.
-    pub shard: String,
-    /// Verifier overrides (they decide accept/reject); left out when empty, so runs without
-    /// any keep the fingerprint they had before the setting existed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub verifiers: Vec<String>,
-    /// Duplicate questions dropped; left out when on (the default), as `verifiers`.
-    #[serde(default = "switch_on", skip_serializing_if = "is_on")]
-    pub dedup: bool,
-    /// `--min-pixels` (it changes `pixel_values`, so the answers); left out when unset, so
-    /// runs without it keep the fingerprint they had before the setting existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_pixels: Option<usize>,
-    /// `--max-pixels`, likewise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pixels: Option<usize>,
-    /// Decoding switch and effective repetition penalty, each left out at the value runs had
-    /// before the setting existed.
-    #[serde(flatten)]
-    pub decoding: CanonicalDecoding,
-}
-
-fn switch_on() -> bool {
-    true
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_on(b: &bool) -> bool {
-    *b
-}
-
-impl CanonicalSettings {
-    /// The names of the fields that differ between `self` and `other` (for the resume refusal).
-    pub fn diff(&self, other: &CanonicalSettings) -> Vec<String> {
-        let a = serde_json::to_value(self).unwrap_or_default();
-        let b = serde_json::to_value(other).unwrap_or_default();
-        match (a, b) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                // Keys of both sides: a field left out when empty is on one side only.
-                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-                keys.into_iter()
-                    .filter(|k| a.get(k.as_str()) != b.get(k.as_str()))
-                    .map(|k| {
-                        let side = |m: &serde_json::Map<String, serde_json::Value>| {
-                            m.get(k.as_str()).cloned().unwrap_or_default()
-                        };
-                        format!("{k}: {} -> {}", side(&a), side(&b))
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
+/// `--images-root` must be a folder, and the first input file's columns must resolve to a
+/// layout ([`Layout::resolve`]), so an ambiguous layout fails before any weight is loaded.
+/// (The reader resolves every file again and reports a later file that does not fit.)
+fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), SettingsError> {
+    if let Some(r) = &read.images_root {
+        if !r.is_dir() {
+            return Err(SettingsError::Invalid {
+                key: "images-root",
+                value: r.display().to_string(),
+                why: "must be an existing folder".into(),
+            });
         }
     }
+    let first = crate::dataset::reader::resolve_inputs(&data.to_string_lossy())
+        .ok()
+        .and_then(|inputs| inputs.files.into_iter().next());
+    let Some(first) = first else {
+        return Ok(()); // the reader reports an input without parquet files
+    };
+    let columns = crate::dataset::layout::file_columns(&first);
+    match columns {
+        Some(columns) => Layout::resolve(&columns, &read.columns)
+            .map(|_| ())
+            .map_err(|source| SettingsError::Columns {
+                file: first,
+                source,
+            }),
+        None => Ok(()), // unreadable footer: the reader reports the file
+    }
+}
+
+pub(crate) fn switch_on() -> bool {
+    true
 }
 
 #[cfg(test)]

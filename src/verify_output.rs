@@ -291,17 +291,20 @@ impl Checker<'_> {
         parsed
     }
 
-    fn check_accepted(&mut self, split: &str, row: usize, qa: usize, e: &AcceptedQa) {
+    /// `list`: the row's `clean_meta` says its reference is a list ([`answer_is_list`]).
+    fn check_accepted(&mut self, split: &str, row: usize, qa: usize, e: &AcceptedQa, list: bool) {
         let at = (split, row, qa);
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let verifier = self.settings.registry.for_family(Some(&self.family));
-        let v = verifier.verify(&e.vlm_answer, &e.org_answer);
+        let references = stored_references(&e.org_answer, list);
+        let references: Vec<&str> = references.iter().map(String::as_str).collect();
+        let v = verifier.verify_any(&e.vlm_answer, &references);
         match decide(
             &e.vlm_answer,
             false,
             &v,
             verdict,
-            &e.org_answer,
+            &references,
             self.settings.number_guard,
         ) {
             Decision::Accept {
@@ -352,7 +355,8 @@ impl Checker<'_> {
         }
     }
 
-    fn check_rejected(&mut self, split: &str, row: usize, qa: usize, e: &RejectedQa) {
+    /// `list`: as in [`Checker::check_accepted`].
+    fn check_rejected(&mut self, split: &str, row: usize, qa: usize, e: &RejectedQa, list: bool) {
         let at = (split, row, qa);
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let stored = RejectReason::parse(&e.reason);
@@ -371,13 +375,15 @@ impl Checker<'_> {
         }
         let answer = py_strip(&e.wrong_vlm);
         let verifier = self.settings.registry.for_family(Some(&self.family));
-        let v = verifier.verify(answer, &e.answer);
+        let references = stored_references(&e.answer, list);
+        let references: Vec<&str> = references.iter().map(String::as_str).collect();
+        let v = verifier.verify_any(answer, &references);
         match decide(
             answer,
             truncated,
             &v,
             verdict,
-            &e.answer,
+            &references,
             self.settings.number_guard,
         ) {
             Decision::Accept { accepted_by, .. } => self.flag(
@@ -442,6 +448,23 @@ fn item_key(
     )
 }
 
+/// Whether a row's `clean_meta` (a JSON object) records that its reference answer was a list
+/// of several (`"answer_list": true`, written by `run` for a list-valued answer column).
+pub fn answer_is_list(clean_meta: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(clean_meta)
+        .is_ok_and(|m| m.get("answer_list") == Some(&serde_json::Value::Bool(true)))
+}
+
+/// The references of a stored reference field: its JSON array of strings when `list` (the
+/// form `run` stores several references in), else the field itself. A `list` field that is
+/// not such an array is taken as one reference (its decision is then recomputed against it
+/// and disagrees).
+pub fn stored_references(stored: &str, list: bool) -> Vec<String> {
+    list.then(|| serde_json::from_str::<Vec<String>>(stored).ok())
+        .flatten()
+        .unwrap_or_else(|| vec![stored.to_string()])
+}
+
 /// Checks the three splits of one family; see the module doc for what is checked.
 pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> VerifyReport {
     let mut c = Checker {
@@ -463,8 +486,9 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
     {
         for (r, row) in rows.iter().enumerate() {
             c.check_row(name, r, row);
+            let list = answer_is_list(&row.clean_meta);
             for (q, e) in row.qa.iter().enumerate() {
-                c.check_accepted(name, r, q, e);
+                c.check_accepted(name, r, q, e, list);
                 if side == 1 && e.think.is_some() {
                     c.flag(
                         name,
@@ -508,8 +532,9 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
     }
     for (r, row) in splits.rejected.iter().enumerate() {
         c.check_row(rejected_name, r, row);
+        let list = answer_is_list(&row.clean_meta);
         for (q, e) in row.qa.iter().enumerate() {
-            c.check_rejected(rejected_name, r, q, e);
+            c.check_rejected(rejected_name, r, q, e, list);
             if let Some((name, ar, aq)) = accepted_items.get(&item_key(
                 &row.image_sha256,
                 &e.question,

@@ -107,7 +107,7 @@ fn routed_run() -> Splits {
                 finish,
                 prefilled_open: true,
             };
-            let a = Assessment::new(&generation, reference, &Verifier::Alnum);
+            let a = Assessment::new(&generation, &[reference], &Verifier::Alnum);
             let outcome = judge
                 .filter(|_| a.needs_judge())
                 .map(JudgeOutcome::from_raw);

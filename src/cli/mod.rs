@@ -45,6 +45,8 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the `run` variant (its many optional flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     // Each variant takes its help (about, long about, examples) from its `*Args` struct, so the
     // variants carry no doc comments (clap would let them override the struct's long help).

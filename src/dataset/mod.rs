@@ -8,6 +8,7 @@
 //! - [`inspect`]: a human-readable summary of any of these datasets.
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
+//! - [`layout`]: which columns hold the image, the question and the answer (SPEC §2 or flat).
 //! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
 //! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.
 
@@ -15,6 +16,7 @@ pub mod card;
 pub mod features;
 pub mod inspect;
 pub mod isolate;
+pub mod layout;
 pub mod prepare;
 pub mod reader;
 pub mod scan;

@@ -12,8 +12,12 @@
 //! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`). A panic
 //! of the decoders on a corrupt file ([`super::isolate`]) is one of these errors too.
 //!
-//! Column handling: `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
-//! source?, …}) are required; `image_sha256` and `family` are optional strings; every other
+//! Column handling: each file's layout comes from its column names ([`Layout::resolve`]). In
+//! SPEC §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
+//! source?, …}) are required; in a flat layout (`image, question, answer`, `image, query,
+//! label`, …) each row is one item, its answer a string or a list of strings (several
+//! references, [`QaItem::answer_list`]), and [`InputRow::columns`] records the columns used.
+//! `image_sha256` and `family` are optional strings; every other
 //! column is carried into [`InputRow::extra`] as JSON, and unknown `qa` fields into
 //! [`QaItem::extra`]. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
 //! (and the view variants) are all accepted; a string stored as binary must be UTF-8.
@@ -22,7 +26,9 @@
 //! dataset's own folder (the folder given, or the directory of the file or the glob's fixed
 //! prefix), each file once; a link not followed is a file-level `RowError` first in the
 //! stream. An image given only by `path` is read from disk only when the path is relative and
-//! resolves (after `canonicalize`, so symlinks and `..` are followed) inside that folder.
+//! resolves (after `canonicalize`, so symlinks and `..` are followed) inside that folder, or,
+//! with `--images-root DIR` ([`ReadOptions::images_root`]), inside `DIR`, absolute paths
+//! included ([`resolve_in_images_root`]).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;
@@ -39,10 +45,11 @@ use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
 use super::isolate::isolate;
-pub use super::scan::{resolve_inputs, resolve_inside, InputFiles};
+use super::layout::{Layout, LayoutError, ReadOptions};
+pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
-use crate::record::{ImageRef, InputRow, QaItem, RowError};
+use crate::record::{ImageRef, InputRow, QaItem, RowError, SourceColumns};
 
 /// Rows decoded at a time (bounds the images held in memory).
 pub const BATCH_ROWS: usize = 64;
@@ -53,6 +60,8 @@ struct OpenFile {
     name: String,
     file: File,
     meta: ArrowReaderMetadata,
+    /// The file's layout; when its columns do not resolve, every row is an error naming it.
+    layout: Result<Layout, LayoutError>,
     next_group: usize,
     /// Index in the file of the first row of the next batch.
     next_row: usize,
@@ -67,6 +76,11 @@ struct OpenFile {
 /// Streams `Result<InputRow, RowError>` over all files of an input. See the module docs.
 pub struct InputReader {
     root: PathBuf,
+    /// `--images-root`, canonical.
+    images_root: Option<PathBuf>,
+    options: ReadOptions,
+    /// The layout of the last file opened (a change is logged).
+    last_layout: Option<Layout>,
     files: VecDeque<PathBuf>,
     current: Option<OpenFile>,
     pending: VecDeque<Result<InputRow, RowError>>,
@@ -87,24 +101,42 @@ impl InputReader {
     ///
     /// Errors: as [`resolve_inputs`].
     pub fn open(spec: &str) -> Result<Self, DatasetError> {
-        Ok(Self::from_files(resolve_inputs(spec)?))
+        Self::open_with(spec, &ReadOptions::default())
+    }
+
+    /// [`InputReader::open`] with column flags and `--images-root`.
+    ///
+    /// Errors: as [`resolve_inputs`]; an images root that does not exist.
+    pub fn open_with(spec: &str, options: &ReadOptions) -> Result<Self, DatasetError> {
+        Self::from_files(resolve_inputs(spec)?, options)
     }
 
     /// Read an already resolved file list.
     /// Links that were not followed ([`InputFiles::refused`]) come first, one file error
     /// each.
-    pub fn from_files(files: InputFiles) -> Self {
+    ///
+    /// Errors: an images root ([`ReadOptions::images_root`]) that does not exist.
+    pub fn from_files(files: InputFiles, options: &ReadOptions) -> Result<Self, DatasetError> {
+        let images_root = match &options.images_root {
+            Some(r) => Some(r.canonicalize().map_err(|e| {
+                DatasetError::Invalid(format!("--images-root {}: {e}", r.display()))
+            })?),
+            None => None,
+        };
         let pending = files
             .refused
             .into_iter()
             .map(|r| Err(Self::file_error(&r.link, None, r.message)))
             .collect();
-        Self {
+        Ok(Self {
             root: files.root,
+            images_root,
+            options: options.clone(),
+            last_layout: None,
             files: files.files.into(),
             current: None,
             pending,
-        }
+        })
     }
 
     fn file_error(path: &Path, row: Option<usize>, message: String) -> RowError {
@@ -130,14 +162,41 @@ impl InputReader {
                         format!("cannot read parquet footer (truncated or not a parquet file): {e}")
                     })
             });
+        let opened = opened.map(|(file, meta)| {
+            let columns: Vec<String> = meta
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            (file, meta, Layout::resolve(&columns, &self.options.columns))
+        });
         match opened {
-            Ok((file, meta)) => {
+            Ok((file, meta, layout)) => {
+                if let Some(layout) = layout
+                    .as_ref()
+                    .ok()
+                    .filter(|l| self.last_layout.as_ref() != Some(*l))
+                {
+                    match layout {
+                        Layout::Nested => {
+                            tracing::debug!(file = %path.display(), "input columns: image, qa")
+                        }
+                        Layout::Flat(c) => tracing::info!(
+                            file = %path.display(),
+                            "input columns: image `{}`, question `{}`, answer `{}` (one question per row)",
+                            c.image, c.question, c.answer
+                        ),
+                    }
+                    self.last_layout = Some(layout.clone());
+                }
                 tracing::debug!(file = %path.display(), row_groups = meta.metadata().num_row_groups(), "reading");
                 self.current = Some(OpenFile {
                     name: path.display().to_string(),
                     path,
                     file,
                     meta,
+                    layout,
                     next_group: 0,
                     next_row: 0,
                     batches: None,
@@ -173,14 +232,13 @@ impl InputReader {
                             .map(Path::to_path_buf)
                             .unwrap_or_else(|| PathBuf::from("."));
                         let base = base.canonicalize().unwrap_or(base);
-                        decode_batch(
-                            &batch,
-                            &cur.name,
-                            start,
-                            &self.root,
-                            &base,
-                            &mut self.pending,
-                        );
+                        let ctx = RowContext {
+                            layout: &cur.layout,
+                            root: &self.root,
+                            base: &base,
+                            images_root: self.images_root.as_deref(),
+                        };
+                        decode_batch(&batch, &cur.name, start, &ctx, &mut self.pending);
                         return true;
                     }
                     Some(Err(e)) => {
@@ -395,23 +453,34 @@ impl Iterator for InputReader {
     }
 }
 
-/// Column names with a meaning of their own; all others go to `extra`.
-const KNOWN_COLUMNS: [&str; 4] = ["image", "qa", "image_sha256", "family"];
+/// Optional columns with a meaning of their own in every layout; the others that are not the
+/// layout's image and question columns go to `extra`.
+const PROVENANCE_COLUMNS: [&str; 2] = ["image_sha256", "family"];
 
 /// A decode failure of one row: (field, message).
 type FieldError = (String, String);
+
+/// How the rows of a batch are decoded and where their image paths may point.
+struct RowContext<'a> {
+    layout: &'a Result<Layout, LayoutError>,
+    /// The dataset folder (canonical).
+    root: &'a Path,
+    /// The folder of the parquet file (canonical).
+    base: &'a Path,
+    /// `--images-root` (canonical), replacing `root` and `base` for image paths.
+    images_root: Option<&'a Path>,
+}
 
 fn decode_batch(
     batch: &RecordBatch,
     file: &str,
     start: usize,
-    root: &Path,
-    base: &Path,
+    ctx: &RowContext<'_>,
     out: &mut VecDeque<Result<InputRow, RowError>>,
 ) {
     for i in 0..batch.num_rows() {
         let row = start + i;
-        let item = isolate(|| decode_row(batch, i, root, base))
+        let item = isolate(|| decode_row(batch, i, ctx))
             .unwrap_or_else(|panic| Err(("row".to_string(), panic)))
             .map(|mut r| {
                 r.source_file = file.to_string();
@@ -435,14 +504,25 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, Field
         .ok_or_else(|| (name.to_string(), format!("missing column `{name}`")))
 }
 
-fn decode_row(
-    batch: &RecordBatch,
-    i: usize,
-    root: &Path,
-    base: &Path,
-) -> Result<InputRow, FieldError> {
-    let image = decode_image(column(batch, "image")?, i, root, base)?;
-    let qa = decode_qa(column(batch, "qa")?, i)?;
+fn decode_row(batch: &RecordBatch, i: usize, ctx: &RowContext<'_>) -> Result<InputRow, FieldError> {
+    let layout = ctx
+        .layout
+        .as_ref()
+        .map_err(|e| (e.field.clone(), e.to_string()))?;
+    let (image, qa, known, columns) = match layout {
+        Layout::Nested => (
+            decode_image(column(batch, "image")?, i, ctx, "image")?,
+            decode_qa(column(batch, "qa")?, i)?,
+            vec!["image", "qa"],
+            None,
+        ),
+        Layout::Flat(c) => {
+            let image = decode_image(column(batch, &c.image)?, i, ctx, &c.image)?;
+            let item = decode_flat_item(batch, i, c)?;
+            let known = vec![c.image.as_str(), c.question.as_str(), c.answer.as_str()];
+            (image, vec![item], known, Some(c.clone()))
+        }
+    };
     let opt_string = |name: &str| match batch.column_by_name(name) {
         None => Ok(None),
         Some(c) => get_string(c.as_ref(), i).map_err(|m| (name.to_string(), m)),
@@ -451,7 +531,8 @@ fn decode_row(
     let family = opt_string("family")?;
     let mut extra = Map::new();
     for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
-        if !KNOWN_COLUMNS.contains(&f.name().as_str()) {
+        let name = f.name().as_str();
+        if !PROVENANCE_COLUMNS.contains(&name) && !known.contains(&name) {
             extra.insert(f.name().clone(), to_json(col.as_ref(), i));
         }
     }
@@ -463,32 +544,88 @@ fn decode_row(
         image_sha256,
         family,
         extra,
+        columns,
     })
 }
 
+/// The one item of a flat-layout row. A null question or answer is kept as an empty string,
+/// as in [`decode_qa`], so the pipeline reports it as missing or blank.
+fn decode_flat_item(
+    batch: &RecordBatch,
+    i: usize,
+    c: &SourceColumns,
+) -> Result<QaItem, FieldError> {
+    let question = get_string(column(batch, &c.question)?, i)
+        .map_err(|m| (c.question.clone(), m))?
+        .unwrap_or_default();
+    let (answer, answer_list) = decode_answer(column(batch, &c.answer)?, i, &c.answer)?;
+    Ok(QaItem {
+        question,
+        answer,
+        answer_list,
+        ..QaItem::default()
+    })
+}
+
+/// A reference answer at row `i` of `col` (field name `field`): a string, or a list of
+/// strings (several references) given back with its JSON array text as the stored answer.
+/// Null is an empty answer; a list of one string is that string.
+fn decode_answer(
+    col: &dyn Array,
+    i: usize,
+    field: &str,
+) -> Result<(String, Option<Vec<String>>), FieldError> {
+    let Ok(Some(items)) = get_list(col, i) else {
+        return get_string(col, i)
+            .map(|s| (s.unwrap_or_default(), None))
+            .map_err(|m| {
+                (
+                    field.to_string(),
+                    format!("{m} (want a string or a list of strings)"),
+                )
+            });
+    };
+    let mut list = Vec::with_capacity(items.len());
+    for j in 0..items.len() {
+        let at = format!("{field}[{j}]");
+        match get_string(items.as_ref(), j).map_err(|m| (at.clone(), m))? {
+            Some(s) => list.push(s),
+            None => return Err((at, "null reference in the list".into())),
+        }
+    }
+    Ok(match list.as_slice() {
+        [] => (String::new(), None),
+        [one] => (one.clone(), None),
+        _ => (
+            serde_json::Value::from(list.clone()).to_string(),
+            Some(list),
+        ),
+    })
+}
+
+/// The image at row `i` of `col`, the column named `name` (used in the error fields).
 fn decode_image(
     col: &dyn Array,
     i: usize,
-    root: &Path,
-    base: &Path,
+    ctx: &RowContext<'_>,
+    name: &str,
 ) -> Result<ImageRef, FieldError> {
-    let err = |field: &str, m: String| (field.to_string(), m);
-    let s =
-        as_struct(col).map_err(|m| err("image", format!("{m} (want struct{{bytes, path}})")))?;
+    let err = |sub: &str, m: String| (format!("{name}{sub}"), m);
+    let s = as_struct(col).map_err(|m| err("", format!("{m} (want struct{{bytes, path}})")))?;
     if s.is_null(i) {
-        return Err(err("image", "image is null".into()));
+        return Err(err("", "image is null".into()));
     }
     let bytes = match s.column_by_name("bytes") {
-        Some(c) => get_bytes(c.as_ref(), i).map_err(|m| err("image.bytes", m))?,
+        Some(c) => get_bytes(c.as_ref(), i).map_err(|m| err(".bytes", m))?,
         None => None,
     };
     let path = match s.column_by_name("path") {
-        Some(c) => get_string(c.as_ref(), i).map_err(|m| err("image.path", m))?,
+        Some(c) => get_string(c.as_ref(), i).map_err(|m| err(".path", m))?,
         None => None,
     };
     if s.column_by_name("bytes").is_none() && s.column_by_name("path").is_none() {
         return Err(err(
-            "image",
+            "",
             format!(
                 "struct has neither `bytes` nor `path` ({})",
                 col.data_type()
@@ -498,16 +635,14 @@ fn decode_image(
     let bytes = match (bytes, &path) {
         (Some(b), _) => b,
         (None, Some(p)) => {
-            let file = resolve_inside(root, base, p).map_err(|m| err("image.path", m))?;
-            std::fs::read(&file)
-                .map_err(|e| err("image.path", format!("{}: {e}", file.display())))?
+            let file = match ctx.images_root {
+                Some(r) => resolve_in_images_root(r, p),
+                None => resolve_inside(ctx.root, ctx.base, p),
+            }
+            .map_err(|m| err(".path", m))?;
+            std::fs::read(&file).map_err(|e| err(".path", format!("{}: {e}", file.display())))?
         }
-        (None, None) => {
-            return Err(err(
-                "image.bytes",
-                "null image: neither bytes nor path".into(),
-            ))
-        }
+        (None, None) => return Err(err(".bytes", "null image: neither bytes nor path".into())),
     };
     Ok(ImageRef {
         bytes: Some(bytes),
@@ -563,6 +698,7 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
         out.push(QaItem {
             question,
             answer,
+            answer_list: None,
             source,
             extra,
         });

@@ -417,6 +417,37 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
     }
 }
 
+/// Resolve the image `path` of a row under `--images-root` (`root`, canonical) instead of the
+/// dataset folder: a relative path as [`resolve_inside`] does with `root` as the base, an
+/// absolute one (what `datasets`' `to_parquet` writes for images that were files) only when
+/// it lies inside `root`, both lexically and after links are followed (the rule of the input
+/// scan: a link inside that resolves outside is refused).
+///
+/// Errors (as a message): outside `root`, not found, not a file.
+pub fn resolve_in_images_root(root: &Path, path: &str) -> Result<PathBuf, String> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return resolve_inside(root, root, path);
+    }
+    let outside = || format!("path {path:?} is outside --images-root {}", root.display());
+    if !lexically_inside(root, Path::new("/"), p) {
+        return Err(outside());
+    }
+    let c = p.canonicalize().map_err(|_| {
+        format!(
+            "image file {path:?} not found under --images-root {}",
+            root.display()
+        )
+    })?;
+    if !c.starts_with(root) {
+        return Err(outside());
+    }
+    if !c.is_file() {
+        return Err(format!("{path:?} is not a file"));
+    }
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,5 +580,39 @@ mod tests {
         assert_eq!(by_file.root, data.canonicalize().unwrap());
         assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
         assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn images_root_takes_absolute_paths_inside_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("imgs");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/a.png"), b"png").unwrap();
+        std::fs::write(dir.path().join("secret.png"), b"s").unwrap();
+        symlink(dir.path().join("secret.png"), root.join("link.png")).unwrap();
+        let root = root.canonicalize().unwrap();
+        let abs = |rel: &str| root.join(rel).to_string_lossy().into_owned();
+        assert_eq!(
+            resolve_in_images_root(&root, &abs("sub/a.png")).unwrap(),
+            root.join("sub/a.png")
+        );
+        assert_eq!(
+            resolve_in_images_root(&root, "sub/a.png").unwrap(),
+            root.join("sub/a.png")
+        );
+        let secret = dir.path().join("secret.png").to_string_lossy().into_owned();
+        let cases = [
+            (secret, "outside --images-root"),
+            (abs("../secret.png"), "outside --images-root"),
+            (abs("link.png"), "outside --images-root"),
+            (abs("sub/missing.png"), "not found"),
+            (abs("sub"), "not a file"),
+            ("../secret.png".to_string(), "escapes"),
+        ];
+        for (path, want) in cases {
+            let e = resolve_in_images_root(&root, &path).unwrap_err();
+            assert!(e.contains(want), "{path:?}: {e}");
+        }
     }
 }

@@ -161,3 +161,17 @@ fn stored_words_round_trip() {
     }
     assert_eq!(Verdict::parse_stored("correct"), None);
 }
+
+#[test]
+fn the_judge_sees_every_reference() {
+    // One reference is inserted as it is (the prompt the judge was trained on).
+    assert_eq!(reference_text(&["11850"]), "11850");
+    // Several: each quoted, so a reference holding " or " or a quote stays one reference.
+    assert_eq!(
+        reference_text(&["black", "Black", "a \"b\" or c"]),
+        r#""black" or "Black" or "a \"b\" or c""#
+    );
+    assert_eq!(reference_text(&[]), "");
+    let p = build_judge_prompt("Colour?", &reference_text(&["black", "dark"]), "Black.");
+    assert!(p.contains("\nReference answer: \"black\" or \"dark\"\nCandidate answer: Black.\n"));
+}

@@ -231,8 +231,9 @@ pub trait Decisions {
     fn clean(&self, row: &InputRow) -> CleanedRow;
     /// Split the answer at its reasoning and run the family's verifier.
     fn assess(&self, family: &str, item: &QaItem, generation: &Generation) -> Assessed;
-    /// The judge's user text for (question, reference, candidate).
-    fn judge_prompt(&self, question: &str, reference: &str, candidate: &str) -> String;
+    /// The judge's user text for (question, references, candidate); `references` holds one
+    /// reference, or several for a list-valued answer (the judge sees them all).
+    fn judge_prompt(&self, question: &str, references: &[&str], candidate: &str) -> String;
     /// Parse the judge's raw output into a verdict (fails closed to `Unsure`).
     fn parse_verdict(&self, judge_text: &str) -> Verdict;
     /// Route one item to a split.

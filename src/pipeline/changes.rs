@@ -122,6 +122,7 @@ mod tests {
             dedup: true,
             min_pixels: None,
             max_pixels: None,
+            read: Default::default(),
             decoding: crate::settings::CanonicalDecoding::from(
                 &crate::settings::Decoding::default(),
             ),

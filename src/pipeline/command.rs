@@ -75,7 +75,7 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
             return Err(e);
         }
     };
-    let source = ParquetSource::new(&settings.data);
+    let source = ParquetSource::with_options(&settings.data, settings.read.clone());
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
         verifiers: settings.verifier_registry(),
@@ -145,7 +145,7 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
     let plan = prepare_merge(&args)?;
     let control = RunControl::from_env();
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
-    let source = ParquetSource::new(&plan.settings.data);
+    let source = ParquetSource::with_options(&plan.settings.data, plan.settings.read.clone());
     let mut sink = ParquetSink::new(&plan.settings.out);
     let mut generator = JournalOnly {
         engine_version: plan.engine_version.clone(),

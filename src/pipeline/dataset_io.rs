@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::backend::{BackendError, RowSource, SplitRow, SplitSink};
 use crate::dataset::card::{output_configs, output_split_files, render_card, scan_output_dir};
+use crate::dataset::layout::ReadOptions;
 use crate::dataset::reader::{resolve_inputs, InputReader};
 use crate::dataset::shards::ShardOptions;
 use crate::dataset::writer::SplitWriter;
@@ -17,13 +18,21 @@ use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
 pub struct ParquetSource {
     /// The input spec (file, folder or glob).
     pub spec: String,
+    /// Column flags and `--images-root`.
+    pub read: ReadOptions,
 }
 
 impl ParquetSource {
-    /// A source for `path`.
+    /// A source for `path`, read as SPEC §2 says (columns detected, images inside the folder).
     pub fn new(path: &Path) -> ParquetSource {
+        ParquetSource::with_options(path, ReadOptions::default())
+    }
+
+    /// A source for `path` read with `read` (the run's column flags and `--images-root`).
+    pub fn with_options(path: &Path, read: ReadOptions) -> ParquetSource {
         ParquetSource {
             spec: path.to_string_lossy().into_owned(),
+            read,
         }
     }
 }
@@ -32,7 +41,7 @@ impl RowSource for ParquetSource {
     fn rows(
         &self,
     ) -> Result<Box<dyn Iterator<Item = Result<InputRow, RowError>> + '_>, BackendError> {
-        Ok(Box::new(InputReader::open(&self.spec)?))
+        Ok(Box::new(InputReader::open_with(&self.spec, &self.read)?))
     }
 
     fn len_hint(&self) -> Option<u64> {

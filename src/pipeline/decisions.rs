@@ -26,7 +26,11 @@ impl StandardDecisions {
             finish: generation.finish,
             prefilled_open: generation.prefilled_think,
         };
-        Assessment::new(&g, &item.answer, &self.verifiers.for_family(Some(family)))
+        Assessment::new(
+            &g,
+            &item.references(),
+            &self.verifiers.for_family(Some(family)),
+        )
     }
 }
 
@@ -98,8 +102,12 @@ impl Decisions for StandardDecisions {
         }
     }
 
-    fn judge_prompt(&self, question: &str, reference: &str, candidate: &str) -> String {
-        crate::judge::build_judge_prompt(question, reference, candidate)
+    fn judge_prompt(&self, question: &str, references: &[&str], candidate: &str) -> String {
+        crate::judge::build_judge_prompt(
+            question,
+            &crate::judge::reference_text(references),
+            candidate,
+        )
     }
 
     fn parse_verdict(&self, judge_text: &str) -> Verdict {

@@ -82,7 +82,8 @@ pub fn jpeg_has_end(bytes: &[u8]) -> bool {
     bytes[last_sos..].windows(2).any(|w| w == [0xFF, 0xD9])
 }
 
-/// Check one `qa` entry: question and reference must be present and not blank.
+/// Check one `qa` entry: question and reference must be present and not blank (of several
+/// references, at least one).
 ///
 /// Errors: a [`FieldProblem`] on `qa[i].question` or `qa[i].answer`.
 pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
@@ -92,7 +93,7 @@ pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
             "question is missing or blank",
         ));
     }
-    if item.answer.trim().is_empty() {
+    if item.references().iter().all(|r| r.trim().is_empty()) {
         return Err(problem(
             format!("qa[{index}].answer"),
             "reference answer is missing or blank",

@@ -196,6 +196,16 @@ pub(crate) fn plan_row(
         "row_index": row.row_index,
         "position": position,
     });
+    // A flat-layout row records the input columns it was read from.
+    if let (Some(top), Some(columns)) = (clean_meta.as_object_mut(), &row.columns) {
+        top.insert("columns".into(), serde_json::json!(columns));
+    }
+    // Several references are stored as their JSON array text; `verify` reads them back so.
+    if let Some(top) = clean_meta.as_object_mut() {
+        if row.qa.iter().any(|q| q.answer_list.is_some()) {
+            top.insert("answer_list".into(), true.into());
+        }
+    }
     if let (Some(top), serde_json::Value::Object(cleaner_keys)) =
         (clean_meta.as_object_mut(), cleaned.meta)
     {
@@ -501,9 +511,11 @@ pub(crate) fn judge_answers(
                 key,
                 pass: Pass::Judge,
                 image: None,
-                user_text: ctx
-                    .decisions
-                    .judge_prompt(&q.question, &q.answer, &assessed.candidate),
+                user_text: ctx.decisions.judge_prompt(
+                    &q.question,
+                    &q.references(),
+                    &assessed.candidate,
+                ),
                 think: settings.think,
                 max_new_tokens: settings.max_new_tokens,
             });

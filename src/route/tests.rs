@@ -26,7 +26,7 @@ fn run(
     judge: Option<&str>,
     guard: bool,
 ) -> (Assessment, Routed) {
-    let a = Assessment::new(&generation(raw, finish), reference, &Verifier::Alnum);
+    let a = Assessment::new(&generation(raw, finish), &[reference], &Verifier::Alnum);
     let outcome = judge.map(JudgeOutcome::from_raw);
     let routed = route(&qa(reference), &a, outcome.as_ref(), guard);
     (a, routed)

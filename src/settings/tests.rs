@@ -20,6 +20,7 @@ fn fingerprint_changes_with_settings_and_weights() {
         dedup: true,
         min_pixels: None,
         max_pixels: None,
+        read: Default::default(),
         decoding: CanonicalDecoding::from(&Decoding::default()),
     };
     let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
@@ -59,4 +60,40 @@ fn fingerprint_changes_with_settings_and_weights() {
     );
     let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
     assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
+}
+
+#[test]
+fn column_flags_and_images_root_change_the_fingerprint() {
+    let s = CanonicalSettings {
+        data: "/d".into(),
+        family: None,
+        think: true,
+        judge: true,
+        judge_calibrate: 0,
+        number_guard: true,
+        device: "cpu".into(),
+        dtype: DTypeSpec::F32,
+        max_new_tokens: 16,
+        shard: "0/1".into(),
+        verifiers: Vec::new(),
+        dedup: true,
+        min_pixels: None,
+        max_pixels: None,
+        read: ReadOptions::default(),
+        decoding: CanonicalDecoding::from(&Decoding::default()),
+    };
+    // Unset, the key is left out: runs from before the flags keep their fingerprint.
+    assert!(!serde_json::to_string(&s).unwrap().contains("read"));
+    let mut mapped = s.clone();
+    mapped.read.columns.answer = Some("label".into());
+    assert_eq!(
+        s.diff(&mapped),
+        vec![r#"read: null -> {"columns":{"answer":"label"}}"#.to_string()]
+    );
+    let mut rooted = s.clone();
+    rooted.read.images_root = Some("/imgs".into());
+    let w = BTreeMap::new();
+    let a = fingerprint(s, w.clone(), Vec::new()).sha256;
+    assert_ne!(a, fingerprint(mapped, w.clone(), Vec::new()).sha256);
+    assert_ne!(a, fingerprint(rooted, w, Vec::new()).sha256);
 }

@@ -214,21 +214,61 @@ impl Verifier {
     /// Verifies `pred` (the model's answer after its reasoning) against `reference`: tries the
     /// three candidates of SPEC §5 in order and records each trial and the first match.
     pub fn verify(&self, pred: &str, reference: &str) -> Verification {
+        self.verify_any(pred, &[reference])
+    }
+
+    /// Verifies `pred` against several references (a list-valued answer: DocVQA, TextVQA),
+    /// each normalised alike. A candidate matches when it matches any usable reference;
+    /// its score (ANLS) is the maximum over them, the ST-VQA / DocVQA definition (Biten et
+    /// al., 2019: `max_j s(a_ij, o_q)`). References the verifier cannot use (SPEC §5: e.g.
+    /// normalised to empty) are left out while one is usable, so `"?!"` never passes through
+    /// a CJK reference beside a usable one; when none is usable the comparison is the pure one
+    /// over all of them and `unusable_reference` is set. `reference_normalised` is the
+    /// normalised reference, or the JSON array of those compared when there are several. An
+    /// empty `references` is one empty reference.
+    pub fn verify_any(&self, pred: &str, references: &[&str]) -> Verification {
+        let references = if references.is_empty() {
+            &[""][..]
+        } else {
+            references
+        };
+        let usable: Vec<&str> = references
+            .iter()
+            .copied()
+            .filter(|r| self.compare("", r).reference_usable)
+            .collect();
+        let unusable_reference = usable.is_empty();
+        let compared = if unusable_reference {
+            references
+        } else {
+            usable.as_slice()
+        };
         let mut trials = Vec::with_capacity(3);
-        let mut reference_normalised = String::new();
-        let mut unusable_reference = true;
         for (variant, text) in alnum::candidates(pred) {
-            let cmp = self.compare(&text, reference);
-            reference_normalised = cmp.reference_normalised;
-            unusable_reference = !cmp.reference_usable;
+            let cmps: Vec<Comparison> = compared.iter().map(|r| self.compare(&text, r)).collect();
+            let score = cmps
+                .iter()
+                .filter_map(|c| c.score)
+                .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
             trials.push(Trial {
                 variant,
                 text,
-                normalised: cmp.candidate_normalised,
-                matched: cmp.matched,
-                score: cmp.score,
+                normalised: cmps
+                    .first()
+                    .map(|c| c.candidate_normalised.clone())
+                    .unwrap_or_default(),
+                matched: cmps.iter().any(|c| c.matched),
+                score,
             });
         }
+        let normalised: Vec<String> = compared
+            .iter()
+            .map(|r| self.compare("", r).reference_normalised)
+            .collect();
+        let reference_normalised = match normalised.as_slice() {
+            [one] => one.clone(),
+            _ => serde_json::Value::from(normalised).to_string(),
+        };
         let matched = trials.iter().find(|t| t.matched).map(|t| t.variant);
         Verification {
             verifier: self.name().to_string(),

@@ -44,8 +44,7 @@ pub fn qa(said: &str, reference: &str) -> QaItem {
     QaItem {
         question: format!("What is written in the image? [say:{said}]"),
         answer: reference.to_string(),
-        source: None,
-        extra: Default::default(),
+        ..QaItem::default()
     }
 }
 
@@ -61,7 +60,7 @@ pub fn row(file: &str, index: usize, seed: u8, qa: Vec<QaItem>) -> Result<InputR
         qa,
         image_sha256: None,
         family: Some("TestSet".into()),
-        extra: Default::default(),
+        ..InputRow::default()
     })
 }
 
@@ -349,6 +348,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
             from_hub_cache: false,
         },
         data: PathBuf::from("mem://mixed"),
+        read: Default::default(),
         out: out.to_path_buf(),
         family: None,
         think: true,

@@ -1,0 +1,263 @@
+//! Which input columns hold the image, the question and the reference answer.
+//!
+//! SPEC §2's own layout has an `image` column and a `qa` list of {question, answer}. Most
+//! visual-QA datasets on the Hub are flat instead: one question per row, in columns such as
+//! `image, question, answer` (or `answers: list<string>`: DocVQA, TextVQA, InfoVQA) or
+//! `image, query, label` (ChartQA). [`Layout::resolve`] picks the layout of a file from its
+//! column names:
+//!
+//! - with none of `--image-column`, `--question-column`, `--answer-column` given and a `qa`
+//!   column present: the nested layout ([`Layout::Nested`]);
+//! - otherwise the flat layout ([`Layout::Flat`]): each role takes the column named by its
+//!   flag, else the one column of the file among the role's common names
+//!   ([`IMAGE_NAMES`], [`QUESTION_NAMES`], [`ANSWER_NAMES`]). A role with none of them, or
+//!   with several, is an error listing the columns found, so the user can name the column.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::SourceColumns;
+
+/// Common names of the image column, in the order tried: HF `Image()` feature columns.
+pub const IMAGE_NAMES: [&str; 2] = ["image", "img"];
+/// Common names of the question column (`query`: ChartQA; `prompt`: instruction sets).
+pub const QUESTION_NAMES: [&str; 3] = ["question", "query", "prompt"];
+/// Common names of the reference-answer column (`answers`: DocVQA / TextVQA / InfoVQA lists;
+/// `label`: ChartQA; `ground_truth`: OCR benchmarks).
+pub const ANSWER_NAMES: [&str; 4] = ["answer", "answers", "label", "ground_truth"];
+
+/// The column names given by the user (`--image-column`, `--question-column`,
+/// `--answer-column`, or the same keys in the TOML file); `None` = detect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnFlags {
+    /// The image column (HF `Image()` struct{bytes, path}).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The question column (string).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    /// The reference-answer column (string, or list of strings: several references).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+impl ColumnFlags {
+    /// Whether no column was named.
+    pub fn is_empty(&self) -> bool {
+        self.image.is_none() && self.question.is_none() && self.answer.is_none()
+    }
+}
+
+/// How the input reader decodes rows: the column flags and the folder that image paths may
+/// point into besides the dataset's own (`--images-root`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOptions {
+    /// Column mapping (see [`Layout::resolve`]).
+    #[serde(default, skip_serializing_if = "ColumnFlags::is_empty")]
+    pub columns: ColumnFlags,
+    /// `--images-root DIR`: image `path`s (absolute ones included) are resolved under this
+    /// folder instead of the dataset's, and refused when they lead outside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_root: Option<PathBuf>,
+}
+
+impl ReadOptions {
+    /// Whether nothing is set (the default reading of SPEC §2).
+    pub fn is_default(&self) -> bool {
+        *self == ReadOptions::default()
+    }
+}
+
+/// The top-level column names of a parquet file, from its footer; `None` when the footer
+/// cannot be read (the reader then reports the file).
+pub fn file_columns(path: &Path) -> Option<Vec<String>> {
+    let file = std::fs::File::open(path).ok()?;
+    let meta = super::isolate::isolate(|| {
+        parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+            &file,
+            parquet::arrow::arrow_reader::ArrowReaderOptions::new(),
+        )
+    })
+    .ok()?
+    .ok()?;
+    Some(
+        meta.schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+    )
+}
+
+/// The layout of one input file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// SPEC §2: `image` + `qa` list of {question, answer, …}; one row, one or more items.
+    Nested,
+    /// One item per row, in these columns.
+    Flat(SourceColumns),
+}
+
+/// A layout that cannot be resolved from a file's columns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}; columns found: {}", found.join(", "))]
+pub struct LayoutError {
+    /// The field the reader's row errors name: `qa` when no flag was given (the file was
+    /// expected in SPEC §2's layout), else the column a flag names or the role's name.
+    pub field: String,
+    /// What is missing or ambiguous, with the flag that settles it.
+    pub message: String,
+    /// The file's column names, in file order.
+    pub found: Vec<String>,
+}
+
+impl Layout {
+    /// The layout of a file with columns `found` under `flags` (see the module docs).
+    ///
+    /// Errors: a named column that is absent; a role with no column among its common names,
+    /// or with several of them (ambiguous).
+    pub fn resolve(found: &[String], flags: &ColumnFlags) -> Result<Layout, LayoutError> {
+        if flags.is_empty() && found.iter().any(|c| c == "qa") {
+            return Ok(Layout::Nested);
+        }
+        let err = |field: &str, message: String| {
+            // Without flags the file was expected in SPEC §2's layout: say so first.
+            let (field, message) = if flags.is_empty() {
+                ("qa", format!("missing column `qa`, and {message}"))
+            } else {
+                (field, message)
+            };
+            LayoutError {
+                field: field.to_string(),
+                message,
+                found: found.to_vec(),
+            }
+        };
+        let pick = |flag: &Option<String>, names: &[&str], role: &str| match flag {
+            Some(name) if found.contains(name) => Ok(name.clone()),
+            Some(name) => Err(err(
+                name,
+                format!("--{role}-column `{name}` is not a column"),
+            )),
+            None => {
+                let hits: Vec<&str> = names
+                    .iter()
+                    .copied()
+                    .filter(|n| found.iter().any(|c| c == n))
+                    .collect();
+                match hits.as_slice() {
+                    [one] => Ok((*one).to_string()),
+                    [] => Err(err(
+                        role,
+                        format!(
+                            "no {role} column (looked for {}); name it with --{role}-column",
+                            names.join(", ")
+                        ),
+                    )),
+                    many => Err(err(
+                        role,
+                        format!(
+                            "ambiguous {role} column: {} all present; name one with --{role}-column",
+                            many.join(", ")
+                        ),
+                    )),
+                }
+            }
+        };
+        Ok(Layout::Flat(SourceColumns {
+            image: pick(&flags.image, &IMAGE_NAMES, "image")?,
+            question: pick(&flags.question, &QUESTION_NAMES, "question")?,
+            answer: pick(&flags.answer, &ANSWER_NAMES, "answer")?,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn flat(image: &str, question: &str, answer: &str) -> Layout {
+        Layout::Flat(SourceColumns {
+            image: image.into(),
+            question: question.into(),
+            answer: answer.into(),
+        })
+    }
+
+    #[test]
+    fn common_names_are_detected() {
+        let none = ColumnFlags::default();
+        let cases = [
+            (&["image", "qa", "family"][..], Layout::Nested),
+            (
+                &["image", "question", "answers", "question_id"][..],
+                flat("image", "question", "answers"),
+            ),
+            (
+                &["query", "label", "image"][..],
+                flat("image", "query", "label"),
+            ),
+            (
+                &["img", "prompt", "ground_truth"][..],
+                flat("img", "prompt", "ground_truth"),
+            ),
+        ];
+        for (found, want) in cases {
+            assert_eq!(
+                Layout::resolve(&cols(found), &none).unwrap(),
+                want,
+                "{found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn flags_win_over_detection_and_over_qa() {
+        let flags = ColumnFlags {
+            answer: Some("label".into()),
+            ..ColumnFlags::default()
+        };
+        let found = cols(&["image", "qa", "question", "answer", "label"]);
+        assert_eq!(
+            Layout::resolve(&found, &flags).unwrap(),
+            flat("image", "question", "label")
+        );
+    }
+
+    #[test]
+    fn ambiguous_or_missing_columns_are_errors_listing_the_columns() {
+        let none = ColumnFlags::default();
+        let found = cols(&["image", "question", "answer", "label"]);
+        let e = Layout::resolve(&found, &none).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "missing column `qa`, and ambiguous answer column: answer, label all present; \
+             name one with --answer-column; columns found: image, question, answer, label"
+        );
+        assert_eq!(e.field, "qa");
+        let e = Layout::resolve(&cols(&["image", "text"]), &none).unwrap_err();
+        assert!(e.message.contains("no question column"), "{e}");
+        assert_eq!(e.found, cols(&["image", "text"]));
+        let flags = ColumnFlags {
+            image: Some("picture".into()),
+            ..ColumnFlags::default()
+        };
+        let e = Layout::resolve(&cols(&["image", "question", "answer"]), &flags).unwrap_err();
+        assert_eq!(e.field, "picture");
+        assert_eq!(
+            e.message, "--image-column `picture` is not a column",
+            "with a flag given, no word about `qa`"
+        );
+        let flags = ColumnFlags {
+            image: Some("image".into()),
+            ..ColumnFlags::default()
+        };
+        let e = Layout::resolve(&cols(&["image", "qa"]), &flags).unwrap_err();
+        assert_eq!(e.field, "question");
+    }
+}

@@ -1,0 +1,498 @@
+//! Issue 15: the layouts visual-QA datasets on the Hub use, read as they are. The parquet
+//! files are built here at test time from real OrandCar-A `val` images of the shared data
+//! (no image bytes are committed), in the shapes `datasets`' `to_parquet` writes: an HF
+//! `Image()` struct column, string columns, and `list<string>` for several references.
+//!
+//! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, `<repo>/../../shared/data` or
+//! `<repo>/../shared/data`); without it prints "skipped: …" (and fails under CI, see
+//! tests/shared_data).
+
+mod shared_data;
+use shared_data::require_shared_data;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, ListBuilder, RecordBatch, StringArray, StringBuilder};
+use parquet::arrow::ArrowWriter;
+use verisample::dataset::reader::InputReader;
+use verisample::dataset::writer::{image_array, read_split, split_files};
+use verisample::family::ORAND_CAR_QUESTION;
+use verisample::record::{AcceptedQa, ImageRef, InputRow, OutputRow, RejectedQa, SourceColumns};
+
+/// Images taken from the `val` split: enough for accepted and rejected rows with the
+/// bundled model, few enough for a quick run.
+const N: usize = 6;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_verisample"))
+}
+
+fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// One real image with its label.
+struct Sample {
+    file: PathBuf,
+    bytes: Vec<u8>,
+    label: String,
+}
+
+/// The first [`N`] `val` rows of `labels.jsonl`.
+fn samples(data: &Path) -> Vec<Sample> {
+    let root = data.join("orand-car-a");
+    std::fs::read_to_string(root.join("labels.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["split"] == "val")
+        .take(N)
+        .map(|v| {
+            let file = root.join(v["file"].as_str().unwrap());
+            Sample {
+                bytes: std::fs::read(&file).unwrap(),
+                file,
+                label: v["label"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Writes one parquet file with `columns`, making its parent folder.
+fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// The HF `Image()` column: bytes and the file name, as `datasets` stores images it read.
+fn images(s: &[Sample]) -> ArrayRef {
+    let refs: Vec<ImageRef> = s
+        .iter()
+        .map(|x| ImageRef {
+            bytes: Some(x.bytes.clone()),
+            path: x.file.file_name().map(|n| n.to_string_lossy().into_owned()),
+        })
+        .collect();
+    Arc::new(image_array(refs.iter()))
+}
+
+fn strings(values: impl IntoIterator<Item = String>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(values))
+}
+
+fn questions(s: &[Sample]) -> ArrayRef {
+    strings(s.iter().map(|_| ORAND_CAR_QUESTION.to_string()))
+}
+
+fn labels(s: &[Sample]) -> ArrayRef {
+    strings(s.iter().map(|x| x.label.clone()))
+}
+
+fn read(path: &Path) -> Vec<InputRow> {
+    InputReader::open(path.to_str().unwrap())
+        .unwrap()
+        .map(|r| r.unwrap_or_else(|e| panic!("{e:?}")))
+        .collect()
+}
+
+#[test]
+fn flat_layouts_read_one_item_per_row_with_the_columns_used() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    let chartqa = tmp.path().join("chartqa/test.parquet");
+    write_parquet(
+        &chartqa,
+        vec![
+            ("img", images(&s)),
+            ("query", questions(&s)),
+            ("label", labels(&s)),
+            (
+                "human_or_machine",
+                strings(s.iter().map(|_| "human".into())),
+            ),
+        ],
+    );
+    let rows = read(&chartqa);
+    assert_eq!(rows.len(), N);
+    for (r, x) in rows.iter().zip(&s) {
+        assert_eq!(r.image.bytes.as_deref(), Some(x.bytes.as_slice()));
+        assert_eq!(r.qa.len(), 1);
+        assert_eq!(r.qa[0].question, ORAND_CAR_QUESTION);
+        assert_eq!(r.qa[0].answer, x.label);
+        assert_eq!(r.qa[0].answer_list, None);
+        assert_eq!(
+            r.columns,
+            Some(SourceColumns {
+                image: "img".into(),
+                question: "query".into(),
+                answer: "label".into(),
+            })
+        );
+        // Columns that are not the layout's stay with the row.
+        assert_eq!(r.extra.keys().collect::<Vec<_>>(), ["human_or_machine"]);
+    }
+
+    // Both `answer` and `label`: the reader names the ambiguity and the columns, per file.
+    let ambiguous = tmp.path().join("ambiguous/a.parquet");
+    write_parquet(
+        &ambiguous,
+        vec![
+            ("image", images(&s)),
+            ("question", questions(&s)),
+            ("answer", labels(&s)),
+            ("label", labels(&s)),
+        ],
+    );
+    let errs: Vec<_> = InputReader::open(ambiguous.to_str().unwrap())
+        .unwrap()
+        .collect();
+    assert_eq!(errs.len(), N, "one error per row");
+    for (i, r) in errs.iter().enumerate() {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!((e.row, e.field.as_str()), (Some(i), "qa"));
+        assert!(
+            e.message.contains("ambiguous answer column: answer, label")
+                && e.message
+                    .contains("columns found: image, question, answer, label"),
+            "{e:?}"
+        );
+    }
+    // `run` refuses it as a setting, before loading the model.
+    let out = bin()
+        .arg("run")
+        .arg("--data")
+        .arg(ambiguous.parent().unwrap())
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .args(["--device", "cpu", "--progress", "none"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--answer-column")
+            && stderr.contains("columns found: image, question, answer, label"),
+        "{stderr}"
+    );
+}
+
+/// `OUT`'s rows of one split, `clean_meta` parsed.
+fn split_rows<Q: verisample::dataset::writer::QaRecord>(
+    out: &Path,
+    split: &str,
+) -> Vec<(OutputRow<Q>, serde_json::Value)> {
+    split_files(out, split)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|f| read_split::<Q>(f).unwrap())
+        .map(|r| {
+            let meta = serde_json::from_str(&r.clean_meta).unwrap();
+            (r, meta)
+        })
+        .collect()
+}
+
+fn run(input: &Path, out: &Path, extra: &[&str]) {
+    check(
+        bin()
+            .arg("run")
+            .arg("--model")
+            .arg(repo().join("assets/model"))
+            .arg("--data")
+            .arg(input)
+            .arg("--out")
+            .arg(out)
+            .args([
+                "--progress",
+                "none",
+                "--device",
+                "cpu",
+                "--family",
+                "OrandCar",
+            ])
+            .args(["--max-new-tokens", "64"])
+            .args(extra)
+            .output()
+            .unwrap(),
+        "run",
+    );
+    check(bin().arg("verify").arg(out).output().unwrap(), "verify");
+}
+
+/// Asserts two outputs hold the same splits apart from `clean_meta.columns`, which only
+/// `flat` records; returns the number of accepted and rejected items.
+fn assert_same_splits(nested: &Path, flat: &Path, columns: &serde_json::Value) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for split in ["OrandCar_RS_think", "OrandCar_RS_nothink"] {
+        let a = split_rows::<AcceptedQa>(nested, split);
+        let b = split_rows::<AcceptedQa>(flat, split);
+        assert_eq!(a.len(), b.len(), "{split}");
+        for ((ra, ma), (rb, mb)) in a.iter().zip(&b) {
+            assert_eq!(
+                (&ra.image, &ra.qa, &ra.image_sha256),
+                (&rb.image, &rb.qa, &rb.image_sha256)
+            );
+            assert_eq!(ma.get("columns"), None);
+            assert_eq!(&mb["columns"], columns);
+            assert_eq!(ma["policy"], mb["policy"]);
+        }
+        counts.0 = a.len();
+    }
+    let a = split_rows::<RejectedQa>(nested, "OrandCar_rejected");
+    let b = split_rows::<RejectedQa>(flat, "OrandCar_rejected");
+    assert_eq!(a.len(), b.len());
+    for ((ra, _), (rb, mb)) in a.iter().zip(&b) {
+        assert_eq!(
+            (&ra.image, &ra.qa, &ra.image_sha256),
+            (&rb.image, &rb.qa, &rb.image_sha256)
+        );
+        assert_eq!(&mb["columns"], columns);
+    }
+    counts.1 = a.len();
+    counts
+}
+
+#[test]
+fn a_flat_dataset_and_the_same_data_in_qa_layout_give_the_same_splits() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    // Our layout: `image` + `qa` list of {question, answer}.
+    let nested = tmp.path().join("nested/data/val.parquet");
+    let mut qa = ListBuilder::new(arrow::array::StructBuilder::from_fields(
+        vec![
+            arrow::datatypes::Field::new("question", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("answer", arrow::datatypes::DataType::Utf8, true),
+        ],
+        1,
+    ));
+    for x in &s {
+        let item = qa.values();
+        item.field_builder::<StringBuilder>(0)
+            .unwrap()
+            .append_value(ORAND_CAR_QUESTION);
+        item.field_builder::<StringBuilder>(1)
+            .unwrap()
+            .append_value(&x.label);
+        item.append(true);
+        qa.append(true);
+    }
+    write_parquet(
+        &nested,
+        vec![("image", images(&s)), ("qa", Arc::new(qa.finish()))],
+    );
+    // DocVQA-style flat layout.
+    let flat = tmp.path().join("flat/data/val.parquet");
+    write_parquet(
+        &flat,
+        vec![
+            ("image", images(&s)),
+            ("question", questions(&s)),
+            ("answer", labels(&s)),
+        ],
+    );
+    let (out_nested, out_flat) = (tmp.path().join("out-nested"), tmp.path().join("out-flat"));
+    run(nested.parent().unwrap(), &out_nested, &[]);
+    run(flat.parent().unwrap(), &out_flat, &[]);
+    let columns = serde_json::json!({"image": "image", "question": "question", "answer": "answer"});
+    let (accepted, rejected) = assert_same_splits(&out_nested, &out_flat, &columns);
+    println!("{accepted} accepted rows, {rejected} rejected rows in both");
+    assert_eq!(accepted + rejected, N, "every image lands in one split");
+}
+
+/// `answers: list<string>` column: the label second behind a decoy ("0"), one row with the
+/// label alone (a list of one is that string).
+fn answer_lists(s: &[Sample]) -> ArrayRef {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for (i, x) in s.iter().enumerate() {
+        if i > 0 {
+            b.values().append_value("0");
+        }
+        b.values().append_value(&x.label);
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+#[test]
+fn several_references_are_kept_run_and_verify() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    let single = tmp.path().join("single/data/val.parquet");
+    write_parquet(
+        &single,
+        vec![
+            ("image", images(&s)),
+            ("question", questions(&s)),
+            ("answer", labels(&s)),
+        ],
+    );
+    let multi = tmp.path().join("multi/data/val.parquet");
+    write_parquet(
+        &multi,
+        vec![
+            ("image", images(&s)),
+            ("question", questions(&s)),
+            ("answers", answer_lists(&s)),
+        ],
+    );
+    let rows = read(&multi);
+    assert_eq!(rows[0].qa[0].answer, s[0].label);
+    assert_eq!(rows[0].qa[0].answer_list, None);
+    assert_eq!(
+        rows[1].qa[0].answer_list,
+        Some(vec!["0".to_string(), s[1].label.clone()])
+    );
+    assert_eq!(rows[1].qa[0].answer, format!("[\"0\",\"{}\"]", s[1].label));
+
+    let (out_single, out_multi) = (tmp.path().join("out-single"), tmp.path().join("out-multi"));
+    run(single.parent().unwrap(), &out_single, &[]);
+    run(multi.parent().unwrap(), &out_multi, &[]);
+    // The decoy reference changes no decision: the same images land in the same splits, and
+    // the stored references are the input's list.
+    let mut landed = 0;
+    for split in ["OrandCar_RS_think", "OrandCar_RS_nothink"] {
+        let a = split_rows::<AcceptedQa>(&out_single, split);
+        let b = split_rows::<AcceptedQa>(&out_multi, split);
+        assert_eq!(a.len(), b.len(), "{split}");
+        for ((ra, _), (rb, mb)) in a.iter().zip(&b) {
+            assert_eq!(ra.image_sha256, rb.image_sha256);
+            assert_eq!(ra.qa[0].answer, rb.qa[0].answer);
+            assert_eq!(ra.qa[0].accepted_by, rb.qa[0].accepted_by);
+            let list = rb.qa[0].org_answer.starts_with('[');
+            assert_eq!(mb.get("answer_list").is_some(), list, "{mb}");
+            if list {
+                assert_eq!(
+                    rb.qa[0].org_answer,
+                    format!("[\"0\",{:?}]", ra.qa[0].org_answer)
+                );
+            }
+        }
+        landed = a.len();
+    }
+    let a = split_rows::<RejectedQa>(&out_single, "OrandCar_rejected");
+    let b = split_rows::<RejectedQa>(&out_multi, "OrandCar_rejected");
+    assert_eq!(a.len(), b.len());
+    for ((ra, _), (rb, _)) in a.iter().zip(&b) {
+        assert_eq!(ra.image_sha256, rb.image_sha256);
+        assert_eq!(
+            (&ra.qa[0].wrong_vlm, &ra.qa[0].reason),
+            (&rb.qa[0].wrong_vlm, &rb.qa[0].reason)
+        );
+    }
+    assert_eq!(landed + a.len(), N);
+    // Tampering with a stored list is caught: dropping the real label from an accepted
+    // entry's references makes `verify` recompute a reject.
+    let accepted = split_rows::<AcceptedQa>(&out_multi, "OrandCar_RS_nothink");
+    let i = accepted
+        .iter()
+        .position(|(r, _)| {
+            r.qa[0].org_answer.starts_with('[') && r.qa[0].accepted_by.starts_with("verifier:")
+        })
+        .expect("a verifier-accepted entry with several references");
+    {
+        let report = verisample::verify_output::verify_family(
+            &verisample::verify_output::FamilySplits {
+                family: "OrandCar",
+                think: &[],
+                nothink: &[OutputRow {
+                    qa: vec![AcceptedQa {
+                        org_answer: "[\"0\"]".into(),
+                        ..accepted[i].0.qa[0].clone()
+                    }],
+                    ..accepted[i].0.clone()
+                }],
+                rejected: &[],
+            },
+            &verisample::verify_output::VerifySettings::default(),
+        );
+        assert!(
+            report
+                .disagreements
+                .iter()
+                .any(|d| d.problem == verisample::verify_output::Problem::WrongSplit),
+            "{report:?}"
+        );
+    }
+}
+
+#[test]
+fn images_given_by_absolute_path_need_images_root() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    // As `datasets`' to_parquet writes images that were files: absolute path, null bytes.
+    let refs: Vec<ImageRef> = s
+        .iter()
+        .map(|x| ImageRef {
+            bytes: None,
+            path: Some(x.file.to_string_lossy().into_owned()),
+        })
+        .collect();
+    let by_path = tmp.path().join("paths/test.parquet");
+    write_parquet(
+        &by_path,
+        vec![
+            ("image", Arc::new(image_array(refs.iter())) as ArrayRef),
+            ("question", questions(&s)),
+            ("answer", labels(&s)),
+        ],
+    );
+    let spec = by_path.to_str().unwrap();
+    // By default: refused, each row naming its field.
+    let refused: Vec<_> = InputReader::open(spec).unwrap().collect();
+    assert_eq!(refused.len(), N);
+    for r in &refused {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.field, "image.path");
+        assert!(e.message.contains("absolute path"), "{e:?}");
+    }
+    // Under the images' folder: read, bytes unchanged.
+    let val = s[0].file.parent().unwrap().to_path_buf();
+    let read_with = |root: PathBuf| -> Vec<_> {
+        let opts = verisample::dataset::layout::ReadOptions {
+            images_root: Some(root),
+            ..Default::default()
+        };
+        InputReader::open_with(spec, &opts).unwrap().collect()
+    };
+    let rows = read_with(val.clone());
+    for (r, x) in rows.iter().zip(&s) {
+        let r = r.as_ref().unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(r.image.bytes.as_deref(), Some(x.bytes.as_slice()));
+    }
+    // A root that does not hold them still refuses them: `train/` is beside `val/`.
+    let train = val.parent().unwrap().join("train");
+    for r in read_with(train) {
+        let e = r.unwrap_err();
+        assert_eq!(e.field, "image.path");
+        assert!(e.message.contains("outside --images-root"), "{e:?}");
+    }
+}
