@@ -32,7 +32,7 @@ mod out_dir;
 mod switch;
 pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
-pub use out_dir::{check_out, is_verisample_output};
+pub use out_dir::{check_out, input_root, is_verisample_output};
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";
@@ -42,29 +42,6 @@ pub const DEFAULT_MODEL: &str = "assets/model";
 /// Default input dataset: the bundled sample (same lookup as [`DEFAULT_MODEL`]).
 pub const DEFAULT_DATA: &str = "assets/sample/data";
 
-/// The canonical folder an input is read from, for the output-folder checks: the folder
-/// itself, a file's parent, or the root of a glob (`dir/*.parquet`) as the reader resolves
-/// it; `None` when it cannot be canonicalised.
-///
-/// Errors: [`SettingsError::DataNotFound`] when a path that does not exist resolves to no
-/// input either.
-pub fn input_root(data: &Path) -> Result<Option<PathBuf>, SettingsError> {
-    if data.exists() {
-        let folder = if data.is_dir() {
-            data.to_path_buf()
-        } else {
-            match data.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
-            }
-        };
-        return Ok(std::fs::canonicalize(&folder).ok());
-    }
-    match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
-        Ok(inputs) => Ok(Some(inputs.root)),
-        Err(_) => Err(SettingsError::DataNotFound(data.to_path_buf())),
-    }
-}
 /// Default generation budget per answer, in tokens (reasoning trace + answer).
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 2048;
 /// Default number of sequences the engine may run at once.

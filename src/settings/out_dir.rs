@@ -25,6 +25,30 @@ pub fn is_verisample_output(out: &Path) -> bool {
     MARKERS.iter().any(|m| out.join(m).exists()) || is_our_run_json(&out.join("run.json"))
 }
 
+/// The canonical folder an input is read from, for the output-folder checks: the folder
+/// itself, a file's parent, or the root of a glob (`dir/*.parquet`) as the reader resolves
+/// it; `None` when it cannot be canonicalised.
+///
+/// Errors: [`SettingsError::DataNotFound`] when a path that does not exist resolves to no
+/// input either.
+pub fn input_root(data: &Path) -> Result<Option<PathBuf>, SettingsError> {
+    if data.exists() {
+        let folder = if data.is_dir() {
+            data.to_path_buf()
+        } else {
+            match data.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            }
+        };
+        return Ok(std::fs::canonicalize(&folder).ok());
+    }
+    match crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) {
+        Ok(inputs) => Ok(Some(inputs.root)),
+        Err(_) => Err(SettingsError::DataNotFound(data.to_path_buf())),
+    }
+}
+
 fn invalid(out: &Path, why: String) -> SettingsError {
     SettingsError::Invalid {
         key: "out",
