@@ -38,14 +38,24 @@ pub struct VerifySettings {
     pub registry: VerifierRegistry,
     /// The number guard of SPEC §6 was on (default on).
     pub number_guard: bool,
+    /// Reasoning was on (default on): each accepted item is in `_RS_think` and in
+    /// `_RS_nothink`. With reasoning off a run writes no `_RS_think`, so its rows are not
+    /// paired, and a `_RS_think` row is itself a disagreement.
+    #[serde(default = "thinking_default")]
+    pub thinking: bool,
+}
+
+fn thinking_default() -> bool {
+    true
 }
 
 impl Default for VerifySettings {
-    /// The default registry and the number guard on ([`NUMBER_GUARD_DEFAULT`]).
+    /// The default registry, the number guard on ([`NUMBER_GUARD_DEFAULT`]), reasoning on.
     fn default() -> Self {
         VerifySettings {
             registry: VerifierRegistry::default(),
             number_guard: NUMBER_GUARD_DEFAULT,
+            thinking: true,
         }
     }
 }
@@ -67,6 +77,7 @@ impl VerifySettings {
         Ok(VerifySettings {
             registry,
             number_guard: !no_number_guard,
+            thinking: true,
         })
     }
 }
@@ -489,6 +500,15 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
             let list = answer_is_list(&row.clean_meta);
             for (q, e) in row.qa.iter().enumerate() {
                 c.check_accepted(name, r, q, e, list);
+                if side == 0 && !settings.thinking {
+                    c.flag(
+                        name,
+                        r,
+                        Some(q),
+                        Problem::ThinkNothinkMismatch,
+                        "a think split from a run with reasoning off".into(),
+                    );
+                }
                 if side == 1 && e.think.is_some() {
                     c.flag(
                         name,
@@ -513,7 +533,7 @@ pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> Ve
             }
         }
     }
-    for sides in by_key.values() {
+    for sides in by_key.values().filter(|_| settings.thinking) {
         let [t, n] = sides;
         for (name, extra, other) in [(think_name, t, nothink_name), (nothink_name, n, think_name)] {
             let missing = extra

@@ -359,3 +359,28 @@ fn finds_field_level_mistakes() {
     s.rejected[3].qa.clear();
     assert_found(&s, &settings, REJECTED, 3, None, Problem::EmptyRow);
 }
+
+#[test]
+fn a_run_with_reasoning_off_has_no_think_split_to_pair() {
+    // With reasoning off a run writes `_RS_nothink` and `_rejected` only.
+    let mut s = routed_run();
+    let think = std::mem::take(&mut s.think);
+    let off = VerifySettings {
+        thinking: false,
+        ..guard_on()
+    };
+    let report = verify(&s, &off);
+    assert!(report.is_clean(), "{}", report.to_human());
+    // Read as a reasoning-on output, every nothink entry lacks its think twin.
+    assert_found(
+        &s,
+        &guard_on(),
+        NOTHINK,
+        0,
+        Some(0),
+        Problem::ThinkNothinkMismatch,
+    );
+    // A think split in a reasoning-off output is itself a disagreement.
+    s.think = think;
+    assert_found(&s, &off, THINK, 1, Some(0), Problem::ThinkNothinkMismatch);
+}

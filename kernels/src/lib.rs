@@ -31,6 +31,22 @@ mod recurrent;
 mod segment;
 
 pub use cache::reshape_and_cache;
+
+/// `n` pseudo-random f32 values, uniform in `[-half_width, half_width)`, from a 64-bit linear
+/// congruential generator (Knuth's MMIX constants) seeded with `seed`: reproducible inputs for
+/// the kernel tests and the device self-check (`verisample doctor`), identical on every
+/// platform.
+pub fn lcg_uniform(seed: u64, n: usize, half_width: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 * half_width - half_width
+        })
+        .collect()
+}
 pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, TILE_ROWS};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{

@@ -5,15 +5,7 @@ use verisample_kernels::{paged_attention, reshape_and_cache, KernelError, PagedA
 
 /// Deterministic pseudo-random floats in [-1, 1) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    verisample_kernels::lcg_uniform(seed, n, 1.0)
 }
 
 struct Case {

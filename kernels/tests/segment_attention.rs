@@ -13,15 +13,7 @@ use verisample_kernels::{
 
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
+    verisample_kernels::lcg_uniform(seed, n, 2.0)
 }
 
 /// Direct attention in f64: `softmax(scale · q kᵀ) v` per segment and head, `[n, heads, hd]`.

@@ -53,7 +53,8 @@ fn read_run_json(out: &Path) -> anyhow::Result<serde_json::Value> {
 }
 
 /// The settings `verify` applies: those recorded in `run.json` (`settings.number_guard`,
-/// `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line overrides.
+/// `settings.think`, `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line
+/// overrides.
 fn verify_settings(a: &VerifyArgs, recorded: &serde_json::Value) -> anyhow::Result<VerifySettings> {
     let settings = &recorded["settings"];
     let mut overrides: Vec<String> = settings["verifiers"]
@@ -66,7 +67,10 @@ fn verify_settings(a: &VerifyArgs, recorded: &serde_json::Value) -> anyhow::Resu
         .unwrap_or_default();
     overrides.extend(a.verifiers.iter().cloned());
     let guard_off = a.no_number_guard || settings["number_guard"].as_bool() == Some(false);
-    VerifySettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()).into())
+    let mut v =
+        VerifySettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()))?;
+    v.thinking = settings["think"].as_bool() != Some(false);
+    Ok(v)
 }
 
 /// The three splits of one family as read back: think, nothink, rejected.

@@ -171,7 +171,8 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
 /// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C
 /// (143 after SIGTERM),
 /// 2 for invalid settings (including an engine setting such as a `--kv-cache-gib` that does
-/// not fit in memory, and a merge `--out` that is a shard folder or not writable), 1 otherwise.
+/// not fit in memory, pixel bounds that leave no image size, and a merge `--out` that is a
+/// shard folder or not writable), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(p) = err.downcast_ref::<PipelineError>() {
         return u8::try_from(p.exit_code()).unwrap_or(1);
@@ -185,7 +186,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         )
         || matches!(
             err.downcast_ref::<VlLoadError>(),
-            Some(VlLoadError::Engine(EngineError::Config(_)))
+            Some(
+                VlLoadError::Engine(EngineError::Config(_))
+                    | VlLoadError::Processor(verisample_models::ProcessorError::PixelBounds { .. })
+            )
         )
     {
         return 2;
@@ -207,6 +211,18 @@ mod tests {
         let internal = anyhow::Error::from(VlLoadError::Engine(EngineError::Internal("x".into())))
             .context("loading the model from m");
         assert_eq!(exit_code(&internal), 1);
+        let bounds = anyhow::Error::from(VlLoadError::Processor(
+            verisample_models::ProcessorError::PixelBounds {
+                min_pixels: 9408,
+                max_pixels: 1,
+            },
+        ))
+        .context("loading the model from m");
+        assert_eq!(
+            exit_code(&bounds),
+            2,
+            "--max-pixels below the checkpoint's min_pixels"
+        );
         assert_eq!(exit_code(&anyhow::anyhow!("anything else")), 1);
     }
 }

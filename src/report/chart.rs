@@ -152,6 +152,16 @@ pub fn token_rates(stats: &RunStats) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The left and bottom axes of a plot area `(left, right, top, bottom)`, and the x-axis
+/// label `dy` pixels under it.
+fn axes(svg: &mut String, (left, right, top, bottom): (f64, f64, f64, f64), dy: f64, label: &str) {
+    let _ = writeln!(
+        svg,
+        r#"<polyline points="{left},{top} {left},{bottom} {right},{bottom}" fill="none" stroke="{FRAME}"/>"#
+    );
+    text(svg, (left + right) / 2.0, bottom + dy, 12, "middle", label);
+}
+
 fn line_panel(svg: &mut String, (x0, y0): (f64, f64), points: &[(f64, f64)], mean: f64) {
     text(
         svg,
@@ -163,16 +173,10 @@ fn line_panel(svg: &mut String, (x0, y0): (f64, f64), points: &[(f64, f64)], mea
     );
     let (left, right) = (x0 + 70.0, x0 + PANEL.0 - 30.0);
     let (top, bottom) = (y0 + 45.0, y0 + PANEL.1 - 40.0);
-    let _ = writeln!(
+    axes(
         svg,
-        r#"<polyline points="{left},{top} {left},{bottom} {right},{bottom}" fill="none" stroke="{FRAME}"/>"#
-    );
-    text(
-        svg,
-        (left + right) / 2.0,
-        bottom + 25.0,
-        12,
-        "middle",
+        (left, right, top, bottom),
+        25.0,
         "seconds since the start",
     );
     let _ = writeln!(
@@ -343,16 +347,10 @@ fn length_panel(svg: &mut String, (x0, y0): (f64, f64), lengths: &AnswerLengths)
     );
     let (left, right) = (x0 + 50.0, x0 + PANEL.0 - 20.0);
     let (top, bottom) = (y0 + 55.0, y0 + PANEL.1 - 45.0);
-    let _ = writeln!(
+    axes(
         svg,
-        r#"<polyline points="{left},{top} {left},{bottom} {right},{bottom}" fill="none" stroke="{FRAME}"/>"#
-    );
-    text(
-        svg,
-        (left + right) / 2.0,
-        bottom + 35.0,
-        12,
-        "middle",
+        (left, right, top, bottom),
+        35.0,
         "tokens per answer (bucket upper bound)",
     );
     let totals: Vec<u64> = (0..ANSWER_LENGTH_BOUNDS.len())
