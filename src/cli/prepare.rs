@@ -1,6 +1,6 @@
 //! `verisample prepare`: build an input dataset (HF parquet) from images plus labels.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args};
@@ -53,6 +53,42 @@ pub struct PrepareArgs {
     /// Start a new shard once one reaches this many MiB.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     pub max_shard_mib: u64,
+    /// Replace the files of this split already in OUT/data.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Refuse an `--out` that `prepare` would spoil: a file, the output of a `verisample run` (its
+/// splits and card would mix with an input dataset), or a folder already holding files of this
+/// split (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in `data/` are
+/// left alone, so `prepare --split train` and `--split val` can fill one dataset.
+fn check_out(out: &Path, split: &str, force: bool) -> anyhow::Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(usage(format!(
+            "--out {}: exists and is not a folder",
+            out.display()
+        )));
+    }
+    if crate::settings::is_verisample_output(out) {
+        return Err(usage(format!(
+            "--out {} holds the output of a `verisample run`; prepare writes an input dataset: choose another folder",
+            out.display()
+        )));
+    }
+    let existing: Vec<String> = std::fs::read_dir(out.join("data"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("{split}-")) && n.ends_with(".parquet"))
+        .collect();
+    if !force && !existing.is_empty() {
+        return Err(usage(format!(
+            "--out {}: data/ already holds split {split} ({}); add --force to replace it, or choose another --out or --split",
+            out.display(),
+            existing.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// Validate `prepare` arguments into options, touching nothing on disk but existence checks.
@@ -124,6 +160,7 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
         }
         _ => return Err(usage("give exactly one of --labels or --jsonl")),
     };
+    check_out(&a.out, &split, a.force)?;
     let shard = ShardOptions {
         max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024),
         rows_per_group: MAX_ROWS_PER_GROUP,
@@ -227,5 +264,52 @@ mod tests {
             let e = parse(&args).unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn prepare_refuses_an_out_it_would_spoil() {
+        let parse = |args: &[&str]| -> anyhow::Result<PrepareOptions> {
+            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args))?;
+            match cli.command {
+                Command::Prepare(a) => prepare_options(a),
+                _ => unreachable!(),
+            }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let labels = dir.path().join("labels.jsonl");
+        std::fs::write(&labels, "").unwrap();
+        let l = labels.to_str().unwrap();
+        let out = dir.path().join("ds");
+        let o = out.to_str().unwrap();
+        let args = |split: &'static str, o: &str| {
+            vec![
+                "--labels".to_string(),
+                l.to_string(),
+                "--family".into(),
+                "OrandCar".into(),
+                "--split".into(),
+                split.into(),
+                "--out".into(),
+                o.to_string(),
+            ]
+        };
+        let run = |v: Vec<String>| parse(&v.iter().map(String::as_str).collect::<Vec<_>>());
+        // A file is not a folder.
+        let e = run(args("val", l)).unwrap_err().to_string();
+        assert!(e.contains("not a folder"), "{e}");
+        // This split's shards already there: refused, --force replaces them; another split
+        // of the same dataset is fine.
+        std::fs::create_dir_all(out.join("data")).unwrap();
+        std::fs::write(out.join("data/val-00000-of-00001.parquet"), "mine").unwrap();
+        let e = run(args("val", o)).unwrap_err().to_string();
+        assert!(e.contains("already holds split val"), "{e}");
+        let mut forced = args("val", o);
+        forced.push("--force".into());
+        assert!(run(forced).is_ok());
+        assert!(run(args("train", o)).is_ok());
+        // The output of a run is not an input dataset.
+        std::fs::write(out.join("journal.bin"), "").unwrap();
+        let e = run(args("train", o)).unwrap_err().to_string();
+        assert!(e.contains("output of a `verisample run`"), "{e}");
     }
 }
