@@ -48,7 +48,8 @@ pub use config::{
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};
 pub use image_limits::{ImageLimits, TooLarge};
-pub use model::{LoadError, StepInput, VlModel};
+pub use load::LoadError;
+pub use model::{StepInput, VlModel};
 pub use processor::{
     smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError, VisionInputs,
 };

@@ -15,7 +15,35 @@ use candle_core::{DType, Device, Tensor};
 use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::{Dtype, SafeTensors};
 
-use crate::model::LoadError;
+use crate::config::ConfigError;
+
+/// Errors loading a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// `config.json` is invalid or unsupported.
+    #[error("{path}: {source}")]
+    Config {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: ConfigError,
+    },
+    /// The directory has neither `model.safetensors` nor `model.safetensors.index.json`, or the
+    /// index is malformed.
+    #[error("{0}")]
+    Weights(String),
+    /// A tensor is missing, mis-shaped, or the dtype is unsupported (the message names it).
+    #[error("loading weights: {0}")]
+    Candle(#[from] candle_core::Error),
+}
 
 /// Every tensor of the safetensors `files`, converted to `dtype` on `device`, by name.
 /// Files are read one after another and each is unmapped before the next is mapped; within

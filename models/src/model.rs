@@ -11,38 +11,11 @@ use candle_nn::VarBuilder;
 use verisample_kernels::AttentionPath;
 
 use crate::batch::{BatchMeta, KvCache};
-use crate::config::{ConfigError, Family, ModelConfig, TextSpec, VisionSpec};
+use crate::config::{Family, ModelConfig, TextSpec, VisionSpec};
+use crate::load::LoadError;
 use crate::processor::VisionInputs;
 use crate::text::TextModel;
 use crate::vision::{ImageEmbeds, VisionTower};
-
-/// Errors loading a checkpoint.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// A file could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// File path.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// `config.json` is invalid or unsupported.
-    #[error("{path}: {source}")]
-    Config {
-        /// File path.
-        path: PathBuf,
-        /// Cause.
-        source: ConfigError,
-    },
-    /// The directory has neither `model.safetensors` nor `model.safetensors.index.json`, or the
-    /// index is malformed.
-    #[error("{0}")]
-    Weights(String),
-    /// A tensor is missing, mis-shaped, or the dtype is unsupported (the message names it).
-    #[error("loading weights: {0}")]
-    Candle(#[from] candle_core::Error),
-}
 
 /// One step's inputs for [`VlModel::forward`].
 #[derive(Debug, Clone, Copy)]
