@@ -198,7 +198,7 @@ pub struct RunArgs {
     /// Most memory one vision-encoder pass may take, in GiB: a row whose image would need
     /// more is refused (errors.jsonl, `image.bytes`, with the --max-pixels that would fit).
     /// [default: half the memory free after the weights and the KV cache]
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub vision_memory_gib: Option<f64>,
     /// Fewest pixels an image is resized to, overriding the checkpoint's
     /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
@@ -705,9 +705,10 @@ impl Settings {
     }
 
     /// The settings that determine the output bytes, in canonical form for the fingerprint.
-    /// Included: the pixel bounds (they change what the model sees). Excluded on purpose:
-    /// `out`, scheduling knobs (`max_batch`, `max_batch_tokens`,
-    /// `kv_cache_gib`, `vision_memory_gib`: greedy results do not depend on them), display (`progress`, `quiet`),
+    /// Included: the pixel bounds (they change what the model sees) and a given
+    /// `vision_memory_gib` (it decides which images are refused). Excluded on purpose: `out`,
+    /// scheduling knobs (`max_batch`, `max_batch_tokens`, `kv_cache_gib`: greedy results do
+    /// not depend on them), display (`progress`, `quiet`),
     /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
     pub fn canonical(&self) -> CanonicalSettings {
         let data = std::fs::canonicalize(&self.data).unwrap_or_else(|_| self.data.clone());
@@ -727,6 +728,7 @@ impl Settings {
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
             read: self.read.clone(),
+            vision_memory_gib: self.vision_memory_gib.map(|g| g.to_string()),
             decoding: CanonicalDecoding::from(&self.decoding),
         }
     }
