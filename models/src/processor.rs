@@ -22,7 +22,7 @@ pub enum ProcessorError {
     #[error(transparent)]
     Decode(#[from] DecodeError),
     /// `smart_resize` rejects aspect ratios above 200 (as transformers does) or empty images.
-    #[error("absolute aspect ratio must be smaller than 200, got {height}x{width}")]
+    #[error("absolute aspect ratio must be smaller than 200, got a {width}x{height} image (width x height)")]
     AspectRatio {
         /// Image height.
         height: usize,
