@@ -199,16 +199,19 @@ mod tests {
     use crate::cli::{Cli, Command};
     use clap::Parser;
 
+    /// `verisample prepare ARGS` parsed and validated into options.
+    fn parse<S: AsRef<str>>(args: &[S]) -> anyhow::Result<PrepareOptions> {
+        let argv = ["verisample", "prepare"]
+            .into_iter()
+            .chain(args.iter().map(AsRef::as_ref));
+        match Cli::try_parse_from(argv)?.command {
+            Command::Prepare(a) => prepare_options(a),
+            _ => unreachable!(),
+        }
+    }
+
     #[test]
     fn prepare_validation() {
-        let parse = |args: &[&str]| -> anyhow::Result<PrepareOptions> {
-            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args))
-                .map_err(|e| anyhow::anyhow!(e.to_string()))?;
-            match cli.command {
-                Command::Prepare(a) => prepare_options(a),
-                _ => unreachable!(),
-            }
-        };
         let dir = tempfile::tempdir().unwrap();
         let labels = dir.path().join("labels.jsonl");
         std::fs::write(&labels, "").unwrap();
@@ -268,13 +271,6 @@ mod tests {
 
     #[test]
     fn prepare_refuses_an_out_it_would_spoil() {
-        let parse = |args: &[&str]| -> anyhow::Result<PrepareOptions> {
-            let cli = Cli::try_parse_from(["verisample", "prepare"].iter().chain(args))?;
-            match cli.command {
-                Command::Prepare(a) => prepare_options(a),
-                _ => unreachable!(),
-            }
-        };
         let dir = tempfile::tempdir().unwrap();
         let labels = dir.path().join("labels.jsonl");
         std::fs::write(&labels, "").unwrap();
@@ -293,23 +289,22 @@ mod tests {
                 o.to_string(),
             ]
         };
-        let run = |v: Vec<String>| parse(&v.iter().map(String::as_str).collect::<Vec<_>>());
         // A file is not a folder.
-        let e = run(args("val", l)).unwrap_err().to_string();
+        let e = parse(&args("val", l)).unwrap_err().to_string();
         assert!(e.contains("not a folder"), "{e}");
         // This split's shards already there: refused, --force replaces them; another split
         // of the same dataset is fine.
         std::fs::create_dir_all(out.join("data")).unwrap();
         std::fs::write(out.join("data/val-00000-of-00001.parquet"), "mine").unwrap();
-        let e = run(args("val", o)).unwrap_err().to_string();
+        let e = parse(&args("val", o)).unwrap_err().to_string();
         assert!(e.contains("already holds split val"), "{e}");
         let mut forced = args("val", o);
         forced.push("--force".into());
-        assert!(run(forced).is_ok());
-        assert!(run(args("train", o)).is_ok());
+        assert!(parse(&forced).is_ok());
+        assert!(parse(&args("train", o)).is_ok());
         // The output of a run is not an input dataset.
         std::fs::write(out.join("journal.bin"), "").unwrap();
-        let e = run(args("train", o)).unwrap_err().to_string();
+        let e = parse(&args("train", o)).unwrap_err().to_string();
         assert!(e.contains("output of a `verisample run`"), "{e}");
     }
 }
