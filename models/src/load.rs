@@ -10,12 +10,74 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
 use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::{Dtype, SafeTensors};
 
 use crate::config::ConfigError;
+
+/// The loaded tensors handed out once each: a layer that takes a tensor removes it from the
+/// map, so the loaded copy is freed as soon as the layer holds what it keeps (a CPU projection
+/// its packed panels, see `layers::Proj`) instead of living until the model is built. Peak
+/// memory while building is then the kept weights plus one tensor, not the two side by side.
+/// A name taken twice is an error ("cannot find tensor"), like a missing one.
+pub struct TakeOnce(Mutex<HashMap<String, Tensor>>);
+
+impl TakeOnce {
+    /// Hands out `tensors` once each.
+    pub fn new(tensors: HashMap<String, Tensor>) -> Self {
+        Self(Mutex::new(tensors))
+    }
+
+    fn take(&self, name: &str) -> candle_core::Result<Tensor> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(name).ok_or_else(|| {
+            candle_core::Error::CannotFindTensor {
+                path: name.to_string(),
+            }
+            .bt()
+        })
+    }
+}
+
+impl SimpleBackend for TakeOnce {
+    fn get(
+        &self,
+        shape: Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let tensor = self.take(name)?;
+        if tensor.shape() != &shape {
+            return Err(candle_core::Error::UnexpectedShape {
+                msg: format!("shape mismatch for {name}"),
+                expected: shape,
+                got: tensor.shape().clone(),
+            }
+            .bt());
+        }
+        tensor.to_device(device)?.to_dtype(dtype)
+    }
+
+    fn get_unchecked(
+        &self,
+        name: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        self.take(name)?.to_device(device)?.to_dtype(dtype)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(name)
+    }
+}
 
 /// Errors loading a checkpoint.
 #[derive(Debug, thiserror::Error)]

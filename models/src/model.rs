@@ -99,7 +99,11 @@ impl VlModel {
         }
         let files = safetensors_files(dir)?;
         let tensors = crate::load::load_tensors(&files, dtype, device)?;
-        let vb = VarBuilder::from_tensors(tensors, dtype, device);
+        let vb = VarBuilder::from_backend(
+            Box::new(crate::load::TakeOnce::new(tensors)),
+            dtype,
+            device.clone(),
+        );
         Self::from_var_builder(config, vb, dtype, device)
     }
 

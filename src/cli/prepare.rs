@@ -58,11 +58,23 @@ pub struct PrepareArgs {
     pub force: bool,
 }
 
-/// Refuse an `--out` that `prepare` would spoil: a file, the output of a `verisample run` (its
-/// splits and card would mix with an input dataset), or a folder already holding files of this
-/// split (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in `data/` are
-/// left alone, so `prepare --split train` and `--split val` can fill one dataset.
-fn check_out(out: &Path, split: &str, force: bool) -> anyhow::Result<()> {
+/// Refuse an `--out` that `prepare` would spoil: a file, the folder the images (or the JSONL)
+/// are read from or one holding it, the output of a `verisample run` (its splits and
+/// card would mix with an input dataset), or a folder already holding files of this split
+/// (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in `data/` are left
+/// alone, so `prepare --split train` and `--split val` can fill one dataset.
+fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Result<()> {
+    let (out_c, source_c) = (
+        crate::settings::canonical_lenient(out),
+        crate::settings::canonical_lenient(source),
+    );
+    if source_c.starts_with(&out_c) {
+        return Err(usage(format!(
+            "--out {}: the images are read from {}; write the dataset into a folder of its own",
+            out.display(),
+            source.display()
+        )));
+    }
     if out.exists() && !out.is_dir() {
         return Err(usage(format!(
             "--out {}: exists and is not a folder",
@@ -160,7 +172,14 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
         }
         _ => return Err(usage("give exactly one of --labels or --jsonl")),
     };
-    check_out(&a.out, &split, a.force)?;
+    let source_folder = match &source {
+        PrepareSource::Labels { images, .. } => images.clone(),
+        PrepareSource::QaJsonl { jsonl } => jsonl
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), PathBuf::from),
+    };
+    check_out(&a.out, &source_folder, &split, a.force)?;
     let shard = ShardOptions {
         max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024),
         rows_per_group: MAX_ROWS_PER_GROUP,
@@ -302,6 +321,11 @@ mod tests {
         forced.push("--force".into());
         assert!(parse(&forced).is_ok());
         assert!(parse(&args("train", o)).is_ok());
+        // Nor the folder the images are read from (here the labels' folder).
+        let e = parse(&args("val", dir.path().to_str().unwrap()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the images are read from"), "{e}");
         // The output of a run is not an input dataset.
         std::fs::write(out.join("journal.bin"), "").unwrap();
         let e = parse(&args("train", o)).unwrap_err().to_string();
