@@ -627,6 +627,10 @@ fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
     let run_json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap()).unwrap();
     assert_eq!(run_json["stats"]["errors"], 2);
+    assert_eq!(
+        run_json["status"], "no_split",
+        "a failed run is not `complete`"
+    );
 
     // One shard of several may receive no usable row: that shard still succeeds.
     let shard_dir = tempfile::tempdir().unwrap();
@@ -634,6 +638,10 @@ fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
     let report = run_rows(&s, rows_without_usable_items()).expect("an empty shard is fine");
     assert!(report.stats.split_rows.is_empty());
     assert_eq!(report.stats.errors, 1);
+    assert_eq!(
+        report.status, "complete",
+        "merge takes an empty shard as done"
+    );
 }
 
 #[test]

@@ -466,7 +466,8 @@ pub struct Backends<'a> {
 /// `run.json`: what ran, on what, and what came out.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
-    /// `complete` (the file is written last, only after a successful run).
+    /// `complete`, or `no_split` for a whole run (not one shard of several) in which no item
+    /// reached a split (the command fails). The file is written after the splits and logs.
     pub status: String,
     /// `verisample` crate version.
     pub verisample_version: String,
@@ -549,8 +550,11 @@ pub fn run(
             first: format!("{}: {message}", first.file),
         });
     }
+    // A whole run that published no split failed (exit 1 below), and says so in run.json; a
+    // shard of several may be empty and still be a complete part of its job.
+    let no_split = stats.split_rows.is_empty() && settings.shard.count == 1;
     let report = RunReport {
-        status: "complete".into(),
+        status: if no_split { "no_split" } else { "complete" }.into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),
         engine_version: generator.version(),
         engine_stats: generator.stats(),
