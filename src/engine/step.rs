@@ -370,6 +370,7 @@ impl<M: EngineModel> Core<M> {
             block_tables: Vec::with_capacity(plan.seqs.len()),
             slot_mapping: Vec::with_capacity(total),
             logits_indices: Vec::new(),
+            state_slots: Vec::new(),
         };
         let mut chunks = Vec::new();
         let mut rows = Vec::new();
