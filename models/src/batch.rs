@@ -14,7 +14,7 @@
 
 use candle_core::{DType, Device, Result, Tensor};
 
-use crate::config::{LayerKind, TextSpec};
+use crate::config::{LayerKind, LinearAttentionSpec, TextSpec};
 
 /// Per-step batch metadata built by the engine's scheduler.
 #[derive(Debug, Clone)]
@@ -114,29 +114,8 @@ impl KvCache {
             dtype,
             device,
         )?;
-        if let Some(l) = &spec.linear_attention {
-            let linear = spec.layer_types.len() - attention_layers(spec);
-            cache.states = (0..linear)
-                .map(|_| {
-                    Ok((
-                        Tensor::zeros(
-                            (num_slots, l.conv_dim(), l.conv_kernel - 1),
-                            DType::F32,
-                            device,
-                        )?,
-                        Tensor::zeros(
-                            (
-                                num_slots,
-                                l.num_value_heads,
-                                l.key_head_dim,
-                                l.value_head_dim,
-                            ),
-                            DType::F32,
-                            device,
-                        )?,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
+        if let Some(states) = StateLayout::of(spec) {
+            cache.states = states.allocate(num_slots, device)?;
         }
         Ok(cache)
     }
@@ -160,4 +139,60 @@ pub fn attention_layers(spec: &TextSpec) -> usize {
         .iter()
         .filter(|k| **k == LayerKind::FullAttention)
         .count()
+}
+
+/// What the linear-attention layers of a decoder keep per sequence: one state slot holds, for
+/// each such layer, its conv state and its delta-rule state (f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLayout {
+    /// Linear-attention layers.
+    pub num_layers: usize,
+    /// Their sizes.
+    pub spec: LinearAttentionSpec,
+}
+
+impl StateLayout {
+    /// The state layout of `spec`, or `None` when it has no linear-attention layer.
+    pub fn of(spec: &TextSpec) -> Option<Self> {
+        let num_layers = spec.layer_types.len() - attention_layers(spec);
+        match (num_layers, spec.linear_attention) {
+            (0, _) | (_, None) => None,
+            (num_layers, Some(spec)) => Some(Self { num_layers, spec }),
+        }
+    }
+
+    /// Bytes of one slot across all linear-attention layers (f32 conv state
+    /// `[conv_dim, conv_kernel - 1]` + delta-rule state `[v_heads, k_dim, v_dim]` each).
+    pub fn bytes_per_slot(&self) -> usize {
+        4 * self.num_layers * (self.spec.conv_state_elems() + self.spec.recurrent_state_elems())
+    }
+
+    /// Zeroed pools of `num_slots` slots, one `(conv_state, state)` pair per layer, the
+    /// layout of [`KvCache::states`].
+    ///
+    /// Errors: candle allocation errors.
+    pub fn allocate(&self, num_slots: usize, device: &Device) -> Result<Vec<(Tensor, Tensor)>> {
+        let l = &self.spec;
+        (0..self.num_layers)
+            .map(|_| {
+                Ok((
+                    Tensor::zeros(
+                        (num_slots, l.conv_dim(), l.conv_kernel - 1),
+                        DType::F32,
+                        device,
+                    )?,
+                    Tensor::zeros(
+                        (
+                            num_slots,
+                            l.num_value_heads,
+                            l.key_head_dim,
+                            l.value_head_dim,
+                        ),
+                        DType::F32,
+                        device,
+                    )?,
+                ))
+            })
+            .collect()
+    }
 }

@@ -41,7 +41,7 @@ pub mod rope_index;
 pub mod text;
 pub mod vision;
 
-pub use batch::{BatchMeta, KvCache};
+pub use batch::{BatchMeta, KvCache, StateLayout};
 pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
