@@ -477,3 +477,64 @@ fn pixel_bounds_override_the_checkpoint_processor() {
     .expect("refused");
     assert!(err.to_string().contains("pixel bounds"), "{err}");
 }
+
+/// The tiny Qwen3.5 through the engine on all 78 OrandCar-A val images (the real JPEGs, our
+/// decoder and processor) gives, at `--max-batch 1` and `64`, exactly the 24 tokens of
+/// transformers' `generate` for every image (`tests/fixtures/qwen3_5_val/goldens.json`,
+/// `scripts/make_qwen3_5_val_goldens.py`). Catches: any image, prompt, decoder or state-slot
+/// difference that changes a token, at either batch size.
+#[test]
+fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
+    let Some(data) = shared_data::require_shared_data() else {
+        return;
+    };
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_5_val/goldens.json");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("goldens.json")).unwrap();
+    assert_eq!(meta["question"], QUESTION);
+    assert_eq!(meta["enable_thinking"], true);
+    let max_new = meta["max_new_tokens"].as_u64().unwrap() as usize;
+    let items = meta["items"].as_array().unwrap();
+    assert_eq!(items.len(), 78);
+    let want: BTreeMap<u64, Vec<u32>> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| {
+            let t = it["tokens"].as_array().unwrap();
+            (
+                i as u64,
+                t.iter().map(|v| v.as_u64().unwrap() as u32).collect(),
+            )
+        })
+        .collect();
+    let reqs: Vec<Request> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| Request {
+            id: i as u64,
+            system: None,
+            image: Some(ImageInput::new(
+                std::fs::read(data.join(it["image"].as_str().unwrap())).unwrap(),
+            )),
+            text: QUESTION.to_string(),
+            max_new_tokens: Some(max_new),
+        })
+        .collect();
+    for max_batch in [1, 64] {
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(512),
+            max_batch,
+            max_new_tokens: max_new,
+            ..Default::default()
+        };
+        let got = tokens(&run(&mut load_family("qwen3_5", cfg), reqs.clone()));
+        let differ: Vec<&u64> = want.keys().filter(|k| got.get(k) != want.get(k)).collect();
+        assert!(
+            differ.is_empty(),
+            "max_batch {max_batch}: images {differ:?} differ, first: {:?} vs {:?}",
+            got.get(differ[0]),
+            want.get(differ[0])
+        );
+    }
+}
