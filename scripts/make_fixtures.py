@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the tiny Qwen-VL fixture checkpoints and golden outputs used by models/tests/.
 
-For each family (qwen2_vl, qwen2_5_vl, qwen3_vl) this writes, under
+For each family (qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5) this writes, under
 ``models/tests/fixtures/<family>/``:
 
 * a tiny random checkpoint in the Hugging Face layout: ``config.json`` (the nested layout
@@ -22,7 +22,7 @@ processor), ``apply_chat_template(..., add_generation_prompt=True, enable_thinki
 ``processor(text=..., images=...)``, ``AutoModelForImageTextToText`` in f32 with eager
 attention, a manual greedy loop over the model with its KV cache.
 
-Usage:  python scripts/make_fixtures.py [--family qwen2_vl|qwen2_5_vl|qwen3_vl|all]
+Usage:  python scripts/make_fixtures.py [--family qwen2_vl|qwen2_5_vl|qwen3_vl|qwen3_5|all]
         [--data /work/shared/data]
 """
 
@@ -44,6 +44,7 @@ import tiny_tokenizer  # noqa: E402
 REPO = os.path.dirname(HERE)
 IMAGES = ["a_car_007000.jpg", "a_car_007006.jpg", "a_car_007016.jpg", "a_car_007009.jpg"]
 N_GREEDY = 24
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -98,12 +99,32 @@ def family_config(family: str, vocab: int, ids: dict) -> dict:
         }
         return {"model_type": "qwen3_vl", "text_config": text, "vision_config": vision, **tok,
                 "tie_word_embeddings": True}
+    if family == "qwen3_5":
+        # Hybrid decoder: Gated DeltaNet layers (2 key heads < 4 value heads) around one gated
+        # full-attention layer; half of each 32-wide head rotated (partial rotary).
+        text = dict(text)
+        text.update({
+            "num_hidden_layers": 4, "head_dim": 32,
+            "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                                "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+                                "partial_rotary_factor": 0.5},
+        })
+        vision = {
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+            "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "num_position_embeddings": 64,
+        }
+        return {"model_type": "qwen3_5", "text_config": text, "vision_config": vision, **tok,
+                "tie_word_embeddings": True}
     raise ValueError(family)
 
 
 def preprocessor_config(family: str) -> dict:
     """preprocessor_config.json: the published layout of each family, smaller pixel bounds."""
-    if family == "qwen3_vl":
+    if family in ("qwen3_vl", "qwen3_5"):
         return {
             "image_processor_type": "Qwen2VLImageProcessor",
             "processor_class": "Qwen3VLProcessor",
@@ -125,12 +146,20 @@ def preprocessor_config(family: str) -> dict:
     }
 
 
-def randomize(model: torch.nn.Module, seed: int) -> None:
-    """Weights with healthy magnitudes so logits have clear margins (default init is ~0.02)."""
+def randomize(model: torch.nn.Module, seed: int, zero_centred: bool = False) -> None:
+    """Weights with healthy magnitudes so logits have clear margins (default init is ~0.02).
+
+    ``zero_centred``: the decoder's RMSNorm weights are offsets from 1 (Qwen3.5
+    ``Qwen3_5RMSNorm``: scale ``1 + w``), so they get ``0.1 * randn`` (the gated norm of the
+    linear-attention layers keeps a plain weight)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
-            if p.ndim == 1 and ("norm" in name or "ln_" in name):
+            offset_norm = (zero_centred and "language_model" in name and "norm" in name
+                           and "linear_attn.norm" not in name)
+            if p.ndim == 1 and offset_norm:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1 and ("norm" in name or "ln_" in name):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1:
                 p.copy_(0.05 * torch.randn(p.shape, generator=g))
@@ -159,7 +188,10 @@ def build(family: str, data: str) -> None:
     config = AutoConfig.for_model(**cfg_dict)
     config._attn_implementation = "eager"
     model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager", dtype=torch.float32)
-    randomize(model, seed={"qwen2_vl": 1, "qwen2_5_vl": 2, "qwen3_vl": 3}[family])
+    # qwen3_5's seed is one whose greedy tokens hold no image/video pad (the tests feed decode
+    # steps no image embeddings) and whose greedy margins are all ≥ 0.007.
+    randomize(model, seed={"qwen2_vl": 1, "qwen2_5_vl": 2, "qwen3_vl": 3, "qwen3_5": 9}[family],
+              zero_centred=family == "qwen3_5")
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     for extra in ("generation_config.json",):
@@ -224,11 +256,11 @@ def build(family: str, data: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--family", default="all", choices=["all", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+    ap.add_argument("--family", default="all", choices=["all", *FAMILIES])
     ap.add_argument("--data", default=os.environ.get("VERISAMPLE_SHARED_DATA", "/work/shared/data"))
     args = ap.parse_args()
     torch.set_num_threads(1)
-    fams = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] if args.family == "all" else [args.family]
+    fams = FAMILIES if args.family == "all" else [args.family]
     for fam in fams:
         build(fam, args.data)
     return 0

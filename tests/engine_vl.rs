@@ -191,7 +191,7 @@ fn image_requests_match_the_transformers_goldens() {
     let Some(data) = shared_data::require_shared_data() else {
         return;
     };
-    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] {
+    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"] {
         let golden = goldens(family, &data);
         let mut reqs = items(0);
         for (i, (_, image)) in golden.iter().enumerate() {
@@ -330,13 +330,19 @@ fn engine_with(
     max_batch: usize,
     max_batch_tokens: usize,
 ) -> Engine<VlModel, VlInputs> {
-    let cfg = EngineConfig {
-        kv_budget: KvBudget::Blocks(256),
-        max_batch,
-        max_batch_tokens,
-        max_new_tokens: MAX_NEW,
-        ..Default::default()
-    };
+    load_family(
+        family,
+        EngineConfig {
+            kv_budget: KvBudget::Blocks(256),
+            max_batch,
+            max_batch_tokens,
+            max_new_tokens: MAX_NEW,
+            ..Default::default()
+        },
+    )
+}
+
+fn load_family(family: &str, cfg: EngineConfig) -> Engine<VlModel, VlInputs> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("models/tests/fixtures")
         .join(family);
@@ -349,6 +355,60 @@ fn engine_with(
         Default::default(),
     )
     .expect("load fixture")
+}
+
+/// Qwen3.5 (hybrid: Gated DeltaNet layers with a recurrent state slot per running sequence):
+/// the 4 golden images among 72 synthetic requests give transformers' greedy tokens at
+/// `--max-batch 1` and `64`, and every request the same tokens at both, in a pool small
+/// enough to preempt at 64 (a preempted sequence recomputes its state from zeros). Catches:
+/// state leaking between sequences through a reused slot, a slot moved under a running
+/// sequence, state not carried across prefill chunks or decode steps, prefix-cache hits
+/// skipping the tokens that build the state.
+#[test]
+fn qwen3_5_matches_transformers_at_max_batch_1_and_64() {
+    let Some(data) = shared_data::require_shared_data() else {
+        return;
+    };
+    let golden = goldens("qwen3_5", &data);
+    let mut reqs: Vec<Request> = (0..3).flat_map(|k| items(100 * k)).collect();
+    for (i, (_, image)) in golden.iter().enumerate() {
+        reqs.push(Request {
+            id: 1000 + i as u64,
+            system: None,
+            image: Some(image.clone()),
+            text: QUESTION.to_string(),
+            max_new_tokens: Some(24),
+        });
+    }
+    let cfg = |max_batch, blocks| EngineConfig {
+        kv_budget: KvBudget::Blocks(blocks),
+        max_batch,
+        max_batch_tokens: 512,
+        max_new_tokens: MAX_NEW,
+        ..Default::default()
+    };
+    let one = run(&mut load_family("qwen3_5", cfg(1, 64)), reqs.clone());
+    let mut wide = load_family("qwen3_5", cfg(64, 160));
+    let many = run(&mut wide, reqs);
+    assert!(wide.stats().preemptions > 0, "{:?}", wide.stats());
+    assert_eq!(
+        wide.stats().cached_prompt_tokens,
+        0,
+        "prefix caching is off"
+    );
+    assert_eq!(many.len(), 76);
+    assert_eq!(tokens(&many), tokens(&one));
+    for (i, (want, _)) in golden.iter().enumerate() {
+        let c = &one[&(1000 + i as u64)];
+        let n = c.token_ids.len();
+        assert!(n > 0 && n <= 24, "golden {i}: {c:?}");
+        assert_eq!(c.token_ids, want[..n], "golden {i}");
+        assert_eq!(
+            many[&(1000 + i as u64)].token_ids,
+            c.token_ids,
+            "golden {i}"
+        );
+    }
 }
 
 #[test]
@@ -416,4 +476,65 @@ fn pixel_bounds_override_the_checkpoint_processor() {
     .err()
     .expect("refused");
     assert!(err.to_string().contains("pixel bounds"), "{err}");
+}
+
+/// The tiny Qwen3.5 through the engine on all 78 OrandCar-A val images (the real JPEGs, our
+/// decoder and processor) gives, at `--max-batch 1` and `64`, exactly the 24 tokens of
+/// transformers' `generate` for every image (`tests/fixtures/qwen3_5_val/goldens.json`,
+/// `scripts/make_qwen3_5_val_goldens.py`). Catches: any image, prompt, decoder or state-slot
+/// difference that changes a token, at either batch size.
+#[test]
+fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
+    let Some(data) = shared_data::require_shared_data() else {
+        return;
+    };
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_5_val/goldens.json");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("goldens.json")).unwrap();
+    assert_eq!(meta["question"], QUESTION);
+    assert_eq!(meta["enable_thinking"], true);
+    let max_new = meta["max_new_tokens"].as_u64().unwrap() as usize;
+    let items = meta["items"].as_array().unwrap();
+    assert_eq!(items.len(), 78);
+    let want: BTreeMap<u64, Vec<u32>> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| {
+            let t = it["tokens"].as_array().unwrap();
+            (
+                i as u64,
+                t.iter().map(|v| v.as_u64().unwrap() as u32).collect(),
+            )
+        })
+        .collect();
+    let reqs: Vec<Request> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| Request {
+            id: i as u64,
+            system: None,
+            image: Some(ImageInput::new(
+                std::fs::read(data.join(it["image"].as_str().unwrap())).unwrap(),
+            )),
+            text: QUESTION.to_string(),
+            max_new_tokens: Some(max_new),
+        })
+        .collect();
+    for max_batch in [1, 64] {
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(512),
+            max_batch,
+            max_new_tokens: max_new,
+            ..Default::default()
+        };
+        let got = tokens(&run(&mut load_family("qwen3_5", cfg), reqs.clone()));
+        let differ: Vec<&u64> = want.keys().filter(|k| got.get(k) != want.get(k)).collect();
+        assert!(
+            differ.is_empty(),
+            "max_batch {max_batch}: images {differ:?} differ, first: {:?} vs {:?}",
+            got.get(differ[0]),
+            want.get(differ[0])
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! (the vision towers' segment attention is `verisample_kernels::segment_attention`). Family
 //! differences are arguments.
 
-use candle_core::{Module, Result, Tensor, D};
+use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::{Linear, VarBuilder};
 use verisample_kernels::PackedLinear;
 
@@ -114,24 +114,50 @@ pub fn fused_linear(in_dim: usize, parts: &[(usize, VarBuilder)], bias: bool) ->
     Proj::from_parts(parts)
 }
 
-/// RMSNorm (`weight * x / sqrt(mean(x²) + eps)`), transformers `Qwen2RMSNorm`.
+/// RMSNorm (`weight * x / sqrt(mean(x²) + eps)`), transformers `Qwen2RMSNorm`; or Qwen3.5's
+/// zero-centred variant (`Qwen3_5RMSNorm`: `x̂ · (1 + w)` computed in f32, cast back).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
+    /// The scale applied after normalising: `w`, or `1 + w` (f32) when zero-centred.
     weight: Tensor,
     eps: f32,
+    /// Compute in f32 and cast back (the zero-centred norm).
+    in_f32: bool,
 }
 
 impl RmsNorm {
     /// Loads `<prefix>.weight` `[dim]`.
     pub fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Self::load(dim, eps, false, vb)
+    }
+
+    /// Loads `<prefix>.weight` `[dim]`; `zero_centered`: the weight is stored as an offset
+    /// from 1 (Qwen3.5, `TextSpec::zero_centered_norm`) and the norm runs in f32 as
+    /// transformers' `Qwen3_5RMSNorm` (`_norm(x.float()) * (1.0 + w.float())`, then
+    /// `type_as(x)`).
+    pub fn load(dim: usize, eps: f64, zero_centered: bool, vb: VarBuilder) -> Result<Self> {
+        let w = vb.get(dim, "weight")?;
         Ok(Self {
-            weight: vb.get(dim, "weight")?,
+            weight: if zero_centered {
+                (w.to_dtype(DType::F32)? + 1.0)?
+            } else {
+                w
+            },
             eps: eps as f32,
+            in_f32: zero_centered,
         })
     }
 
-    /// Normalises over the last dimension.
+    /// Normalises over the last dimension (output dtype = input dtype).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.in_f32 {
+            let y = candle_nn::ops::rms_norm(
+                &x.to_dtype(DType::F32)?.contiguous()?,
+                &self.weight,
+                self.eps,
+            )?;
+            return y.to_dtype(x.dtype());
+        }
         candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
     }
 }
@@ -245,8 +271,19 @@ pub fn inv_freq(dim: usize, theta: f64) -> Vec<f32> {
 }
 
 /// Applies rotary embeddings (rotate-half layout) to `x` `[n, heads, head_dim]` with `cos`/`sin`
-/// `[n, head_dim / 2]` (the first half of transformers' duplicated `[freq, freq]` tables).
+/// `[n, rotary_dim / 2]` (the first half of transformers' duplicated `[freq, freq]` tables).
+/// When `rotary_dim < head_dim` (Qwen3.5's partial rotary) only the leading `rotary_dim`
+/// dimensions of each head rotate and the rest pass through, as transformers'
+/// `apply_rotary_pos_emb` with `q[..., :rotary_dim]` / `q[..., rotary_dim:]`.
+///
+/// Errors: a candle error when `rotary_dim` exceeds `head_dim` or shapes disagree.
 pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (head_dim, rotary_dim) = (x.dim(D::Minus1)?, 2 * cos.dim(D::Minus1)?);
+    if rotary_dim < head_dim {
+        let rotated = apply_rotary(&x.narrow(D::Minus1, 0, rotary_dim)?, cos, sin)?;
+        let pass = x.narrow(D::Minus1, rotary_dim, head_dim - rotary_dim)?;
+        return Tensor::cat(&[rotated, pass], D::Minus1);
+    }
     let dtype = x.dtype();
     let x4 = x.to_dtype(cos.dtype())?.unsqueeze(0)?.contiguous()?;
     candle_nn::rotary_emb::rope_thd(&x4, cos, sin)?

@@ -1,4 +1,5 @@
-//! VLM architectures on candle (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), built for a batch engine.
+//! VLM architectures on candle (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5), built for a batch
+//! engine.
 //!
 //! # Public API (what the engine calls)
 //!
@@ -21,13 +22,15 @@
 //!   logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
 //!
 //! Modules: [`config`] (config.json), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
-//! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`],
+//! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`] (the
+//! decoder, a mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer),
 //! [`model`], [`batch`] (the engine interface types).
 
 pub mod batch;
 pub mod chat;
 pub mod config;
 pub mod decode;
+pub mod gated_delta_net;
 pub mod image_limits;
 pub mod layers;
 pub mod load;
@@ -38,7 +41,7 @@ pub mod rope_index;
 pub mod text;
 pub mod vision;
 
-pub use batch::{BatchMeta, KvCache};
+pub use batch::{BatchMeta, KvCache, StateLayout};
 pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };

@@ -27,7 +27,7 @@ pub struct StepInput<'a> {
     pub images: Option<&'a ImageEmbeds>,
 }
 
-/// A Qwen2-VL / Qwen2.5-VL / Qwen3-VL model.
+/// A Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 model.
 pub struct VlModel {
     config: ModelConfig,
     text_spec: TextSpec,
@@ -189,17 +189,22 @@ impl VlModel {
         self.dtype
     }
 
-    /// Allocates a KV cache sized for this model (`num_blocks` × `block_size` tokens).
+    /// Allocates the caches of this model: KV pools of `num_blocks` × `block_size` tokens for
+    /// its attention layers and `num_state_slots` recurrent-state slots (one per running
+    /// sequence) for its linear-attention layers, if any ([`KvCache::for_spec`]).
     ///
     /// Errors: allocation failures.
-    pub fn new_kv_cache(&self, num_blocks: usize, block_size: usize) -> CResult<KvCache> {
-        let s = &self.text_spec;
-        KvCache::new(
-            s.num_layers,
+    pub fn new_kv_cache(
+        &self,
+        num_blocks: usize,
+        block_size: usize,
+        num_state_slots: usize,
+    ) -> CResult<KvCache> {
+        KvCache::for_spec(
+            &self.text_spec,
             num_blocks,
             block_size,
-            s.num_kv_heads,
-            s.head_dim,
+            num_state_slots,
             self.dtype,
             &self.device,
         )

@@ -9,20 +9,37 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 
-use crate::batch::{BatchMeta, KvCache};
-use crate::config::TextSpec;
+use crate::batch::{attention_layers, BatchMeta, KvCache};
+use crate::config::{LayerKind, TextSpec};
+use crate::gated_delta_net::{reset_new_sequences, GatedDeltaNet};
 use crate::layers::{
     apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, MlpNames, Proj, RmsNorm,
 };
 
-struct Layer {
-    input_norm: RmsNorm,
-    post_norm: RmsNorm,
-    /// `[q | k | v]` fused.
+/// Softmax attention over the paged KV cache (`self_attn.*`).
+struct Attention {
+    /// `[q | k | v]` fused; with an output gate, `q` is `[query | gate]` per head (transformers
+    /// `q_proj` viewed as `[.., heads, 2 · head_dim]` and chunked).
     qkv: Proj,
     o: Proj,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
+    /// Qwen3.5: the output is multiplied by `sigmoid(gate)` before `o_proj`.
+    gated: bool,
+}
+
+/// What a decoder layer mixes tokens with.
+enum Mixer {
+    /// Attention over the paged KV cache.
+    Attention(Attention),
+    /// Gated DeltaNet over a recurrent state slot per sequence (Qwen3.5).
+    DeltaNet(GatedDeltaNet),
+}
+
+struct Layer {
+    input_norm: RmsNorm,
+    post_norm: RmsNorm,
+    mixer: Mixer,
     mlp: Mlp,
 }
 
@@ -42,6 +59,7 @@ pub struct TextModel {
     layers: Vec<Layer>,
     norm: RmsNorm,
     lm_head: Proj,
+    /// Inverse frequencies of the rotated part of a head (`rotary_dim / 2`).
     inv_freq: Vec<f32>,
     /// Axis (0 = t, 1 = h, 2 = w) of each rotary pair.
     pair_axis: Vec<usize>,
@@ -49,64 +67,77 @@ pub struct TextModel {
     attention: AttentionPath,
 }
 
+/// Loads the attention mixer of a layer (`self_attn.*` under `a`).
+fn attention(spec: &TextSpec, a: VarBuilder) -> Result<Attention> {
+    let (h, hd) = (spec.hidden_size, spec.head_dim);
+    let q_width = spec.num_heads * hd * if spec.attn_output_gate { 2 } else { 1 };
+    let norm = |name: &str| {
+        spec.qk_norm
+            .then(|| RmsNorm::load(hd, spec.rms_norm_eps, spec.zero_centered_norm, a.pp(name)))
+            .transpose()
+    };
+    Ok(Attention {
+        qkv: fused_linear(
+            h,
+            &[
+                (q_width, a.pp("q_proj")),
+                (spec.num_kv_heads * hd, a.pp("k_proj")),
+                (spec.num_kv_heads * hd, a.pp("v_proj")),
+            ],
+            spec.qkv_bias,
+        )?,
+        o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"))?,
+        q_norm: norm("q_norm")?,
+        k_norm: norm("k_norm")?,
+        gated: spec.attn_output_gate,
+    })
+}
+
 impl TextModel {
     /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
     /// `lm_head` from `head_vb` unless embeddings are tied. The attention path is the one for
-    /// `vb`'s device ([`AttentionPath::for_device`]).
+    /// `vb`'s device ([`AttentionPath::for_device`]). Each layer's mixer follows
+    /// `spec.layer_types`: attention (`self_attn`) or Gated DeltaNet (`linear_attn`).
     ///
-    /// Errors: a candle error naming any missing or mis-shaped tensor, or a Qwen3.5 spec
-    /// (its decoder layers are not implemented yet).
+    /// Errors: a candle error naming any missing or mis-shaped tensor, or a linear-attention
+    /// layer without `spec.linear_attention`.
     pub fn new(spec: &TextSpec, vb: VarBuilder, head_vb: VarBuilder) -> Result<Self> {
-        if spec.linear_attention.is_some() || spec.attn_output_gate || spec.zero_centered_norm {
-            candle_core::bail!(
-                "the Qwen3.5 hybrid decoder (Gated DeltaNet layers, gated attention) cannot be run yet: \
-                 its config parses, its layers are not implemented"
-            );
-        }
-        let (h, hd) = (spec.hidden_size, spec.head_dim);
+        let (h, eps, zc) = (spec.hidden_size, spec.rms_norm_eps, spec.zero_centered_norm);
         let embed = candle_nn::embedding(spec.vocab_size, h, vb.pp("embed_tokens"))?;
         let act = Act::from_name(&spec.hidden_act)?;
-        let layers = (0..spec.num_layers)
-            .map(|i| {
-                let l = vb.pp("layers").pp(i);
-                let a = l.pp("self_attn");
-                Ok(Layer {
-                    input_norm: RmsNorm::new(h, spec.rms_norm_eps, l.pp("input_layernorm"))?,
-                    post_norm: RmsNorm::new(
-                        h,
-                        spec.rms_norm_eps,
-                        l.pp("post_attention_layernorm"),
-                    )?,
-                    qkv: fused_linear(
-                        h,
-                        &[
-                            (spec.num_heads * hd, a.pp("q_proj")),
-                            (spec.num_kv_heads * hd, a.pp("k_proj")),
-                            (spec.num_kv_heads * hd, a.pp("v_proj")),
-                        ],
-                        spec.qkv_bias,
-                    )?,
-                    o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"))?,
-                    q_norm: spec
-                        .qk_norm
-                        .then(|| RmsNorm::new(hd, spec.rms_norm_eps, a.pp("q_norm")))
-                        .transpose()?,
-                    k_norm: spec
-                        .qk_norm
-                        .then(|| RmsNorm::new(hd, spec.rms_norm_eps, a.pp("k_norm")))
-                        .transpose()?,
-                    mlp: Mlp::new(
-                        h,
-                        spec.intermediate_size,
-                        MlpNames::Gated,
-                        false,
-                        act,
-                        l.pp("mlp"),
-                    )?,
+        let layers =
+            spec.layer_types
+                .iter()
+                .enumerate()
+                .map(|(i, kind)| {
+                    let l = vb.pp("layers").pp(i);
+                    let mixer = match (kind, &spec.linear_attention) {
+                        (LayerKind::FullAttention, _) => {
+                            Mixer::Attention(attention(spec, l.pp("self_attn"))?)
+                        }
+                        (LayerKind::LinearAttention, Some(lin)) => Mixer::DeltaNet(
+                            GatedDeltaNet::new(lin, h, eps, &spec.hidden_act, l.pp("linear_attn"))?,
+                        ),
+                        (LayerKind::LinearAttention, None) => candle_core::bail!(
+                            "layer {i} is linear attention but the config has no linear_* sizes"
+                        ),
+                    };
+                    Ok(Layer {
+                        input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
+                        post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
+                        mixer,
+                        mlp: Mlp::new(
+                            h,
+                            spec.intermediate_size,
+                            MlpNames::Gated,
+                            false,
+                            act,
+                            l.pp("mlp"),
+                        )?,
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let norm = RmsNorm::new(h, spec.rms_norm_eps, vb.pp("norm"))?;
+                .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(h, eps, zc, vb.pp("norm"))?;
         let (embed, lm_head) = if spec.tie_word_embeddings {
             let dtype = embed.embeddings().dtype();
             let head = Proj::from_parts(vec![(embed.embeddings().clone(), None)])?;
@@ -121,7 +152,7 @@ impl TextModel {
         };
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
-            inv_freq: inv_freq(hd, spec.rope_theta),
+            inv_freq: inv_freq(spec.rotary_dim, spec.rope_theta),
             attention: AttentionPath::for_device(vb.device()),
             spec: spec.clone(),
             embed,
@@ -192,19 +223,20 @@ impl TextModel {
                 meta.positions.dims()
             );
         }
-        if cache.layers.len() != self.layers.len() {
+        let n_attn = attention_layers(&self.spec);
+        let n_linear = self.layers.len() - n_attn;
+        if cache.layers.len() != n_attn || cache.states.len() != n_linear {
             candle_core::bail!(
-                "KV cache has {} layers, model has {}",
+                "cache has {} KV layers and {} recurrent-state layers, model has {n_attn} and {n_linear}",
                 cache.layers.len(),
-                self.layers.len()
+                cache.states.len()
             );
         }
+        if n_linear > 0 {
+            reset_new_sequences(&cache.states, meta)?;
+        }
         let (cos, sin) = self.rotary(&meta.positions, n, &dev)?;
-        let (nh, kvh, hd) = (
-            self.spec.num_heads,
-            self.spec.num_kv_heads,
-            self.spec.head_dim,
-        );
+        let hd = self.spec.head_dim;
         let params = PagedAttentionParams {
             query_lens: &meta.query_lens,
             context_lens: &meta.context_lens,
@@ -223,29 +255,25 @@ impl TextModel {
             num_blocks,
             &dev,
         )?;
+        let (mut kv, mut states) = (cache.layers.iter(), cache.states.iter());
         let mut x = embeds.clone();
         for (i, l) in self.layers.iter().enumerate() {
             let h = l.input_norm.forward(&x)?;
-            let qkv = l.qkv.forward(&h)?;
-            let mut q = qkv.narrow(1, 0, nh * hd)?.reshape((n, nh, hd))?;
-            let mut k = qkv.narrow(1, nh * hd, kvh * hd)?.reshape((n, kvh, hd))?;
-            let v = qkv
-                .narrow(1, (nh + kvh) * hd, kvh * hd)?
-                .reshape((n, kvh, hd))?;
-            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-                q = qn.forward(&q)?;
-                k = kn.forward(&k)?;
-            }
-            let q = apply_rotary(&q, &cos, &sin)?;
-            let k = apply_rotary(&k, &cos, &sin)?;
-            let (kc, vc) = &cache.layers[i];
-            step.write_cache(&k, &v, kc, vc)?;
-            let q = q.to_dtype(kc.dtype())?;
-            let attn = step
-                .attend(&q, kc, vc)?
-                .to_dtype(x.dtype())?
-                .reshape((n, nh * hd))?;
-            x = (x + l.o.forward(&attn)?)?;
+            let mixed = match &l.mixer {
+                Mixer::Attention(a) => {
+                    let Some((kc, vc)) = kv.next() else {
+                        candle_core::bail!("no KV cache for layer {i}");
+                    };
+                    self.attend(a, &h, (&cos, &sin), &step, kc, vc)?
+                }
+                Mixer::DeltaNet(d) => {
+                    let Some((conv, state)) = states.next() else {
+                        candle_core::bail!("no recurrent state for layer {i}");
+                    };
+                    d.forward(&h, meta, conv, state)?
+                }
+            };
+            x = (x + mixed)?;
             x = (&x + l.mlp.forward(&l.post_norm.forward(&x)?)?)?;
             if let Some((rows, feats)) = deepstack {
                 if let Some(f) = feats.get(i) {
@@ -263,7 +291,58 @@ impl TextModel {
             .to_dtype(DType::F32)
     }
 
-    /// M-RoPE `cos`/`sin` `[n, head_dim/2]` from positions `[3, n]`.
+    /// One attention mixer over `h` `[n, hidden]`: q/k/v (+ gate), q/k norm, rotary on the
+    /// leading `rotary_dim` of each head, this step's K/V written at the step's slots,
+    /// paged attention, `sigmoid(gate)` when gated, `o_proj`.
+    fn attend(
+        &self,
+        a: &Attention,
+        h: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        step: &PagedStep<'_>,
+        kc: &Tensor,
+        vc: &Tensor,
+    ) -> Result<Tensor> {
+        let n = h.dim(0)?;
+        let (nh, kvh, hd) = (
+            self.spec.num_heads,
+            self.spec.num_kv_heads,
+            self.spec.head_dim,
+        );
+        let qkv = a.qkv.forward(h)?;
+        let q_width = if a.gated { 2 * nh * hd } else { nh * hd };
+        let (mut q, gate) = if a.gated {
+            let qg = qkv.narrow(1, 0, q_width)?.reshape((n, nh, 2 * hd))?;
+            (
+                qg.narrow(2, 0, hd)?,
+                Some(qg.narrow(2, hd, hd)?.reshape((n, nh * hd))?),
+            )
+        } else {
+            (qkv.narrow(1, 0, q_width)?.reshape((n, nh, hd))?, None)
+        };
+        let mut k = qkv.narrow(1, q_width, kvh * hd)?.reshape((n, kvh, hd))?;
+        let v = qkv
+            .narrow(1, q_width + kvh * hd, kvh * hd)?
+            .reshape((n, kvh, hd))?;
+        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = apply_rotary(&q, cos, sin)?;
+        let k = apply_rotary(&k, cos, sin)?;
+        step.write_cache(&k, &v, kc, vc)?;
+        let q = q.to_dtype(kc.dtype())?;
+        let mut attn = step
+            .attend(&q, kc, vc)?
+            .to_dtype(h.dtype())?
+            .reshape((n, nh * hd))?;
+        if let Some(g) = gate {
+            attn = (attn * candle_nn::ops::sigmoid(&g.contiguous()?)?)?;
+        }
+        a.o.forward(&attn)
+    }
+
+    /// M-RoPE `cos`/`sin` `[n, rotary_dim/2]` from positions `[3, n]`.
     fn rotary(&self, positions: &Tensor, n: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
         let pos: Vec<Vec<u32>> = positions.to_dtype(DType::U32)?.to_vec2()?;
         let half = self.inv_freq.len();

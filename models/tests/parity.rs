@@ -216,7 +216,7 @@ fn ragged_batch(family: &str) {
             }
         })
         .collect();
-    let mut cache = model.new_kv_cache(1024, BLOCK_SIZE).unwrap();
+    let mut cache = model.new_kv_cache(1024, BLOCK_SIZE, STATE_SLOTS).unwrap();
     let batch = run_greedy(&model, &mut cache, &batched_seqs, STEPS, 3);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (b, &i) in order.iter().enumerate() {
@@ -302,6 +302,7 @@ fn chunked_prefill(family: &str) {
             block_tables: table.clone(),
             slot_mapping: range.clone().map(slot).collect(),
             logits_indices: vec![range.len() - 1],
+            state_slots: vec![3],
         };
         let images = seq.images.narrow(rows.start, rows.len()).unwrap();
         let input = StepInput {
@@ -329,6 +330,23 @@ const BF16_MAX_ABS: f32 = 0.15;
 /// greedy token.
 const BF16_NEAR_TIE: f32 = 0.1;
 
+/// Qwen3.5 bounds: its Gated DeltaNet layers feed bf16-rounded q/k/v, beta and gates into a
+/// state carried over every token, so bf16 drifts more. transformers' own bf16 run of the
+/// fixture is 0.136-0.208 from its f32 prefill logits and leaves the f32 greedy tokens at
+/// steps 6-11 (margins 0.055-0.087); ours is 0.172-0.252 from it (measured) and leaves the
+/// tokens at steps 10-20 (margins up to 0.3).
+const BF16_MAX_ABS_HYBRID: f32 = 0.4;
+const BF16_NEAR_TIE_HYBRID: f32 = 0.4;
+
+/// `(max |Δ|, near tie)` bounds of the bf16 test of a family.
+fn bf16_bounds(family: &str) -> (f32, f32) {
+    if family == "qwen3_5" {
+        (BF16_MAX_ABS_HYBRID, BF16_NEAR_TIE_HYBRID)
+    } else {
+        (BF16_MAX_ABS, BF16_NEAR_TIE)
+    }
+}
+
 /// bf16 weights and cache against the f32 transformers goldens, all four sequences: prefill
 /// logits within [`BF16_MAX_ABS`] (a few times the measured bf16 error), and greedy tokens equal to
 /// the reference up to the first step where the reference's margin is a near tie.
@@ -338,6 +356,7 @@ fn bf16_runs_close_to_f32(family: &str) {
     let g = Goldens::load(family);
     let model =
         VlModel::load(&fixture_dir(family), candle_core::DType::BF16, &Device::Cpu).unwrap();
+    let (max_abs_bound, near_tie) = bf16_bounds(family);
     let mut worst = 0f32;
     let mut agreed = 0;
     for i in 0..g.n() {
@@ -349,14 +368,16 @@ fn bf16_runs_close_to_f32(family: &str) {
             0,
         );
         let d = max_abs(&run.prefill_logits[0], &g.f32s("logits", i));
+        println!("{family} seq {i}: bf16 prefill logits max |Δ| {d:.3e}");
         worst = worst.max(d);
         let want = g.ids("greedy", i);
         let margins = g.f32s("greedy_margin", i);
         let same = match run.tokens[0].iter().zip(&want).position(|(a, b)| a != b) {
             None => want.len(),
             Some(at) => {
+                println!("{family} seq {i}: bf16 leaves the reference at step {at}");
                 assert!(
-                    margins[at] < BF16_NEAR_TIE,
+                    margins[at] < near_tie,
                     "sequence {i}: bf16 token {} differs from the reference's {} at step {at}, \
                      where its margin {} is no near tie",
                     run.tokens[0][at],
@@ -366,12 +387,12 @@ fn bf16_runs_close_to_f32(family: &str) {
                 at
             }
         };
-        println!("{family} seq {i}: bf16 prefill logits max |Δ| {d:.3e}, {same}/24 tokens agree");
+        println!("{family} seq {i}: {same}/24 bf16 tokens agree");
         agreed += same;
     }
     assert!(
-        worst <= BF16_MAX_ABS,
-        "bf16 max |Δ| {worst} > {BF16_MAX_ABS}"
+        worst <= max_abs_bound,
+        "bf16 max |Δ| {worst} > {max_abs_bound}"
     );
     assert!(agreed > 0, "no greedy token agrees with the reference");
 }
@@ -411,6 +432,7 @@ fn reference_text_shape(family: &str) -> TextShape {
             1202,
         ),
         "qwen3_vl" => (1209, 64, 128, 3, 4, 2, 16, 5e6, [2, 3, 3], true, true, 1202),
+        "qwen3_5" => (1209, 64, 128, 4, 4, 2, 32, 1e7, [2, 3, 3], true, true, 1202),
         other => panic!("no reference shape for {other}"),
     }
 }
@@ -497,3 +519,4 @@ macro_rules! family_tests {
 family_tests!(qwen2_vl, "qwen2_vl");
 family_tests!(qwen2_5_vl, "qwen2_5_vl");
 family_tests!(qwen3_vl, "qwen3_vl");
+family_tests!(qwen3_5, "qwen3_5");

@@ -158,6 +158,14 @@ impl EngineConfig {
     }
 }
 
+/// Bytes of the recurrent-state slots of `layout`: one slot per running sequence
+/// (`cfg.max_batch`), 0 for a model without recurrent layers.
+pub fn state_bytes(cfg: &EngineConfig, layout: &KvLayout) -> u64 {
+    layout.states.map_or(0, |s| {
+        (s.bytes_per_slot() as u64).saturating_mul(cfg.max_batch as u64)
+    })
+}
+
 /// Blocks that fit in `budget_bytes` at `bytes_per_block` each (floor).
 pub fn blocks_in_budget(budget_bytes: u64, bytes_per_block: usize) -> usize {
     if bytes_per_block == 0 {
@@ -204,10 +212,11 @@ pub fn device_memory(device: &Device) -> Option<(u64, u64)> {
 /// free memory `available` measured after the weights are loaded ([`device_memory`]; `None`:
 /// unknown, not checked), so a fraction of free memory is what the weights left. A pool
 /// larger than `available` bytes is refused instead of letting the allocation abort the
-/// process.
+/// process. A model with recurrent state ([`KvLayout::states`]) has `cfg.max_batch` state
+/// slots (one per running sequence, [`state_bytes`]) taken from the budget first.
 ///
 /// Errors: [`EngineError::Config`] when free memory is needed but unknown, the budget holds
-/// no block, or the pool would not fit in `available`.
+/// no block next to the state slots, or the pool would not fit in `available`.
 pub fn pool_blocks_within(
     cfg: &EngineConfig,
     layout: &KvLayout,
@@ -221,9 +230,13 @@ pub fn pool_blocks_within(
         layout.head_dim,
         layout.dtype,
     );
+    let states = state_bytes(cfg, layout);
     let blocks = match cfg.kv_budget {
         KvBudget::Blocks(n) => n,
-        KvBudget::Gib(g) => blocks_in_budget((g * (1u64 << 30) as f64) as u64, per_block),
+        KvBudget::Gib(g) => blocks_in_budget(
+            ((g * (1u64 << 30) as f64) as u64).saturating_sub(states),
+            per_block,
+        ),
         KvBudget::FreeFraction(f) => {
             let free = available.ok_or_else(|| {
                 EngineError::Config(format!(
@@ -231,15 +244,17 @@ pub fn pool_blocks_within(
                     device.location()
                 ))
             })?;
-            blocks_in_budget((free as f64 * f) as u64, per_block)
+            blocks_in_budget(((free as f64 * f) as u64).saturating_sub(states), per_block)
         }
     };
     if blocks == 0 {
         return Err(EngineError::Config(format!(
-            "the KV cache budget holds no block of {per_block} bytes"
+            "the KV cache budget holds no block of {per_block} bytes next to {states} bytes of \
+             recurrent state ({} sequences)",
+            cfg.max_batch
         )));
     }
-    let bytes = (blocks as u128) * (per_block as u128);
+    let bytes = (blocks as u128) * (per_block as u128) + u128::from(states);
     if let Some(free) = available {
         if bytes > u128::from(free) {
             let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
@@ -295,6 +310,7 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 64,
             dtype: candle_core::DType::F32,
+            states: None,
         };
         // Per block: 2 (K,V) · 2 layers · 16 tokens · 2 heads · 64 · 4 bytes = 32 KiB.
         let cfg = EngineConfig {
@@ -324,6 +340,7 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 64,
             dtype: candle_core::DType::F32,
+            states: None,
         };
         let gib = |g: f64| EngineConfig {
             kv_budget: KvBudget::Gib(g),
@@ -354,6 +371,47 @@ mod tests {
             pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, None).unwrap(),
             100_000 * 32 * 1024
         );
+    }
+
+    /// Catches: state slots left out of the budget (32 blocks) or counted once instead of per
+    /// sequence (31).
+    #[test]
+    fn state_slots_come_out_of_the_budget() {
+        use verisample_models::{batch::StateLayout, LinearAttentionSpec};
+        let spec = LinearAttentionSpec {
+            conv_kernel: 4,
+            num_key_heads: 2,
+            num_value_heads: 4,
+            key_head_dim: 16,
+            value_head_dim: 8,
+        };
+        let layout = KvLayout {
+            num_layers: 2,
+            n_kv_heads: 2,
+            head_dim: 64,
+            dtype: candle_core::DType::F32,
+            states: Some(StateLayout {
+                num_layers: 3,
+                spec,
+            }),
+        };
+        // A slot: 3 layers · (96 channels · 3 + 4 · 16 · 8) f32 = 9600 bytes; 16 slots take
+        // 153600 of 1 MiB, leaving 27 blocks of 32 KiB.
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Gib(1.0 / 1024.0),
+            max_batch: 16,
+            ..Default::default()
+        };
+        assert_eq!(state_bytes(&cfg, &layout), 153_600);
+        assert_eq!(pool_blocks(&cfg, &layout, &Device::Cpu).unwrap(), 27);
+        let crowded = EngineConfig {
+            max_batch: 110,
+            ..cfg
+        };
+        match pool_blocks(&crowded, &layout, &Device::Cpu) {
+            Err(EngineError::Config(m)) => assert!(m.contains("110 sequences"), "{m}"),
+            other => panic!("want a Config error, got {other:?}"),
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! The engine is the only owner of the KV cache ([`verisample_models::batch::KvCache`], one
-//! preallocated pool per layer, sized from a memory budget). Blocks are handed out by the
+//! preallocated pool per attention layer, sized from a memory budget) and of the recurrent
+//! state of linear-attention layers (one slot per running sequence, `state_slots.rs`; prefix
+//! caching is off for such models). Blocks are handed out by the
 //! [`block_manager`], with prefix caching of full blocks (system prompts, duplicate image +
 //! prompt rows); when the pool runs out the youngest running sequence is preempted and
 //! recomputed later, so every request completes. A sequence's tokens do not depend on the
@@ -25,6 +27,7 @@ pub mod request;
 pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
+mod state_slots;
 mod step;
 pub mod vision_budget;
 pub mod vision_cache;
@@ -46,6 +49,7 @@ pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedI
 use block_manager::BlockManager;
 use sampler::Greedy;
 use scheduler::{Scheduler, SchedulerConfig};
+use state_slots::StateSlots;
 use step::Core;
 
 /// Error a completion callback may return; it stops `generate` (anyhow errors convert with `?`
@@ -141,13 +145,14 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                 layout.n_kv_heads,
                 layout.head_dim,
                 layout.dtype,
-            ) as u64;
+            ) as u64
+            + config::state_bytes(&cfg, &layout);
         let vision_budget = cfg.vision_memory.bytes(available, pool_bytes);
         let vision_batch_patches =
             vision_budget::batch_patches(cfg.max_vision_patches, vision_budget, |p| {
                 model.vision_pass_bytes(p)
             });
-        let cache = KvCache::new(
+        let mut cache = KvCache::new(
             layout.num_layers,
             num_blocks,
             cfg.block_size,
@@ -156,13 +161,20 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             layout.dtype,
             model.device(),
         )?;
+        // One recurrent-state slot per running sequence; a prefix-cache hit would skip the
+        // tokens that build a sequence's state, so prefix caching is off for such models.
+        let num_slots = layout.states.map_or(0, |_| cfg.max_batch);
+        if let Some(states) = layout.states {
+            cache.states = states.allocate(num_slots, model.device())?;
+        }
+        let prefix_caching = cfg.prefix_caching && layout.states.is_none();
         let scheduler = Scheduler::new(
             SchedulerConfig {
                 max_batch: cfg.max_batch,
                 max_batch_tokens: cfg.max_batch_tokens,
                 watermark_blocks: (num_blocks as f64 * cfg.watermark) as usize,
             },
-            BlockManager::new(num_blocks, cfg.block_size, cfg.prefix_caching),
+            BlockManager::new(num_blocks, cfg.block_size, prefix_caching),
         );
         let threads = match cfg.prepare_threads {
             0 => std::thread::available_parallelism()
@@ -178,6 +190,8 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             num_blocks,
             block_size = cfg.block_size,
             max_batch = cfg.max_batch,
+            state_slots = num_slots,
+            prefix_caching,
             vision_budget,
             vision_batch_patches,
             "KV cache pool allocated"
@@ -196,6 +210,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             placeholders,
             vision_budget,
             vision_batch_patches,
+            state_slots: StateSlots::new(num_slots),
         };
         Ok(Self {
             core,

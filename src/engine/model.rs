@@ -6,15 +6,16 @@
 //! small arithmetic model through the same traits.
 
 use candle_core::{DType, Device, Tensor};
-use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::batch::{BatchMeta, KvCache, StateLayout};
 use verisample_models::ImageEmbeds;
 
 use super::request::{PreparedInput, Request};
 
-/// Shape of one layer's KV cache entries, for sizing and allocating the pool.
+/// What the model caches, for sizing and allocating the pools: KV blocks for its attention
+/// layers and, for linear-attention layers, a fixed-size recurrent state per running sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvLayout {
-    /// Decoder layers.
+    /// Decoder layers with a KV cache (attention layers).
     pub num_layers: usize,
     /// Key/value heads per layer (GQA).
     pub n_kv_heads: usize,
@@ -22,6 +23,9 @@ pub struct KvLayout {
     pub head_dim: usize,
     /// Cache dtype (the model's activation dtype).
     pub dtype: DType,
+    /// Recurrent state of the linear-attention layers, one slot per running sequence (`None`:
+    /// no such layers).
+    pub states: Option<StateLayout>,
 }
 
 /// Vision embeddings of the image-placeholder rows of a flattened batch.

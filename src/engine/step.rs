@@ -13,6 +13,7 @@ use super::request::{Completion, FinishReason, PreparedInput};
 use super::sampler::Greedy;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
 use super::sequence::{ImageSpan, SeenTokens, Sequence};
+use super::state_slots::StateSlots;
 use super::vision_budget::vision_batches;
 use super::vision_cache::VisionCache;
 use super::{EngineError, EngineStats};
@@ -34,6 +35,8 @@ pub(crate) struct Core<M> {
     pub vision_budget: Option<u64>,
     /// Patches per vision-encoder forward ([`super::vision_budget::batch_patches`]).
     pub vision_batch_patches: usize,
+    /// Recurrent-state slot of each running sequence (models with linear-attention layers).
+    pub state_slots: StateSlots,
 }
 
 /// The flattened inputs of one step.
@@ -138,6 +141,7 @@ impl<M: EngineModel> Core<M> {
                 self.release_images(&s);
             }
         }
+        self.state_slots.clear();
     }
 
     fn release_images(&mut self, s: &Sequence) {
@@ -178,7 +182,10 @@ impl<M: EngineModel> Core<M> {
             self.encode_missing_images(&plan.seqs)?;
         }
         let t0 = Instant::now();
-        let batch = self.build_batch(&plan)?;
+        let keys: Vec<u64> = plan.seqs.iter().map(|sc| sc.seq).collect();
+        let slots = self.state_slots.assign(self.scheduler.running(), &keys)?;
+        let mut batch = self.build_batch(&plan)?;
+        batch.meta.state_slots = slots;
         let logits = self.model.forward(
             &batch.input_ids,
             batch.images.as_ref(),
@@ -370,6 +377,7 @@ impl<M: EngineModel> Core<M> {
             block_tables: Vec::with_capacity(plan.seqs.len()),
             slot_mapping: Vec::with_capacity(total),
             logits_indices: Vec::new(),
+            state_slots: Vec::new(),
         };
         let mut chunks = Vec::new();
         let mut rows = Vec::new();

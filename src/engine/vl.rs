@@ -1,11 +1,11 @@
-//! The models crate's [`VlModel`] (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) behind the engine traits,
-//! and [`VlInputs`]: its chat template, tokenizer, image processor and M-RoPE index as the
-//! engine's input processor.
+//! The models crate's [`VlModel`] (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5) behind the engine
+//! traits, and [`VlInputs`]: its chat template, tokenizer, image processor and M-RoPE index as
+//! the engine's input processor.
 
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use verisample_models::batch::{BatchMeta, KvCache};
+use verisample_models::batch::{attention_layers, BatchMeta, KvCache, StateLayout};
 use verisample_models::{
     decode_position, get_rope_index, smart_resize, ChatMessage, ImageProcessor, PixelBounds,
     PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
@@ -44,10 +44,11 @@ impl EngineModel for VlModel {
     fn kv_layout(&self) -> KvLayout {
         let spec = self.text_spec();
         KvLayout {
-            num_layers: spec.num_layers,
+            num_layers: attention_layers(spec),
             n_kv_heads: spec.num_kv_heads,
             head_dim: spec.head_dim,
             dtype: self.dtype(),
+            states: StateLayout::of(spec),
         }
     }
 

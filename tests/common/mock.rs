@@ -85,6 +85,7 @@ impl EngineModel for MockModel {
             n_kv_heads: 1,
             head_dim: 1,
             dtype: DType::F32,
+            states: None,
         }
     }
 

@@ -126,7 +126,8 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Prefills all `seqs` as one ragged batch (their blocks starting at `first_block`, taken in a
-/// scattered order), then decodes `steps` greedy tokens for all of them together.
+/// scattered order; sequence `s` in recurrent-state slot `s`), then decodes `steps` greedy
+/// tokens for all of them together.
 pub fn run_greedy(
     model: &VlModel,
     cache: &mut KvCache,
@@ -181,6 +182,7 @@ pub fn run_greedy(
             .map(|(s, p)| slot(s, p))
             .collect(),
         logits_indices,
+        state_slots: (0..seqs.len() as u32).collect(),
     };
     let parts: Vec<&ImageEmbeds> = seqs.iter().map(|s| &s.images).collect();
     let images = ImageEmbeds::cat(&parts).unwrap();
@@ -214,6 +216,7 @@ pub fn run_greedy(
             block_tables: tables.clone(),
             slot_mapping: idx.iter().enumerate().map(|(s, &i)| slot(s, i)).collect(),
             logits_indices: (0..seqs.len()).collect(),
+            state_slots: (0..seqs.len() as u32).collect(),
         };
         let logits: Vec<Vec<f32>> = model
             .forward(
@@ -239,9 +242,12 @@ pub fn run_greedy(
     }
 }
 
+/// State slots of a fresh cache: one per sequence of the largest batch of the tests (64).
+pub const STATE_SLOTS: usize = 64;
+
 /// A fresh f32 CPU cache big enough for the fixtures.
 pub fn fresh_cache(model: &VlModel) -> KvCache {
-    model.new_kv_cache(64, BLOCK_SIZE).unwrap()
+    model.new_kv_cache(64, BLOCK_SIZE, STATE_SLOTS).unwrap()
 }
 
 pub fn load_model(family: &str) -> VlModel {
