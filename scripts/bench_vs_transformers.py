@@ -8,9 +8,11 @@ example binary, one process per run) and transformers (this script in ``--hf-wor
 one process per run, so that peak RSS is per engine), asserts that both generated the same
 tokens, and prints one table: images/s, prefill tokens/s, decode tokens/s, peak RSS.
 
-Model sizes: the tiny fixture checkpoint (models/tests/fixtures/qwen2_vl) and a ~100 M
-parameter random Qwen2-VL built here from the fixture's tokenizer and processor (written to a
-temporary folder, never committed).
+Model sizes: the tiny fixture checkpoint (models/tests/fixtures/qwen2_vl), a ~100 M
+parameter random Qwen2-VL built here from the fixture's tokenizer and processor (``100m``), and
+a ~100 M parameter random Qwen3.5 (``qwen3_5_100m``: 14 hybrid layers, every 4th gated full
+attention, the others Gated DeltaNet) built likewise from models/tests/fixtures/qwen3_5; both
+written to a temporary folder, never committed.
 
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
@@ -19,7 +21,7 @@ prefill seconds). Prefill tokens/s in the table include the vision encoder on bo
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
-        [--models tiny,100m] [--json OUT.json]
+        [--models tiny,100m,qwen3_5_100m] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_vl")
+FIXTURE_QWEN3_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5")
 QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."
@@ -57,26 +60,55 @@ def list_images(folder: str, n: int) -> list[str]:
     return [os.path.join(folder, f) for f in (files[:n] if n else files)]
 
 
+def copy_fixture_files(fixture: str, out_dir: str) -> dict:
+    """Copy a fixture's tokenizer/processor files to `out_dir`; return its config.json."""
+    for name in os.listdir(fixture):
+        if name not in ("config.json", "model.safetensors") and not name.startswith("goldens"):
+            shutil.copy(os.path.join(fixture, name), out_dir)
+    with open(os.path.join(fixture, "config.json")) as f:
+        return json.load(f)
+
+
+def save_random(cfg: dict, out_dir: str) -> None:
+    """A randomly initialised model of `cfg` (transformers' own init, seed 0), saved f32."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.for_model(**cfg)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
 def make_100m(out_dir: str) -> None:
     """A random Qwen2-VL of ~100 M parameters with the fixture's tokenizer and processor."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    for name in os.listdir(FIXTURE):
-        if name not in ("config.json", "model.safetensors") and not name.startswith("goldens"):
-            shutil.copy(os.path.join(FIXTURE, name), out_dir)
-    with open(os.path.join(FIXTURE, "config.json")) as f:
-        cfg = json.load(f)
+    cfg = copy_fixture_files(FIXTURE, out_dir)
     cfg["text_config"].update(
         hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=12,
         num_key_value_heads=2, layer_types=["full_attention"] * 14,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]},
     )
     cfg["vision_config"].update(depth=6, embed_dim=384, num_heads=6, mlp_ratio=4, hidden_size=768)
-    config = Qwen2VLConfig.from_dict(cfg)
-    torch.manual_seed(0)
-    model = Qwen2VLForConditionalGeneration(config).to(torch.float32).eval()
-    model.save_pretrained(out_dir, safe_serialization=True)
+    save_random(cfg, out_dir)
+
+
+def make_100m_qwen3_5(out_dir: str) -> None:
+    """A random Qwen3.5 of ~100 M parameters (14 layers: Gated DeltaNet with 4 key heads and 8
+    value heads of 64, every 4th layer gated full attention with 8 heads of 128, a quarter of
+    each rotated) with the qwen3_5 fixture's tokenizer and processor."""
+    cfg = copy_fixture_files(FIXTURE_QWEN3_5, out_dir)
+    cfg["text_config"].update(
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=128,
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
+        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+        linear_value_head_dim=64, linear_conv_kernel_dim=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
+                         "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+    )
+    cfg["vision_config"].update(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6,
+                                out_hidden_size=768)
+    save_random(cfg, out_dir)
 
 
 def decoder_layer_params(model_dir: str) -> tuple[int, int]:
@@ -114,12 +146,12 @@ def hf_worker(args: argparse.Namespace) -> None:
     """Run transformers' batched greedy generate; print one JSON object."""
     import torch
     from PIL import Image
-    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     torch.set_num_threads(args.threads)
     processor = AutoProcessor.from_pretrained(args.model, use_fast=False)
     processor.tokenizer.padding_side = "left"
-    model = Qwen2VLForConditionalGeneration.from_pretrained(args.model, dtype=torch.float32).eval()
+    model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32).eval()
     tok = processor.tokenizer
     eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
@@ -229,10 +261,10 @@ def main() -> None:
     for name in args.models.split(","):
         if name == "tiny":
             models[name] = FIXTURE
-        elif name == "100m":
-            d = os.path.join(tmp, "qwen2_vl_100m")
+        elif name in ("100m", "qwen3_5_100m"):
+            d = os.path.join(tmp, name)
             os.makedirs(d)
-            make_100m(d)
+            (make_100m if name == "100m" else make_100m_qwen3_5)(d)
             models[name] = d
     gflops = gemm_gflops(args.threads)
     rows, results, mismatches = [], [], 0

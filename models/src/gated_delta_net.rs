@@ -47,8 +47,9 @@ impl GatedDeltaNet {
     /// Loads `linear_attn.*` from `vb` for a decoder of width `hidden`; `act` is the config's
     /// `hidden_act` (the conv activation).
     ///
-    /// Errors: a candle error naming a missing or mis-shaped tensor, or an activation other
-    /// than SiLU (the only one the conv kernel applies).
+    /// Errors: a candle error naming a missing or mis-shaped tensor, an activation other
+    /// than SiLU (the only one the conv kernel applies), or a device other than the CPU (the
+    /// recurrent kernels have no other implementation yet).
     pub fn new(
         spec: &LinearAttentionSpec,
         hidden: usize,
@@ -56,6 +57,12 @@ impl GatedDeltaNet {
         act: &str,
         vb: VarBuilder,
     ) -> Result<Self> {
+        if !vb.device().is_cpu() {
+            candle_core::bail!(
+                "Gated DeltaNet (linear-attention) layers run on the CPU only so far: load this \
+                 model on the CPU"
+            );
+        }
         if !matches!(act, "silu" | "swish") {
             candle_core::bail!("Gated DeltaNet conv activation `{act}` is not supported (silu)");
         }

@@ -1,9 +1,15 @@
-//! The language model: Qwen2 decoder (Qwen2-VL, Qwen2.5-VL) or Qwen3 decoder (Qwen3-VL, q/k
-//! RMSNorm, interleaved M-RoPE) over a flattened ragged batch and the paged KV cache.
+//! The language model: Qwen2 decoder (Qwen2-VL, Qwen2.5-VL), Qwen3 decoder (Qwen3-VL, q/k
+//! RMSNorm, interleaved M-RoPE) or Qwen3.5's hybrid decoder, over a flattened ragged batch,
+//! the paged KV cache and (Qwen3.5) the per-sequence recurrent state slots.
 //!
-//! Reference: transformers `Qwen2VLTextModel` / `Qwen3VLTextModel`. M-RoPE: rotary pair `i` of a
-//! head takes its position from axis `t`, `h` or `w` — contiguous chunks of `mrope_section`
-//! (Qwen2) or interleaved `t h w t h w …` for the first `3·section[1..]` pairs (Qwen3).
+//! Reference: transformers `Qwen2VLTextModel` / `Qwen3VLTextModel` / `Qwen3_5TextModel`. Every
+//! layer is `x + mixer(norm(x))` then `x + mlp(norm(x))`; the mixer is attention, or for
+//! Qwen3.5's `linear_attention` layers Gated DeltaNet ([`crate::gated_delta_net`]). Qwen3.5's
+//! attention is gated (`q_proj` yields query and gate per head; output × `sigmoid(gate)`) and
+//! rotates only the leading `rotary_dim` of each head; its norms are zero-centred
+//! (`x̂·(1+w)` in f32). M-RoPE: rotary pair `i` of a head takes its position from axis `t`, `h`
+//! or `w` — contiguous chunks of `mrope_section` (Qwen2) or interleaved `t h w t h w …` for the
+//! first `3·section[1..]` pairs (Qwen3, Qwen3.5).
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, VarBuilder};
