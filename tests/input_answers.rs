@@ -1,9 +1,11 @@
 //! Issue 15, newcomer mends: answers that are numbers are read as Python's `str()` prints
 //! them, a null inside an answer list is dropped while other references remain, and the `qa`
-//! layout's `answer` may be a list of strings too. The image bytes are a stand-in: the reader
-//! does not decode images.
+//! layout's `answer` may be a list of strings too; `prepare --parquet` writes that layout from
+//! flat files (column flags or detection) and `prepare --jsonl` takes list answers. The image
+//! bytes are a stand-in: neither the reader nor `prepare` decodes images.
 
 use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -174,6 +176,143 @@ fn the_qa_layout_takes_list_answers_too() {
                 Some(vec!["7".to_string(), "seven".to_string()])
             ),
             ("x".to_string(), None),
+        ]
+    );
+}
+
+fn prepare(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_verisample"))
+        .arg("prepare")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn list_answers(rows: &[&[&str]]) -> ArrayRef {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for refs in rows {
+        for r in *refs {
+            b.values().append_value(r);
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+#[test]
+fn prepare_parquet_writes_the_qa_layout_from_flat_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chartqa = tmp.path().join("chartqa/test.parquet");
+    std::fs::create_dir_all(chartqa.parent().unwrap()).unwrap();
+    write_parquet(
+        &chartqa,
+        vec![
+            ("img", images(2)),
+            ("query", questions(2)),
+            ("label", list_answers(&[&["black", "Black"], &["7"]])),
+            (
+                "human_or_machine",
+                Arc::new(StringArray::from(vec!["human", "machine"])),
+            ),
+        ],
+    );
+    let out = tmp.path().join("prepared");
+    let done = prepare(&[
+        "--parquet",
+        chartqa.to_str().unwrap(),
+        "--image-column",
+        "img",
+        "--family",
+        "ChartQA",
+        "--split",
+        "test",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let written = out.join("data/test-00000-of-00001.parquet");
+    let rows = read(&written);
+    assert_eq!(rows.len(), 2);
+    let flat = read(&chartqa);
+    for (r, f) in rows.iter().zip(&flat) {
+        assert_eq!(r.columns, None, "written in the qa layout");
+        assert_eq!(r.image.bytes, f.image.bytes, "image bytes unchanged");
+        assert_eq!(r.qa.len(), 1);
+        assert_eq!(
+            (&r.qa[0].question, &r.qa[0].answer, &r.qa[0].answer_list),
+            (&f.qa[0].question, &f.qa[0].answer, &f.qa[0].answer_list)
+        );
+        assert_eq!(r.family.as_deref(), Some("ChartQA"));
+        assert_eq!(r.extra["human_or_machine"], f.extra["human_or_machine"]);
+    }
+    assert_eq!(
+        rows[0].qa[0].answer_list,
+        Some(vec!["black".to_string(), "Black".to_string()])
+    );
+
+    // Both `answer` and `label`: a usage error (exit 2) listing the columns.
+    let ambiguous = tmp.path().join("ambiguous.parquet");
+    write_parquet(
+        &ambiguous,
+        vec![
+            ("image", images(1)),
+            ("question", questions(1)),
+            ("answer", Arc::new(StringArray::from(vec!["a"]))),
+            ("label", Arc::new(StringArray::from(vec!["a"]))),
+        ],
+    );
+    let refused = prepare(&[
+        "--parquet",
+        ambiguous.to_str().unwrap(),
+        "--out",
+        tmp.path().join("p2").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ambiguous answer column: answer, label")
+            && err.contains("columns found: image, question, answer, label"),
+        "{err}"
+    );
+}
+
+#[test]
+fn prepare_jsonl_takes_list_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.png"), b"a").unwrap();
+    std::fs::write(tmp.path().join("b.png"), b"b").unwrap();
+    let jsonl = tmp.path().join("qa.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"image\": \"a.png\", \"question\": \"q\", \"answer\": [\"black\", null, \"Black\"]}\n\
+         {\"image\": \"b.png\", \"question\": \"q\", \"answer\": \"7\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let done = prepare(&[
+        "--jsonl",
+        jsonl.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let rows = read(&out.join("data/train-00000-of-00001.parquet"));
+    assert_eq!(
+        answers(&rows),
+        [
+            (
+                r#"["black","Black"]"#.to_string(),
+                Some(vec!["black".to_string(), "Black".to_string()])
+            ),
+            ("7".to_string(), None),
         ]
     );
 }

@@ -83,6 +83,10 @@ pub enum DatasetError {
     /// An input path or option is not usable (no such file, glob matches nothing, …).
     #[error("{0}")]
     Invalid(String),
+    /// The input needs an option to be read as asked (`--split` for a labels file of several
+    /// splits, a column flag for an ambiguous layout): a usage error (exit 2).
+    #[error("{0}")]
+    Choice(String),
 }
 
 impl DatasetError {
