@@ -144,6 +144,40 @@ fn a_hub_dataset_gives_the_splits_of_the_same_parquet_by_path() {
     ok(verify);
     // The same command again resumes: the resolution is stable.
     ok(run(&cache, &["--data", "acme/orand", "--out", hub]));
+
+    // Shards of a hub run merge (the merge reads the input again, by its resolved glob).
+    let shards: Vec<PathBuf> = (0..2)
+        .map(|i| tmp.path().join(format!("shard-{i}")))
+        .collect();
+    for (i, dir) in shards.iter().enumerate() {
+        let shard = format!("{i}/2");
+        ok(run(
+            &cache,
+            &[
+                "--data",
+                "acme/orand",
+                "--shard",
+                &shard,
+                "--out",
+                dir.to_str().unwrap(),
+            ],
+        ));
+    }
+    let merged = tmp.path().join("merged");
+    ok(Command::new(env!("CARGO_BIN_EXE_verisample"))
+        .arg("merge")
+        .args(&shards)
+        .arg("--out")
+        .arg(&merged)
+        .args(["--progress", "none"])
+        .env("HF_HUB_CACHE", &cache)
+        .output()
+        .unwrap());
+    assert_eq!(
+        data_files(&merged),
+        a,
+        "the merged shards are the whole run"
+    );
 }
 
 /// `run` with `args` fails with exit 2 and a message holding every one of `want`.
