@@ -1,5 +1,5 @@
-//! `verisample check --family F --pred TEXT --ref TEXT [--json]`: explains one string
-//! decision — the normalised forms, each candidate tried and which matched, the result.
+//! `verisample check --family F --pred TEXT --ref TEXT [--ref TEXT…] [--json]`: explains one
+//! string decision against one reference or several (a list-valued answer) — the normalised forms, each candidate tried and which matched, the result.
 //! Pure: the CLI prints [`CheckReport::to_human`] or the JSON of [`CheckReport`].
 
 use std::fmt::Write as _;
@@ -24,9 +24,10 @@ pub struct CheckReport {
     pub answer: String,
     /// The reasoning split off the prediction, if any.
     pub think: Option<String>,
-    /// The reference as given.
+    /// The reference as given; for several, their JSON array text (as `org_answer` stores a
+    /// list-valued answer).
     pub reference: String,
-    /// The reference's normalised form.
+    /// The reference's normalised form; for several, the JSON array of those compared.
     pub reference_normalised: String,
     /// The reference cannot be string-verified.
     pub unusable_reference: bool,
@@ -44,16 +45,30 @@ pub struct CheckReport {
     pub blank_answer: bool,
     /// The item would go to the judge (not blank, not accepted).
     pub needs_judge: bool,
-    /// ASCII digits of the answer and of the reference (the number guard's view).
-    pub digits: [String; 2],
-    /// The number guard would veto a judge `CORRECT`.
+    /// ASCII digits of the answer, then of each reference (the number guard's view).
+    pub digits: Vec<String>,
+    /// The number guard would veto a judge `CORRECT`: the answer's digits differ from those
+    /// of every reference (the rule of `route`).
     pub numbers_disagree: bool,
 }
 
-/// Explains the decision of `verifier` on `pred` (reasoning split off) against `reference`.
-pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier) -> CheckReport {
+/// Explains the decision of `verifier` on `pred` (reasoning split off) against `references`
+/// (one, or several: accepted when any matches, ANLS scored by the best, as
+/// [`Verifier::verify_any`]).
+pub fn check_with(
+    family: &str,
+    pred: &str,
+    references: &[&str],
+    verifier: Verifier,
+) -> CheckReport {
     let split = split_think(pred, false);
-    let v = verifier.verify(&split.answer, reference);
+    let v = verifier.verify_any(&split.answer, references);
+    let reference = match references {
+        [one] => (*one).to_string(),
+        several => serde_json::Value::from(several.to_vec()).to_string(),
+    };
+    let mut digits = vec![ascii_digits(&split.answer)];
+    digits.extend(references.iter().map(|r| ascii_digits(r)));
     let blank = is_blank(&split.answer);
     let accepted = v.accepted() && !blank;
     CheckReport {
@@ -61,7 +76,7 @@ pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier)
         verifier: verifier.to_string(),
         prediction: pred.to_string(),
         think: split.think,
-        reference: reference.to_string(),
+        reference,
         reference_normalised: v.reference_normalised.clone(),
         unusable_reference: v.unusable_reference,
         matched_variant: v.matched,
@@ -73,8 +88,11 @@ pub fn check_with(family: &str, pred: &str, reference: &str, verifier: Verifier)
             .filter(|_| accepted),
         blank_answer: blank,
         needs_judge: !blank && !accepted,
-        digits: [ascii_digits(&split.answer), ascii_digits(reference)],
-        numbers_disagree: numbers_disagree(&split.answer, reference),
+        digits,
+        numbers_disagree: !references.is_empty()
+            && references
+                .iter()
+                .all(|r| numbers_disagree(&split.answer, r)),
         candidates: v.trials,
         answer: split.answer,
     }
@@ -137,11 +155,14 @@ impl CheckReport {
             _ => "REJECTED by the string verifier; the judge would grade it".to_string(),
         };
         let _ = writeln!(s, "result:     {result}");
+        let answer_digits = self.digits.first().cloned().unwrap_or_default();
+        let reference_digits = match self.digits.get(1..).unwrap_or_default() {
+            [one] => format!("{one:?}"),
+            several => format!("{several:?}"),
+        };
         let _ = writeln!(
             s,
-            "digits:     {:?} vs {:?}{}",
-            self.digits[0],
-            self.digits[1],
+            "digits:     {answer_digits:?} vs {reference_digits}{}",
             if self.numbers_disagree {
                 "  (differ: the number guard would veto a judge CORRECT)"
             } else {
@@ -163,7 +184,7 @@ mod tests {
         let r = check_with(
             "OrandCar",
             "\n\n11850\n\nThe amount is 11.850",
-            "11850",
+            &["11850"],
             verifier,
         );
         assert_eq!(r.verifier, "alnum");
@@ -188,12 +209,12 @@ mod tests {
 
     #[test]
     fn explains_rejections() {
-        let r = check_with("OrandCar", "ll.850", "11850", Verifier::Alnum);
+        let r = check_with("OrandCar", "ll.850", &["11850"], Verifier::Alnum);
         assert!(!r.accepted && r.needs_judge && r.numbers_disagree);
-        assert_eq!(r.digits, ["850".to_string(), "11850".to_string()]);
+        assert_eq!(r.digits, ["850", "11850"]);
         assert!(r.to_human().contains("number guard would veto"));
 
-        let r = check_with("OrandCar", "!!", "\u{4E2D}\u{6587}", Verifier::Alnum);
+        let r = check_with("OrandCar", "!!", &["\u{4E2D}\u{6587}"], Verifier::Alnum);
         assert_eq!(r.matched_variant, Some(Variant::Whole));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
         let human = r.to_human();
@@ -205,11 +226,39 @@ mod tests {
         let r = check_with(
             "OrandCar",
             "<think>faint</think>\u{200B}",
-            "1432",
+            &["1432"],
             Verifier::Alnum,
         );
         assert!(r.blank_answer && !r.needs_judge);
         assert_eq!(r.think.as_deref(), Some("faint"));
         assert!(r.to_human().contains("no_answer"));
+    }
+
+    #[test]
+    fn several_references_any_match_and_the_best_anls() {
+        // `Black.` against several `black`s: the second reference matches.
+        let r = check_with("X", "Black.", &["white", "black", "blak"], Verifier::Alnum);
+        assert_eq!(r.reference, r#"["white","black","blak"]"#);
+        assert!(r.accepted, "{}", r.to_human());
+        let r = check_with("X", "Black.", &["white", "blak"], Verifier::Alnum);
+        assert!(!r.accepted && r.needs_judge);
+        // ANLS: the best reference is not the first; its score is the maximum.
+        let anls = Verifier::Anls { threshold: 0.5 };
+        let r = check_with("X", "Main Stret", &["elm road", "main street"], anls);
+        assert!(r.accepted);
+        let score = r.candidates[0].score.unwrap();
+        assert_eq!(format!("{score:.4}"), "0.9091");
+        // The number guard vetoes only when every reference's digits differ.
+        let r = check_with("X", "ll.850", &["11850", "850"], Verifier::Alnum);
+        assert!(!r.numbers_disagree);
+        assert_eq!(r.digits, ["850", "11850", "850"]);
+        let r = check_with("X", "ll.850", &["11850", "1185"], Verifier::Alnum);
+        assert!(r.numbers_disagree);
+        assert!(
+            r.to_human()
+                .contains(r#"digits:     "850" vs ["11850", "1185"]"#),
+            "{}",
+            r.to_human()
+        );
     }
 }

@@ -197,10 +197,14 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     if let Some(d) = &args.data {
         settings.data = d.clone();
     }
-    if !settings.data.exists() {
-        return Err(MergeError::DataNotFound(settings.data));
-    }
-    let data_root = crate::settings::input_root(&settings.data).map_err(MergeError::Out)?;
+    // A glob (`--data DIR/*.parquet`, or the snapshot pattern `--data OWNER/NAME` resolved
+    // to) is not a path that exists: `input_root` resolves it as the reader does.
+    let data_root = match crate::settings::input_root(&settings.data) {
+        Err(crate::settings::SettingsError::DataNotFound(d)) => {
+            return Err(MergeError::DataNotFound(d))
+        }
+        other => other.map_err(MergeError::Out)?,
+    };
     crate::settings::check_out(&args.out, data_root.as_deref(), args.force)
         .map_err(MergeError::Out)?;
     settings.progress = if args.quiet {

@@ -16,11 +16,12 @@ use std::str::FromStr;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::layout::{ColumnFlags, Layout, LayoutError, ReadOptions};
+use crate::dataset::layout::{ColumnFlags, LayoutError, ReadOptions};
 use crate::shard::{Shard, ShardParseError};
 use crate::verify::VerifierRegistry;
 
 mod canonical;
+mod data;
 mod decoding;
 mod device;
 mod fingerprint;
@@ -124,9 +125,18 @@ pub struct RunArgs {
     /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub). [default: assets/model]
     #[arg(long, value_name = "DIR_OR_ID")]
     pub model: Option<String>,
-    /// Input dataset (HF parquet folder or file). [default: assets/sample/data]
-    #[arg(long, value_name = "INPUT")]
+    /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
+    /// the local HF cache only (as --model; the parquet files of one config and split, from
+    /// the card's `configs:` or data/<split>-*.parquet). [default: assets/sample/data]
+    #[arg(long, value_name = "INPUT_OR_ID")]
     pub data: Option<PathBuf>,
+    /// Config of a hub-cache --data OWNER/NAME with several. [default: the only one, or the
+    /// card's default]
+    #[arg(long, value_name = "NAME")]
+    pub data_config: Option<String>,
+    /// Split of a hub-cache --data OWNER/NAME with several. [default: the only one]
+    #[arg(long, value_name = "NAME")]
+    pub data_split: Option<String>,
     /// Image column of a flat input (one question per row, no `qa` column).
     /// [default: detected: image, img]
     #[arg(long, value_name = "COLUMN")]
@@ -245,6 +255,10 @@ pub struct ConfigFile {
     pub model: Option<String>,
     /// See [`RunArgs::data`].
     pub data: Option<PathBuf>,
+    /// See [`RunArgs::data_config`].
+    pub data_config: Option<String>,
+    /// See [`RunArgs::data_split`].
+    pub data_split: Option<String>,
     /// See [`RunArgs::image_column`].
     pub image_column: Option<String>,
     /// See [`RunArgs::question_column`].
@@ -423,6 +437,9 @@ pub enum SettingsError {
         /// What is missing or ambiguous, with the columns found.
         source: LayoutError,
     },
+    /// `--data OWNER/NAME` did not resolve in the local hub cache.
+    #[error("--data: {0}")]
+    Hub(#[from] crate::dataset::hub::HubError),
     /// The binary lacks the backend for the requested device.
     #[error(
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
@@ -619,11 +636,13 @@ impl Settings {
         }
         device.check_built()?;
 
-        let data = match (&args.data, &file.data) {
-            (Some(d), _) => d.clone(),
-            (None, Some(d)) => rebase(&base, d.clone()),
-            (None, None) => bundled(DEFAULT_DATA),
-        };
+        let (data, hub) = data::resolve_data(&data::DataChoice {
+            flag: args.data.as_deref(),
+            file: file.data.as_deref(),
+            base: &base,
+            config: args.data_config.as_deref().or(file.data_config.as_deref()),
+            split: args.data_split.as_deref().or(file.data_split.as_deref()),
+        })?;
         let data_root = input_root(&data)?;
         let out = match (&args.out, &file.out) {
             (Some(o), _) => o.clone(),
@@ -645,8 +664,9 @@ impl Settings {
                 (None, Some(r)) => Some(rebase(&base, r.clone())),
                 (None, None) => None,
             },
+            hub,
         };
-        check_read_options(&data, &read)?;
+        data::check_read_options(&data, &read)?;
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
@@ -743,37 +763,6 @@ impl Settings {
             }
         }
         registry
-    }
-}
-
-/// `--images-root` must be a folder, and the first input file's columns must resolve to a
-/// layout ([`Layout::resolve`]), so an ambiguous layout fails before any weight is loaded.
-/// (The reader resolves every file again and reports a later file that does not fit.)
-fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), SettingsError> {
-    if let Some(r) = &read.images_root {
-        if !r.is_dir() {
-            return Err(SettingsError::Invalid {
-                key: "images-root",
-                value: r.display().to_string(),
-                why: "must be an existing folder".into(),
-            });
-        }
-    }
-    let first = crate::dataset::reader::resolve_inputs(&data.to_string_lossy())
-        .ok()
-        .and_then(|inputs| inputs.files.into_iter().next());
-    let Some(first) = first else {
-        return Ok(()); // the reader reports an input without parquet files
-    };
-    let columns = crate::dataset::layout::file_columns(&first);
-    match columns {
-        Some(columns) => Layout::resolve(&columns, &read.columns)
-            .map(|_| ())
-            .map_err(|source| SettingsError::Columns {
-                file: first,
-                source,
-            }),
-        None => Ok(()), // unreadable footer: the reader reports the file
     }
 }
 

@@ -83,6 +83,38 @@ fn check_names_the_default_verifier_for_an_unregistered_family() {
 }
 
 #[test]
+fn check_takes_several_references() {
+    let out = bin()
+        .args([
+            "check",
+            "--verifier",
+            "anls",
+            "--pred",
+            "Main Stret",
+            "--ref",
+            "elm road",
+            "--ref",
+            "main street",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["reference"], r#"["elm road","main street"]"#);
+    assert_eq!(report["accepted"], true);
+    let score = report["candidates"][0]["score"].as_f64().unwrap();
+    assert_eq!(
+        format!("{score:.4}"),
+        "0.9091",
+        "the best reference's score"
+    );
+    // No --ref at all is a usage error.
+    let out = bin().args(["check", "--pred", "12"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn bench_refuses_a_folder_with_an_image_that_cannot_run() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("a.png"), dataset_util::png(60, 20, 3)).unwrap();

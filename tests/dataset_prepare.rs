@@ -244,7 +244,7 @@ fn prepare_names_the_line_of_a_missing_image_and_refuses_to_mix_splits() {
     let two_splits = "{\"file\": \"a.png\", \"split\": \"train\", \"label\": \"1\"}\n\
                       {\"file\": \"b.png\", \"split\": \"val\", \"label\": \"2\"}\n";
     let (code, err) = prepare(two_splits, None);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2), "a usage error: --split is missing");
     assert!(
         err.contains("has lines of 2 splits (train, val): pass --split"),
         "{err}"

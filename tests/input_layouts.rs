@@ -3,12 +3,15 @@
 //! (no image bytes are committed), in the shapes `datasets`' `to_parquet` writes: an HF
 //! `Image()` struct column, string columns, and `list<string>` for several references.
 //!
+//! The same layouts written by the real `datasets` library (`scripts/make_layouts_datasets.py`)
+//! give the splits of the Rust-built ones; that test also needs python3 with `datasets`.
+//!
 //! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, `<repo>/../../shared/data` or
 //! `<repo>/../shared/data`); without it prints "skipped: …" (and fails under CI, see
 //! tests/shared_data).
 
 mod shared_data;
-use shared_data::require_shared_data;
+use shared_data::{require_shared_data, skip};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -272,15 +275,8 @@ fn assert_same_splits(nested: &Path, flat: &Path, columns: &serde_json::Value) -
     counts
 }
 
-#[test]
-fn a_flat_dataset_and_the_same_data_in_qa_layout_give_the_same_splits() {
-    let Some(data) = require_shared_data() else {
-        return;
-    };
-    let s = samples(&data);
-    let tmp = tempfile::tempdir().unwrap();
-    // Our layout: `image` + `qa` list of {question, answer}.
-    let nested = tmp.path().join("nested/data/val.parquet");
+/// SPEC §2's `qa` column: one {question, answer} item per sample.
+fn qa_column(s: &[Sample]) -> ArrayRef {
     let mut qa = ListBuilder::new(arrow::array::StructBuilder::from_fields(
         vec![
             arrow::datatypes::Field::new("question", arrow::datatypes::DataType::Utf8, true),
@@ -288,7 +284,7 @@ fn a_flat_dataset_and_the_same_data_in_qa_layout_give_the_same_splits() {
         ],
         1,
     ));
-    for x in &s {
+    for x in s {
         let item = qa.values();
         item.field_builder::<StringBuilder>(0)
             .unwrap()
@@ -299,10 +295,19 @@ fn a_flat_dataset_and_the_same_data_in_qa_layout_give_the_same_splits() {
         item.append(true);
         qa.append(true);
     }
-    write_parquet(
-        &nested,
-        vec![("image", images(&s)), ("qa", Arc::new(qa.finish()))],
-    );
+    Arc::new(qa.finish())
+}
+
+#[test]
+fn a_flat_dataset_and_the_same_data_in_qa_layout_give_the_same_splits() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    // Our layout: `image` + `qa` list of {question, answer}.
+    let nested = tmp.path().join("nested/data/val.parquet");
+    write_parquet(&nested, vec![("image", images(&s)), ("qa", qa_column(&s))]);
     // DocVQA-style flat layout.
     let flat = tmp.path().join("flat/data/val.parquet");
     write_parquet(
@@ -495,4 +500,74 @@ fn images_given_by_absolute_path_need_images_root() {
         assert_eq!(e.field, "image.path");
         assert!(e.message.contains("outside --images-root"), "{e:?}");
     }
+}
+
+/// The image hashes of each split of `out`, in order.
+fn split_shas(out: &Path) -> Vec<Vec<String>> {
+    let accepted = ["OrandCar_RS_think", "OrandCar_RS_nothink"]
+        .map(|split| split_rows::<AcceptedQa>(out, split));
+    let rejected = split_rows::<RejectedQa>(out, "OrandCar_rejected");
+    accepted
+        .iter()
+        .map(|rows| rows.iter().map(|(r, _)| r.image_sha256.clone()).collect())
+        .chain([rejected
+            .iter()
+            .map(|(r, _)| r.image_sha256.clone())
+            .collect()])
+        .collect()
+}
+
+#[test]
+fn layouts_written_by_datasets_give_the_splits_of_the_rust_built_ones() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let has_datasets = Command::new("python3")
+        .args(["-c", "import datasets"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_datasets {
+        skip("python3 with the `datasets` library not importable");
+        return;
+    }
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    let made = tmp.path().join("datasets");
+    let orand = data.join("orand-car-a");
+    check(
+        Command::new("python3")
+            .arg(repo().join("scripts/make_layouts_datasets.py"))
+            .arg(&orand)
+            .arg(&made)
+            .arg(N.to_string())
+            .output()
+            .unwrap(),
+        "make_layouts_datasets.py",
+    );
+    let nested = tmp.path().join("nested/data/val.parquet");
+    write_parquet(&nested, vec![("image", images(&s)), ("qa", qa_column(&s))]);
+    let out_nested = tmp.path().join("out-nested");
+    run(nested.parent().unwrap(), &out_nested, &[]);
+    let columns =
+        |i: &str, q: &str, a: &str| serde_json::json!({"image": i, "question": q, "answer": a});
+    for (layout, cols) in [
+        ("qa", serde_json::Value::Null),
+        ("flat", columns("image", "question", "answer")),
+        ("chartqa", columns("img", "query", "label")),
+    ] {
+        let out = tmp.path().join(format!("out-{layout}"));
+        run(&made.join(layout), &out, &[]);
+        let (accepted, rejected) = assert_same_splits(&out_nested, &out, &cols);
+        assert_eq!(accepted + rejected, N, "{layout}");
+    }
+    // Several references (a decoy "0" beside the label) and path-only images (read under
+    // --images-root): the same images land in the same splits.
+    let want = split_shas(&out_nested);
+    let out = tmp.path().join("out-multi");
+    run(&made.join("multi"), &out, &[]);
+    assert_eq!(split_shas(&out), want, "multi");
+    let out = tmp.path().join("out-paths");
+    let root = orand.to_string_lossy().into_owned();
+    run(&made.join("paths"), &out, &["--images-root", &root]);
+    assert_eq!(split_shas(&out), want, "paths");
 }

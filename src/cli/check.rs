@@ -12,7 +12,8 @@ use crate::verify::{Verifier, VerifierRegistry};
     long_about = "Explain one string decision: the reasoning split off the prediction, the normalised \
 forms, each candidate tried (whole, first line, first paragraph), which matched, and whether the \
 item would go to the judge. Output is text, or one JSON object with --json.",
-    after_help = "Example:\n  verisample check --family OrandCar --pred $'11850\\n\\nThe amount is' --ref 11850"
+    after_help = "Examples:\n  verisample check --family OrandCar --pred $'11850\\n\\nThe amount is' --ref 11850\n  \
+verisample check --verifier exact --pred Black. --ref white --ref black"
 )]
 pub struct CheckArgs {
     /// Family whose verifier is used.
@@ -21,9 +22,11 @@ pub struct CheckArgs {
     /// The model's output (a `<think>…</think>` block is split off first).
     #[arg(long)]
     pub pred: String,
-    /// The reference answer.
-    #[arg(long = "ref")]
-    pub reference: String,
+    /// The reference answer; repeat for several references (a list-valued answer: accepted
+    /// when any matches, `anls` scores the best; the number guard vetoes only when every
+    /// reference's digits differ).
+    #[arg(long = "ref", required = true, value_name = "TEXT")]
+    pub references: Vec<String>,
     /// Use this verifier instead of the family's (`alnum`, `exact`, `mc_letter`, `numeric[:tol]`,
     /// `relaxed`, `anls[:tau]`).
     #[arg(long)]
@@ -53,7 +56,8 @@ pub(super) fn run(a: &CheckArgs) -> anyhow::Result<()> {
             registry.for_family(Some(&a.family))
         }
     };
-    let report: CheckReport = check_with(&a.family, &a.pred, &a.reference, verifier);
+    let references: Vec<&str> = a.references.iter().map(String::as_str).collect();
+    let report: CheckReport = check_with(&a.family, &a.pred, &references, verifier);
     if a.json {
         println!("{}", report.to_json());
     } else {

@@ -2,31 +2,36 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
 use clap::{ArgGroup, Args};
 
 use super::usage;
 use crate::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
 use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GROUP};
+use crate::dataset::DatasetError;
 use crate::family::{family_spec, is_valid_family_name};
 
 /// Build an input dataset (HF parquet) from images plus a labels JSONL.
 #[derive(Debug, Args)]
 #[command(
-    group(ArgGroup::new("source").required(true).args(["labels", "jsonl"])),
+    group(ArgGroup::new("source").required(true).args(["labels", "jsonl", "parquet"])),
     long_about = "Build an input dataset in the Hugging Face parquet layout.\n\n\
 Input, one of:\n  \
 --labels FILE: a labels JSONL, one object per image with `file` (relative to --images) and \
 `label` (the reference answer); other fields are kept as provenance columns. Every image gets \
 the family's fixed question (built in for OrandCar, else --question).\n  \
 --jsonl FILE: a JSONL of {\"image\", \"question\", \"answer\"} with `image` relative to the \
-JSONL's folder; lines with the same image become one row.\n\n\
+JSONL's folder; lines with the same image become one row; `answer` may be a list of \
+references.\n  \
+--parquet INPUT: any parquet file, folder or glob `run` reads, flat layouts included \
+(`image, question, answer[s]`, `image, query, label`, …: columns detected or named by \
+--image-column, --question-column, --answer-column); one row per input row.\n\n\
 Output: OUT/data/<split>-00000-of-0000N.parquet with columns image{bytes,path} (bytes unchanged), \
 qa[{question, answer, source = image sha256}], image_sha256, family and provenance columns; \
 row groups of at most 100 rows.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
-verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input"
+verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input\n  \
+verisample prepare --parquet chartqa/test.parquet --image-column img --family ChartQA --split test --out chartqa-qa"
 )]
 pub struct PrepareArgs {
     /// Labels JSONL (`file`, `label`, provenance fields).
@@ -35,17 +40,31 @@ pub struct PrepareArgs {
     /// Folder that the labels' `file` paths are relative to [default: the labels file's folder].
     #[arg(long, value_name = "DIR", requires = "labels")]
     pub images: Option<PathBuf>,
-    /// Generic QA JSONL (`image`, `question`, `answer`).
+    /// Generic QA JSONL (`image`, `question`, `answer`: a string or a list of references).
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
+    /// A parquet file, folder or glob in any layout `run` reads (SPEC §2's, or flat).
+    #[arg(long, value_name = "INPUT")]
+    pub parquet: Option<String>,
+    /// Image column of a flat --parquet input. [default: detected: image, img]
+    #[arg(long, value_name = "COLUMN", requires = "parquet")]
+    pub image_column: Option<String>,
+    /// Question column of a flat --parquet input. [default: detected: question, query, prompt]
+    #[arg(long, value_name = "COLUMN", requires = "parquet")]
+    pub question_column: Option<String>,
+    /// Answer column of a flat --parquet input (a string or a list of strings).
+    /// [default: detected: answer, answers, label, ground_truth]
+    #[arg(long, value_name = "COLUMN", requires = "parquet")]
+    pub answer_column: Option<String>,
     /// Benchmark family written to the `family` column (required with --labels).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
     /// The question for every image with --labels [default: the family's built-in question].
     #[arg(long, value_name = "TEXT", requires = "labels")]
     pub question: Option<String>,
-    /// Keep only labels lines whose `split` field is this value; also names the output split.
-    #[arg(long, value_name = "SPLIT", requires = "labels")]
+    /// Names the output split [default: train]; with --labels, also keeps only the lines
+    /// whose `split` field is this value.
+    #[arg(long, value_name = "SPLIT")]
     pub split: Option<String>,
     /// Output dataset folder.
     #[arg(long, value_name = "DIR")]
@@ -123,8 +142,20 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
             "--split {split:?}: a split name must match ^\\w+(\\.\\w+)*$"
         )));
     }
-    let source = match (a.labels, a.jsonl) {
-        (Some(labels), None) => {
+    let source = match (a.labels, a.jsonl, a.parquet) {
+        (None, None, Some(input)) => {
+            crate::dataset::reader::resolve_inputs(&input)
+                .map_err(|e| usage(format!("--parquet {e}")))?;
+            PrepareSource::Parquet {
+                input,
+                columns: crate::dataset::layout::ColumnFlags {
+                    image: a.image_column,
+                    question: a.question_column,
+                    answer: a.answer_column,
+                },
+            }
+        }
+        (Some(labels), None, None) => {
             if !labels.is_file() {
                 return Err(usage(format!(
                     "--labels {}: no such file",
@@ -164,13 +195,13 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
                 split_filter: a.split,
             }
         }
-        (None, Some(jsonl)) => {
+        (None, Some(jsonl), None) => {
             if !jsonl.is_file() {
                 return Err(usage(format!("--jsonl {}: no such file", jsonl.display())));
             }
             PrepareSource::QaJsonl { jsonl }
         }
-        _ => return Err(usage("give exactly one of --labels or --jsonl")),
+        _ => return Err(usage("give exactly one of --labels, --jsonl or --parquet")),
     };
     let source_folder = match &source {
         PrepareSource::Labels { images, .. } => images.clone(),
@@ -178,6 +209,10 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), PathBuf::from),
+        PrepareSource::Parquet { input, .. } => crate::settings::input_root(Path::new(input))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| PathBuf::from(input)),
     };
     check_out(&a.out, &source_folder, &split, a.force)?;
     let shard = ShardOptions {
@@ -197,7 +232,10 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
 pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
     let opts = prepare_options(a)?;
     let started = std::time::Instant::now();
-    let summary = prepare(&opts).with_context(|| format!("prepare into {}", opts.out.display()))?;
+    let summary = prepare(&opts).map_err(|e| match e {
+        DatasetError::Choice(m) => usage(m),
+        other => anyhow::Error::new(other).context(format!("prepare into {}", opts.out.display())),
+    })?;
     tracing::info!(
         rows = summary.shards.num_rows,
         qa = summary.qa_items,

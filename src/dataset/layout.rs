@@ -60,6 +60,11 @@ pub struct ReadOptions {
     /// folder instead of the dataset's, and refused when they lead outside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images_root: Option<PathBuf>,
+    /// The hub-cache dataset `--data OWNER/NAME` resolved to (repo, revision, config, split):
+    /// recorded in `run.json` and the fingerprint; the reader reads the input spec it
+    /// resolved to (see [`super::hub`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<super::hub::HubDataset>,
 }
 
 impl ReadOptions {

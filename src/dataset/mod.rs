@@ -9,11 +9,13 @@
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
 //! - [`layout`]: which columns hold the image, the question and the answer (SPEC §2 or flat).
+//! - [`hub`]: a dataset of the local Hugging Face hub cache named by its id.
 //! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
 //! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.
 
 pub mod card;
 pub mod features;
+pub mod hub;
 pub mod inspect;
 pub mod isolate;
 pub mod layout;
@@ -81,6 +83,10 @@ pub enum DatasetError {
     /// An input path or option is not usable (no such file, glob matches nothing, …).
     #[error("{0}")]
     Invalid(String),
+    /// The input needs an option to be read as asked (`--split` for a labels file of several
+    /// splits, a column flag for an ambiguous layout): a usage error (exit 2).
+    #[error("{0}")]
+    Choice(String),
 }
 
 impl DatasetError {

@@ -9,7 +9,13 @@
 //!   Optionally only the lines whose `split` field equals a value.
 //! - **qa-jsonl**: a JSONL of `{image, question, answer, …}` with `image` relative to the
 //!   JSONL's folder; lines with the same image become one row with several `qa` entries;
-//!   other fields become extra `qa` fields (strings).
+//!   other fields become extra `qa` fields (strings). `answer` may be a list (several
+//!   references; a null in it is dropped).
+//! - **parquet** ([`from_parquet`]): any parquet input the reader takes, flat layouts
+//!   included (column flags or detection), one row per input row, images as stored.
+//!
+//! When any answer is a list, `qa[].answer` is written as `list<string>` (a single
+//! reference as a list of one, which reads back as that string).
 //!
 //! Output: `<out>/data/<split>-00000-of-0000N.parquet` with `image` = {the unchanged file
 //! bytes, the file name}, `image_sha256`, `qa[].source` = the image's SHA-256 (provenance
@@ -25,6 +31,7 @@ use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use serde_json::{Map, Value};
 
+use super::layout::ColumnFlags;
 use super::reader::resolve_inside;
 use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
 use super::writer::{image_array, image_fields, sha256_hex};
@@ -49,6 +56,13 @@ pub enum PrepareSource {
     QaJsonl {
         /// The JSONL file.
         jsonl: PathBuf,
+    },
+    /// A parquet input (file, folder or glob) in any layout the reader takes.
+    Parquet {
+        /// The input spec.
+        input: String,
+        /// `--image-column`, `--question-column`, `--answer-column`.
+        columns: ColumnFlags,
     },
 }
 
@@ -83,8 +97,22 @@ struct PendingRow {
 #[derive(Debug, Clone, PartialEq)]
 struct PendingQa {
     question: String,
-    answer: String,
+    /// The references: one, or those of a list-valued answer (`listed`).
+    answers: Vec<String>,
+    /// The answer was given as a list.
+    listed: bool,
     extra: Map<String, Value>,
+}
+
+impl PendingQa {
+    fn one(question: String, answer: String, extra: Map<String, Value>) -> Self {
+        Self {
+            question,
+            answers: vec![answer],
+            listed: false,
+            extra,
+        }
+    }
 }
 
 /// A JSON value as a string column value: strings as they are, null as null, others as JSON.
@@ -135,7 +163,43 @@ fn take_text(
     path: &Path,
     line: usize,
 ) -> Result<String, DatasetError> {
-    match m.remove(key) {
+    value_text(m.remove(key), key, path, line)
+}
+
+/// `answer` of a QA line: a string (or integer), or a list of them (several references; a
+/// null in the list is dropped, as the reader does). Returns the references and whether
+/// they came as a list.
+fn take_answers(
+    m: &mut Map<String, Value>,
+    path: &Path,
+    line: usize,
+) -> Result<(Vec<String>, bool), DatasetError> {
+    match m.remove("answer") {
+        Some(Value::Array(items)) => {
+            let answers = items
+                .into_iter()
+                .filter(|v| !v.is_null())
+                .map(|v| value_text(Some(v), "answer[]", path, line))
+                .collect::<Result<Vec<_>, _>>()?;
+            if answers.is_empty() {
+                return Err(DatasetError::Invalid(format!(
+                    "{}:{line}: `answer` is a list without a reference",
+                    path.display()
+                )));
+            }
+            Ok((answers, true))
+        }
+        other => Ok((vec![value_text(other, "answer", path, line)?], false)),
+    }
+}
+
+fn value_text(
+    v: Option<Value>,
+    key: &str,
+    path: &Path,
+    line: usize,
+) -> Result<String, DatasetError> {
+    match v {
         Some(Value::String(s)) => Ok(s),
         // An integer's text survives parsing; a decimal or an out-of-range number does not
         // (`1.50` would become `1.5`, `1e3` `1000.0`): those must be quoted.
@@ -187,11 +251,7 @@ fn labels_rows(
         rows.push(PendingRow {
             origin: format!("{}:{line}", labels.display()),
             image_rel: file,
-            qa: vec![PendingQa {
-                question: question.to_string(),
-                answer,
-                extra: Map::new(),
-            }],
+            qa: vec![PendingQa::one(question.to_string(), answer, Map::new())],
             provenance: rename_reserved(m, &RESERVED),
         });
     }
@@ -205,10 +265,11 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     for (line, mut m) in read_jsonl(jsonl)? {
         let image = take_text(&mut m, "image", jsonl, line)?;
         let question = take_text(&mut m, "question", jsonl, line)?;
-        let answer = take_text(&mut m, "answer", jsonl, line)?;
+        let (answers, listed) = take_answers(&mut m, jsonl, line)?;
         let item = PendingQa {
             question,
-            answer,
+            answers,
+            listed,
             extra: rename_reserved(m, &["source"]),
         };
         match index.get(&image) {
@@ -227,11 +288,21 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     Ok(rows)
 }
 
-/// The input-layout schema for these provenance columns and extra `qa` fields (both sorted).
-pub fn input_schema(provenance: &[String], qa_extra: &[String]) -> SchemaRef {
+/// The `qa[].answer` type: `list<string>` when any answer is a list, else `string`.
+fn answer_type(listed: bool) -> DataType {
+    if listed {
+        DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
+    } else {
+        DataType::Utf8
+    }
+}
+
+/// The input-layout schema for these provenance columns and extra `qa` fields (both sorted);
+/// `qa[].answer` is `list<string>` when `listed` (some answer has several references).
+pub fn input_schema(provenance: &[String], qa_extra: &[String], listed: bool) -> SchemaRef {
     let mut qa_fields = vec![
         Field::new("question", DataType::Utf8, true),
-        Field::new("answer", DataType::Utf8, true),
+        Field::new("answer", answer_type(listed), true),
         Field::new("source", DataType::Utf8, true),
     ];
     qa_fields.extend(qa_extra.iter().map(|k| Field::new(k, DataType::Utf8, true)));
@@ -254,16 +325,66 @@ pub fn input_schema(provenance: &[String], qa_extra: &[String]) -> SchemaRef {
 struct ReadyRow {
     image: ImageRef,
     sha: String,
+    family: Option<String>,
     pending: PendingRow,
+}
+
+/// The column names a batch is built with: provenance columns, extra `qa` fields, and
+/// whether `qa[].answer` is a list.
+struct Columns {
+    prov: Vec<String>,
+    qa_extra: Vec<String>,
+    listed: bool,
+}
+
+impl Columns {
+    /// The columns of `rows` (sorted, as [`input_schema`] wants them).
+    fn of<'a>(rows: impl IntoIterator<Item = &'a PendingRow>) -> Self {
+        let (mut prov, mut qa_extra, mut listed) = (BTreeSet::new(), BTreeSet::new(), false);
+        for r in rows {
+            prov.extend(r.provenance.keys().cloned());
+            for q in &r.qa {
+                qa_extra.extend(q.extra.keys().cloned());
+                listed |= q.listed;
+            }
+        }
+        Self {
+            prov: prov.into_iter().collect(),
+            qa_extra: qa_extra.into_iter().collect(),
+            listed,
+        }
+    }
+
+    fn schema(&self) -> SchemaRef {
+        input_schema(&self.prov, &self.qa_extra, self.listed)
+    }
+}
+
+/// The `qa[].answer` values of `items`: strings, or lists of strings when `listed`.
+fn answer_array(items: &[(&PendingQa, &str)], listed: bool) -> ArrayRef {
+    if !listed {
+        return Arc::new(StringArray::from_iter_values(
+            items
+                .iter()
+                .map(|(q, _)| q.answers.first().map_or("", String::as_str)),
+        ));
+    }
+    let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+    for (q, _) in items {
+        for a in &q.answers {
+            b.values().append_value(a);
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
 }
 
 fn ready_batch(
     rows: &[ReadyRow],
     schema: &SchemaRef,
-    family: Option<&str>,
-    prov: &[String],
-    qa_extra: &[String],
+    columns: &Columns,
 ) -> Result<RecordBatch, DatasetError> {
+    let (prov, qa_extra) = (&columns.prov, &columns.qa_extra);
     let items: Vec<(&PendingQa, &str)> = rows
         .iter()
         .flat_map(|r| r.pending.qa.iter().map(move |q| (q, r.sha.as_str())))
@@ -272,9 +393,7 @@ fn ready_batch(
         Arc::new(StringArray::from_iter_values(
             items.iter().map(|(q, _)| q.question.as_str()),
         )),
-        Arc::new(StringArray::from_iter_values(
-            items.iter().map(|(q, _)| q.answer.as_str()),
-        )),
+        answer_array(&items, columns.listed),
         Arc::new(StringArray::from_iter_values(
             items.iter().map(|(_, sha)| *sha),
         )),
@@ -303,7 +422,9 @@ fn ready_batch(
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.sha.as_str()),
         )),
-        Arc::new(StringArray::from_iter(rows.iter().map(|_| family))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.family.as_deref()),
+        )),
     ];
     for k in prov {
         cols.push(Arc::new(StringArray::from_iter(
@@ -326,7 +447,9 @@ pub struct PrepareSummary {
 /// Run `prepare` (see the module docs).
 ///
 /// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
-/// outside its folder (naming the path), no rows after filtering, or a write failure.
+/// outside its folder (naming the path), a parquet row that cannot be read (naming file,
+/// row and field), [`DatasetError::Choice`] for an input that needs an option (`--split`,
+/// a column flag), no rows after filtering, or a write failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
@@ -346,11 +469,12 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
             (qa_jsonl_rows(jsonl)?, dir)
         }
+        PrepareSource::Parquet { input, columns } => {
+            return from_parquet::prepare_parquet(opts, input, columns)
+        }
     };
     if rows.is_empty() {
-        return Err(DatasetError::Invalid(
-            "no rows to prepare (empty input or nothing matches the split filter)".into(),
-        ));
+        return Err(no_rows());
     }
     if let PrepareSource::Labels {
         labels,
@@ -363,7 +487,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
             .filter_map(|r| r.provenance.get("split").and_then(Value::as_str))
             .collect();
         if splits.len() > 1 {
-            return Err(DatasetError::Invalid(format!(
+            return Err(DatasetError::Choice(format!(
                 "{} has lines of {} splits ({}): pass --split NAME to prepare one of them \
                  (they would otherwise be mixed into one split)",
                 labels.display(),
@@ -375,28 +499,8 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
     let root = image_dir
         .canonicalize()
         .map_err(|e| DatasetError::io(&image_dir, e))?;
-    let prov: Vec<String> = rows
-        .iter()
-        .flat_map(|r| r.provenance.keys().cloned())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let qa_extra: Vec<String> = rows
-        .iter()
-        .flat_map(|r| r.qa.iter().flat_map(|q| q.extra.keys().cloned()))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let schema = input_schema(&prov, &qa_extra);
-    let mut writer = ShardedWriter::create(
-        &opts.out.join("data"),
-        &opts.split,
-        schema.clone(),
-        opts.shard,
-    )?;
-    let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
-    let mut qa_items = 0u64;
-    for pending in rows {
+    let columns = Columns::of(&rows);
+    let ready = rows.into_iter().map(|pending| {
         let file = resolve_inside(&root, &root, &pending.image_rel)
             .map_err(|m| DatasetError::Invalid(format!("{}: {m}", pending.origin)))?;
         let bytes = std::fs::read(&file).map_err(|e| {
@@ -408,40 +512,60 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
             ))
         })?;
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
-        qa_items += pending.qa.len() as u64;
-        ready.push(ReadyRow {
+        Ok(ReadyRow {
             sha: sha256_hex(&bytes),
             image: ImageRef {
                 bytes: Some(bytes),
                 path: name,
             },
+            family: opts.family.clone(),
             pending,
-        });
+        })
+    });
+    write_rows(opts, &columns, ready)
+}
+
+fn no_rows() -> DatasetError {
+    DatasetError::Invalid(
+        "no rows to prepare (empty input or nothing matches the split filter)".into(),
+    )
+}
+
+/// Write `rows` as `opts.split` into `opts.out/data/`, in row groups of
+/// `opts.shard.rows_per_group`.
+fn write_rows(
+    opts: &PrepareOptions,
+    columns: &Columns,
+    rows: impl Iterator<Item = Result<ReadyRow, DatasetError>>,
+) -> Result<PrepareSummary, DatasetError> {
+    let schema = columns.schema();
+    let mut writer = ShardedWriter::create(
+        &opts.out.join("data"),
+        &opts.split,
+        schema.clone(),
+        opts.shard,
+    )?;
+    let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
+    let mut qa_items = 0u64;
+    for row in rows {
+        let row = row?;
+        qa_items += row.pending.qa.len() as u64;
+        ready.push(row);
         if ready.len() >= opts.shard.rows_per_group {
-            writer.write(&ready_batch(
-                &ready,
-                &schema,
-                opts.family.as_deref(),
-                &prov,
-                &qa_extra,
-            )?)?;
+            writer.write(&ready_batch(&ready, &schema, columns)?)?;
             ready.clear();
         }
     }
     if !ready.is_empty() {
-        writer.write(&ready_batch(
-            &ready,
-            &schema,
-            opts.family.as_deref(),
-            &prov,
-            &qa_extra,
-        )?)?;
+        writer.write(&ready_batch(&ready, &schema, columns)?)?;
     }
     Ok(PrepareSummary {
         shards: writer.finish()?,
         qa_items,
     })
 }
+
+mod from_parquet;
 
 #[cfg(test)]
 mod tests {
@@ -471,7 +595,7 @@ mod tests {
         .unwrap();
         let all = labels_rows(&p, "Q?", None).unwrap();
         assert_eq!(all.len(), 2);
-        assert_eq!(all[1].qa[0].answer, "60");
+        assert_eq!(all[1].qa[0].answers, ["60"]);
         let train = labels_rows(&p, "Q?", Some("train")).unwrap();
         assert_eq!(train.len(), 1);
         assert_eq!(train[0].image_rel, "train/a.jpg");

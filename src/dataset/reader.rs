@@ -15,8 +15,9 @@
 //! Column handling: each file's layout comes from its column names ([`Layout::resolve`]). In
 //! SPEC §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
 //! source?, …}) are required; in a flat layout (`image, question, answer`, `image, query,
-//! label`, …) each row is one item, its answer a string or a list of strings (several
-//! references, [`QaItem::answer_list`]), and [`InputRow::columns`] records the columns used.
+//! label`, …) each row is one item, and [`InputRow::columns`] records the columns used. In
+//! both, an answer is a string or a list of strings (several references,
+//! [`QaItem::answer_list`]); an integer or float answer reads as Python's `str()` prints it.
 //! `image_sha256` and `family` are optional strings; every other
 //! column is carried into [`InputRow::extra`] as JSON, and unknown `qa` fields into
 //! [`QaItem::extra`]. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
@@ -47,7 +48,7 @@ use serde_json::Map;
 use super::isolate::isolate;
 use super::layout::{Layout, LayoutError, ReadOptions};
 pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
-use super::values::{as_struct, get_bytes, get_list, get_string, to_json};
+use super::values::{as_struct, get_answer_text, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
 use crate::record::{ImageRef, InputRow, QaItem, RowError, SourceColumns};
 
@@ -567,16 +568,18 @@ fn decode_flat_item(
     })
 }
 
-/// A reference answer at row `i` of `col` (field name `field`): a string, or a list of
-/// strings (several references) given back with its JSON array text as the stored answer.
-/// Null is an empty answer; a list of one string is that string.
+/// A reference answer at row `i` of `col` (field name `field`): a string (an integer or a
+/// float as Python's `str()` prints it, [`get_answer_text`]), or a list of them (several
+/// references) given back with its JSON array text as the stored answer. Null is an empty
+/// answer; a null inside a list is dropped while other references remain; a list of one is
+/// that one.
 fn decode_answer(
     col: &dyn Array,
     i: usize,
     field: &str,
 ) -> Result<(String, Option<Vec<String>>), FieldError> {
     let Ok(Some(items)) = get_list(col, i) else {
-        return get_string(col, i)
+        return get_answer_text(col, i)
             .map(|s| (s.unwrap_or_default(), None))
             .map_err(|m| {
                 (
@@ -588,10 +591,15 @@ fn decode_answer(
     let mut list = Vec::with_capacity(items.len());
     for j in 0..items.len() {
         let at = format!("{field}[{j}]");
-        match get_string(items.as_ref(), j).map_err(|m| (at.clone(), m))? {
-            Some(s) => list.push(s),
-            None => return Err((at, "null reference in the list".into())),
+        if let Some(s) = get_answer_text(items.as_ref(), j).map_err(|m| (at, m))? {
+            list.push(s);
         }
+    }
+    if list.len() < items.len() {
+        tracing::debug!(
+            "{field}: {} null reference(s) dropped",
+            items.len() - list.len()
+        );
     }
     Ok(match list.as_slice() {
         [] => (String::new(), None),
@@ -684,7 +692,10 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
                 .unwrap_or_default())
         };
         let question = required("question")?;
-        let answer = required("answer")?;
+        let answer_col = s
+            .column_by_name("answer")
+            .ok_or_else(|| (field("answer"), "missing field `answer`".to_string()))?;
+        let (answer, answer_list) = decode_answer(answer_col.as_ref(), j, &field("answer"))?;
         let source = match s.column_by_name("source") {
             Some(c) => get_string(c.as_ref(), j).map_err(|m| (field("source"), m))?,
             None => None,
@@ -698,7 +709,7 @@ fn decode_qa(col: &dyn Array, i: usize) -> Result<Vec<QaItem>, FieldError> {
         out.push(QaItem {
             question,
             answer,
-            answer_list: None,
+            answer_list,
             source,
             extra,
         });

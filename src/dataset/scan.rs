@@ -13,10 +13,14 @@
 //!   any link to a folder; a link to a folder is followed afterwards only when its target has
 //!   not been entered yet (a link to an ancestor, `DIR/loop -> DIR`, is never followed), so
 //!   the walk visits each folder of the tree once and always ends.
+//! - The one exception to "inside the folder": in a Hugging Face hub cache snapshot
+//!   (`datasets--O--N/snapshots/<rev>/`), links into the same repo's `blobs/` are followed,
+//!   as that is where the cache keeps every file ([`super::hub::hub_blobs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
+use super::hub::readable_from;
 use super::DatasetError;
 
 /// A link that was not followed, and why.
@@ -190,7 +194,7 @@ impl Walker<'_> {
                 }
             };
             let is_dir = target.is_dir();
-            if !target.starts_with(self.root) {
+            if !readable_from(self.root, &target) {
                 if is_dir || (self.rules.keep)(&path) {
                     let what = if is_dir { "folder" } else { "file" };
                     let message = format!(
@@ -277,7 +281,7 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
     if path.is_file() {
         let root = canonical(path.parent().unwrap_or(Path::new("")))?;
         let real = canonical(path)?;
-        if !real.starts_with(&root) {
+        if !readable_from(&root, &real) {
             return Err(DatasetError::Invalid(format!(
                 "{spec}: a link to a file outside its folder {}: not read (links are followed \
                  only inside the dataset folder)",
@@ -398,7 +402,7 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
         let Ok(c) = dir.join(p).canonicalize() else {
             continue;
         };
-        if !c.starts_with(root) {
+        if !readable_from(root, &c) {
             escaped = true;
             continue;
         }
@@ -439,7 +443,7 @@ pub fn resolve_in_images_root(root: &Path, path: &str) -> Result<PathBuf, String
             root.display()
         )
     })?;
-    if !c.starts_with(root) {
+    if !readable_from(root, &c) {
         return Err(outside());
     }
     if !c.is_file() {

@@ -42,6 +42,67 @@ pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
     }
 }
 
+/// The text of a reference answer at row `i`: a string as it is; an integer or a float as
+/// Python's `str()` prints it (what a user of `datasets` sees: `7`, `1.5`, `1e-05`, `nan`),
+/// so a numeric answer column is read rather than refused row by row. `Ok(None)` when null.
+///
+/// Errors (as a message): any other type, or a binary value that is not UTF-8.
+pub fn get_answer_text(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
+    if arr.is_null(i) {
+        return Ok(None);
+    }
+    use arrow::datatypes::{Float16Type, Float32Type, Float64Type};
+    let float = match arr.data_type() {
+        DataType::Float16 => arr.as_primitive::<Float16Type>().value(i).to_f64(),
+        DataType::Float32 => f64::from(arr.as_primitive::<Float32Type>().value(i)),
+        DataType::Float64 => arr.as_primitive::<Float64Type>().value(i),
+        t if t.is_integer() => return Ok(display(arr, i)),
+        _ => return get_string(arr, i),
+    };
+    Ok(Some(python_float_str(float)))
+}
+
+/// `x` as Python's `str(float)` (`repr`, the shortest text that reads back as `x`): fixed
+/// notation with at least one decimal when the decimal exponent is in `-4..16`, else
+/// scientific with a signed exponent of at least two digits (`1e+16`, `1.5e-05`); `nan`,
+/// `inf`, `-inf`. Source: CPython `float_repr` (`PyOS_double_to_string(x, 'r', 0,
+/// Py_DTSF_ADD_DOT_0)`).
+pub fn python_float_str(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    // Rust's `{:e}` is the shortest round-trip digits too: `-1.2345e6`, `1e-5`, `0e0`.
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1; // digits before the decimal point
+        let fixed = match usize::try_from(point) {
+            Err(_) | Ok(0) => format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize)),
+            Ok(p) if p >= digits.len() => format!("{digits}{}.0", "0".repeat(p - digits.len())),
+            Ok(p) => format!("{}.{}", &digits[..p], &digits[p..]),
+        };
+        format!("{sign}{fixed}")
+    } else {
+        let (first, rest) = digits.split_at(1);
+        let dot = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{first}{dot}e{esign}{:02}", exp.unsigned_abs())
+    }
+}
+
 /// Bytes at row `i`: `Ok(None)` when null. Accepts the binary types only.
 pub fn get_bytes(arr: &dyn Array, i: usize) -> Result<Option<Vec<u8>>, String> {
     if arr.is_null(i) {
@@ -182,6 +243,44 @@ mod tests {
         assert!(get_string(&Int32Array::from(vec![1]), 0)
             .unwrap_err()
             .contains("expected a string, found Int32"));
+    }
+
+    #[test]
+    fn numbers_read_as_python_str_prints_them() {
+        // Expected texts: CPython 3.11 `str(x)` of each value.
+        for (x, want) in [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.0, "1.0"),
+            (1.5, "1.5"),
+            (0.1, "0.1"),
+            (123.456, "123.456"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (0.00012, "0.00012"),
+            (-2.5e20, "-2.5e+20"),
+            (3e-310, "3e-310"),
+            (f64::from(0.1f32), "0.10000000149011612"),
+            (1234567.0, "1234567.0"),
+            (12345678901234567.0, "1.2345678901234568e+16"),
+            (f64::NAN, "nan"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(python_float_str(x), want, "{x:e}");
+        }
+        let ints = arrow::array::Int64Array::from(vec![Some(-1432), None]);
+        assert_eq!(get_answer_text(&ints, 0), Ok(Some("-1432".into())));
+        assert_eq!(get_answer_text(&ints, 1), Ok(None));
+        let floats = arrow::array::Float32Array::from(vec![2.5f32]);
+        assert_eq!(get_answer_text(&floats, 0), Ok(Some("2.5".into())));
+        assert_eq!(
+            get_answer_text(&StringArray::from(vec!["x"]), 0),
+            Ok(Some("x".into()))
+        );
+        assert!(get_answer_text(&BooleanArray::from(vec![true]), 0).is_err());
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub fn hf_cache_dir() -> Option<PathBuf> {
 }
 
 /// `true` when `s` has the shape of a hub id `owner/name`.
-fn looks_like_hub_id(s: &str) -> bool {
+pub(crate) fn looks_like_hub_id(s: &str) -> bool {
     let mut parts = s.split('/');
     let ok = |p: Option<&str>| {
         p.is_some_and(|p| {

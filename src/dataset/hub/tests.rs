@@ -1,0 +1,202 @@
+use super::*;
+#[cfg(unix)]
+use std::os::unix::fs::symlink;
+
+const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A hub-cache repo `datasets--acme--vqa` under `cache` with `files` (path in the snapshot →
+/// content), each a relative link into `blobs/` as `huggingface_hub` writes them. Returns the
+/// snapshot folder.
+#[cfg(unix)]
+fn repo(cache: &Path, files: &[(&str, &str)]) -> PathBuf {
+    let dir = cache.join("datasets--acme--vqa");
+    let snapshot = dir.join("snapshots").join(REV);
+    std::fs::create_dir_all(dir.join("blobs")).unwrap();
+    std::fs::create_dir_all(dir.join("refs")).unwrap();
+    std::fs::write(dir.join("refs/main"), REV).unwrap();
+    for (i, (path, content)) in files.iter().enumerate() {
+        let blob = format!("blob{i}");
+        std::fs::write(dir.join("blobs").join(&blob), content).unwrap();
+        let link = snapshot.join(path);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        let up = "../".repeat(path.matches('/').count() + 2);
+        symlink(format!("{up}blobs/{blob}"), &link).unwrap();
+    }
+    snapshot
+}
+
+fn card(configs: &str) -> String {
+    format!("---\nlicense: mit\nconfigs:\n{configs}---\n# A card\n")
+}
+
+#[cfg(unix)]
+#[test]
+fn card_configs_choose_the_parquet_files_of_a_config_and_split() {
+    let tmp = tempfile::tempdir().unwrap();
+    let readme = card(
+        "- config_name: en\n  data_files:\n  - split: test\n    path: en/test-*\n  - split: val\n    path: [en/val-*]\n  default: true\n- config_name: fr\n  data_files: fr/*.parquet\n",
+    );
+    let snapshot = repo(
+        tmp.path(),
+        &[
+            ("README.md", &readme),
+            ("en/test-00000-of-00001.parquet", "t"),
+            ("en/val-00000-of-00001.parquet", "v"),
+            ("fr/all.parquet", "f"),
+        ],
+    );
+    let (found, spec) = resolve_hub_dataset(tmp.path(), "acme/vqa", None, Some("val")).unwrap();
+    assert_eq!(
+        found,
+        HubDataset {
+            repo: "acme/vqa".into(),
+            revision: REV.into(),
+            config: "en".into(),
+            split: "val".into(),
+            pattern: "en/val-*".into(),
+        }
+    );
+    assert_eq!(spec, snapshot.join("en/val-*"));
+    // The links into blobs/ are read (as the snapshot's paths), nothing else.
+    let inputs = super::super::scan::resolve_inputs(&spec.to_string_lossy()).unwrap();
+    assert_eq!(
+        inputs.files,
+        vec![snapshot.join("en/val-00000-of-00001.parquet")]
+    );
+    assert!(inputs.refused.is_empty());
+    // A string `data_files` is the split `train`.
+    let (fr, spec) = resolve_hub_dataset(tmp.path(), "acme/vqa", Some("fr"), None).unwrap();
+    assert_eq!(
+        (fr.split.as_str(), fr.pattern.as_str()),
+        ("train", "fr/*.parquet")
+    );
+    assert_eq!(spec, snapshot.join("fr/*.parquet"));
+
+    let err = |config: Option<&str>, split: Option<&str>| {
+        resolve_hub_dataset(tmp.path(), "acme/vqa", config, split)
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err(None, None),
+        "dataset `acme/vqa`: config en has 2 splits; choose one with --data-split (found: test, val)"
+    );
+    assert_eq!(
+        err(Some("fr"), Some("val")),
+        "dataset `acme/vqa`: config fr has no split val; choose one with --data-split (found: train)"
+    );
+    assert_eq!(
+        err(Some("de"), None),
+        "dataset `acme/vqa`: no config de; choose one with --data-config (found: en, fr)"
+    );
+    let missing = resolve_hub_dataset(tmp.path(), "acme/other", None, None).unwrap_err();
+    assert!(
+        matches!(&missing, HubError::NotFound { looked, .. } if looked.ends_with("datasets--acme--other")),
+        "{missing}"
+    );
+    assert!(missing
+        .to_string()
+        .contains("hf download acme/other --repo-type dataset"));
+}
+
+#[cfg(unix)]
+#[test]
+fn several_configs_without_a_default_are_a_choice_to_make() {
+    let tmp = tempfile::tempdir().unwrap();
+    let readme = card(
+        "- config_name: a\n  data_files:\n  - split: train\n    path: a/*\n- config_name: b\n  data_files:\n  - split: train\n    path:\n    - b/one-*\n    - b/two-*\n",
+    );
+    repo(
+        tmp.path(),
+        &[
+            ("README.md", &readme),
+            ("a/x.parquet", "a"),
+            ("b/one-0.parquet", "b"),
+        ],
+    );
+    let e = resolve_hub_dataset(tmp.path(), "acme/vqa", None, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "dataset `acme/vqa`: 2 configs and none is the default; choose one with --data-config (found: a, b)"
+    );
+    let e = resolve_hub_dataset(tmp.path(), "acme/vqa", Some("b"), None).unwrap_err();
+    assert!(
+        matches!(&e, HubError::SeveralPatterns { patterns, .. } if patterns == &["b/one-*", "b/two-*"]),
+        "{e}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn without_card_configs_the_conventional_layouts_name_configs_and_splits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = repo(
+        tmp.path(),
+        &[
+            ("README.md", "# no front matter\n"),
+            ("data/train-00000-of-00002.parquet", "0"),
+            ("data/train-00001-of-00002.parquet", "1"),
+            ("data/test-00000-of-00001.parquet", "t"),
+        ],
+    );
+    let (found, spec) = resolve_hub_dataset(tmp.path(), "acme/vqa", None, Some("train")).unwrap();
+    assert_eq!(
+        (found.config.as_str(), found.pattern.as_str()),
+        ("default", "data/train-*.parquet")
+    );
+    let inputs = super::super::scan::resolve_inputs(&spec.to_string_lossy()).unwrap();
+    assert_eq!(
+        inputs.files,
+        vec![
+            snapshot.join("data/train-00000-of-00002.parquet"),
+            snapshot.join("data/train-00001-of-00002.parquet")
+        ]
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    repo(
+        tmp.path(),
+        &[
+            ("docs/test-00000-of-00001.parquet", "d"),
+            ("charts/test-00000-of-00001.parquet", "c"),
+            ("charts/val-00000-of-00001.parquet", "c"),
+        ],
+    );
+    let e = resolve_hub_dataset(tmp.path(), "acme/vqa", None, None).unwrap_err();
+    assert!(e.to_string().ends_with("(found: charts, docs)"), "{e}");
+    let (found, _) = resolve_hub_dataset(tmp.path(), "acme/vqa", Some("docs"), None).unwrap();
+    assert_eq!(
+        (found.split.as_str(), found.pattern.as_str()),
+        ("test", "docs/test-*.parquet")
+    );
+}
+
+#[test]
+fn hub_blobs_only_inside_a_dataset_snapshot() {
+    let snap = Path::new("/c/datasets--a--b/snapshots/r1/data");
+    assert_eq!(
+        hub_blobs(snap),
+        Some(PathBuf::from("/c/datasets--a--b/blobs"))
+    );
+    assert!(readable_from(snap, Path::new("/c/datasets--a--b/blobs/x")));
+    assert!(!readable_from(snap, Path::new("/c/datasets--a--c/blobs/x")));
+    assert!(!readable_from(snap, Path::new("/c/datasets--a--b/other/x")));
+    assert_eq!(hub_blobs(Path::new("/c/models--a--b/snapshots/r1")), None);
+    assert_eq!(hub_blobs(Path::new("/data/snapshots/r1")), None);
+}
+
+#[cfg(unix)]
+#[test]
+fn links_from_a_snapshot_to_elsewhere_are_still_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = repo(tmp.path(), &[("data/train-0.parquet", "0")]);
+    let other = tmp.path().join("datasets--acme--other/blobs");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("x"), "x").unwrap();
+    symlink(other.join("x"), snapshot.join("data/train-1.parquet")).unwrap();
+    let inputs =
+        super::super::scan::resolve_inputs(&snapshot.join("data").to_string_lossy()).unwrap();
+    assert_eq!(inputs.files, vec![snapshot.join("data/train-0.parquet")]);
+    assert_eq!(inputs.refused.len(), 1);
+    assert!(inputs.refused[0].link.ends_with("train-1.parquet"));
+}
