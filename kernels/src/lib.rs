@@ -28,6 +28,7 @@ mod linear;
 mod paged;
 mod portable;
 mod recurrent;
+mod recurrent_portable;
 mod segment;
 
 pub use cache::reshape_and_cache;
@@ -53,6 +54,7 @@ pub use portable::{
     portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,
 };
 pub use recurrent::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS};
+pub use recurrent_portable::{causal_conv1d_update_portable, gated_delta_rule_portable};
 pub use segment::{
     segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
 };

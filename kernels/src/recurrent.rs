@@ -34,7 +34,7 @@ pub struct RecurrentStep<'a> {
 impl RecurrentStep<'_> {
     /// Checks the step against `rows` flattened rows and a pool of `num_slots`; returns the
     /// first row of each sequence.
-    fn validate(
+    pub(crate) fn validate(
         &self,
         kernel: &'static str,
         rows: usize,

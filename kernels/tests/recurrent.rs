@@ -7,8 +7,38 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 use verisample_kernels::{
-    causal_conv1d_update, gated_delta_rule_recurrent, KernelError, RecurrentStep, L2NORM_EPS,
+    causal_conv1d_update, causal_conv1d_update_portable, gated_delta_rule_portable,
+    gated_delta_rule_recurrent, KernelError, RecurrentStep, L2NORM_EPS,
 };
+
+/// The conv kernels: the CPU one and the portable one (candle ops, any device).
+type Conv = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    Option<&Tensor>,
+    &RecurrentStep<'_>,
+    bool,
+) -> Result<Tensor, KernelError>;
+const CONVS: [(&str, Conv); 2] = [
+    ("cpu", causal_conv1d_update),
+    ("portable", causal_conv1d_update_portable),
+];
+/// The delta-rule kernels: the CPU one and the portable one.
+type Delta = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &RecurrentStep<'_>,
+    bool,
+) -> Result<Tensor, KernelError>;
+const DELTAS: [(&str, Delta); 2] = [
+    ("cpu", gated_delta_rule_recurrent),
+    ("portable", gated_delta_rule_portable),
+];
 
 /// Deterministic pseudo-random floats in [-1, 1) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
@@ -50,28 +80,30 @@ fn conv1d_update_matches_transformers() {
     let f = fixture();
     let query_lens = usizes(&f["query_lens"]);
     let slots: Vec<u32> = usizes(&f["slots"]).into_iter().map(|s| s as u32).collect();
-    let state = f["conv_state_in"].copy().unwrap();
     let step = RecurrentStep {
         query_lens: &query_lens,
         slots: &slots,
     };
-    let out = causal_conv1d_update(
-        &f["conv_x"],
-        &state,
-        &f["conv_weight"],
-        Some(&f["conv_bias"]),
-        &step,
-        true,
-    )
-    .unwrap();
-    let d = max_diff(&flat(&out), &flat(&f["conv_out"]));
-    assert!(d < 1e-5, "conv output differs by {d}");
-    // Slot 1 is nobody's: untouched. The others hold the last 3 inputs.
-    assert_eq!(flat(&state), flat(&f["conv_state_out"]));
-    assert_eq!(
-        flat(&state.get(1).unwrap()),
-        flat(&f["conv_state_in"].get(1).unwrap())
-    );
+    for (name, conv) in CONVS {
+        let state = f["conv_state_in"].copy().unwrap();
+        let out = conv(
+            &f["conv_x"],
+            &state,
+            &f["conv_weight"],
+            Some(&f["conv_bias"]),
+            &step,
+            true,
+        )
+        .unwrap();
+        let d = max_diff(&flat(&out), &flat(&f["conv_out"]));
+        assert!(d < 1e-5, "{name}: conv output differs by {d}");
+        // Slot 1 is nobody's: untouched. The others hold the last 3 inputs.
+        assert_eq!(flat(&state), flat(&f["conv_state_out"]), "{name}");
+        assert_eq!(
+            flat(&state.get(1).unwrap()),
+            flat(&f["conv_state_in"].get(1).unwrap())
+        );
+    }
 }
 
 #[test]
@@ -79,27 +111,27 @@ fn gated_delta_rule_matches_transformers() {
     let f = fixture();
     let query_lens = usizes(&f["query_lens"]);
     let slots: Vec<u32> = usizes(&f["slots"]).into_iter().map(|s| s as u32).collect();
-    let state = f["delta_state_in"].copy().unwrap();
     let step = RecurrentStep {
         query_lens: &query_lens,
         slots: &slots,
     };
-    let out = gated_delta_rule_recurrent(
-        &f["q"], &f["k"], &f["v"], &f["g"], &f["beta"], &state, &step, true,
-    )
-    .unwrap();
-    let d = max_diff(&flat(&out), &flat(&f["delta_out"]));
-    assert!(d < 1e-5, "delta-rule output differs by {d}");
-    let d = max_diff(&flat(&state), &flat(&f["delta_state_out"]));
-    assert!(d < 1e-5, "delta-rule state differs by {d}");
-    assert_eq!(
-        flat(&state.get(1).unwrap()),
-        flat(&f["delta_state_in"].get(1).unwrap())
-    );
+    for (name, delta) in DELTAS {
+        let state = f["delta_state_in"].copy().unwrap();
+        let out = delta(
+            &f["q"], &f["k"], &f["v"], &f["g"], &f["beta"], &state, &step, true,
+        )
+        .unwrap();
+        let d = max_diff(&flat(&out), &flat(&f["delta_out"]));
+        assert!(d < 1e-5, "{name}: delta-rule output differs by {d}");
+        let d = max_diff(&flat(&state), &flat(&f["delta_state_out"]));
+        assert!(d < 1e-5, "{name}: delta-rule state differs by {d}");
+        assert_eq!(
+            flat(&state.get(1).unwrap()),
+            flat(&f["delta_state_in"].get(1).unwrap())
+        );
+    }
 }
 
-/// Naive conv: the whole history of one sequence (initial state columns, then the inputs),
-/// convolved per channel in f64.
 fn naive_conv(
     x: &[f32],
     state: &[f32],

@@ -12,7 +12,10 @@
 
 use candle_core::{DType, Result, Tensor};
 use candle_nn::VarBuilder;
-use verisample_kernels::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep};
+use verisample_kernels::{
+    causal_conv1d_update, causal_conv1d_update_portable, gated_delta_rule_portable,
+    gated_delta_rule_recurrent, AttentionPath, RecurrentStep,
+};
 
 use crate::batch::BatchMeta;
 use crate::config::LinearAttentionSpec;
@@ -26,6 +29,27 @@ fn softplus(x: f32) -> f32 {
         x.exp().ln_1p()
     }
 }
+
+/// A causal conv1d update kernel ([`causal_conv1d_update`] or its portable twin).
+type Conv = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    Option<&Tensor>,
+    &RecurrentStep<'_>,
+    bool,
+) -> std::result::Result<Tensor, verisample_kernels::KernelError>;
+/// A gated delta rule kernel ([`gated_delta_rule_recurrent`] or its portable twin).
+type Delta = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &RecurrentStep<'_>,
+    bool,
+) -> std::result::Result<Tensor, verisample_kernels::KernelError>;
 
 /// One Gated DeltaNet mixer (`linear_attn.*` of a decoder layer).
 pub struct GatedDeltaNet {
@@ -48,8 +72,7 @@ impl GatedDeltaNet {
     /// `hidden_act` (the conv activation).
     ///
     /// Errors: a candle error naming a missing or mis-shaped tensor, an activation other
-    /// than SiLU (the only one the conv kernel applies), or a device other than the CPU (the
-    /// recurrent kernels have no other implementation yet).
+    /// than SiLU (the only one the conv kernel applies).
     pub fn new(
         spec: &LinearAttentionSpec,
         hidden: usize,
@@ -57,12 +80,6 @@ impl GatedDeltaNet {
         act: &str,
         vb: VarBuilder,
     ) -> Result<Self> {
-        if !vb.device().is_cpu() {
-            candle_core::bail!(
-                "Gated DeltaNet (linear-attention) layers run on the CPU only so far: load this \
-                 model on the CPU"
-            );
-        }
         if !matches!(act, "silu" | "swish") {
             candle_core::bail!("Gated DeltaNet conv activation `{act}` is not supported (silu)");
         }
@@ -99,14 +116,16 @@ impl GatedDeltaNet {
     /// `state_slots`), continuing each sequence from its slot of `conv_state`
     /// `[num_slots, conv_dim, conv_kernel - 1]` and `state` `[num_slots, num_value_heads,
     /// key_head_dim, value_head_dim]` (both f32) and leaving the state after this step there.
+    /// `path` picks the recurrent kernels as it does the attention ones: the CPU kernels
+    /// (native) or candle ops on any device (portable).
     ///
-    /// Errors: kernel errors for invalid metadata or a non-CPU device.
+    /// Errors: kernel errors for invalid metadata, or the native path off the CPU.
     pub fn forward(
         &self,
         x: &Tensor,
         meta: &BatchMeta,
-        conv_state: &Tensor,
-        state: &Tensor,
+        (conv_state, state): (&Tensor, &Tensor),
+        path: AttentionPath,
     ) -> Result<Tensor> {
         let s = &self.spec;
         let (n, dtype) = (x.dim(0)?, x.dtype());
@@ -117,8 +136,18 @@ impl GatedDeltaNet {
         };
         let p = self.in_proj.forward(x)?;
         let qkv = p.narrow(1, 0, cd)?.contiguous()?;
-        let mixed = causal_conv1d_update(&qkv, conv_state, &self.conv_weight, None, &step, true)?
-            .to_dtype(dtype)?;
+        let (conv, delta) = match path {
+            AttentionPath::Native => (
+                causal_conv1d_update as Conv,
+                gated_delta_rule_recurrent as Delta,
+            ),
+            AttentionPath::Portable => (
+                causal_conv1d_update_portable as Conv,
+                gated_delta_rule_portable as Delta,
+            ),
+        };
+        let mixed =
+            conv(&qkv, conv_state, &self.conv_weight, None, &step, true)?.to_dtype(dtype)?;
         let q = mixed
             .narrow(1, 0, kd)?
             .reshape((n, s.num_key_heads, s.key_head_dim))?;
@@ -130,8 +159,7 @@ impl GatedDeltaNet {
             .reshape((n, nv, s.value_head_dim))?;
         let beta = candle_nn::ops::sigmoid(&p.narrow(1, cd + vd, nv)?.contiguous()?)?;
         let g = self.decay(&p.narrow(1, cd + vd + nv, nv)?)?;
-        let o = gated_delta_rule_recurrent(&q, &k, &v, &g, &beta, state, &step, true)?
-            .to_dtype(dtype)?;
+        let o = delta(&q, &k, &v, &g, &beta, state, &step, true)?.to_dtype(dtype)?;
         // Gated RMSNorm (`Qwen3_5RMSNormGated`): `(w · x̂) · silu(z)` with the gate in f32.
         let gate = p
             .narrow(1, cd, vd)?

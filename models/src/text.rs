@@ -276,7 +276,7 @@ impl TextModel {
                     let Some((conv, state)) = states.next() else {
                         candle_core::bail!("no recurrent state for layer {i}");
                     };
-                    d.forward(&h, meta, conv, state)?
+                    d.forward(&h, meta, (conv, state), self.attention)?
                 }
             };
             x = (x + mixed)?;

@@ -1,8 +1,8 @@
-//! The portable attention path (candle tensor ops, what runs on CUDA and Metal) against the
-//! native CPU kernels on every fixture model: one ragged batch of all four reference
-//! sequences, prefill then 24 greedy decode steps. Prefill logits agree within 1e-5 (f32) and
-//! the greedy tokens are identical (and equal transformers'). Chunked prefill over a cached
-//! past is covered op by op in `kernels/tests/portable.rs`.
+//! The portable attention path (candle tensor ops, what runs on CUDA and Metal; for Qwen3.5 also
+//! the recurrent kernels) against the native CPU kernels on every fixture model: one ragged
+//! batch of all four reference sequences, prefill then 24 greedy decode steps. Prefill logits
+//! agree within 1e-5 (f32) and the greedy tokens are identical (and equal transformers').
+//! Chunked prefill over a cached past is covered op by op in `kernels/tests/portable.rs`.
 
 mod common;
 
@@ -83,3 +83,4 @@ macro_rules! family_tests {
 family_tests!(qwen2_vl, "qwen2_vl");
 family_tests!(qwen2_5_vl, "qwen2_5_vl");
 family_tests!(qwen3_vl, "qwen3_vl");
+family_tests!(qwen3_5, "qwen3_5");
