@@ -124,7 +124,7 @@ pub struct RunArgs {
     /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
     /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
     /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL) or qwen3_5
-    /// (Qwen3.5/3.6, CPU only so far). [default: assets/model]
+    /// (Qwen3.5/3.6). [default: assets/model]
     #[arg(long, value_name = "DIR_OR_ID")]
     pub model: Option<String>,
     /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
