@@ -40,7 +40,7 @@ use serde::Serialize;
 use verisample_models::batch::KvCache;
 
 pub use config::{EngineConfig, KvBudget, VisionMemory};
-pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
+pub use model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
 use block_manager::BlockManager;
@@ -243,7 +243,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         };
         let mut requests = requests.into_iter();
         let result = pool.in_place_scope(|scope| -> Result<(), EngineError> {
-            type Prepared = (u64, u64, Option<usize>, Result<PreparedInput, String>);
+            type Prepared = (u64, u64, Option<usize>, Result<PreparedInput, InputError>);
             let (tx, rx) = mpsc::sync_channel::<Prepared>(lookahead);
             let mut emit = |core: &mut Core<M>, c: Completion| {
                 core.stats.completed += 1;
@@ -267,7 +267,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     submitted += 1;
                     scope.spawn(move |_| {
                         let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
-                            .unwrap_or_else(|_| Err("input processor panicked".to_string()));
+                            .unwrap_or_else(|_| Err(InputError::Panicked));
                         // The receiver is gone only when generate is returning early.
                         let _ = tx.send((idx, req.id, req.max_new_tokens, r));
                     });
@@ -297,7 +297,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     next_in += 1;
                     let failed = match r {
                         Ok(p) => core.add(id, max_new, p),
-                        Err(e) => Some(Completion::failed(id, 0, e)),
+                        Err(e) => Some(Completion::failed(id, 0, e.to_string())),
                     };
                     if let Some(c) = failed {
                         emit(core, c)?;

@@ -12,7 +12,7 @@ use verisample_models::{
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
-use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
+use super::model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
 use super::request::{PreparedImage, PreparedInput, Request};
 use super::{Engine, EngineConfig, EngineError};
 
@@ -177,7 +177,7 @@ impl VlInputs {
 }
 
 impl InputProcessor for VlInputs {
-    fn prepare(&self, req: &Request) -> Result<PreparedInput, String> {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
         let mut messages = Vec::with_capacity(2);
         if let Some(s) = &req.system {
             messages.push(ChatMessage::text("system", s));
@@ -185,10 +185,7 @@ impl InputProcessor for VlInputs {
         let mut image = None;
         match &req.image {
             Some(img) => {
-                let p = self
-                    .images
-                    .preprocess(&img.bytes)
-                    .map_err(|e| format!("image: {e}"))?;
+                let p = self.images.preprocess(&img.bytes)?;
                 messages.push(ChatMessage::user_image_question(&req.text));
                 image = Some((img.sha256, p));
             }
@@ -198,9 +195,8 @@ impl InputProcessor for VlInputs {
         let ids = self
             .prompts
             .encode(&messages, self.render, &grids)
-            .map_err(|e| format!("prompt: {e}"))?;
-        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)
-            .map_err(|e| format!("M-RoPE index: {e}"))?;
+            .map_err(InputError::Prompt)?;
+        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
         let [t, h, w] = &rope.positions;
         let positions = (0..ids.len()).map(|i| [t[i], h[i], w[i]]).collect();
         let mut images = Vec::new();
@@ -208,7 +204,7 @@ impl InputProcessor for VlInputs {
             let start = ids
                 .iter()
                 .position(|&x| x == self.image_token_id)
-                .ok_or("no image-pad token in the prompt")?;
+                .ok_or(InputError::NoImagePad)?;
             let n_patches = p.pixel_values.len() / p.patch_dim.max(1);
             images.push(PreparedImage {
                 sha256,
@@ -216,8 +212,7 @@ impl InputProcessor for VlInputs {
                     p.pixel_values,
                     (n_patches, p.patch_dim),
                     &Device::Cpu,
-                )
-                .map_err(|e| format!("pixel values: {e}"))?,
+                )?,
                 grid_thw: p.grid_thw,
                 start,
                 num_tokens: self.images.num_image_tokens(p.grid_thw),
@@ -232,8 +227,10 @@ impl InputProcessor for VlInputs {
         })
     }
 
-    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        self.prompts.decode(tokens, true).map_err(|e| e.to_string())
+    fn decode(&self, tokens: &[u32]) -> Result<String, InputError> {
+        self.prompts
+            .decode(tokens, true)
+            .map_err(InputError::Decode)
     }
 
     /// `smart_resize` of `height × width` (factor `patch · merge`), in patches.
