@@ -473,7 +473,7 @@ fn ctrl_c_flag_stops_before_reading_more() {
     let dir = tempfile::tempdir().unwrap();
     let control = RunControl {
         stop: Arc::new(AtomicBool::new(true)),
-        kill_at: None,
+        ..RunControl::default()
     };
     let mut model = ScriptedModel::new();
     let err = run_with(&settings(dir.path(), Shard::WHOLE), &mut model, &control).unwrap_err();

@@ -44,9 +44,9 @@ pub use backend::{
     GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
     SplitRow, SplitSink, Verdict,
 };
-pub use control::{
-    install_ctrlc, interrupted_exit_code, KillAt, KillStage, RunControl, EXIT_INTERRUPTED,
-};
+#[cfg(feature = "test-hooks")]
+pub use control::KillAt;
+pub use control::{install_ctrlc, interrupted_exit_code, KillStage, RunControl, EXIT_INTERRUPTED};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
 pub use engine_io::{prompt_prefills_think, EngineGenerator};

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::backend::{
     CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
 };
-use super::control::{kill_self, KillStage, RunControl};
+use super::control::{KillStage, RunControl};
 use super::dedup::Dedup;
 use super::inspect::{check_image, check_qa, FieldProblem};
 use super::{JournalEntry, JournalOutcome, PipelineError};
@@ -26,8 +26,6 @@ pub const DEFAULT_FAMILY: &str = "Default";
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of encoded images is held in memory).
 pub const MIN_CHUNK: usize = 256;
-/// Bytes of a record left behind by the `:torn` test hook (header + a few payload bytes).
-const TORN_BYTES: usize = 12;
 
 /// What happens to one `qa` entry of a readable row.
 #[derive(Debug, Clone, PartialEq)]
@@ -268,21 +266,10 @@ fn run_requests(
                 outcome,
             };
             *appended += 1;
-            match control.kill_due(stage, *appended) {
-                Some(torn) => {
-                    let _ = if torn {
-                        journal.append_torn(&entry, TORN_BYTES)
-                    } else {
-                        journal.append(&entry)
-                    };
-                    kill_self();
-                }
-                None => {
-                    if let Err(e) = journal.append(&entry) {
-                        failure = Some(e.into());
-                        return ControlFlow::Break(());
-                    }
-                }
+            control.kill_point_journaled(stage, *appended, journal, &entry);
+            if let Err(e) = journal.append(&entry) {
+                failure = Some(e.into());
+                return ControlFlow::Break(());
             }
             let JournalEntry::Generated { key, pass, outcome } = entry else {
                 return ControlFlow::Continue(());

@@ -10,7 +10,7 @@ use super::backend::{
     Decisions, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource, SplitRow, SplitSink,
     Verdict,
 };
-use super::control::{kill_self, KillStage, RunControl};
+use super::control::{KillStage, RunControl};
 use super::dedup::DUPLICATE;
 use super::outputs::{
     jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
@@ -286,12 +286,7 @@ fn write_row_splits(
             .write(family, kind, out)
             .map_err(PipelineError::Sink)?;
         c.rows_written += 1;
-        if w.control
-            .kill_due(KillStage::Write, c.rows_written)
-            .is_some()
-        {
-            kill_self();
-        }
+        w.control.kill_point(KillStage::Write, c.rows_written);
     }
     Ok(())
 }
