@@ -339,13 +339,13 @@ fn max_new_tokens_truncates_and_text_is_decoded() {
     r.max_new_tokens = Some(3);
     let (want, reason) = reference(&r, 3);
     assert!(
-        reason == FinishReason::Truncated && want.len() == 3,
+        reason == FinishReason::Length && want.len() == 3,
         "reference runs into the limit"
     );
     let mut e = engine(cfg(4, 64, true));
     let got = run(&mut e, vec![r]);
     let c = &got[&7];
-    assert_eq!(c.finish_reason, FinishReason::Truncated);
+    assert_eq!(c.finish_reason, FinishReason::Length);
     assert_eq!(c.token_ids, want);
     let text: Vec<String> = want.iter().map(|t| t.to_string()).collect();
     assert_eq!(c.text, text.join(","));

@@ -117,7 +117,7 @@ fn assert_complete(got: &BTreeMap<u64, Completion>, n: usize) {
         assert_ne!(c.finish_reason, FinishReason::Error, "{c:?}");
         assert!(!c.token_ids.is_empty() && c.token_ids.len() <= MAX_NEW);
         assert_eq!(
-            c.finish_reason == FinishReason::Truncated,
+            c.finish_reason == FinishReason::Length,
             c.token_ids.len() == MAX_NEW,
             "{c:?}"
         );

@@ -79,8 +79,9 @@ pub enum FinishReason {
     /// An end-of-sequence token was generated (it is the last of `token_ids`).
     Stop,
     /// `max_new_tokens` were generated without an end-of-sequence token (or, rarely, the
-    /// sequence grew to fill the whole KV cache pool).
-    Truncated,
+    /// sequence grew to fill the whole KV cache pool): `finish_reason: length`, as in the
+    /// pipeline's [`crate::route::FinishReason::Length`].
+    Length,
     /// The request could not be run (bad image, prompt larger than the KV cache, the model
     /// generated an image placeholder token, …); `Completion::error` says why.
     Error,

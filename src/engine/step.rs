@@ -166,7 +166,7 @@ impl<M: EngineModel> Core<M> {
                         s.prompt_len
                     ),
                 ),
-                Dropout::PoolFull => self.completion(s, FinishReason::Truncated, processor),
+                Dropout::PoolFull => self.completion(s, FinishReason::Length, processor),
             };
             done.push(c);
         }
@@ -229,7 +229,7 @@ impl<M: EngineModel> Core<M> {
             } else if self.placeholders.contains(&tok) {
                 FinishReason::Error
             } else if s.generated().len() >= s.max_new_tokens {
-                FinishReason::Truncated
+                FinishReason::Length
             } else {
                 continue;
             };

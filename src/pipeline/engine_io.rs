@@ -72,7 +72,7 @@ pub fn prompt_prefills_think(
 fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> GenResult {
     let finish = match c.finish_reason {
         engine::FinishReason::Stop => FinishReason::Stop,
-        engine::FinishReason::Truncated => FinishReason::Length,
+        engine::FinishReason::Length => FinishReason::Length,
         engine::FinishReason::Error => {
             return GenResult {
                 key,
@@ -171,7 +171,7 @@ mod tests {
             (FinishReason::Stop, 9, true)
         );
         let r = to_result(
-            done(engine::FinishReason::Truncated, None),
+            done(engine::FinishReason::Length, None),
             key,
             Pass::Judge,
             false,

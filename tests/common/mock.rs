@@ -275,7 +275,7 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
             return (out, FinishReason::Error);
         }
         if out.len() >= max_new {
-            return (out, FinishReason::Truncated);
+            return (out, FinishReason::Length);
         }
         values.push(value(t, [pos; 3], None));
         pos += 1;
