@@ -243,7 +243,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         };
         let mut requests = requests.into_iter();
         let result = pool.in_place_scope(|scope| -> Result<(), EngineError> {
-            type Prepared = (u64, u64, Option<usize>, Result<PreparedInput, InputError>);
+            type Prepared = (u64, Request, Result<PreparedInput, InputError>);
             let (tx, rx) = mpsc::sync_channel::<Prepared>(lookahead);
             let mut emit = |core: &mut Core<M>, c: Completion| {
                 core.stats.completed += 1;
@@ -268,8 +268,10 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     scope.spawn(move |_| {
                         let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
                             .unwrap_or_else(|_| Err(InputError::Panicked));
+                        // The encoded image is no longer needed: only the options travel on.
+                        let req = Request { image: None, ..req };
                         // The receiver is gone only when generate is returning early.
-                        let _ = tx.send((idx, req.id, req.max_new_tokens, r));
+                        let _ = tx.send((idx, req, r));
                     });
                 }
                 // Collect prepared inputs; block only when there is nothing to compute.
@@ -293,11 +295,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     ready.insert(msg.0, msg);
                 }
                 // Queue them in input order.
-                while let Some((_, id, max_new, r)) = ready.remove(&next_in) {
+                while let Some((_, req, r)) = ready.remove(&next_in) {
                     next_in += 1;
                     let failed = match r {
-                        Ok(p) => core.add(id, max_new, p),
-                        Err(e) => Some(Completion::failed(id, 0, e.to_string())),
+                        Ok(p) => core.add(&req, p),
+                        Err(e) => Some(Completion::failed(req.id, 0, e.to_string())),
                     };
                     if let Some(c) = failed {
                         emit(core, c)?;

@@ -117,6 +117,9 @@ pub enum InputError {
     /// The processor panicked on this request (caught by the input pipeline).
     #[error("input processor panicked")]
     Panicked,
+    /// The processor renders no text prompt (it has no chat template).
+    #[error("this input processor has no chat template")]
+    NoTemplate,
     /// A processor's own message, verbatim (processors outside the models crate, such as the
     /// tests' arithmetic model).
     #[error("{0}")]
@@ -131,6 +134,15 @@ pub trait InputProcessor: Send + Sync {
     /// Errors: [`InputError`] (undecodable image, template error, …); the request then
     /// completes with `FinishReason::Error`.
     fn prepare(&self, request: &Request) -> Result<PreparedInput, InputError>;
+
+    /// The request's prompt as the chat template renders it (the request's thinking mode, the
+    /// generation prompt appended), before tokenization and image-pad expansion: what
+    /// [`InputProcessor::prepare`] tokenizes.
+    ///
+    /// Errors: [`InputError::Prompt`] from the template; default: [`InputError::NoTemplate`].
+    fn render_prompt(&self, _request: &Request) -> Result<String, InputError> {
+        Err(InputError::NoTemplate)
+    }
 
     /// Decode generated tokens to text, special tokens skipped.
     ///

@@ -176,25 +176,39 @@ impl VlInputs {
     }
 }
 
-impl InputProcessor for VlInputs {
-    fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
+impl VlInputs {
+    /// The chat turn of `req`: its system message, then the user turn (the image first).
+    fn messages(req: &Request) -> Vec<ChatMessage> {
         let mut messages = Vec::with_capacity(2);
         if let Some(s) = &req.system {
             messages.push(ChatMessage::text("system", s));
         }
-        let mut image = None;
-        match &req.image {
-            Some(img) => {
-                let p = self.images.preprocess(&img.bytes)?;
-                messages.push(ChatMessage::user_image_question(&req.text));
-                image = Some((img.sha256, p));
-            }
-            None => messages.push(ChatMessage::text("user", &req.text)),
+        messages.push(match &req.image {
+            Some(_) => ChatMessage::user_image_question(&req.text),
+            None => ChatMessage::text("user", &req.text),
+        });
+        messages
+    }
+
+    /// The template switches of `req`: its thinking mode, else the loaded one.
+    fn render_options(&self, req: &Request) -> RenderOptions {
+        RenderOptions {
+            enable_thinking: req.enable_thinking.or(self.render.enable_thinking),
+            ..self.render
         }
+    }
+}
+
+impl InputProcessor for VlInputs {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
+        let image = match &req.image {
+            Some(img) => Some((img.sha256, self.images.preprocess(&img.bytes)?)),
+            None => None,
+        };
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
         let ids = self
             .prompts
-            .encode(&messages, self.render, &grids)
+            .encode(&Self::messages(req), self.render_options(req), &grids)
             .map_err(InputError::Prompt)?;
         let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
         let [t, h, w] = &rope.positions;
@@ -225,6 +239,13 @@ impl InputProcessor for VlInputs {
             next_position,
             images,
         })
+    }
+
+    fn render_prompt(&self, req: &Request) -> Result<String, InputError> {
+        self.prompts
+            .template()
+            .render(&Self::messages(req), self.render_options(req))
+            .map_err(InputError::Prompt)
     }
 
     fn decode(&self, tokens: &[u32]) -> Result<String, InputError> {

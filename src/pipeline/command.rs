@@ -8,7 +8,7 @@
 use anyhow::Context as _;
 
 use super::control::{install_ctrlc, RunControl};
-use super::engine_io::{prompt_prefills_think, EngineGenerator};
+use super::engine_io::EngineGenerator;
 use super::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
 };
@@ -118,9 +118,7 @@ fn start_engine(
     )
     .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
     engine.set_stop_flag(control.stop.clone());
-    let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
-        .context("rendering the chat template")?;
-    Ok(EngineGenerator::new(engine, prefilled))
+    EngineGenerator::new(engine).context("rendering the chat template")
 }
 
 /// Print the end-of-run summary on stdout: one JSON object with `json`, else the text

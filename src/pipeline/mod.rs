@@ -49,7 +49,7 @@ pub use control::KillAt;
 pub use control::{install_ctrlc, interrupted_exit_code, KillStage, RunControl, EXIT_INTERRUPTED};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
-pub use engine_io::{prompt_prefills_think, EngineGenerator};
+pub use engine_io::EngineGenerator;
 
 use crate::journal::{Journal, JournalError};
 use crate::report::RunStats;
