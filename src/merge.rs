@@ -37,7 +37,8 @@ pub struct MergeArgs {
     /// Output folders of the shard runs (`run --shard I/N --out OUT_I`), in any order.
     #[arg(required = true, num_args = 1.., value_name = "SHARD_OUT")]
     pub shards: Vec<PathBuf>,
-    /// Output folder of the merged dataset (its previous pipeline files are replaced).
+    /// Output folder of the merged dataset. An earlier merge of the same shards there is
+    /// resumed; the output of any other run is refused unless `--restart`.
     #[arg(long, value_name = "OUT", default_value = crate::settings::DEFAULT_OUT)]
     pub out: PathBuf,
     /// Input dataset, when not at the path recorded in the shards' run.json.
@@ -47,6 +48,9 @@ pub struct MergeArgs {
     /// README.md, run.json and data/ are overwritten).
     #[arg(long)]
     pub force: bool,
+    /// Replace the output of another run (or merge) in OUT instead of refusing it.
+    #[arg(long)]
+    pub restart: bool,
     /// Progress display. [default: bar on a terminal, else jsonl]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
@@ -188,7 +192,7 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     let mut settings = first.settings.clone();
     settings.shard = Shard::WHOLE;
     settings.out = args.out.clone();
-    settings.restart = true;
+    settings.restart = args.restart;
     settings.quiet = args.quiet;
     if let Some(d) = &args.data {
         settings.data = d.clone();

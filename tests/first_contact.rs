@@ -307,6 +307,52 @@ fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
     ok(run(&out, &["-q"]), "the corrected command");
 }
 
+/// Every file under `dir` (relative path → bytes).
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+                files.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_restart_whose_model_does_not_load_keeps_the_earlier_output_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    ok(run(&out, &["-q"]), "first run");
+    let before = tree(&out);
+    assert!(
+        before.contains_key(Path::new("run.json")) && before.len() > 4,
+        "{before:?}"
+    );
+    let failed = run(&out, &["-q", "--restart", "--kv-cache-gib", "100000"]);
+    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed.stderr));
+    assert_eq!(
+        tree(&out),
+        before,
+        "a restart that failed at model load changed the earlier output"
+    );
+    // The earlier output is still this command's run: resumed whole, not refused as foreign.
+    let resumed = ok(run(&out, &[]), "the same command again");
+    assert_eq!(
+        run_json(&out)["stats"]["throughput"]["generated_items"].as_u64(),
+        Some(0),
+        "{}",
+        text(&resumed.stdout)
+    );
+    ok(run(&out, &["-q", "--restart"]), "the corrected restart");
+}
+
 #[test]
 fn negative_numbers_get_the_settings_message_not_a_parser_puzzle() {
     let tmp = tempfile::tempdir().unwrap();

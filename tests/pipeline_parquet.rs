@@ -221,6 +221,7 @@ fn val_images_through_parquet_resume_and_merge() {
         out: merged.clone(),
         data: None,
         force: false,
+        restart: false,
         progress: None,
         quiet: true,
     })

@@ -394,10 +394,12 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         out: merged.path().into(),
         data: Some(data.path().into()),
         force: false,
+        restart: false,
         progress: None,
         quiet: true,
     };
     let plan = prepare_merge(&args).expect("merge plan");
+    let imported = plan.prepared.replayed();
     let source = MemSource(mixed_rows());
     let mut sink = JsonlSink::new(merged.path());
     let mut engine = JournalOnly {
@@ -420,6 +422,36 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         &deterministic_outputs(whole.path()),
         &deterministic_outputs(merged.path()),
     );
+    // The same merge again resumes; the output of another run is not replaced unless --restart.
+    let again = prepare_merge(&args).expect("the same merge again");
+    assert_eq!(again.prepared.replayed(), imported);
+    drop(again);
+    let other = tempfile::tempdir().unwrap();
+    let mut other_settings = settings(other.path(), Shard::WHOLE);
+    other_settings.max_new_tokens = 32;
+    run_with(
+        &other_settings,
+        &mut ScriptedModel::new(),
+        &RunControl::default(),
+    )
+    .expect("another run");
+    let over_other = MergeArgs {
+        out: other.path().into(),
+        ..args.clone()
+    };
+    match prepare_merge(&over_other).unwrap_err() {
+        MergeError::Pipeline(e @ PipelineError::FingerprintMismatch { .. }) => {
+            assert!(e.to_string().contains("--restart"), "{e}")
+        }
+        other => panic!("{other}"),
+    }
+    let replaced = MergeArgs {
+        restart: true,
+        ..over_other
+    };
+    // Only the shards' generations: the other run's journal is gone.
+    let restarted = prepare_merge(&replaced).expect("restart");
+    assert_eq!(restarted.prepared.replayed(), imported);
 
     let missing = MergeArgs {
         shards: vec![dirs[0].path().into(), dirs[2].path().into()],
@@ -529,6 +561,7 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
         out: dirs[1].path().join("."),
         data: None,
         force: false,
+        restart: false,
         progress: None,
         quiet: true,
     };
@@ -627,6 +660,10 @@ fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
     let run_json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap()).unwrap();
     assert_eq!(run_json["stats"]["errors"], 2);
+    assert_eq!(
+        run_json["status"], "no_split",
+        "a failed run is not `complete`"
+    );
 
     // One shard of several may receive no usable row: that shard still succeeds.
     let shard_dir = tempfile::tempdir().unwrap();
@@ -634,6 +671,10 @@ fn a_run_in_which_no_item_reaches_a_split_fails_after_writing_its_logs() {
     let report = run_rows(&s, rows_without_usable_items()).expect("an empty shard is fine");
     assert!(report.stats.split_rows.is_empty());
     assert_eq!(report.stats.errors, 1);
+    assert_eq!(
+        report.status, "complete",
+        "merge takes an empty shard as done"
+    );
 }
 
 #[test]

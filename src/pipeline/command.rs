@@ -10,7 +10,8 @@ use anyhow::Context as _;
 use super::control::{install_ctrlc, RunControl};
 use super::engine_io::EngineGenerator;
 use super::{
-    prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport, StandardDecisions,
+    prepare_with, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport,
+    StandardDecisions,
 };
 use crate::engine::vl::{load_engine, VlInputs, VlLoadError};
 use crate::engine::{EngineConfig, EngineError, KvBudget, VisionMemory};
@@ -65,16 +66,11 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let input_files = hash_input_files(&settings.data)?;
     let mut fingerprint = fingerprint(settings.canonical(), model_files, input_files);
     fingerprint.model = Some(settings.model.spec.clone());
-    let prepared = prepare(&settings, fingerprint)?;
     let control = RunControl::from_env();
-    // A start that fails leaves nothing behind that would block the corrected command.
-    let mut generator = match start_engine(&settings, &control) {
-        Ok(g) => g,
-        Err(e) => {
-            prepared.abandon();
-            return Err(e);
-        }
-    };
+    // A start that fails leaves nothing behind that would block the corrected command, and
+    // a `--restart` discards the earlier output only once the model has loaded.
+    let (prepared, mut generator) =
+        prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
     let source = ParquetSource::with_options(&settings.data, settings.read.clone());
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {

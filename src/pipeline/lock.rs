@@ -69,6 +69,21 @@ impl OutLock {
     }
 }
 
+impl OutLock {
+    /// Give the lock up, and remove OUT again when this process created it and it is empty
+    /// (what a run that failed before its first generation leaves: nothing).
+    pub fn release(self) {
+        let created = self
+            .created_out
+            .then(|| self.path.parent().map(Path::to_path_buf));
+        drop(self);
+        if let Some(Some(out)) = created {
+            // Fails (and is meant to) when the folder is not empty.
+            let _ = std::fs::remove_dir(out);
+        }
+    }
+}
+
 impl Drop for OutLock {
     fn drop(&mut self) {
         // Removed while still locked, so no other process can hold a lock on this file.

@@ -231,21 +231,16 @@ impl Prepared {
     /// and OUT itself when this process created it and nothing else is in it, so that the
     /// corrected command starts as on a fresh folder.
     pub fn abandon(self) {
-        let out = self.settings.out.clone();
-        let created = self.lock.created_out;
         if self.results.is_empty() {
-            let journal = out.join(outputs::JOURNAL_FILE);
+            let journal = self.settings.out.join(outputs::JOURNAL_FILE);
             if let Err(e) = std::fs::remove_file(&journal) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!("cannot remove {}: {e}", journal.display());
                 }
             }
         }
-        drop(self);
-        if created {
-            // Fails (and is meant to) when the folder is not empty.
-            let _ = std::fs::remove_dir(&out);
-        }
+        drop(self.journal);
+        self.lock.release();
     }
 }
 
@@ -311,27 +306,72 @@ fn nothing_to_lose(out: &std::path::Path, journal: &std::path::Path) -> bool {
 }
 
 /// Open (or create) `OUT/journal.bin`, check its header against `fingerprint`, and replay
-/// it. With `settings.restart` the journal and the pipeline's files in OUT are discarded.
-/// Temporary files of killed runs are removed first ([`outputs::remove_debris`]); without a
+/// it: [`prepare_with`] with nothing to start.
+///
+/// Errors: as [`prepare_with`].
+pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
+    prepare_with(settings, fingerprint, || Ok::<_, PipelineError>(())).map(|(p, ())| p)
+}
+
+/// Take OUT's lock, check the journal's header against `fingerprint` and replay it, and call
+/// `start` (the model load) at the one point where its failure loses nothing:
+/// - resuming (a journal or splits to keep): the journal is checked first, so a changed
+///   setting or model is refused before any weight is loaded; if `start` fails, a journal
+///   without a generation is removed again ([`Prepared::abandon`]);
+/// - with `settings.restart`, or when OUT holds nothing a rerun could lose: `start` runs
+///   before the pipeline's files in OUT ([`outputs::OWNED_FILES`]) are discarded, so a
+///   restart whose model does not load leaves the earlier output exactly as it was.
+///
+/// Temporary files of killed runs are removed ([`outputs::remove_debris`]); without a
 /// journal to replay, an earlier run in OUT must match as well (`check_earlier_run`).
 ///
-/// Errors: [`PipelineError::FingerprintMismatch`] (settings or model changed),
-/// [`PipelineError::UncheckedEarlierRun`], [`PipelineError::NoHeader`], journal I/O.
-pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared, PipelineError> {
+/// Errors: `start`'s error; [`PipelineError::FingerprintMismatch`] (settings or model
+/// changed), [`PipelineError::UncheckedEarlierRun`], [`PipelineError::NoHeader`],
+/// [`PipelineError::Locked`], journal I/O.
+pub fn prepare_with<T, E: From<PipelineError>>(
+    settings: &Settings,
+    fingerprint: Fingerprint,
+    start: impl FnOnce() -> Result<T, E>,
+) -> Result<(Prepared, T), E> {
     let lock = lock::OutLock::take(&settings.out)?;
     let path = settings.out.join(outputs::JOURNAL_FILE);
     if settings.restart || nothing_to_lose(&settings.out, &path) {
+        let started = match start() {
+            Ok(started) => started,
+            Err(e) => {
+                lock.release();
+                return Err(e);
+            }
+        };
         for name in outputs::OWNED_FILES {
             let p = settings.out.join(name);
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(JournalError::Io { path: p, source }.into());
+                    return Err(PipelineError::from(JournalError::Io { path: p, source }).into());
                 }
             }
         }
+        return Ok((open_journal(lock, settings, fingerprint)?, started));
     }
+    let prepared = open_journal(lock, settings, fingerprint)?;
+    match start() {
+        Ok(started) => Ok((prepared, started)),
+        Err(e) => {
+            prepared.abandon();
+            Err(e)
+        }
+    }
+}
+
+/// The part of [`prepare_with`] after the lock: debris, journal header, replay.
+fn open_journal(
+    lock: lock::OutLock,
+    settings: &Settings,
+    fingerprint: Fingerprint,
+) -> Result<Prepared, PipelineError> {
+    let path = settings.out.join(outputs::JOURNAL_FILE);
     let removed = outputs::remove_debris(&settings.out).map_err(|source| JournalError::Io {
         path: settings.out.clone(),
         source,
@@ -426,7 +466,8 @@ pub struct Backends<'a> {
 /// `run.json`: what ran, on what, and what came out.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
-    /// `complete` (the file is written last, only after a successful run).
+    /// `complete`, or `no_split` for a whole run (not one shard of several) in which no item
+    /// reached a split (the command fails). The file is written after the splits and logs.
     pub status: String,
     /// `verisample` crate version.
     pub verisample_version: String,
@@ -509,8 +550,11 @@ pub fn run(
             first: format!("{}: {message}", first.file),
         });
     }
+    // A whole run that published no split failed (exit 1 below), and says so in run.json; a
+    // shard of several may be empty and still be a complete part of its job.
+    let no_split = stats.split_rows.is_empty() && settings.shard.count == 1;
     let report = RunReport {
-        status: "complete".into(),
+        status: if no_split { "no_split" } else { "complete" }.into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),
         engine_version: generator.version(),
         engine_stats: generator.stats(),

@@ -521,5 +521,70 @@ pub(crate) fn judge_answers(
         let reqs = std::mem::replace(&mut pending, rest);
         run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
     }
+    let cut = judged_at_token_limit(&roles, ctx.results);
+    if cut > 0 {
+        tracing::warn!(
+            "{cut} of {} judge outputs stopped at the token limit (--max-new-tokens {}) before \
+             their verdict and count as UNSURE (judge_unsure); the judge shares the answers' \
+             limit: raise --max-new-tokens for a run with the judge on",
+            roles.len(),
+            settings.max_new_tokens
+        );
+    }
     Ok(roles)
+}
+
+/// How many of the judged items' judge generations stopped at the token limit
+/// (`finish_reason: length`): their verdict is missing, so they count as `UNSURE`.
+fn judged_at_token_limit(
+    roles: &BTreeMap<ItemKey, JudgeRole>,
+    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+) -> usize {
+    roles
+        .keys()
+        .filter(|&&key| {
+            matches!(
+                results.get(&(key, Pass::Judge)),
+                Some(JournalOutcome::Done(g)) if g.finish == super::backend::FinishReason::Length
+            )
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::backend::{FinishReason, Generation};
+    use super::*;
+
+    fn done(finish: FinishReason) -> JournalOutcome {
+        JournalOutcome::Done(Generation {
+            text: "<think>\ncomparing the".into(),
+            token_ids: vec![1, 2, 3],
+            prompt_tokens: 9,
+            finish,
+            prefilled_think: false,
+        })
+    }
+
+    #[test]
+    fn judge_outputs_cut_at_the_token_limit_are_counted_answer_passes_are_not() {
+        let key = |position| ItemKey { position, qa: 0 };
+        let roles = BTreeMap::from([
+            (key(0), JudgeRole::Rescue),
+            (key(1), JudgeRole::Calibration),
+            (key(2), JudgeRole::Rescue),
+        ]);
+        let results = BTreeMap::from([
+            ((key(0), Pass::Judge), done(FinishReason::Length)),
+            ((key(1), Pass::Judge), done(FinishReason::Stop)),
+            (
+                (key(2), Pass::Judge),
+                JournalOutcome::Failed("refused".into()),
+            ),
+            // An answer cut short is not a judge output, nor is an unjudged item's.
+            ((key(1), Pass::Answer), done(FinishReason::Length)),
+            ((key(3), Pass::Judge), done(FinishReason::Length)),
+        ]);
+        assert_eq!(judged_at_token_limit(&roles, &results), 1);
+    }
 }
