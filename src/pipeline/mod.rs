@@ -28,10 +28,12 @@ mod dataset_io;
 mod decisions;
 mod dedup;
 mod engine_io;
+mod errors;
 pub mod inspect;
 mod lock;
 pub mod outputs;
 mod passes;
+mod plan;
 mod write;
 
 use std::collections::BTreeMap;
@@ -540,7 +542,7 @@ pub fn run(
     })?;
     // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
     // empty but complete run.
-    let whole_file = |p: &passes::RowPlan| p.row.is_none() && p.body.is_err();
+    let whole_file = |p: &plan::RowPlan| p.row.is_none() && p.body.is_err();
     if !plans.is_empty() && plans.iter().all(whole_file) {
         let first = &plans[0];
         let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());

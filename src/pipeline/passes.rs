@@ -14,6 +14,7 @@ use super::backend::{
 use super::control::{KillStage, RunControl};
 use super::dedup::Dedup;
 use super::inspect::{check_image, check_qa, FieldProblem};
+use super::plan::{ItemPlan, JudgeRole, RowOk, RowPlan};
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::journal::Journal;
 use crate::record::{InputRow, QaItem, RowError};
@@ -26,55 +27,6 @@ pub const DEFAULT_FAMILY: &str = "Default";
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of encoded images is held in memory).
 pub const MIN_CHUNK: usize = 256;
-
-/// What happens to one `qa` entry of a readable row.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ItemPlan {
-    /// Cleaned question to generate for.
-    Keep(QaItem),
-    /// Dropped by cleaning for this reason.
-    Dropped(String),
-    /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
-    Duplicate(super::outputs::DuplicateOf),
-    /// Blank question or reference.
-    Invalid(FieldProblem),
-}
-
-/// A readable row of the shard.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RowOk {
-    pub family: String,
-    pub clean_meta: String,
-    pub image_sha256: String,
-    pub items: Vec<ItemPlan>,
-}
-
-/// The plan of one input stream element of the shard (images are not kept).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RowPlan {
-    pub position: u64,
-    pub file: String,
-    pub row: Option<usize>,
-    pub body: Result<RowOk, FieldProblem>,
-}
-
-/// Why the judge looks at an item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JudgeRole {
-    /// A verifier reject: the verdict can move it to the accepted splits.
-    Rescue,
-    /// A verifier accept (calibration): the verdict is only reported.
-    Calibration,
-}
-
-impl JudgeRole {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            JudgeRole::Rescue => "rescue",
-            JudgeRole::Calibration => "calibration",
-        }
-    }
-}
 
 /// State shared by the passes.
 pub(crate) struct PassContext<'a> {
@@ -324,7 +276,7 @@ pub(crate) fn generate_answers(
     match generate_answers_into(ctx, source, generator, &mut plans) {
         Ok(()) => Ok(plans),
         Err(e @ PipelineError::TooManyErrors { .. }) => {
-            super::write::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+            super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             Err(e)
         }
         Err(e) => Err(e),

@@ -12,11 +12,12 @@ use super::backend::{
 };
 use super::control::{KillStage, RunControl};
 use super::dedup::DUPLICATE;
+use super::errors::error_line;
 use super::outputs::{
     jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
     CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
 };
-use super::passes::{ItemPlan, JudgeRole, RowPlan};
+use super::plan::{ItemPlan, JudgeRole, RowPlan};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
 use crate::record::{AcceptedQa, InputRow, OutputRow, RejectedQa, SplitKind};
@@ -120,14 +121,8 @@ fn route_row(
         c.ledger.expect(unit);
         let q = match item {
             ItemPlan::Invalid(p) => {
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position: plan.position,
-                    qa: Some(key.qa),
-                    field: p.field.clone(),
-                    message: p.message.clone(),
-                });
+                c.errors
+                    .push(error_line(plan, Some(key.qa), &p.field, &p.message));
                 c.ledger.place(unit, "errors");
                 continue;
             }
@@ -170,14 +165,8 @@ fn route_row(
         let generation = match answer {
             JournalOutcome::Done(g) => g,
             JournalOutcome::Failed(m) => {
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position: plan.position,
-                    qa: Some(key.qa),
-                    field: "generation".into(),
-                    message: m.clone(),
-                });
+                c.errors
+                    .push(error_line(plan, Some(key.qa), "generation", m));
                 c.ledger.place(unit, "errors");
                 continue;
             }
@@ -327,14 +316,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             (Err(p), _) => {
                 let unit = (position, None);
                 c.ledger.expect(unit);
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position,
-                    qa: None,
-                    field: p.field.clone(),
-                    message: p.message.clone(),
-                });
+                c.errors.push(error_line(plan, None, &p.field, &p.message));
                 c.ledger.place(unit, "errors");
             }
             (Ok(body), Ok(row)) => {
@@ -394,55 +376,4 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         .finish(&card_markdown(&c.stats, CHART_FILE))
         .map_err(PipelineError::Sink)?;
     Ok(c.stats)
-}
-
-/// Write `OUT/errors.jsonl` (atomically) for the rows planned so far: unreadable rows,
-/// invalid questions and failed answer generations, in input order. Used before a
-/// `--max-errors` abort, when the write phase that normally writes it never runs.
-///
-/// Errors: writing the file.
-pub(crate) fn write_abort_errors(
-    out: &std::path::Path,
-    plans: &[RowPlan],
-    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
-) -> Result<(), PipelineError> {
-    let mut lines = Vec::new();
-    for plan in plans {
-        let line = |qa: Option<u32>, field: &str, message: &str| ErrorLine {
-            file: plan.file.clone(),
-            row: plan.row,
-            position: plan.position,
-            qa,
-            field: field.to_string(),
-            message: message.to_string(),
-        };
-        let body = match &plan.body {
-            Ok(body) => body,
-            Err(p) => {
-                lines.push(line(None, &p.field, &p.message));
-                continue;
-            }
-        };
-        for (qa, item) in body.items.iter().enumerate() {
-            let key = ItemKey {
-                position: plan.position,
-                qa: qa as u32,
-            };
-            match item {
-                ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
-                ItemPlan::Keep(_) => {
-                    if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
-                        lines.push(line(Some(key.qa), "generation", m));
-                    }
-                }
-                ItemPlan::Dropped(_) | ItemPlan::Duplicate(_) => {}
-            }
-        }
-    }
-    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    write_atomic(out.join(ERRORS_FILE), &jsonl(&lines))?;
-    Ok(())
 }
