@@ -567,7 +567,7 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
     };
     let err = prepare_merge(&args).unwrap_err();
     assert!(matches!(err, MergeError::OutIsShard(_)), "{err}");
-    let code = verisample::pipeline::command::exit_code(&anyhow::Error::new(err));
+    let code = verisample::cli::error_exit_code(&anyhow::Error::new(err));
     assert_eq!(code, 2);
     assert_eq!(std::fs::read(&journal).unwrap(), before);
 }

@@ -22,7 +22,6 @@
 pub mod accounting;
 pub mod backend;
 mod changes;
-pub mod command;
 pub mod control;
 mod dataset_io;
 mod decisions;
