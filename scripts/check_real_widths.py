@@ -18,7 +18,7 @@ Widths (config.json of the published checkpoints):
       1152 / 4304, 16 heads, patch 16, 2304 position embeddings, merger to 4096.
 
 Peak memory per process: about 1 GB (2b), 4.5 GB (7b), 5 GB (8b) in f32; run one at a time.
-CI runs the 2b one.
+CI (`.ci/run`) runs the 2b one.
 
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/check_real_widths.py [--models 2b,7b,8b] [--num-images 3]

@@ -360,7 +360,7 @@ fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
 
 /// The statistics section of the dataset card (Markdown), embedding the chart at
 /// `chart_file` (relative to the card).
-pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
+pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String {
     let mut s = String::from("## Statistics\n\n");
     s.push_str(&format!(
         "![questions per split, accept rate per family, reject reasons, judge verdicts, throughput and answer lengths]({chart_file})\n\n"
@@ -399,10 +399,14 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str) -> String {
         ));
     }
     s.push('\n');
-    s.push_str(&format!(
-        "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",
-        stats.judge.judged, stats.judge.overturns, stats.judge.number_guard_blocks
-    ));
+    if judge {
+        s.push_str(&format!(
+            "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",
+            stats.judge.judged, stats.judge.overturns, stats.judge.number_guard_blocks
+        ));
+    } else {
+        s.push_str("Judge: off (`--judge off`): verifier rejects stay rejected.\n");
+    }
     if let Some(c) = stats.calibration {
         s.push_str(&format!(
             "Calibration: the judge agreed with the string verifier on {}/{} verifier accepts (decisions unchanged).\n",
@@ -437,7 +441,7 @@ mod tests {
         let mut stats = stats;
         stats.answer_lengths.record(9, true);
         stats.answer_lengths.record(16, false);
-        let card = card_markdown(&stats, "chart.svg");
+        let card = card_markdown(&stats, "chart.svg", true);
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
         assert!(card.contains("| ≤16 | 1 | 1 |"), "{card}");
         assert!(

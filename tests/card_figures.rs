@@ -59,7 +59,7 @@ fn stats() -> RunStats {
 
 #[test]
 fn the_card_figures_have_titles_axes_counts_and_a_legend_and_render() {
-    let svg = chart_svg(&stats());
+    let svg = chart_svg(&stats(), true);
     for want in [
         ">Questions per split<",
         ">questions<",

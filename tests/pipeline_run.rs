@@ -339,6 +339,15 @@ fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     // The input's 8 errors are within `--max-errors 8`: the run completes and counts them all.
     let report = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap();
     assert_eq!(report.stats.errors, 8);
+    // Rerunning the finished output with a lower limit aborts, and leaves its files whole.
+    let finished = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let (errors_before, run_before) = (finished("errors.jsonl"), finished("run.json"));
+    s.restart = false;
+    s.max_errors = Some(2);
+    let err = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap_err();
+    assert!(matches!(err, PipelineError::TooManyErrors { .. }), "{err}");
+    assert_eq!(finished("errors.jsonl"), errors_before);
+    assert_eq!(finished("run.json"), run_before);
 }
 
 fn positions_in(out: &Path) -> Vec<u64> {

@@ -21,7 +21,7 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -61,7 +61,13 @@ impl PackedLinear {
     /// Packs the weights `parts[i].0` `[n_i, k]` (all on the CPU, one `k`) as one layer of
     /// `Σ n_i` outputs, in order: a fused projection (q/k/v, gate/up) whose output columns
     /// are the parts' side by side. Biases `parts[i].1` `[n_i]` are optional per part (a part
-    /// without one adds nothing). bf16 weights stay bf16; f32 and f16 are stored as f32.
+    /// without one adds nothing).
+    ///
+    /// Storage: bf16 when every weight value is a bf16 value — bf16 weights, and f32 (or f16)
+    /// weights widened from a bf16 checkpoint — since the kernel widens bf16 to f32 exactly in
+    /// registers, the products are bitwise those of f32 panels at half the memory; f32
+    /// otherwise. The panels are filled straight from the tensors' storage, so packing holds
+    /// the tensors plus the panels, no third copy.
     ///
     /// Errors: [`KernelError::UnsupportedDevice`] off the CPU; [`KernelError::Invalid`] for
     /// no parts, differing `k`, a bias of the wrong length, or another dtype.
@@ -71,8 +77,8 @@ impl PackedLinear {
             return Err(invalid("no weights to pack".into()));
         };
         let in_dim = first.dims2()?.1;
-        let mut weights = Vec::with_capacity(parts.len());
         let mut bias = Vec::new();
+        let mut weights = Vec::with_capacity(parts.len());
         let any_bias = parts.iter().any(|(_, b)| b.is_some());
         for (w, b) in parts {
             require_cpu(NAME, w)?;
@@ -80,7 +86,10 @@ impl PackedLinear {
             if k != in_dim {
                 return Err(invalid(format!("weights of {k} and {in_dim} inputs")));
             }
-            weights.push(w.clone());
+            if !matches!(w.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+                return Err(invalid(format!("unsupported weight dtype {:?}", w.dtype())));
+            }
+            weights.push(w.contiguous()?);
             if any_bias {
                 match b {
                     Some(b) if b.dims() == [n] => {
@@ -91,16 +100,20 @@ impl PackedLinear {
                 }
             }
         }
-        let w = Tensor::cat(&weights, 0)?;
-        let out_dim = w.dim(0)?;
-        let panels = match w.dtype() {
-            DType::BF16 => Panels::Bf16(to_panels(&w.flatten_all()?.to_vec1()?, out_dim, in_dim)),
-            DType::F32 | DType::F16 => Panels::F32(to_panels(
-                &w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
-                out_dim,
-                in_dim,
-            )),
-            other => return Err(invalid(format!("unsupported weight dtype {other:?}"))),
+        let out_dim = weights
+            .iter()
+            .map(|w| w.dim(0))
+            .sum::<candle_core::Result<_>>()?;
+        let all_bf16 = weights
+            .iter()
+            .map(|w| with_values(w, |v| v.exactly_bf16()))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .all(|exact| exact);
+        let panels = if all_bf16 {
+            Panels::Bf16(to_panels(&weights, out_dim, in_dim, |v, i| v.bf16(i))?)
+        } else {
+            Panels::F32(to_panels(&weights, out_dim, in_dim, |v, i| v.f32(i))?)
         };
         Ok(Self {
             in_dim,
@@ -118,6 +131,40 @@ impl PackedLinear {
     /// Output features `n` (all parts together).
     pub fn out_dim(&self) -> usize {
         self.out_dim
+    }
+
+    /// The dtype the weights are stored in: `BF16`, or `F32` (f32 and f16 weights).
+    pub fn weight_dtype(&self) -> DType {
+        match self.panels {
+            Panels::F32(_) => DType::F32,
+            Panels::Bf16(_) => DType::BF16,
+        }
+    }
+
+    /// Rows `rows` of `W` `[n, k]` gathered out of the panels, as `[rows.len(), k]` row-major
+    /// f32 (bf16 weights widened exactly): an embedding lookup in a tied LM head's weights, so
+    /// that a model keeps one copy of its `[vocab, hidden]` matrix instead of two.
+    ///
+    /// Errors: [`KernelError::Invalid`] for a row `>= n`, naming it.
+    pub fn weight_rows(&self, rows: &[u32]) -> Result<Vec<f32>, KernelError> {
+        let k = self.in_dim;
+        let mut out = Vec::with_capacity(rows.len() * k);
+        for &row in rows {
+            let j = row as usize;
+            if j >= self.out_dim {
+                return Err(KernelError::Invalid {
+                    kernel: NAME,
+                    msg: format!("row {row} of a weight with {} rows", self.out_dim),
+                });
+            }
+            let (start, c) = ((j / PANEL_COLS) * k * PANEL_COLS, j % PANEL_COLS);
+            let column = (0..k).map(|kk| start + kk * PANEL_COLS + c);
+            match &self.panels {
+                Panels::F32(w) => out.extend(column.map(|i| w[i])),
+                Panels::Bf16(w) => out.extend(column.map(|i| w[i].to_f32())),
+            }
+        }
+        Ok(out)
     }
 
     /// `x` `[.., k]` (CPU; f32, f16 or bf16) → `[.., n]` in `x`'s dtype, computed in f32.
@@ -261,17 +308,82 @@ impl CustomOp1 for PackedLinear {
     }
 }
 
-/// `w` `[n, k]` row-major → panels `[⌈n / PANEL_COLS⌉][k][PANEL_COLS]`, zero-padded.
-fn to_panels<W: Copy + Default>(w: &[W], n: usize, k: usize) -> Vec<W> {
-    let mut out = vec![W::default(); n.div_ceil(PANEL_COLS) * k * PANEL_COLS];
-    for (j, row) in w.chunks_exact(k.max(1)).take(n).enumerate() {
-        let (p, c) = (j / PANEL_COLS, j % PANEL_COLS);
-        let panel = &mut out[p * k * PANEL_COLS..(p + 1) * k * PANEL_COLS];
-        for (kk, &v) in row.iter().enumerate() {
-            panel[kk * PANEL_COLS + c] = v;
+/// A contiguous CPU weight's values, borrowed from its storage.
+#[derive(Clone, Copy)]
+enum Values<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+    Bf16(&'a [bf16]),
+}
+
+impl Values<'_> {
+    /// Whether every value is a bf16 value (widening it back loses nothing).
+    fn exactly_bf16(self) -> bool {
+        match self {
+            Values::F32(v) => v.iter().all(|x| x.to_bits() & 0xffff == 0),
+            Values::F16(v) => v.iter().all(|x| x.to_f32().to_bits() & 0xffff == 0),
+            Values::Bf16(_) => true,
         }
     }
-    out
+
+    /// Value `i` as f32 (exact).
+    fn f32(self, i: usize) -> f32 {
+        match self {
+            Values::F32(v) => v[i],
+            Values::F16(v) => v[i].to_f32(),
+            Values::Bf16(v) => v[i].to_f32(),
+        }
+    }
+
+    /// Value `i` as bf16 (exact for values that pass [`Values::exactly_bf16`]).
+    fn bf16(self, i: usize) -> bf16 {
+        match self {
+            Values::Bf16(v) => v[i],
+            other => bf16::from_f32(other.f32(i)),
+        }
+    }
+}
+
+/// Calls `f` with the values of `w` (contiguous, on the CPU, f32/f16/bf16) without copying.
+fn with_values<R>(w: &Tensor, f: impl FnOnce(Values<'_>) -> R) -> Result<R, KernelError> {
+    let (storage, layout) = w.storage_and_layout();
+    let range = layout.start_offset()..layout.start_offset() + w.elem_count();
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(Values::F32(&v[range]))),
+        Storage::Cpu(CpuStorage::F16(v)) => Ok(f(Values::F16(&v[range]))),
+        Storage::Cpu(CpuStorage::BF16(v)) => Ok(f(Values::Bf16(&v[range]))),
+        _ => Err(KernelError::Invalid {
+            kernel: NAME,
+            msg: format!("weight of dtype {:?} on {:?}", w.dtype(), w.device()),
+        }),
+    }
+}
+
+/// Weights `parts[i]` `[n_i, k]` (contiguous) stacked as `[n, k]` → panels
+/// `[⌈n / PANEL_COLS⌉][k][PANEL_COLS]`, zero-padded, each value read with `get`.
+fn to_panels<W: Copy + Default>(
+    parts: &[Tensor],
+    n: usize,
+    k: usize,
+    get: fn(Values<'_>, usize) -> W,
+) -> Result<Vec<W>, KernelError> {
+    let mut out = vec![W::default(); n.div_ceil(PANEL_COLS) * k * PANEL_COLS];
+    let mut row0 = 0;
+    for part in parts {
+        let rows = part.dim(0)?;
+        with_values(part, |values| {
+            for r in 0..rows {
+                let j = row0 + r;
+                let (p, c) = (j / PANEL_COLS, j % PANEL_COLS);
+                let panel = &mut out[p * k * PANEL_COLS..(p + 1) * k * PANEL_COLS];
+                for kk in 0..k {
+                    panel[kk * PANEL_COLS + c] = get(values, r * k + kk);
+                }
+            }
+        })?;
+        row0 += rows;
+    }
+    Ok(out)
 }
 
 /// Instruction set of the micro-kernel, detected once per process.

@@ -177,3 +177,71 @@ fn mismatched_shapes_are_errors() {
     let x = Tensor::zeros((3, K - 1), DType::F32, &Device::Cpu).expect("x");
     assert!(matches!(lin.forward(&x), Err(KernelError::Invalid { .. })));
 }
+
+/// A tied embedding reads its rows out of the LM head's panels: they must be the weight's
+/// rows exactly (bf16 widened), including rows in the padded last panel.
+#[test]
+fn weight_rows_are_the_rows_of_the_packed_weight() {
+    for dtype in [DType::F32, DType::BF16] {
+        let w = weight(dtype);
+        let lin = PackedLinear::pack(&[(w.clone(), None)]).expect("pack");
+        assert_eq!(lin.weight_dtype(), dtype);
+        let rows = [0u32, 17, (N - 1) as u32, 3, 17];
+        let got = lin.weight_rows(&rows).expect("rows");
+        let want: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| {
+                w.get(r as usize)
+                    .and_then(|row| row.to_dtype(DType::F32))
+                    .and_then(|row| row.to_vec1::<f32>())
+                    .expect("row")
+            })
+            .collect();
+        assert_eq!(got, want, "{dtype:?}");
+        let err = lin.weight_rows(&[N as u32]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("row {N} of a weight with {N} rows")),
+            "{err}"
+        );
+    }
+}
+
+/// f32 weights widened from bf16 (a bf16 checkpoint loaded as f32) are stored as bf16 panels,
+/// and the products are bitwise those of f32 panels: a weight with one value off the bf16 grid
+/// (in its last row only) is stored as f32, and every other output column must agree exactly.
+#[test]
+fn f32_weights_on_the_bf16_grid_pack_as_bf16_with_bitwise_the_same_products() {
+    let widened = weight(DType::BF16).to_dtype(DType::F32).expect("widen");
+    let mut values: Vec<f32> = widened.flatten_all().and_then(|w| w.to_vec1()).expect("w");
+    values[(N - 1) * K + 7] += 1e-3;
+    let off_grid = Tensor::from_vec(values, (N, K), &Device::Cpu).expect("w");
+    let on = PackedLinear::pack(&[(widened, Some(bias()))]).expect("pack");
+    let off = PackedLinear::pack(&[(off_grid, Some(bias()))]).expect("pack");
+    assert_eq!(
+        (on.weight_dtype(), off.weight_dtype()),
+        (DType::BF16, DType::F32)
+    );
+    for m in [1, 7, 16] {
+        let x = lcg(5 + m as u64, m * K);
+        let (a, b) = (on.matmul_f32(&x), off.matmul_f32(&x));
+        for i in 0..m {
+            assert_eq!(
+                a[i * N..i * N + N - 1]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                b[i * N..i * N + N - 1]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                "m = {m}, row {i}"
+            );
+            assert_ne!(
+                a[i * N + N - 1],
+                b[i * N + N - 1],
+                "the off-grid row differs"
+            );
+        }
+    }
+}

@@ -26,10 +26,19 @@ struct Layer {
     mlp: Mlp,
 }
 
+/// The input embedding `[vocab, hidden]`.
+enum TokenEmbedding {
+    /// Its own table.
+    Table(Embedding),
+    /// Tied to a packed (CPU) LM head and read out of its panels in this dtype, so the
+    /// largest matrix of a small model is held once, not twice.
+    LmHead(DType),
+}
+
 /// The decoder with its embeddings and LM head.
 pub struct TextModel {
     spec: TextSpec,
-    embed: Embedding,
+    embed: TokenEmbedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
     lm_head: Proj,
@@ -98,10 +107,17 @@ impl TextModel {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::new(h, spec.rms_norm_eps, vb.pp("norm"))?;
-        let lm_head = if spec.tie_word_embeddings {
-            Proj::from_parts(vec![(embed.embeddings().clone(), None)])?
+        let (embed, lm_head) = if spec.tie_word_embeddings {
+            let dtype = embed.embeddings().dtype();
+            let head = Proj::from_parts(vec![(embed.embeddings().clone(), None)])?;
+            match head {
+                // The table's storage is freed here: the packed head is its only copy.
+                Proj::Packed(_) => (TokenEmbedding::LmHead(dtype), head),
+                Proj::Portable(_) => (TokenEmbedding::Table(embed), head),
+            }
         } else {
-            linear(h, spec.vocab_size, false, head_vb.pp("lm_head"))?
+            let head = linear(h, spec.vocab_size, false, head_vb.pp("lm_head"))?;
+            (TokenEmbedding::Table(embed), head)
         };
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
@@ -131,9 +147,20 @@ impl TextModel {
         self.attention = path;
     }
 
-    /// Token embeddings `[n, hidden]` of `ids`.
+    /// Token embeddings `[n, hidden]` of `ids`, in the weights' dtype.
+    ///
+    /// Errors: an id outside the vocabulary.
     pub fn embed(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
-        self.embed.forward(&Tensor::new(ids, device)?)
+        match (&self.embed, &self.lm_head) {
+            (TokenEmbedding::Table(table), _) => table.forward(&Tensor::new(ids, device)?),
+            (TokenEmbedding::LmHead(dtype), Proj::Packed(head)) => {
+                let rows = head.weight_rows(ids)?;
+                Tensor::from_vec(rows, (ids.len(), self.spec.hidden_size), device)?.to_dtype(*dtype)
+            }
+            (TokenEmbedding::LmHead(_), Proj::Portable(_)) => {
+                candle_core::bail!("a tied embedding needs the packed LM head")
+            }
+        }
     }
 
     /// Runs the decoder over `embeds` `[total_tokens, hidden]` (one step of a ragged batch),

@@ -266,7 +266,8 @@ fn run_requests(
 
 /// Phase 1: plan every element of the shard and generate the missing answers.
 /// On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
-/// before the error is returned, so the message's pointer to it holds.
+/// before the error is returned, so the message's pointer to it holds — unless OUT holds a
+/// finished run (`run.json`), whose complete `errors.jsonl` is kept.
 pub(crate) fn generate_answers(
     ctx: &mut PassContext<'_>,
     source: &dyn RowSource,
@@ -276,7 +277,11 @@ pub(crate) fn generate_answers(
     match generate_answers_into(ctx, source, generator, &mut plans) {
         Ok(()) => Ok(plans),
         Err(e @ PipelineError::TooManyErrors { .. }) => {
-            super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+            // A finished output's errors.jsonl already lists every error of this input and
+            // these settings (the fingerprint matched): a rerun that aborts leaves it whole.
+            if !ctx.settings.out.join(super::outputs::RUN_FILE).exists() {
+                super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+            }
             Err(e)
         }
         Err(e) => Err(e),

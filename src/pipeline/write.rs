@@ -370,10 +370,13 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             _ => {}
         }
     } else {
-        write_atomic(chart_path, chart::chart_svg(&c.stats).as_bytes())?;
+        write_atomic(
+            chart_path,
+            chart::chart_svg(&c.stats, w.settings.judge).as_bytes(),
+        )?;
     }
     w.sink
-        .finish(&card_markdown(&c.stats, CHART_FILE))
+        .finish(&card_markdown(&c.stats, CHART_FILE, w.settings.judge))
         .map_err(PipelineError::Sink)?;
     Ok(c.stats)
 }

@@ -17,6 +17,10 @@ const NOTHINK: &str = "#1f6feb";
 const REJECTED: &str = "#cf222e";
 const REASON: &str = "#bf8700";
 const LINE: &str = "#8250df";
+/// Judge verdicts: no split's colour, since a verdict is not a split.
+const JUDGE: &str = "#6e7781";
+/// Characters of a bar's label that fit left of the bars (12 px text in 164 px).
+const LABEL_CHARS: usize = 24;
 const FRAME: &str = "#c8c8c8";
 
 /// Panel size: two columns, three rows.
@@ -71,7 +75,7 @@ fn hbars(svg: &mut String, (x0, y0): (f64, f64), title: &str, axis: &str, bars: 
             0.0
         };
         let mid = y + height / 2.0 + 4.0;
-        text(svg, left - 6.0, mid, 12, "end", &b.label);
+        text(svg, left - 6.0, mid, 12, "end", &fit_label(&b.label));
         let _ = writeln!(
             svg,
             r#"<rect x="{left}" y="{y:.1}" width="{w:.1}" height="{height:.1}" fill="{}"/>"#,
@@ -89,6 +93,22 @@ fn hbars(svg: &mut String, (x0, y0): (f64, f64), title: &str, axis: &str, bars: 
             &format!("… {} more in the tables below", bars.len() - shown),
         );
     }
+}
+
+/// `label` cut to [`LABEL_CHARS`] by an ellipsis in the middle, so that a long family name
+/// keeps its start and its split suffix (the tables under the figure give the full names).
+fn fit_label(label: &str) -> String {
+    let chars: Vec<char> = label.chars().collect();
+    if chars.len() <= LABEL_CHARS {
+        return label.to_string();
+    }
+    // Room for the longest split suffix, `_RS_nothink`, and two characters before it.
+    let tail = 13;
+    let head = LABEL_CHARS - tail - 1;
+    let mut s: String = chars[..head].iter().collect();
+    s.push('…');
+    s.extend(&chars[chars.len() - tail..]);
+    s
 }
 
 fn counted(map: &BTreeMap<String, u64>, colour: &'static str) -> Vec<Bar> {
@@ -227,8 +247,8 @@ fn line_panel(svg: &mut String, (x0, y0): (f64, f64), points: &[(f64, f64)], mea
     );
 }
 
-/// The card's figures as one SVG document.
-pub fn chart_svg(stats: &RunStats) -> String {
+/// The card's figures as one SVG document; `judge` is whether the run's judge was on.
+pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
     let (w, h) = CHART_SIZE;
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Arial, sans-serif">
@@ -256,7 +276,7 @@ pub fn chart_svg(stats: &RunStats) -> String {
         &splits,
         max,
     );
-    legend(&mut svg, 3.0 * PANEL.1);
+    legend(&mut svg, 3.0 * PANEL.1, &stats.split_items);
     let families: Vec<Bar> = family_rates(stats)
         .into_iter()
         .map(|(f, (acc, total))| {
@@ -291,15 +311,20 @@ pub fn chart_svg(stats: &RunStats) -> String {
         &reasons,
         max,
     );
-    let verdicts = counted(&stats.judge.verdicts, NOTHINK);
+    let verdicts = counted(&stats.judge.verdicts, JUDGE);
     let max = max_of(&verdicts);
+    let title = if judge {
+        format!(
+            "Judge verdicts ({} judged, {} moved to accepted)",
+            stats.judge.judged, stats.judge.overturns
+        )
+    } else {
+        "Judge verdicts (judge off)".to_string()
+    };
     hbars(
         &mut svg,
         at(1.0, 1.0),
-        &format!(
-            "Judge verdicts ({} judged, {} moved to accepted)",
-            stats.judge.judged, stats.judge.overturns
-        ),
+        &title,
         "verifier rejects judged",
         &verdicts,
         max,
@@ -315,15 +340,20 @@ pub fn chart_svg(stats: &RunStats) -> String {
     svg
 }
 
-/// The legend of the split colours: one row of swatches starting at height `y0`.
-fn legend(svg: &mut String, y0: f64) {
+/// The legend of the split colours: one row of swatches starting at height `y0`, for the
+/// kinds of split the run wrote (all three when it wrote none; no `_RS_think` with reasoning
+/// off).
+fn legend(svg: &mut String, y0: f64, splits: &BTreeMap<String, u64>) {
     text(svg, 20.0, y0 + 30.0, 14, "start", "Split colours");
     let mut x = 130.0;
-    for (colour, name) in [
+    let kinds = [
         (THINK, "accepted, with reasoning (_RS_think)"),
         (NOTHINK, "accepted, answer only (_RS_nothink)"),
         (REJECTED, "rejected (_rejected)"),
-    ] {
+    ];
+    let written = |colour: &str| splits.keys().any(|k| split_colour(k) == colour);
+    let any = kinds.iter().any(|(c, _)| written(c));
+    for (colour, name) in kinds.into_iter().filter(|(c, _)| !any || written(c)) {
         let _ = writeln!(
             svg,
             r#"<rect x="{x}" y="{:.1}" width="16" height="16" fill="{colour}"/>"#,
@@ -432,7 +462,7 @@ mod tests {
         }
         assert_eq!(token_rates(&stats), vec![(2.0, 50.0), (4.0, 100.0)]);
         assert_eq!(family_rates(&stats)["OrandCar"], (41, 48));
-        let svg = chart_svg(&stats);
+        let svg = chart_svg(&stats, true);
         for want in [
             ">Questions per split<",
             ">Accept rate per family<",
@@ -457,6 +487,34 @@ mod tests {
         assert!(esc("a<b&").eq("a&lt;b&amp;"));
         // Bucket "≤4" holds the two accepted answers of 3 and 4 tokens: its total is 2.
         assert!(svg.contains(">2</text>"), "bucket total missing");
+        assert!(svg.contains(&format!(r#"fill="{JUDGE}""#)), "verdict bars");
+    }
+
+    #[test]
+    fn long_labels_reasoning_off_and_judge_off_are_drawn_as_they_are() {
+        let family = "AVeryLongFamilyNameFromTheHub";
+        let stats = RunStats {
+            split_items: BTreeMap::from([
+                (format!("{family}_RS_nothink"), 3),
+                (format!("{family}_rejected"), 2),
+            ]),
+            ..Default::default()
+        };
+        let svg = chart_svg(&stats, false);
+        assert_eq!(
+            fit_label(&format!("{family}_RS_nothink")),
+            "AVeryLongF…ub_RS_nothink"
+        );
+        assert_eq!(fit_label("OrandCar_RS_think"), "OrandCar_RS_think");
+        assert!(svg.contains(">AVeryLongF…ub_RS_nothink<"), "{svg}");
+        assert!(!svg.contains(&format!(">{family}_RS_nothink<")));
+        assert!(svg.contains(">Judge verdicts (judge off)<"));
+        assert!(
+            !svg.contains("_RS_think)"),
+            "no reasoning split, no legend entry"
+        );
+        assert!(svg.contains(">accepted, answer only (_RS_nothink)<"));
+        assert!(svg.contains(">rejected (_rejected)<"));
     }
 
     #[test]
