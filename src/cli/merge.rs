@@ -2,12 +2,9 @@
 
 use anyhow::Context as _;
 
-use super::run::print_summary;
+use super::run::{print_summary, run_parquet};
 use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
-use crate::pipeline::{
-    install_ctrlc, run, Backends, ParquetSink, ParquetSource, RunControl, RunReport,
-    StandardDecisions,
-};
+use crate::pipeline::{install_ctrlc, RunControl, RunReport};
 
 /// `verisample merge`. `quiet` is the CLI's global `-q`.
 ///
@@ -18,25 +15,10 @@ pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport>
     let plan = prepare_merge(&args)?;
     let control = RunControl::from_env();
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
-    let source = ParquetSource::with_options(&plan.settings.data, plan.settings.read.clone());
-    let mut sink = ParquetSink::new(&plan.settings.out);
     let mut generator = JournalOnly {
         engine_version: plan.engine_version.clone(),
     };
-    let decisions = StandardDecisions {
-        verifiers: plan.settings.verifier_registry(),
-        ..StandardDecisions::default()
-    };
-    let report = run(
-        plan.prepared,
-        Backends {
-            source: &source,
-            generator: &mut generator,
-            decisions: &decisions,
-            sink: &mut sink,
-        },
-        &control,
-    )?;
+    let report = run_parquet(plan.prepared, &plan.settings, &mut generator, &control)?;
     print_summary(&report, &plan.settings.out, args.quiet, false);
     Ok(report)
 }

@@ -10,8 +10,8 @@ use anyhow::Context as _;
 use crate::engine::vl::{load_engine, VlInputs};
 use crate::engine::{EngineConfig, KvBudget, VisionMemory};
 use crate::pipeline::{
-    install_ctrlc, prepare_with, run, Backends, EngineGenerator, ParquetSink, ParquetSource,
-    RunControl, RunReport, StandardDecisions,
+    install_ctrlc, prepare_with, run, Backends, EngineGenerator, Generator, ParquetSink,
+    ParquetSource, PipelineError, Prepared, RunControl, RunReport, StandardDecisions,
 };
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
@@ -68,24 +68,37 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     // a `--restart` discards the earlier output only once the model has loaded.
     let (prepared, mut generator) =
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
+    let report = run_parquet(prepared, &settings, &mut generator, &control)?;
+    print_summary(&report, &settings.out, args.quiet, args.json);
+    Ok(report)
+}
+
+/// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
+/// the standard decisions and `settings`' verifiers (shared by `run` and `merge`).
+///
+/// Errors: [`PipelineError`] from the run.
+pub(super) fn run_parquet(
+    prepared: Prepared,
+    settings: &Settings,
+    generator: &mut dyn Generator,
+    control: &RunControl,
+) -> Result<RunReport, PipelineError> {
     let source = ParquetSource::with_options(&settings.data, settings.read.clone());
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
         verifiers: settings.verifier_registry(),
         ..StandardDecisions::default()
     };
-    let report = run(
+    run(
         prepared,
         Backends {
             source: &source,
-            generator: &mut generator,
+            generator,
             decisions: &decisions,
             sink: &mut sink,
         },
-        &control,
-    )?;
-    print_summary(&report, &settings.out, args.quiet, args.json);
-    Ok(report)
+        control,
+    )
 }
 
 /// Install the stop handler, open the device and load the model (the steps after the
