@@ -194,6 +194,7 @@ pub fn run<M: EngineModel, P: InputProcessor>(
             image: Some(ImageInput::new(bytes)),
             text: opts.question.clone(),
             max_new_tokens: Some(opts.max_new_tokens),
+            ..Default::default()
         });
     }
     let before = engine.stats().clone();

@@ -523,6 +523,7 @@ fn sample_requests(opts: &DoctorOptions) -> Result<Vec<Request>, DoctorError> {
                 image: Some(ImageInput::new(bytes.clone())),
                 text: qa.question.clone(),
                 max_new_tokens: None,
+                ..Default::default()
             });
         }
     }

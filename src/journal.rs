@@ -308,6 +308,7 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
     /// record behind before the process kills itself.
     ///
     /// Errors: [`JournalError::Encode`], [`JournalError::Io`].
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn append_torn(&mut self, record: &T, keep: usize) -> Result<(), JournalError> {
         let frame = self.frame(record)?;
         let io = |source| JournalError::Io {

@@ -264,6 +264,7 @@ fn check_reading_set(
             image: Some(ImageInput::new(bytes)),
             text: r.question.clone(),
             max_new_tokens: None,
+            ..Default::default()
         })
         .collect();
     let got = generate(requests);
@@ -397,6 +398,7 @@ fn judge_agrees_with_the_rule_at_least_as_well_as_transformers() {
             image: None,
             text: build_judge_prompt(&r.question, &r.reference, &r.candidate),
             max_new_tokens: None,
+            ..Default::default()
         })
         .collect();
     let got = generate(requests);

@@ -37,6 +37,7 @@ fn req(id: u64, system: Option<&str>, image: Option<ImageInput>, text: &str) -> 
         image,
         text: text.to_string(),
         max_new_tokens: None,
+        ..Default::default()
     }
 }
 
@@ -339,16 +340,39 @@ fn max_new_tokens_truncates_and_text_is_decoded() {
     r.max_new_tokens = Some(3);
     let (want, reason) = reference(&r, 3);
     assert!(
-        reason == FinishReason::Truncated && want.len() == 3,
+        reason == FinishReason::Length && want.len() == 3,
         "reference runs into the limit"
     );
     let mut e = engine(cfg(4, 64, true));
     let got = run(&mut e, vec![r]);
     let c = &got[&7];
-    assert_eq!(c.finish_reason, FinishReason::Truncated);
+    assert_eq!(c.finish_reason, FinishReason::Length);
     assert_eq!(c.token_ids, want);
     let text: Vec<String> = want.iter().map(|t| t.to_string()).collect();
     assert_eq!(c.text, text.join(","));
+}
+
+#[test]
+fn a_request_stop_token_ends_only_that_request_with_stop() {
+    let plain = req(8, None, Some(image(5, 13)), "What is written in the image?");
+    let (want, _) = reference(&plain, MAX_NEW);
+    // The second generated token (its first occurrence) becomes this request's stop id.
+    let stop = want[1];
+    let cut = want.iter().position(|&t| t == stop).unwrap();
+    assert!(cut + 1 < want.len(), "the stop id cuts the reference short");
+    let stopped = Request {
+        id: 9,
+        stop_token_ids: vec![stop],
+        ..plain.clone()
+    };
+    let mut e = engine(cfg(4, 64, true));
+    let got = run(&mut e, vec![plain.clone(), stopped]);
+    assert_eq!(got[&9].finish_reason, FinishReason::Stop);
+    assert_eq!(got[&9].token_ids, want[..=cut].to_vec());
+    assert_eq!(
+        got[&8].token_ids, want,
+        "the other request ignores the stop id"
+    );
 }
 
 #[test]

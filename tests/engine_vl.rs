@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device};
 use verisample::engine::vl::{load_engine, VlInputs};
 use verisample::engine::{
-    Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request,
+    Completion, Engine, EngineConfig, FinishReason, ImageInput, InputProcessor, KvBudget, Request,
 };
 use verisample_models::VlModel;
 
@@ -79,6 +79,7 @@ fn items(id0: u64) -> Vec<Request> {
             image: Some(png(k, 60 + 20 * k, 28 + 6 * k)),
             text,
             max_new_tokens: None,
+            ..Default::default()
         });
     }
     for i in 0..8u64 {
@@ -92,6 +93,7 @@ fn items(id0: u64) -> Vec<Request> {
                 1000 + 41 * i
             ),
             max_new_tokens: None,
+            ..Default::default()
         });
     }
     out
@@ -117,7 +119,7 @@ fn assert_complete(got: &BTreeMap<u64, Completion>, n: usize) {
         assert_ne!(c.finish_reason, FinishReason::Error, "{c:?}");
         assert!(!c.token_ids.is_empty() && c.token_ids.len() <= MAX_NEW);
         assert_eq!(
-            c.finish_reason == FinishReason::Truncated,
+            c.finish_reason == FinishReason::Length,
             c.token_ids.len() == MAX_NEW,
             "{c:?}"
         );
@@ -201,6 +203,7 @@ fn image_requests_match_the_transformers_goldens() {
                 image: Some(image.clone()),
                 text: QUESTION.to_string(),
                 max_new_tokens: Some(24),
+                ..Default::default()
             });
         }
         let got = run(&mut engine_with(family, 8, 40), reqs);
@@ -378,6 +381,7 @@ fn qwen3_5_matches_transformers_at_max_batch_1_and_64() {
             image: Some(image.clone()),
             text: QUESTION.to_string(),
             max_new_tokens: Some(24),
+            ..Default::default()
         });
     }
     let cfg = |max_batch, blocks| EngineConfig {
@@ -519,6 +523,7 @@ fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
             )),
             text: QUESTION.to_string(),
             max_new_tokens: Some(max_new),
+            ..Default::default()
         })
         .collect();
     for max_batch in [1, 64] {
@@ -537,4 +542,31 @@ fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
             want.get(differ[0])
         );
     }
+}
+
+#[test]
+fn thinking_mode_is_per_request() {
+    // Loaded with thinking on; the fixture's template closes an empty think block when
+    // `enable_thinking` is false.
+    let e = engine(4, 64, true);
+    let p = e.processor();
+    let with = |enable_thinking| Request {
+        text: QUESTION.to_string(),
+        image: Some(png(1, 60, 28)),
+        enable_thinking,
+        ..Default::default()
+    };
+    let rendered = |r: &Request| p.render_prompt(r).expect("render");
+    assert!(rendered(&with(None)).ends_with("<|im_start|>assistant\n"));
+    assert_eq!(rendered(&with(Some(true))), rendered(&with(None)));
+    assert!(
+        rendered(&with(Some(false))).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    );
+    let tokens = |r: &Request| p.prepare(r).expect("prepare").token_ids;
+    let (on, off) = (tokens(&with(None)), tokens(&with(Some(false))));
+    assert_eq!(tokens(&with(Some(true))), on);
+    assert!(
+        off.len() > on.len() && off[..on.len()] == on[..],
+        "thinking off appends to the prompt"
+    );
 }

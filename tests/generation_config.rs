@@ -155,6 +155,7 @@ fn generate(
                 image: Some(ImageInput::new(bytes.clone())),
                 text: question.clone(),
                 max_new_tokens: None,
+                ..Default::default()
             })
         })
         .collect();

@@ -421,8 +421,8 @@ fn several_references_are_kept_run_and_verify() {
         })
         .expect("a verifier-accepted entry with several references");
     {
-        let report = verisample::verify_output::verify_family(
-            &verisample::verify_output::FamilySplits {
+        let report = verisample::recheck::recheck_family(
+            &verisample::recheck::FamilySplits {
                 family: "OrandCar",
                 think: &[],
                 nothink: &[OutputRow {
@@ -434,13 +434,13 @@ fn several_references_are_kept_run_and_verify() {
                 }],
                 rejected: &[],
             },
-            &verisample::verify_output::VerifySettings::default(),
+            &verisample::recheck::RecheckSettings::default(),
         );
         assert!(
             report
                 .disagreements
                 .iter()
-                .any(|d| d.problem == verisample::verify_output::Problem::WrongSplit),
+                .any(|d| d.problem == verisample::recheck::Problem::WrongSplit),
             "{report:?}"
         );
     }

@@ -19,8 +19,8 @@ use pipeline_support::{
 use verisample::engine::vl::load_engine;
 use verisample::engine::{EngineConfig, EngineModel, KvBudget, VisionMemory};
 use verisample::pipeline::{
-    prepare, prompt_prefills_think, run, BackendError, Backends, EngineGenerator, GenRequest,
-    GenResult, Generator, ParquetSink, PipelineError, RunControl, RunReport, StandardDecisions,
+    prepare, run, BackendError, Backends, EngineGenerator, GenRequest, GenResult, Generator,
+    ParquetSink, PipelineError, RunControl, RunReport, StandardDecisions,
 };
 use verisample::settings::fingerprint;
 use verisample::shard::Shard;
@@ -53,9 +53,7 @@ fn generator_with(vision_memory: VisionMemory) -> Box<dyn Generator> {
         Default::default(),
     )
     .expect("load fixture");
-    let prefilled =
-        prompt_prefills_think(engine.processor().prompts().template(), true).expect("template");
-    Box::new(EngineGenerator::new(engine, prefilled))
+    Box::new(EngineGenerator::new(engine).expect("template"))
 }
 
 /// Raises the stop flag after `n` completions, as a Ctrl-C would.

@@ -1,7 +1,7 @@
 //! `run` on the real OrandCar val images through the real parquet reader and writer and the
 //! real decisions, with the scripted model standing in for the VLM (it "reads" the label of
 //! most images, and a wrong or reformatted one for the others). The stored splits must
-//! re-derive cleanly (`verify_output`), an interrupted run must resume to byte-identical
+//! re-derive cleanly (`recheck`), an interrupted run must resume to byte-identical
 //! parquet, and two shards merged must equal the unsharded output.
 //!
 //! Needs the shared data (`$VERISAMPLE_SHARED_DATA`, else `<repo>/../../shared/data`, else
@@ -26,9 +26,9 @@ use verisample::pipeline::{
     prepare as prepare_run, run, Backends, Generator, ParquetSink, ParquetSource, PipelineError,
     RunControl, RunReport, StandardDecisions,
 };
+use verisample::recheck::{recheck_family, FamilySplits, RecheckSettings};
 use verisample::settings::fingerprint;
 use verisample::shard::Shard;
-use verisample::verify_output::{verify_family, FamilySplits, VerifySettings};
 
 /// The val split as an input dataset in `dir`, and the scripted model's answers: the label
 /// for most images; for every 5th a wrong digit string, for every 7th the label inside a
@@ -169,14 +169,14 @@ fn val_images_through_parquet_resume_and_merge() {
     let rejected = read_rejected_split(&split("OrandCar_rejected")).unwrap();
     let entries: usize = nothink.iter().map(|r| r.qa.len()).sum();
     assert_eq!(entries as u64, s.accepted);
-    let v = verify_family(
+    let v = recheck_family(
         &FamilySplits {
             family: "OrandCar",
             think: &think,
             nothink: &nothink,
             rejected: &rejected,
         },
-        &VerifySettings::default(),
+        &RecheckSettings::default(),
     );
     assert!(v.is_clean(), "{:?}", v.disagreements);
     let card = std::fs::read_to_string(whole.join("README.md")).unwrap();

@@ -514,7 +514,7 @@ fn ctrl_c_flag_stops_before_reading_more() {
     let dir = tempfile::tempdir().unwrap();
     let control = RunControl {
         stop: Arc::new(AtomicBool::new(true)),
-        kill_at: None,
+        ..RunControl::default()
     };
     let mut model = ScriptedModel::new();
     let err = run_with(&settings(dir.path(), Shard::WHOLE), &mut model, &control).unwrap_err();
@@ -576,7 +576,7 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
     };
     let err = prepare_merge(&args).unwrap_err();
     assert!(matches!(err, MergeError::OutIsShard(_)), "{err}");
-    let code = verisample::pipeline::command::exit_code(&anyhow::Error::new(err));
+    let code = verisample::cli::error_exit_code(&anyhow::Error::new(err));
     assert_eq!(code, 2);
     assert_eq!(std::fs::read(&journal).unwrap(), before);
 }

@@ -82,6 +82,7 @@ fn val_images_portable_path_matches_native_kernels_and_transformers() {
             )),
             text: r.question.clone(),
             max_new_tokens: None,
+            ..Default::default()
         })
         .collect();
     let native = generate(AttentionPath::Native, &requests);

@@ -3,16 +3,22 @@
 //! it needs, call the library, print), and the one mapping from typed errors to exit codes
 //! ([`exit_code`]: 0 ok, 1 error, 2 usage or invalid settings, 130/143 after a stop signal).
 //! `run` and `merge` take their arguments from [`crate::settings::RunArgs`] and
-//! [`crate::merge::MergeArgs`] and start in [`crate::pipeline::command`].
+//! [`crate::merge::MergeArgs`] and start in `run.rs` and `merge.rs` here.
 
 mod bench;
 mod check;
 mod doctor;
 mod inspect;
+mod merge;
 mod prepare;
+mod run;
 mod verify;
 
 use clap::{Parser, Subcommand};
+
+use crate::engine::vl::VlLoadError;
+use crate::engine::EngineError;
+use crate::pipeline::PipelineError;
 
 pub use bench::BenchArgs;
 pub use check::CheckArgs;
@@ -73,14 +79,43 @@ pub enum Command {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// The process exit code for a command result: 0 ok, 2 usage or invalid settings, 130 after
-/// Ctrl-C (143 after SIGTERM), 1 otherwise (see [`crate::pipeline::command::exit_code`]).
+/// The process exit code for a command result: 0 ok, else [`error_exit_code`].
 pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
     match result {
         Ok(()) => 0,
-        Err(e) if e.is::<UsageError>() => 2,
-        Err(e) => crate::pipeline::command::exit_code(e),
+        Err(e) => error_exit_code(e),
     }
+}
+
+/// The exit status for an error of a command, the one mapping from typed errors: 130 after
+/// Ctrl-C (143 after SIGTERM), 2 for a usage error or invalid settings (including an engine
+/// setting such as a `--kv-cache-gib` that does not fit in memory, pixel bounds that leave no
+/// image size, and a merge `--out` that is a shard folder or not writable), 1 otherwise.
+pub fn error_exit_code(err: &anyhow::Error) -> u8 {
+    if err.is::<UsageError>() {
+        return 2;
+    }
+    if let Some(p) = err.downcast_ref::<PipelineError>() {
+        return u8::try_from(p.exit_code()).unwrap_or(1);
+    }
+    if err
+        .downcast_ref::<crate::settings::SettingsError>()
+        .is_some()
+        || matches!(
+            err.downcast_ref::<crate::merge::MergeError>(),
+            Some(crate::merge::MergeError::OutIsShard(_) | crate::merge::MergeError::Out(_))
+        )
+        || matches!(
+            err.downcast_ref::<VlLoadError>(),
+            Some(
+                VlLoadError::Engine(EngineError::Config(_))
+                    | VlLoadError::Processor(verisample_models::ProcessorError::PixelBounds { .. })
+            )
+        )
+    {
+        return 2;
+    }
+    1
 }
 
 /// The one-line message printed for an error: each context and cause, joined by `": "`,
@@ -112,10 +147,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Prepare(a) => prepare::run(a),
         Command::Inspect(a) => inspect::run(a),
-        Command::Run(a) => crate::pipeline::command::run_command(&a, cli.quiet).map(|_| ()),
+        Command::Run(a) => run::run_command(&a, cli.quiet).map(|_| ()),
         Command::Verify(a) => verify::run(&a),
         Command::Check(a) => check::run(&a),
-        Command::Merge(a) => crate::pipeline::command::merge_command(&a, cli.quiet).map(|_| ()),
+        Command::Merge(a) => merge::merge_command(&a, cli.quiet).map(|_| ()),
         Command::Bench(a) => bench::run(&a),
         Command::Doctor(a) => doctor::run(&a),
     }
@@ -151,5 +186,30 @@ mod tests {
         assert_eq!(exit_code(&Ok(())), 0);
         assert_eq!(exit_code(&Err(usage("x"))), 2);
         assert_eq!(exit_code(&Err(anyhow::anyhow!("io"))), 1);
+    }
+
+    #[test]
+    fn engine_setting_errors_exit_2_through_context_other_load_errors_exit_1() {
+        let kv = anyhow::Error::from(VlLoadError::Engine(EngineError::Config(
+            "the KV cache of 900 GiB does not fit".into(),
+        )))
+        .context("loading the model from m");
+        assert_eq!(error_exit_code(&kv), 2);
+        let internal = anyhow::Error::from(VlLoadError::Engine(EngineError::Internal("x".into())))
+            .context("loading the model from m");
+        assert_eq!(error_exit_code(&internal), 1);
+        let bounds = anyhow::Error::from(VlLoadError::Processor(
+            verisample_models::ProcessorError::PixelBounds {
+                min_pixels: 9408,
+                max_pixels: 1,
+            },
+        ))
+        .context("loading the model from m");
+        assert_eq!(
+            error_exit_code(&bounds),
+            2,
+            "--max-pixels below the checkpoint's min_pixels"
+        );
+        assert_eq!(error_exit_code(&anyhow::anyhow!("anything else")), 1);
     }
 }

@@ -9,10 +9,10 @@ use clap::Args;
 use super::UsageError;
 use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
-use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
-use crate::verify_output::{
-    row_count_mismatches, verify_family, FamilySplits, VerifyReport, VerifySettings,
+use crate::recheck::{
+    recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
 };
+use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 
 /// Recompute every accept/reject decision of an output from its stored splits.
 #[derive(Debug, Args)]
@@ -55,7 +55,10 @@ fn read_run_json(out: &Path) -> anyhow::Result<serde_json::Value> {
 /// The settings `verify` applies: those recorded in `run.json` (`settings.number_guard`,
 /// `settings.think`, `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line
 /// overrides.
-fn verify_settings(a: &VerifyArgs, recorded: &serde_json::Value) -> anyhow::Result<VerifySettings> {
+fn verify_settings(
+    a: &VerifyArgs,
+    recorded: &serde_json::Value,
+) -> anyhow::Result<RecheckSettings> {
     let settings = &recorded["settings"];
     let mut overrides: Vec<String> = settings["verifiers"]
         .as_array()
@@ -68,7 +71,7 @@ fn verify_settings(a: &VerifyArgs, recorded: &serde_json::Value) -> anyhow::Resu
     overrides.extend(a.verifiers.iter().cloned());
     let guard_off = a.no_number_guard || settings["number_guard"].as_bool() == Some(false);
     let mut v =
-        VerifySettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()))?;
+        RecheckSettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()))?;
     v.thinking = settings["think"].as_bool() != Some(false);
     Ok(v)
 }
@@ -154,7 +157,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     }
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;
-        let report: VerifyReport = verify_family(
+        let report: RecheckReport = recheck_family(
             &FamilySplits {
                 family,
                 think: &think,

@@ -43,7 +43,7 @@ use serde::Serialize;
 use verisample_models::batch::KvCache;
 
 pub use config::{EngineConfig, KvBudget, VisionMemory};
-pub use model::{EngineModel, InputProcessor, KvLayout, StepImages};
+pub use model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
 pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
 
 use block_manager::BlockManager;
@@ -258,7 +258,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         };
         let mut requests = requests.into_iter();
         let result = pool.in_place_scope(|scope| -> Result<(), EngineError> {
-            type Prepared = (u64, u64, Option<usize>, Result<PreparedInput, String>);
+            type Prepared = (u64, Request, Result<PreparedInput, InputError>);
             let (tx, rx) = mpsc::sync_channel::<Prepared>(lookahead);
             let mut emit = |core: &mut Core<M>, c: Completion| {
                 core.stats.completed += 1;
@@ -282,9 +282,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     submitted += 1;
                     scope.spawn(move |_| {
                         let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
-                            .unwrap_or_else(|_| Err("input processor panicked".to_string()));
+                            .unwrap_or_else(|_| Err(InputError::Panicked));
+                        // The encoded image is no longer needed: only the options travel on.
+                        let req = Request { image: None, ..req };
                         // The receiver is gone only when generate is returning early.
-                        let _ = tx.send((idx, req.id, req.max_new_tokens, r));
+                        let _ = tx.send((idx, req, r));
                     });
                 }
                 // Collect prepared inputs; block only when there is nothing to compute.
@@ -308,11 +310,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     ready.insert(msg.0, msg);
                 }
                 // Queue them in input order.
-                while let Some((_, id, max_new, r)) = ready.remove(&next_in) {
+                while let Some((_, req, r)) = ready.remove(&next_in) {
                     next_in += 1;
                     let failed = match r {
-                        Ok(p) => core.add(id, max_new, p),
-                        Err(e) => Some(Completion::failed(id, 0, e)),
+                        Ok(p) => core.add(&req, p),
+                        Err(e) => Some(Completion::failed(req.id, 0, e.to_string())),
                     };
                     if let Some(c) = failed {
                         emit(core, c)?;

@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache, StateLayout};
-use verisample_models::ImageEmbeds;
+use verisample_models::{ChatError, ImageEmbeds, ProcessorError, RopeIndexError};
 
 use super::request::{PreparedInput, Request};
 
@@ -96,19 +96,62 @@ pub trait EngineModel {
     ) -> candle_core::Result<Tensor>;
 }
 
+/// Why an [`InputProcessor`] could not prepare a request or decode its tokens. Per request:
+/// the request completes with `FinishReason::Error` and this error's message.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The image could not be decoded or preprocessed (format, size limits, aspect ratio).
+    #[error("image: {0}")]
+    Image(#[from] ProcessorError),
+    /// The chat template or the tokenizer failed on the prompt.
+    #[error("prompt: {0}")]
+    Prompt(#[source] ChatError),
+    /// The prompt's image-pad runs and the images' `grid_thw` disagree.
+    #[error("M-RoPE index: {0}")]
+    RopeIndex(#[from] RopeIndexError),
+    /// The rendered prompt has an image but no image-pad token.
+    #[error("no image-pad token in the prompt")]
+    NoImagePad,
+    /// The preprocessed pixels could not be put into a tensor.
+    #[error("pixel values: {0}")]
+    PixelValues(#[from] candle_core::Error),
+    /// The tokenizer could not decode generated tokens.
+    #[error("{0}")]
+    Decode(#[source] ChatError),
+    /// The processor panicked on this request (caught by the input pipeline).
+    #[error("input processor panicked")]
+    Panicked,
+    /// The processor renders no text prompt (it has no chat template).
+    #[error("this input processor has no chat template")]
+    NoTemplate,
+    /// A processor's own message, verbatim (processors outside the models crate, such as the
+    /// tests' arithmetic model).
+    #[error("{0}")]
+    Other(String),
+}
+
 /// Chat template, tokenizer and image preprocessing of a model. Called from the input
 /// pipeline's worker threads, hence `Send + Sync`.
 pub trait InputProcessor: Send + Sync {
     /// Turn a request into prompt tokens, M-RoPE positions and preprocessed images.
     ///
-    /// Errors: a human-readable message (undecodable image, template error, …); the request
-    /// then completes with `FinishReason::Error`.
-    fn prepare(&self, request: &Request) -> Result<PreparedInput, String>;
+    /// Errors: [`InputError`] (undecodable image, template error, …); the request then
+    /// completes with `FinishReason::Error`.
+    fn prepare(&self, request: &Request) -> Result<PreparedInput, InputError>;
+
+    /// The request's prompt as the chat template renders it (the request's thinking mode, the
+    /// generation prompt appended), before tokenization and image-pad expansion: what
+    /// [`InputProcessor::prepare`] tokenizes.
+    ///
+    /// Errors: [`InputError::Prompt`] from the template; default: [`InputError::NoTemplate`].
+    fn render_prompt(&self, _request: &Request) -> Result<String, InputError> {
+        Err(InputError::NoTemplate)
+    }
 
     /// Decode generated tokens to text, special tokens skipped.
     ///
-    /// Errors: a human-readable message from the tokenizer.
-    fn decode(&self, tokens: &[u32]) -> Result<String, String>;
+    /// Errors: [`InputError::Decode`], from the tokenizer.
+    fn decode(&self, tokens: &[u32]) -> Result<String, InputError>;
 
     /// Patches the vision encoder gets for an image of `width × height` pixels, resized
     /// within the processor's pixel bounds or, when given, with at most `max_pixels` pixels.

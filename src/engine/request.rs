@@ -27,8 +27,9 @@ impl ImageInput {
     }
 }
 
-/// One generation request: a chat turn, text-only (the judge) or about one image.
-#[derive(Debug, Clone)]
+/// One generation request: a chat turn, text-only (the judge) or about one image, with its
+/// own generation options (`None` / empty: the engine's).
+#[derive(Debug, Clone, Default)]
 pub struct Request {
     /// Caller's id, returned in the [`Completion`].
     pub id: u64,
@@ -40,6 +41,12 @@ pub struct Request {
     pub text: String,
     /// Per-request generation limit; `None` takes the engine's `max_new_tokens`.
     pub max_new_tokens: Option<usize>,
+    /// The chat template's thinking mode (`enable_thinking`) for this request; `None` takes
+    /// the processor's (the one the engine was loaded with).
+    pub enable_thinking: Option<bool>,
+    /// Token ids that end this request besides the model's end-of-sequence ids: generated, one
+    /// is kept as the last token and the request finishes with `FinishReason::Stop`.
+    pub stop_token_ids: Vec<u32>,
 }
 
 /// One image of a prepared prompt: preprocessed pixels and where its placeholder tokens are.
@@ -79,8 +86,9 @@ pub enum FinishReason {
     /// An end-of-sequence token was generated (it is the last of `token_ids`).
     Stop,
     /// `max_new_tokens` were generated without an end-of-sequence token (or, rarely, the
-    /// sequence grew to fill the whole KV cache pool).
-    Truncated,
+    /// sequence grew to fill the whole KV cache pool): `finish_reason: length`, as in the
+    /// pipeline's [`crate::route::FinishReason::Length`].
+    Length,
     /// The request could not be run (bad image, prompt larger than the KV cache, the model
     /// generated an image placeholder token, …); `Completion::error` says why.
     Error,

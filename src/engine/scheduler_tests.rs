@@ -16,6 +16,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         prompt_len: n,
         images: vec![],
         max_new_tokens: 100,
+        stop_token_ids: vec![],
         block_table: vec![],
         num_computed: 0,
         in_prefill: false,

@@ -116,6 +116,8 @@ pub struct Sequence {
     pub images: Vec<ImageSpan>,
     /// Generation limit.
     pub max_new_tokens: usize,
+    /// The request's own stop token ids (besides the model's end-of-sequence ids).
+    pub stop_token_ids: Vec<u32>,
     /// Cache blocks holding this sequence's tokens, in order.
     pub block_table: Vec<BlockId>,
     /// Tokens whose K/V are in the cache (a prefix of `tokens`).
@@ -226,6 +228,7 @@ mod tests {
             next_position: 4,
             images: vec![],
             max_new_tokens: 8,
+            stop_token_ids: vec![],
             block_table: vec![],
             num_computed: 0,
             in_prefill: false,

@@ -9,7 +9,7 @@ use verisample_models::ImageEmbeds;
 
 use super::config::EngineConfig;
 use super::model::{EngineModel, InputProcessor, StepImages};
-use super::request::{Completion, FinishReason, PreparedInput};
+use super::request::{Completion, FinishReason, PreparedInput, Request};
 use super::sampler::Greedy;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
 use super::sequence::{ImageSpan, SeenTokens, Sequence};
@@ -53,14 +53,10 @@ fn overlap(img: &ImageSpan, start: usize, end: usize) -> Option<(usize, usize)> 
 }
 
 impl<M: EngineModel> Core<M> {
-    /// Queue a prepared request. Returns a failed completion when the prepared input is
-    /// inconsistent (nothing is queued then).
-    pub fn add(
-        &mut self,
-        id: u64,
-        max_new_tokens: Option<usize>,
-        p: PreparedInput,
-    ) -> Option<Completion> {
+    /// Queue the prepared input `p` of `req` (its id and generation options). Returns a
+    /// failed completion when the prepared input is inconsistent (nothing is queued then).
+    pub fn add(&mut self, req: &Request, p: PreparedInput) -> Option<Completion> {
+        let id = req.id;
         let n = p.token_ids.len();
         if n == 0 || p.positions.len() != n {
             return Some(Completion::failed(
@@ -116,7 +112,8 @@ impl<M: EngineModel> Core<M> {
                     sha256: i.sha256,
                 })
                 .collect(),
-            max_new_tokens: max_new_tokens.unwrap_or(self.cfg.max_new_tokens).max(1),
+            max_new_tokens: req.max_new_tokens.unwrap_or(self.cfg.max_new_tokens).max(1),
+            stop_token_ids: req.stop_token_ids.clone(),
             block_table: vec![],
             num_computed: 0,
             in_prefill: false,
@@ -170,7 +167,7 @@ impl<M: EngineModel> Core<M> {
                         s.prompt_len
                     ),
                 ),
-                Dropout::PoolFull => self.completion(s, FinishReason::Truncated, processor),
+                Dropout::PoolFull => self.completion(s, FinishReason::Length, processor),
             };
             done.push(c);
         }
@@ -231,15 +228,16 @@ impl<M: EngineModel> Core<M> {
             let Some(s) = self.scheduler.seq(sc.seq) else {
                 continue;
             };
-            let reason = if processor.eos_token_ids().contains(&tok) {
-                FinishReason::Stop
-            } else if self.placeholders.contains(&tok) {
-                FinishReason::Error
-            } else if s.generated().len() >= s.max_new_tokens {
-                FinishReason::Truncated
-            } else {
-                continue;
-            };
+            let reason =
+                if processor.eos_token_ids().contains(&tok) || s.stop_token_ids.contains(&tok) {
+                    FinishReason::Stop
+                } else if self.placeholders.contains(&tok) {
+                    FinishReason::Error
+                } else if s.generated().len() >= s.max_new_tokens {
+                    FinishReason::Length
+                } else {
+                    continue;
+                };
             if let Some(s) = self.scheduler.finish(sc.seq) {
                 self.release_images(&s);
                 let mut c = self.completion(&s, reason, processor);

@@ -12,7 +12,7 @@ use verisample_models::{
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
-use super::model::{EngineModel, InputProcessor, KvLayout, StepImages};
+use super::model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
 use super::request::{PreparedImage, PreparedInput, Request};
 use super::{Engine, EngineConfig, EngineError};
 
@@ -177,31 +177,41 @@ impl VlInputs {
     }
 }
 
-impl InputProcessor for VlInputs {
-    fn prepare(&self, req: &Request) -> Result<PreparedInput, String> {
+impl VlInputs {
+    /// The chat turn of `req`: its system message, then the user turn (the image first).
+    fn messages(req: &Request) -> Vec<ChatMessage> {
         let mut messages = Vec::with_capacity(2);
         if let Some(s) = &req.system {
             messages.push(ChatMessage::text("system", s));
         }
-        let mut image = None;
-        match &req.image {
-            Some(img) => {
-                let p = self
-                    .images
-                    .preprocess(&img.bytes)
-                    .map_err(|e| format!("image: {e}"))?;
-                messages.push(ChatMessage::user_image_question(&req.text));
-                image = Some((img.sha256, p));
-            }
-            None => messages.push(ChatMessage::text("user", &req.text)),
+        messages.push(match &req.image {
+            Some(_) => ChatMessage::user_image_question(&req.text),
+            None => ChatMessage::text("user", &req.text),
+        });
+        messages
+    }
+
+    /// The template switches of `req`: its thinking mode, else the loaded one.
+    fn render_options(&self, req: &Request) -> RenderOptions {
+        RenderOptions {
+            enable_thinking: req.enable_thinking.or(self.render.enable_thinking),
+            ..self.render
         }
+    }
+}
+
+impl InputProcessor for VlInputs {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
+        let image = match &req.image {
+            Some(img) => Some((img.sha256, self.images.preprocess(&img.bytes)?)),
+            None => None,
+        };
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
         let ids = self
             .prompts
-            .encode(&messages, self.render, &grids)
-            .map_err(|e| format!("prompt: {e}"))?;
-        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)
-            .map_err(|e| format!("M-RoPE index: {e}"))?;
+            .encode(&Self::messages(req), self.render_options(req), &grids)
+            .map_err(InputError::Prompt)?;
+        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
         let [t, h, w] = &rope.positions;
         let positions = (0..ids.len()).map(|i| [t[i], h[i], w[i]]).collect();
         let mut images = Vec::new();
@@ -209,7 +219,7 @@ impl InputProcessor for VlInputs {
             let start = ids
                 .iter()
                 .position(|&x| x == self.image_token_id)
-                .ok_or("no image-pad token in the prompt")?;
+                .ok_or(InputError::NoImagePad)?;
             let n_patches = p.pixel_values.len() / p.patch_dim.max(1);
             images.push(PreparedImage {
                 sha256,
@@ -217,8 +227,7 @@ impl InputProcessor for VlInputs {
                     p.pixel_values,
                     (n_patches, p.patch_dim),
                     &Device::Cpu,
-                )
-                .map_err(|e| format!("pixel values: {e}"))?,
+                )?,
                 grid_thw: p.grid_thw,
                 start,
                 num_tokens: self.images.num_image_tokens(p.grid_thw),
@@ -233,8 +242,17 @@ impl InputProcessor for VlInputs {
         })
     }
 
-    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        self.prompts.decode(tokens, true).map_err(|e| e.to_string())
+    fn render_prompt(&self, req: &Request) -> Result<String, InputError> {
+        self.prompts
+            .template()
+            .render(&Self::messages(req), self.render_options(req))
+            .map_err(InputError::Prompt)
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, InputError> {
+        self.prompts
+            .decode(tokens, true)
+            .map_err(InputError::Decode)
     }
 
     /// `smart_resize` of `height × width` (factor `patch · merge`), in patches.

@@ -7,13 +7,24 @@
 //! `generation` (answer records journaled), `judge` (judge records journaled) or `write`
 //! (split rows handed to the writer). With `:torn` the `n`-th journal record is written
 //! only half before the kill, leaving a torn record for the replay to detect. The variable
-//! is read once at start; without it the hook costs one branch per event.
+//! is read once at start. The hook is compiled only with the `test-hooks` cargo feature, which
+//! the crate's tests enable (a dev-dependency of the crate on itself); a release build has
+//! neither the variable nor a branch per event.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::journal::Journal;
+
 /// Environment variable of the test kill hook.
+#[cfg(feature = "test-hooks")]
 pub const KILL_AT_ENV: &str = "VERISAMPLE_TEST_KILL_AT";
+/// Bytes of a record left behind by the `:torn` test hook (header + a few payload bytes).
+#[cfg(feature = "test-hooks")]
+const TORN_BYTES: usize = 12;
 /// Exit status of a run stopped by Ctrl-C (128 + SIGINT), and of a stop not caused by a
 /// signal.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -42,6 +53,7 @@ pub enum KillStage {
 }
 
 /// A parsed `VERISAMPLE_TEST_KILL_AT`.
+#[cfg(feature = "test-hooks")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KillAt {
     /// The stage.
@@ -52,6 +64,7 @@ pub struct KillAt {
     pub torn: bool,
 }
 
+#[cfg(feature = "test-hooks")]
 impl KillAt {
     /// Parse `<stage>:<n>[:torn]`; `None` for anything else.
     pub fn parse(s: &str) -> Option<KillAt> {
@@ -81,7 +94,8 @@ impl KillAt {
 }
 
 /// Kill this process now with SIGKILL (no destructor, no flush), as a test's `kill -9`.
-pub fn kill_self() -> ! {
+#[cfg(feature = "test-hooks")]
+fn kill_self() -> ! {
     let pid = std::process::id().to_string();
     let _ = std::process::Command::new("kill")
         .args(["-KILL", &pid])
@@ -96,6 +110,7 @@ pub struct RunControl {
     /// Set (by the Ctrl-C handler) to stop after the current step.
     pub stop: Arc<AtomicBool>,
     /// The test kill hook.
+    #[cfg(feature = "test-hooks")]
     pub kill_at: Option<KillAt>,
 }
 
@@ -104,6 +119,7 @@ impl RunControl {
     pub fn from_env() -> RunControl {
         RunControl {
             stop: Arc::new(AtomicBool::new(false)),
+            #[cfg(feature = "test-hooks")]
             kill_at: KillAt::from_env(),
         }
     }
@@ -114,10 +130,47 @@ impl RunControl {
     }
 
     /// Whether the hook fires at the `count`-th event of `stage` (and whether torn).
-    pub fn kill_due(&self, stage: KillStage, count: u64) -> Option<bool> {
+    #[cfg(feature = "test-hooks")]
+    fn kill_due(&self, stage: KillStage, count: u64) -> Option<bool> {
         self.kill_at
             .filter(|k| k.stage == stage && k.n == count)
             .map(|k| k.torn)
+    }
+
+    /// Test kill hook after the `count`-th event of `stage` (a split row written): SIGKILL
+    /// this process when due. Nothing without the `test-hooks` feature.
+    #[inline]
+    pub fn kill_point(&self, stage: KillStage, count: u64) {
+        #[cfg(feature = "test-hooks")]
+        if self.kill_due(stage, count).is_some() {
+            kill_self();
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = (stage, count);
+    }
+
+    /// Test kill hook at the `count`-th journaled event of `stage`: when due, append `entry`
+    /// to `journal` (only its first bytes with `:torn`) and SIGKILL this process; otherwise
+    /// leave both untouched (the caller appends). Nothing without the `test-hooks` feature.
+    #[inline]
+    pub fn kill_point_journaled<T: Serialize + DeserializeOwned>(
+        &self,
+        stage: KillStage,
+        count: u64,
+        journal: &mut Journal<T>,
+        entry: &T,
+    ) {
+        #[cfg(feature = "test-hooks")]
+        if let Some(torn) = self.kill_due(stage, count) {
+            let _ = if torn {
+                journal.append_torn(entry, TORN_BYTES)
+            } else {
+                journal.append(entry)
+            };
+            kill_self();
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = (stage, count, journal, entry);
     }
 }
 
@@ -146,7 +199,7 @@ pub fn install_ctrlc(control: &RunControl) -> std::io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "test-hooks"))]
 mod tests {
     use super::*;
 

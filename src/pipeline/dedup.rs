@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::outputs::DuplicateOf;
-use super::passes::{ItemPlan, RowPlan};
+use super::plan::{ItemPlan, RowPlan};
 
 /// The `cleaning.jsonl` reason of a repeated question.
 pub const DUPLICATE: &str = "duplicate";
@@ -106,7 +106,7 @@ impl Dedup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::passes::RowOk;
+    use crate::pipeline::plan::RowOk;
     use crate::record::QaItem;
 
     fn plan(position: u64, sha: &str, items: &[(&str, &str)]) -> RowPlan {

@@ -8,7 +8,7 @@ use super::backend::{
     BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, ItemKey, Pass,
 };
 use crate::engine::{
-    self, Completion, Engine, EngineError, EngineModel, ImageInput, InputProcessor,
+    self, Completion, Engine, EngineError, EngineModel, ImageInput, InputError, InputProcessor,
 };
 
 /// Returned by the completion callback to make the engine stop (a Ctrl-C or a journal
@@ -24,22 +24,30 @@ impl fmt::Display for Stopped {
 
 impl std::error::Error for Stopped {}
 
-/// An [`Engine`] as the pipeline's [`Generator`]. The chat template's thinking mode is fixed
-/// when the engine is loaded (`load_engine(.., enable_thinking)`), so [`GenRequest::think`]
-/// must agree with it; `prefilled_think` says whether that template ends the prompt with an
-/// open `<think>` (see [`prompt_prefills_think`]).
+/// An [`Engine`] as the pipeline's [`Generator`]. Each [`GenRequest::think`] becomes the
+/// engine request's thinking mode; whether the chat template ends such a prompt with an open
+/// `<think>` is asked of the engine once per mode when wrapping it.
 pub struct EngineGenerator<M, P> {
     engine: Engine<M, P>,
-    prefilled_think: bool,
+    /// `prefilled_think[think as usize]`: the prompt with thinking off / on ends with an open
+    /// `<think>`.
+    prefilled_think: [bool; 2],
 }
 
-impl<M, P> EngineGenerator<M, P> {
-    /// Wrap a loaded engine.
-    pub fn new(engine: Engine<M, P>, prefilled_think: bool) -> Self {
-        EngineGenerator {
+impl<M: EngineModel, P: InputProcessor> EngineGenerator<M, P> {
+    /// Wrap a loaded engine, asking it to render a prompt with thinking off and on to learn
+    /// whether its chat template pre-fills an open `<think>`.
+    ///
+    /// Errors: the processor cannot render a prompt ([`InputError`]).
+    pub fn new(engine: Engine<M, P>) -> Result<Self, InputError> {
+        let prefilled_think = [
+            prompt_prefills_think(engine.processor(), false)?,
+            prompt_prefills_think(engine.processor(), true)?,
+        ];
+        Ok(EngineGenerator {
             engine,
             prefilled_think,
-        }
+        })
     }
 
     /// The engine (for its statistics).
@@ -48,22 +56,20 @@ impl<M, P> EngineGenerator<M, P> {
     }
 }
 
-/// Whether `template` rendered for one user turn with the generation prompt ends with an
-/// open `<think>` (Qwen3 thinking templates pre-fill it, so the generated text starts inside
-/// the reasoning and has only the closing tag).
+/// Whether the prompt `processor` renders for one text-only user turn with thinking mode
+/// `thinking` ends with an open `<think>` (Qwen3 thinking templates pre-fill it, so the
+/// generated text starts inside the reasoning and has only the closing tag).
 ///
-/// Errors: the template fails to render.
-pub fn prompt_prefills_think(
-    template: &verisample_models::chat::ChatTemplate,
+/// Errors: the processor cannot render a prompt ([`InputError`]).
+fn prompt_prefills_think<P: InputProcessor>(
+    processor: &P,
     thinking: bool,
-) -> Result<bool, verisample_models::ChatError> {
-    let prompt = template.render(
-        &[verisample_models::chat::ChatMessage::text("user", "x")],
-        verisample_models::chat::RenderOptions {
-            add_generation_prompt: true,
-            enable_thinking: Some(thinking),
-        },
-    )?;
+) -> Result<bool, InputError> {
+    let prompt = processor.render_prompt(&engine::Request {
+        text: "x".into(),
+        enable_thinking: Some(thinking),
+        ..Default::default()
+    })?;
     Ok(prompt
         .trim_end()
         .ends_with(crate::verify::think::THINK_OPEN))
@@ -72,7 +78,7 @@ pub fn prompt_prefills_think(
 fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> GenResult {
     let finish = match c.finish_reason {
         engine::FinishReason::Stop => FinishReason::Stop,
-        engine::FinishReason::Truncated => FinishReason::Length,
+        engine::FinishReason::Length => FinishReason::Length,
         engine::FinishReason::Error => {
             return GenResult {
                 key,
@@ -100,7 +106,10 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
         requests: Vec<GenRequest>,
         on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
     ) -> Result<(), BackendError> {
-        let keys: Vec<(ItemKey, Pass)> = requests.iter().map(|r| (r.key, r.pass)).collect();
+        let keys: Vec<(ItemKey, Pass, bool)> = requests
+            .iter()
+            .map(|r| (r.key, r.pass, self.prefilled_think[usize::from(r.think)]))
+            .collect();
         let engine_requests = requests
             .into_iter()
             .enumerate()
@@ -110,10 +119,13 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
                 image: r.image.map(|b| ImageInput::new(b.as_slice())),
                 text: r.user_text,
                 max_new_tokens: Some(r.max_new_tokens),
+                enable_thinking: Some(r.think),
+                stop_token_ids: Vec::new(),
             });
-        let prefilled = self.prefilled_think;
         let result = self.engine.generate(engine_requests, |c: Completion| {
-            let Some(&(key, pass)) = usize::try_from(c.id).ok().and_then(|i| keys.get(i)) else {
+            let Some(&(key, pass, prefilled)) =
+                usize::try_from(c.id).ok().and_then(|i| keys.get(i))
+            else {
                 return Ok(());
             };
             match on_done(to_result(c, key, pass, prefilled)) {
@@ -171,7 +183,7 @@ mod tests {
             (FinishReason::Stop, 9, true)
         );
         let r = to_result(
-            done(engine::FinishReason::Truncated, None),
+            done(engine::FinishReason::Length, None),
             key,
             Pass::Judge,
             false,

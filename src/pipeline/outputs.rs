@@ -21,7 +21,7 @@ pub const CLEANING_FILE: &str = "cleaning.jsonl";
 /// finish reason of the answer pass and (when it ran) the judge pass.
 pub const GENERATIONS_FILE: &str = "generations.jsonl";
 /// Run report: settings, fingerprint, statistics, throughput, peak memory.
-pub const RUN_FILE: &str = "run.json";
+pub use crate::report::RUN_FILE;
 /// The card's figures (SVG, text included).
 pub const CHART_FILE: &str = "chart.svg";
 

@@ -11,9 +11,10 @@ use sha2::{Digest, Sha256};
 use super::backend::{
     CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
 };
-use super::control::{kill_self, KillStage, RunControl};
+use super::control::{KillStage, RunControl};
 use super::dedup::Dedup;
 use super::inspect::{check_image, check_qa, FieldProblem};
+use super::plan::{ItemPlan, JudgeRole, RowOk, RowPlan};
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::journal::Journal;
 use crate::record::{InputRow, QaItem, RowError};
@@ -26,57 +27,6 @@ pub const DEFAULT_FAMILY: &str = "Default";
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of encoded images is held in memory).
 pub const MIN_CHUNK: usize = 256;
-/// Bytes of a record left behind by the `:torn` test hook (header + a few payload bytes).
-const TORN_BYTES: usize = 12;
-
-/// What happens to one `qa` entry of a readable row.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ItemPlan {
-    /// Cleaned question to generate for.
-    Keep(QaItem),
-    /// Dropped by cleaning for this reason.
-    Dropped(String),
-    /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
-    Duplicate(super::outputs::DuplicateOf),
-    /// Blank question or reference.
-    Invalid(FieldProblem),
-}
-
-/// A readable row of the shard.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RowOk {
-    pub family: String,
-    pub clean_meta: String,
-    pub image_sha256: String,
-    pub items: Vec<ItemPlan>,
-}
-
-/// The plan of one input stream element of the shard (images are not kept).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RowPlan {
-    pub position: u64,
-    pub file: String,
-    pub row: Option<usize>,
-    pub body: Result<RowOk, FieldProblem>,
-}
-
-/// Why the judge looks at an item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JudgeRole {
-    /// A verifier reject: the verdict can move it to the accepted splits.
-    Rescue,
-    /// A verifier accept (calibration): the verdict is only reported.
-    Calibration,
-}
-
-impl JudgeRole {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            JudgeRole::Rescue => "rescue",
-            JudgeRole::Calibration => "calibration",
-        }
-    }
-}
 
 /// State shared by the passes.
 pub(crate) struct PassContext<'a> {
@@ -268,21 +218,10 @@ fn run_requests(
                 outcome,
             };
             *appended += 1;
-            match control.kill_due(stage, *appended) {
-                Some(torn) => {
-                    let _ = if torn {
-                        journal.append_torn(&entry, TORN_BYTES)
-                    } else {
-                        journal.append(&entry)
-                    };
-                    kill_self();
-                }
-                None => {
-                    if let Err(e) = journal.append(&entry) {
-                        failure = Some(e.into());
-                        return ControlFlow::Break(());
-                    }
-                }
+            control.kill_point_journaled(stage, *appended, journal, &entry);
+            if let Err(e) = journal.append(&entry) {
+                failure = Some(e.into());
+                return ControlFlow::Break(());
             }
             let JournalEntry::Generated { key, pass, outcome } = entry else {
                 return ControlFlow::Continue(());
@@ -341,7 +280,7 @@ pub(crate) fn generate_answers(
             // A finished output's errors.jsonl already lists every error of this input and
             // these settings (the fingerprint matched): a rerun that aborts leaves it whole.
             if !ctx.settings.out.join(super::outputs::RUN_FILE).exists() {
-                super::write::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+                super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)
         }

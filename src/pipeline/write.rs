@@ -10,16 +10,17 @@ use super::backend::{
     Decisions, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource, SplitRow, SplitSink,
     Verdict,
 };
-use super::control::{kill_self, KillStage, RunControl};
+use super::control::{KillStage, RunControl};
 use super::dedup::DUPLICATE;
+use super::errors::error_line;
 use super::outputs::{
     jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
     CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
 };
-use super::passes::{ItemPlan, JudgeRole, RowPlan};
+use super::plan::{ItemPlan, JudgeRole, RowPlan};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
-use crate::record::{AcceptedQa, InputRow, OutputRow, RejectedQa, SplitKind};
+use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RunStats};
 use crate::settings::Settings;
 
@@ -101,6 +102,118 @@ fn record_drop(
     c.ledger.place((plan.position, Some(key.qa)), "cleaning");
 }
 
+/// The cleaned question of a kept item; an invalid, dropped or duplicate item is listed in
+/// `errors.jsonl` or `cleaning.jsonl` and placed there instead (`None`).
+fn kept_question<'p>(
+    c: &mut Collected,
+    plan: &RowPlan,
+    key: ItemKey,
+    item: &'p ItemPlan,
+) -> Option<&'p QaItem> {
+    match item {
+        ItemPlan::Invalid(p) => {
+            c.errors
+                .push(error_line(plan, Some(key.qa), &p.field, &p.message));
+            c.ledger.place((plan.position, Some(key.qa)), "errors");
+            None
+        }
+        ItemPlan::Dropped(reason) => {
+            record_drop(c, plan, key, reason.clone(), None);
+            None
+        }
+        ItemPlan::Duplicate(kept) => {
+            record_drop(c, plan, key, DUPLICATE.to_string(), Some(kept.clone()));
+            None
+        }
+        ItemPlan::Keep(q) => Some(q),
+    }
+}
+
+/// Why the judge looked at an item, and what its journaled pass holds.
+type JudgePass<'r> = (JudgeRole, &'r JournalOutcome);
+
+/// The journaled answer of `key`, and its judge pass (why and what came back) when the judge
+/// looked at it.
+///
+/// Errors: [`PipelineError::Missing`] for a pass the journal should hold and does not.
+fn journaled<'r>(
+    w: &'r WriteInput<'_>,
+    key: ItemKey,
+) -> Result<(&'r JournalOutcome, Option<JudgePass<'r>>), PipelineError> {
+    let get = |pass| {
+        w.results
+            .get(&(key, pass))
+            .ok_or(PipelineError::Missing { key, pass })
+    };
+    let answer = get(Pass::Answer)?;
+    let judge = match w.judged.get(&key) {
+        Some(&role) => Some((role, get(Pass::Judge)?)),
+        None => None,
+    };
+    Ok((answer, judge))
+}
+
+/// The judge's verdict from its journaled pass; a judge request the engine refused counts as
+/// an unparseable verdict: UNSURE.
+fn verdict_of(decisions: &dyn Decisions, outcome: &JournalOutcome) -> JudgeOutcome {
+    match outcome {
+        JournalOutcome::Done(g) => JudgeOutcome {
+            verdict: decisions.parse_verdict(&g.text),
+            raw: g.text.clone(),
+        },
+        JournalOutcome::Failed(_) => JudgeOutcome {
+            verdict: Verdict::Unsure,
+            raw: String::new(),
+        },
+    }
+}
+
+/// Count a judge verdict: calibration agreement, or a rescue verdict.
+fn count_verdict(stats: &mut RunStats, role: JudgeRole, judge: &JudgeOutcome) {
+    match role {
+        JudgeRole::Calibration => {
+            let cal = stats.calibration.get_or_insert(Calibration::default());
+            cal.total += 1;
+            cal.agreed += u64::from(judge.verdict == Verdict::Correct);
+        }
+        JudgeRole::Rescue => {
+            stats.judge.judged += 1;
+            bump(&mut stats.judge.verdicts, judge.verdict.as_str());
+        }
+    }
+}
+
+/// Count one routed item and put it into the row's `splits` (`rescue`: the judge decided).
+fn place_routed(
+    c: &mut Collected,
+    unit: (u64, Option<u32>),
+    routed: Routed,
+    rescue: bool,
+    splits: &mut RowSplits,
+) {
+    match routed {
+        Routed::Accepted { think, nothink } => {
+            c.stats.accepted += 1;
+            bump(&mut c.stats.accepted_by, &nothink.accepted_by);
+            if rescue {
+                c.stats.judge.overturns += 1;
+            }
+            splits.think.extend(think);
+            splits.nothink.push(nothink);
+            c.ledger.place(unit, "accepted");
+        }
+        Routed::Rejected(r) => {
+            c.stats.rejected += 1;
+            bump(&mut c.stats.reject_reasons, &r.reason);
+            if r.reason == "judge_numbers_disagree" {
+                c.stats.judge.number_guard_blocks += 1;
+            }
+            splits.rejected.push(r);
+            c.ledger.place(unit, "rejected");
+        }
+    }
+}
+
 /// Route the kept questions of one readable row into `splits`.
 fn route_row(
     w: &WriteInput<'_>,
@@ -110,7 +223,6 @@ fn route_row(
     items: &[ItemPlan],
     splits: &mut RowSplits,
 ) -> Result<(), PipelineError> {
-    let row = plan.row.unwrap_or(0);
     for (qa, item) in items.iter().enumerate() {
         let key = ItemKey {
             position: plan.position,
@@ -118,96 +230,37 @@ fn route_row(
         };
         let unit = (plan.position, Some(key.qa));
         c.ledger.expect(unit);
-        let q = match item {
-            ItemPlan::Invalid(p) => {
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position: plan.position,
-                    qa: Some(key.qa),
-                    field: p.field.clone(),
-                    message: p.message.clone(),
-                });
-                c.ledger.place(unit, "errors");
-                continue;
-            }
-            ItemPlan::Dropped(reason) => {
-                record_drop(c, plan, key, reason.clone(), None);
-                continue;
-            }
-            ItemPlan::Duplicate(kept) => {
-                record_drop(c, plan, key, DUPLICATE.to_string(), Some(kept.clone()));
-                continue;
-            }
-            ItemPlan::Keep(q) => q,
+        let Some(q) = kept_question(c, plan, key, item) else {
+            continue;
         };
-        let answer = w
-            .results
-            .get(&(key, Pass::Answer))
-            .ok_or(PipelineError::Missing {
-                key,
-                pass: Pass::Answer,
-            })?;
-        let role = w.judged.get(&key).copied();
-        let judge_outcome =
-            match role {
-                Some(_) => Some(w.results.get(&(key, Pass::Judge)).ok_or(
-                    PipelineError::Missing {
-                        key,
-                        pass: Pass::Judge,
-                    },
-                )?),
-                None => None,
-            };
+        let (answer, judge_pass) = journaled(w, key)?;
         c.generations.push(GenerationLine {
             file: plan.file.clone(),
-            row,
+            row: plan.row.unwrap_or(0),
             key,
             answer: pass_record(answer),
-            judge: judge_outcome.map(pass_record),
-            judge_role: role.map(|r| r.name().to_string()),
+            judge: judge_pass.map(|(_, o)| pass_record(o)),
+            judge_role: judge_pass.map(|(r, _)| r.name().to_string()),
         });
         let generation = match answer {
             JournalOutcome::Done(g) => g,
             JournalOutcome::Failed(m) => {
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position: plan.position,
-                    qa: Some(key.qa),
-                    field: "generation".into(),
-                    message: m.clone(),
-                });
+                c.errors
+                    .push(error_line(plan, Some(key.qa), "generation", m));
                 c.ledger.place(unit, "errors");
                 continue;
             }
         };
-        // A judge request the engine refused counts as an unparseable verdict: UNSURE.
-        let judge = judge_outcome.map(|o| match o {
-            JournalOutcome::Done(g) => JudgeOutcome {
-                verdict: w.decisions.parse_verdict(&g.text),
-                raw: g.text.clone(),
-            },
-            JournalOutcome::Failed(_) => JudgeOutcome {
-                verdict: Verdict::Unsure,
-                raw: String::new(),
-            },
-        });
-        let rescue = role == Some(JudgeRole::Rescue);
-        if let (Some(JudgeRole::Calibration), Some(j)) = (role, &judge) {
-            let cal = c.stats.calibration.get_or_insert(Calibration::default());
-            cal.total += 1;
-            cal.agreed += u64::from(j.verdict == Verdict::Correct);
+        let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, o)));
+        if let Some((role, j)) = &judge {
+            count_verdict(&mut c.stats, *role, j);
         }
-        if let (true, Some(j)) = (rescue, &judge) {
-            c.stats.judge.judged += 1;
-            bump(&mut c.stats.judge.verdicts, j.verdict.as_str());
-        }
+        let rescue = matches!(judge, Some((JudgeRole::Rescue, _)));
         let routed = w.decisions.route(&RouteInput {
             family,
             item: q,
             generation,
-            judge: if rescue { judge.as_ref() } else { None },
+            judge: judge.as_ref().filter(|_| rescue).map(|(_, j)| j),
             number_guard: w.settings.number_guard,
             thinking: w.settings.think,
         });
@@ -215,32 +268,10 @@ fn route_row(
             generation.token_ids.len() as u64,
             matches!(routed, Routed::Accepted { .. }),
         );
-        match routed {
-            Routed::Accepted { think, nothink } => {
-                c.stats.accepted += 1;
-                bump(&mut c.stats.accepted_by, &nothink.accepted_by);
-                if rescue {
-                    c.stats.judge.overturns += 1;
-                }
-                splits.think.extend(think);
-                splits.nothink.push(nothink);
-                c.ledger.place(unit, "accepted");
-            }
-            Routed::Rejected(r) => {
-                c.stats.rejected += 1;
-                bump(&mut c.stats.reject_reasons, &r.reason);
-                if r.reason == "judge_numbers_disagree" {
-                    c.stats.judge.number_guard_blocks += 1;
-                }
-                splits.rejected.push(r);
-                c.ledger.place(unit, "rejected");
-            }
-        }
+        place_routed(c, unit, routed, rescue, splits);
     }
     Ok(())
 }
-
-/// Hand the non-empty splits of one row to the sink, in the order think, nothink, rejected.
 fn write_row_splits(
     w: &mut WriteInput<'_>,
     c: &mut Collected,
@@ -286,12 +317,7 @@ fn write_row_splits(
             .write(family, kind, out)
             .map_err(PipelineError::Sink)?;
         c.rows_written += 1;
-        if w.control
-            .kill_due(KillStage::Write, c.rows_written)
-            .is_some()
-        {
-            kill_self();
-        }
+        w.control.kill_point(KillStage::Write, c.rows_written);
     }
     Ok(())
 }
@@ -332,14 +358,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             (Err(p), _) => {
                 let unit = (position, None);
                 c.ledger.expect(unit);
-                c.errors.push(ErrorLine {
-                    file: plan.file.clone(),
-                    row: plan.row,
-                    position,
-                    qa: None,
-                    field: p.field.clone(),
-                    message: p.message.clone(),
-                });
+                c.errors.push(error_line(plan, None, &p.field, &p.message));
                 c.ledger.place(unit, "errors");
             }
             (Ok(body), Ok(row)) => {
@@ -402,55 +421,4 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         .finish(&card_markdown(&c.stats, CHART_FILE, w.settings.judge))
         .map_err(PipelineError::Sink)?;
     Ok(c.stats)
-}
-
-/// Write `OUT/errors.jsonl` (atomically) for the rows planned so far: unreadable rows,
-/// invalid questions and failed answer generations, in input order. Used before a
-/// `--max-errors` abort, when the write phase that normally writes it never runs.
-///
-/// Errors: writing the file.
-pub(crate) fn write_abort_errors(
-    out: &std::path::Path,
-    plans: &[RowPlan],
-    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
-) -> Result<(), PipelineError> {
-    let mut lines = Vec::new();
-    for plan in plans {
-        let line = |qa: Option<u32>, field: &str, message: &str| ErrorLine {
-            file: plan.file.clone(),
-            row: plan.row,
-            position: plan.position,
-            qa,
-            field: field.to_string(),
-            message: message.to_string(),
-        };
-        let body = match &plan.body {
-            Ok(body) => body,
-            Err(p) => {
-                lines.push(line(None, &p.field, &p.message));
-                continue;
-            }
-        };
-        for (qa, item) in body.items.iter().enumerate() {
-            let key = ItemKey {
-                position: plan.position,
-                qa: qa as u32,
-            };
-            match item {
-                ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
-                ItemPlan::Keep(_) => {
-                    if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
-                        lines.push(line(Some(key.qa), "generation", m));
-                    }
-                }
-                ItemPlan::Dropped(_) | ItemPlan::Duplicate(_) => {}
-            }
-        }
-    }
-    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    write_atomic(out.join(ERRORS_FILE), &jsonl(&lines))?;
-    Ok(())
 }

@@ -79,7 +79,7 @@ impl Summary {
             out: out.to_path_buf(),
             splits_dir: out.join("data"),
             card: out.join("README.md"),
-            run_report: out.join(crate::pipeline::outputs::RUN_FILE),
+            run_report: out.join(super::RUN_FILE),
             questions: stats.input_items,
             accepted: stats.accepted,
             accepted_percent: if stats.input_items == 0 {

@@ -12,8 +12,8 @@ use std::cell::{Cell, RefCell};
 
 use candle_core::{DType, Device, Tensor};
 use verisample::engine::{
-    EngineModel, FinishReason, ImageInput, InputProcessor, KvLayout, PreparedImage, PreparedInput,
-    Request, StepImages,
+    EngineModel, FinishReason, ImageInput, InputError, InputProcessor, KvLayout, PreparedImage,
+    PreparedInput, Request, StepImages,
 };
 use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::ImageEmbeds;
@@ -181,7 +181,7 @@ fn text_tokens(s: &str) -> impl Iterator<Item = u32> + '_ {
 }
 
 impl InputProcessor for MockProcessor {
-    fn prepare(&self, req: &Request) -> Result<PreparedInput, String> {
+    fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
         let mut ids = vec![1];
         if let Some(sys) = &req.system {
             ids.extend(text_tokens(sys));
@@ -191,7 +191,7 @@ impl InputProcessor for MockProcessor {
         let mut images = vec![];
         if let Some(img) = &req.image {
             if img.bytes.starts_with(b"BAD") {
-                return Err("undecodable image".into());
+                return Err(InputError::Other("undecodable image".into()));
             }
             let n = 1 + img.bytes.len() % 7;
             let start = ids.len();
@@ -205,8 +205,7 @@ impl InputProcessor for MockProcessor {
                 .collect();
             images.push(PreparedImage {
                 sha256: img.sha256,
-                pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu)
-                    .map_err(|e| e.to_string())?,
+                pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu)?,
                 grid_thw: [1, 2, 2 * n],
                 start,
                 num_tokens: n,
@@ -231,7 +230,7 @@ impl InputProcessor for MockProcessor {
         })
     }
 
-    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
+    fn decode(&self, tokens: &[u32]) -> Result<String, InputError> {
         Ok(tokens
             .iter()
             .filter(|&&t| t != EOS)
@@ -277,7 +276,7 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
             return (out, FinishReason::Error);
         }
         if out.len() >= max_new {
-            return (out, FinishReason::Truncated);
+            return (out, FinishReason::Length);
         }
         values.push(value(t, [pos; 3], None));
         pos += 1;

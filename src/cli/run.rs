@@ -1,5 +1,5 @@
-//! The `run` and `merge` commands: settings → fingerprint → journal check → model → run.
-//! Errors are `anyhow` here (the CLI edge); [`exit_code`] maps them to the process status.
+//! `verisample run`: settings → fingerprint → journal check → model → run. Errors are
+//! `anyhow` here (the CLI edge); [`super::exit_code`] maps them to the process status.
 //!
 //! Order matters: flags and the config file are validated first (milliseconds), then the
 //! model files are hashed and the journal in OUT is checked against the fingerprint (a
@@ -7,15 +7,12 @@
 
 use anyhow::Context as _;
 
-use super::control::{install_ctrlc, RunControl};
-use super::engine_io::{prompt_prefills_think, EngineGenerator};
-use super::{
-    prepare_with, run, Backends, ParquetSink, ParquetSource, PipelineError, RunReport,
-    StandardDecisions,
+use crate::engine::vl::{load_engine, VlInputs};
+use crate::engine::{EngineConfig, KvBudget, VisionMemory};
+use crate::pipeline::{
+    install_ctrlc, prepare_with, run, Backends, EngineGenerator, Generator, ParquetSink,
+    ParquetSource, PipelineError, Prepared, RunControl, RunReport, StandardDecisions,
 };
-use crate::engine::vl::{load_engine, VlInputs, VlLoadError};
-use crate::engine::{EngineConfig, EngineError, KvBudget, VisionMemory};
-use crate::merge::{prepare_merge, JournalOnly, MergeArgs};
 use crate::settings::{
     fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunArgs, Settings,
 };
@@ -71,24 +68,37 @@ pub fn run_command(args: &RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     // a `--restart` discards the earlier output only once the model has loaded.
     let (prepared, mut generator) =
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
+    let report = run_parquet(prepared, &settings, &mut generator, &control)?;
+    print_summary(&report, &settings.out, args.quiet, args.json);
+    Ok(report)
+}
+
+/// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
+/// the standard decisions and `settings`' verifiers (shared by `run` and `merge`).
+///
+/// Errors: [`PipelineError`] from the run.
+pub(super) fn run_parquet(
+    prepared: Prepared,
+    settings: &Settings,
+    generator: &mut dyn Generator,
+    control: &RunControl,
+) -> Result<RunReport, PipelineError> {
     let source = ParquetSource::with_options(&settings.data, settings.read.clone());
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
         verifiers: settings.verifier_registry(),
         ..StandardDecisions::default()
     };
-    let report = run(
+    run(
         prepared,
         Backends {
             source: &source,
-            generator: &mut generator,
+            generator,
             decisions: &decisions,
             sink: &mut sink,
         },
-        &control,
-    )?;
-    print_summary(&report, &settings.out, args.quiet, args.json);
-    Ok(report)
+        control,
+    )
 }
 
 /// Install the stop handler, open the device and load the model (the steps after the
@@ -114,14 +124,12 @@ fn start_engine(
     )
     .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
     engine.set_stop_flag(control.stop.clone());
-    let prefilled = prompt_prefills_think(engine.processor().prompts().template(), settings.think)
-        .context("rendering the chat template")?;
-    Ok(EngineGenerator::new(engine, prefilled))
+    EngineGenerator::new(engine).context("rendering the chat template")
 }
 
 /// Print the end-of-run summary on stdout: one JSON object with `json`, else the text
 /// summary, or with `quiet` only the line naming where the splits are (none without splits).
-fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: bool) {
+pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: bool) {
     let summary = crate::report::summary::Summary::new(&report.stats, out);
     if json {
         println!("{}", summary.json());
@@ -129,96 +137,5 @@ fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: b
         print!("{}", summary.text());
     } else if !report.stats.split_rows.is_empty() {
         println!("{}", summary.where_line());
-    }
-}
-
-/// `verisample merge`. `quiet` is the CLI's global `-q`.
-///
-/// Errors: the shards are not one complete job, the input is missing, the run fails.
-pub fn merge_command(args: &MergeArgs, quiet: bool) -> anyhow::Result<RunReport> {
-    let mut args = args.clone();
-    args.quiet |= quiet;
-    let plan = prepare_merge(&args)?;
-    let control = RunControl::from_env();
-    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
-    let source = ParquetSource::with_options(&plan.settings.data, plan.settings.read.clone());
-    let mut sink = ParquetSink::new(&plan.settings.out);
-    let mut generator = JournalOnly {
-        engine_version: plan.engine_version.clone(),
-    };
-    let decisions = StandardDecisions {
-        verifiers: plan.settings.verifier_registry(),
-        ..StandardDecisions::default()
-    };
-    let report = run(
-        plan.prepared,
-        Backends {
-            source: &source,
-            generator: &mut generator,
-            decisions: &decisions,
-            sink: &mut sink,
-        },
-        &control,
-    )?;
-    print_summary(&report, &plan.settings.out, args.quiet, false);
-    Ok(report)
-}
-
-/// The exit status for an error of [`run_command`] / [`merge_command`]: 130 after Ctrl-C
-/// (143 after SIGTERM),
-/// 2 for invalid settings (including an engine setting such as a `--kv-cache-gib` that does
-/// not fit in memory, pixel bounds that leave no image size, and a merge `--out` that is a
-/// shard folder or not writable), 1 otherwise.
-pub fn exit_code(err: &anyhow::Error) -> u8 {
-    if let Some(p) = err.downcast_ref::<PipelineError>() {
-        return u8::try_from(p.exit_code()).unwrap_or(1);
-    }
-    if err
-        .downcast_ref::<crate::settings::SettingsError>()
-        .is_some()
-        || matches!(
-            err.downcast_ref::<crate::merge::MergeError>(),
-            Some(crate::merge::MergeError::OutIsShard(_) | crate::merge::MergeError::Out(_))
-        )
-        || matches!(
-            err.downcast_ref::<VlLoadError>(),
-            Some(
-                VlLoadError::Engine(EngineError::Config(_))
-                    | VlLoadError::Processor(verisample_models::ProcessorError::PixelBounds { .. })
-            )
-        )
-    {
-        return 2;
-    }
-    1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn engine_setting_errors_exit_2_through_context_other_load_errors_exit_1() {
-        let kv = anyhow::Error::from(VlLoadError::Engine(EngineError::Config(
-            "the KV cache of 900 GiB does not fit".into(),
-        )))
-        .context("loading the model from m");
-        assert_eq!(exit_code(&kv), 2);
-        let internal = anyhow::Error::from(VlLoadError::Engine(EngineError::Internal("x".into())))
-            .context("loading the model from m");
-        assert_eq!(exit_code(&internal), 1);
-        let bounds = anyhow::Error::from(VlLoadError::Processor(
-            verisample_models::ProcessorError::PixelBounds {
-                min_pixels: 9408,
-                max_pixels: 1,
-            },
-        ))
-        .context("loading the model from m");
-        assert_eq!(
-            exit_code(&bounds),
-            2,
-            "--max-pixels below the checkpoint's min_pixels"
-        );
-        assert_eq!(exit_code(&anyhow::anyhow!("anything else")), 1);
     }
 }

@@ -1,5 +1,5 @@
-//! `verisample verify`: re-derives every decision of a finished run from the stored splits
-//! alone (SPEC §7: "any accept/reject decision must be recomputable from the stored splits
+//! Re-checking an output folder (`verisample verify`): re-derives every decision of a
+//! finished run from the stored splits alone (SPEC §7: "any accept/reject decision must be recomputable from the stored splits
 //! plus the stored judge verdicts, with no model") and lists every disagreement.
 //!
 //! Per entry, with the family's verifier and the run's number-guard setting:
@@ -10,7 +10,7 @@
 //!   `answer` is caught;
 //! - rejected: the same on `wrong_vlm` against `answer`; the decision must reject with the
 //!   stored `reason`. `truncated` cannot be recomputed (the finish reason is not stored): it
-//!   is taken as stored and counted in [`VerifyReport::taken_as_stored`];
+//!   is taken as stored and counted in [`RecheckReport::taken_as_stored`];
 //! - the stored verdict must be what the stored raw judge text parses to, and judge fields
 //!   appear only where the judge decided;
 //! - `_RS_think` and `_RS_nothink` hold the same entries (apart from `think`, which only
@@ -33,7 +33,7 @@ use crate::verify::{VerifierError, VerifierRegistry};
 
 /// The run settings the decisions depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifySettings {
+pub struct RecheckSettings {
     /// Family → verifier.
     pub registry: VerifierRegistry,
     /// The number guard of SPEC §6 was on (default on).
@@ -49,10 +49,10 @@ fn thinking_default() -> bool {
     true
 }
 
-impl Default for VerifySettings {
+impl Default for RecheckSettings {
     /// The default registry, the number guard on ([`NUMBER_GUARD_DEFAULT`]), reasoning on.
     fn default() -> Self {
-        VerifySettings {
+        RecheckSettings {
             registry: VerifierRegistry::default(),
             number_guard: NUMBER_GUARD_DEFAULT,
             thinking: true,
@@ -60,7 +60,7 @@ impl Default for VerifySettings {
     }
 }
 
-impl VerifySettings {
+impl RecheckSettings {
     /// Settings from CLI arguments: `--no-number-guard` and `--verifier [FAMILY=]NAME`
     /// overrides (see [`VerifierRegistry::apply_override`]).
     ///
@@ -69,12 +69,12 @@ impl VerifySettings {
     pub fn from_args(
         no_number_guard: bool,
         verifier_overrides: &[String],
-    ) -> Result<VerifySettings, VerifierError> {
+    ) -> Result<RecheckSettings, VerifierError> {
         let mut registry = VerifierRegistry::default();
         for spec in verifier_overrides {
             registry.apply_override(spec)?;
         }
-        Ok(VerifySettings {
+        Ok(RecheckSettings {
             registry,
             number_guard: !no_number_guard,
             thinking: true,
@@ -142,7 +142,7 @@ pub struct Disagreement {
 
 /// The result of `verify` for one family.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct VerifyReport {
+pub struct RecheckReport {
     /// The family.
     pub family: String,
     /// Rows checked per split name.
@@ -155,7 +155,7 @@ pub struct VerifyReport {
     pub disagreements: Vec<Disagreement>,
 }
 
-impl VerifyReport {
+impl RecheckReport {
     /// No disagreement.
     pub fn is_clean(&self) -> bool {
         self.disagreements.is_empty()
@@ -210,9 +210,9 @@ impl VerifyReport {
 }
 
 struct Checker<'s> {
-    settings: &'s VerifySettings,
+    settings: &'s RecheckSettings,
     family: String,
-    report: VerifyReport,
+    report: RecheckReport,
 }
 
 impl Checker<'_> {
@@ -477,13 +477,13 @@ pub fn stored_references(stored: &str, list: bool) -> Vec<String> {
 }
 
 /// Checks the three splits of one family; see the module doc for what is checked.
-pub fn verify_family(splits: &FamilySplits<'_>, settings: &VerifySettings) -> VerifyReport {
+pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> RecheckReport {
     let mut c = Checker {
         settings,
         family: splits.family.to_string(),
-        report: VerifyReport {
+        report: RecheckReport {
             family: splits.family.to_string(),
-            ..VerifyReport::default()
+            ..RecheckReport::default()
         },
     };
     let names = SplitKind::ALL.map(|k| k.split_name(splits.family));

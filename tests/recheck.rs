@@ -4,10 +4,10 @@
 use sha2::{Digest, Sha256};
 use verisample::family::ORAND_CAR_QUESTION;
 use verisample::judge::JudgeOutcome;
+use verisample::recheck::{recheck_family, FamilySplits, Problem, RecheckSettings};
 use verisample::record::{AcceptedQa, ImageRef, OutputRow, QaItem, RejectedQa};
 use verisample::route::{route, Assessment, FinishReason, Generation, Routed};
 use verisample::verify::Verifier;
-use verisample::verify_output::{verify_family, FamilySplits, Problem, VerifySettings};
 
 const THINK: &str = "OrandCar_RS_think";
 const NOTHINK: &str = "OrandCar_RS_nothink";
@@ -130,24 +130,24 @@ fn routed_run() -> Splits {
     s
 }
 
-fn verify(s: &Splits, settings: &VerifySettings) -> verisample::verify_output::VerifyReport {
+fn verify(s: &Splits, settings: &RecheckSettings) -> verisample::recheck::RecheckReport {
     let splits = FamilySplits {
         family: "OrandCar",
         think: &s.think,
         nothink: &s.nothink,
         rejected: &s.rejected,
     };
-    verify_family(&splits, settings)
+    recheck_family(&splits, settings)
 }
 
-fn guard_on() -> VerifySettings {
-    VerifySettings::from_args(false, &[]).expect("default settings")
+fn guard_on() -> RecheckSettings {
+    RecheckSettings::from_args(false, &[]).expect("default settings")
 }
 
 /// Asserts the report holds `problem` at `(split, row, qa)`.
 fn assert_found(
     s: &Splits,
-    settings: &VerifySettings,
+    settings: &RecheckSettings,
     split: &str,
     row: usize,
     qa: Option<usize>,
@@ -185,8 +185,8 @@ fn routed_run_verifies_clean() {
             "judge_unsure"
         ]
     );
-    assert_eq!(guard_on(), VerifySettings::default());
-    assert!(VerifySettings::default().number_guard);
+    assert_eq!(guard_on(), RecheckSettings::default());
+    assert!(RecheckSettings::default().number_guard);
     let report = verify(&s, &guard_on());
     assert!(report.is_clean(), "{}", report.to_human());
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
@@ -300,7 +300,7 @@ fn finds_changed_verdicts() {
 #[test]
 fn number_guard_setting_is_applied() {
     let s = routed_run();
-    let off = VerifySettings::from_args(true, &[]).expect("settings");
+    let off = RecheckSettings::from_args(true, &[]).expect("settings");
     // With the guard off, the ll.850 CORRECT would have been accepted.
     assert_found(&s, &off, REJECTED, 0, Some(0), Problem::WrongSplit);
     // A judge-accepted ll.850 under guard on is a wrong split.
@@ -365,7 +365,7 @@ fn a_run_with_reasoning_off_has_no_think_split_to_pair() {
     // With reasoning off a run writes `_RS_nothink` and `_rejected` only.
     let mut s = routed_run();
     let think = std::mem::take(&mut s.think);
-    let off = VerifySettings {
+    let off = RecheckSettings {
         thinking: false,
         ..guard_on()
     };

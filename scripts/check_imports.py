@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Check the module imports of the Rust code against the allowed arrows of docs/DESIGN.md.
+
+The table of docs/DESIGN.md has one row per module: its name in backticks in the first column
+(`src/engine/`, `src/judge.rs`, `models/` ...) and, in the last column, the modules that may
+import it (backticked names, or `any`). This script reads every `.rs` file of the workspace's
+libraries and binary (test modules, `tests/`, comments and strings left out), collects each
+reference to another module (`use crate::x`, inline `crate::x::y`, `super::` paths that leave
+the module, `verisample_models`, `verisample_kernels`) and fails when
+
+- an edge is not allowed by the table (or a module is missing from it), or
+- the modules import each other in a cycle, or
+- the files import each other in a cycle (`use` declarations, resolved to files).
+
+Usage: python3 scripts/check_imports.py [REPO_ROOT]   (exit 1 with one line per problem)
+Pure standard library; runs in CI before `cargo test` (.ci/run).
+"""
+
+import re
+import sys
+from pathlib import Path
+
+CRATES = {"verisample_models": "models", "verisample_kernels": "kernels"}
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def strip_code(text: str) -> str:
+    """Drop comments, string and char literals, and everything from the first
+    `#[cfg(test)]` test module on (test modules sit at the end of a file by convention)."""
+    text = re.sub(r"#\[cfg\((?:all\()?test[^\]]*\]\s*mod\s+\w+\s*(\{[\s\S]*|;)", "", text)
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not text[i - 1].isalnum()):
+            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+            j = text.find('"' + hashes, i + 2 + len(hashes))
+            i = n if j < 0 else j + 1 + len(hashes)
+            out.append('""')
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            out.append('""')
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:]):
+            i += len(re.match(r"'(\\.|[^\\'])'", text[i:]).group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def module_of(rel: Path) -> str:
+    """The table's module of a file: `models`/`kernels` for those crates, else the top-level
+    module under src/ (`src/engine/step.rs` -> `engine`, `src/judge.rs` -> `judge`)."""
+    parts = rel.parts
+    if parts[0] in ("models", "kernels"):
+        return parts[0]
+    name = parts[1]
+    return name[:-3] if name.endswith(".rs") else name
+
+
+def module_path(rel: Path) -> list:
+    """Rust module path of a file inside its crate (`src/pipeline/mod.rs` -> [pipeline])."""
+    parts = list(rel.parts[rel.parts.index("src") + 1 :])
+    last = parts.pop()
+    if last not in ("mod.rs", "lib.rs", "main.rs"):
+        parts.append(last[:-3])
+    return parts
+
+
+def crate_root(rel: Path) -> Path:
+    return Path(*rel.parts[: rel.parts.index("src") + 1])
+
+
+def resolve(root: Path, src: Path, segs: list):
+    """The deepest file of `segs` (a module path in the crate at `src`) that exists."""
+    for k in range(len(segs), 0, -1):
+        base = src.joinpath(*segs[:k])
+        for cand in (base.with_suffix(".rs"), base / "mod.rs"):
+            if (root / cand).is_file():
+                return cand
+    return None
+
+
+def use_paths(code: str):
+    """Every path of every `use` declaration, `{a, b::{c}}` groups expanded."""
+
+    def expand(prefix: str, body: str):
+        depth, start, items = 0, 0, []
+        for i, c in enumerate(body):
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            elif c == "," and depth == 0:
+                items.append(body[start:i])
+                start = i + 1
+        items.append(body[start:])
+        for item in (x.strip() for x in items):
+            if not item:
+                continue
+            m = re.match(r"^([\w:]*?)::\{([\s\S]*)\}$", item)
+            if m:
+                yield from expand(prefix + m.group(1) + "::", m.group(2))
+            else:
+                yield prefix + re.split(r"\s+as\s+", item)[0]
+
+    for m in re.finditer(r"\buse\s+([^;]+);", code):
+        body = re.sub(r"\s+", "", m.group(1))
+        m2 = re.match(r"^([\w:]*?)::\{([\s\S]*)\}$", body)
+        if m2:
+            yield from expand(m2.group(1) + "::", m2.group(2))
+        else:
+            yield body
+
+
+def absolute(path: str, here: list):
+    """(crate, segments) of a path seen in the file with module path `here`, or None."""
+    segs = [s for s in path.split("::") if s]
+    if not segs:
+        return None
+    if segs[0] in CRATES:
+        return CRATES[segs[0]], segs[1:]
+    if segs[0] == "crate" or (segs[0] == "verisample" and here == []):
+        return None, segs[1:]  # `verisample::` is the library, seen from src/main.rs
+    if segs[0] in ("super", "self"):
+        base = list(here)
+        while segs and segs[0] in ("super", "self"):
+            if segs.pop(0) == "super":
+                base = base[:-1]
+        return None, base + segs
+    return None
+
+
+def read_table(design: Path):
+    """{module: set of importers or {'any'}} from the DESIGN.md table."""
+    allowed = {}
+    for line in design.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not line.lstrip().startswith("|"):
+            continue
+        names = re.findall(r"`([^`]+)`", cells[0])
+        if not names or set(cells[0]) <= set("-: "):
+            continue
+        importers = set()
+        for who in re.findall(r"`([^`]+)`", cells[-1]) + re.findall(r"\bany\b", cells[-1]):
+            importers.add(norm(who))
+        for name in names:
+            allowed[norm(name)] = importers
+    return allowed
+
+
+def norm(name: str) -> str:
+    name = name.strip().rstrip("/")
+    for prefix in ("src/",):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    name = name.split(" ")[0]
+    return name[:-3] if name.endswith(".rs") else name
+
+
+def cycles(graph: dict):
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main() -> int:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    allowed = read_table(root / "docs" / "DESIGN.md")
+    files = sorted(
+        p.relative_to(root)
+        for d in ("src", "models/src", "kernels/src")
+        for p in (root / d).rglob("*.rs")
+    )
+    problems, module_edges, file_edges = [], {}, {}
+    for rel in files:
+        code = strip_code((root / rel).read_text())
+        here, src, mod = module_path(rel), crate_root(rel), module_of(rel)
+        if rel.name == "lib.rs" and rel.parts[0] == "src":
+            continue  # the crate root declares every module
+        for m in re.finditer(
+            r"(?<![\w:])((?:crate|super|self|verisample_models|verisample_kernels|verisample)(?:::(?:"
+            + IDENT
+            + r"|\{))*)",
+            code,
+        ):
+            target = absolute(m.group(1).rstrip(":{"), here)
+            if target is None:
+                continue
+            crate, segs = target
+            if crate is not None:
+                dst = crate
+            elif src.parts[0] == "src" and segs:
+                dst = segs[0]
+            else:
+                continue  # inside models/ or kernels/: one module each
+            is_module = crate is not None or (root / src / f"{dst}.rs").is_file()
+            if dst != mod and (is_module or (root / src / dst).is_dir()):
+                module_edges.setdefault(mod, set()).add(dst)
+        for path in use_paths(code):
+            target = absolute(path, here)
+            if target is None or target[0] is not None:
+                continue
+            dst = resolve(root, src, target[1])
+            if dst is not None and dst != rel:
+                file_edges.setdefault(str(rel), set()).add(str(dst))
+    for mod, dsts in sorted(module_edges.items()):
+        for dst in sorted(dsts):
+            if dst not in allowed:
+                problems.append(f"{mod} imports {dst}, which docs/DESIGN.md's table does not list")
+            elif not ({"any", mod} & allowed[dst]):
+                problems.append(f"{mod} -> {dst}: not an allowed arrow of docs/DESIGN.md")
+    for comp in cycles(module_edges):
+        problems.append("module cycle: " + " <-> ".join(comp))
+    for comp in cycles(file_edges):
+        problems.append("file cycle: " + " <-> ".join(comp))
+    for p in problems:
+        print(p)
+    print(
+        f"check_imports: {len(files)} files, "
+        f"{sum(len(v) for v in module_edges.values())} module arrows, "
+        f"{sum(len(v) for v in file_edges.values())} file arrows, {len(problems)} problems"
+    )
+    if "--edges" in sys.argv:
+        for mod, dsts in sorted(module_edges.items()):
+            print(f"  {mod} -> {', '.join(sorted(dsts))}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+//! `errors.jsonl`: one line per unreadable row, invalid question or failed answer
+//! generation, built by [`error_line`] alone, whether by the write phase or by a
+//! `--max-errors` abort before it ([`write_abort_errors`]).
+
+use std::collections::BTreeMap;
+
+use super::backend::{ItemKey, Pass};
+use super::outputs::{jsonl, ErrorLine, ERRORS_FILE};
+use super::plan::{ItemPlan, RowPlan};
+use super::{JournalOutcome, PipelineError};
+use crate::atomic::write_atomic;
+
+/// The `errors.jsonl` line of `plan`'s row (`qa`: the question, `None` for the whole row):
+/// `field` is the field at fault (`image.bytes`, `qa[1].answer`, `generation`, …).
+pub(crate) fn error_line(plan: &RowPlan, qa: Option<u32>, field: &str, message: &str) -> ErrorLine {
+    ErrorLine {
+        file: plan.file.clone(),
+        row: plan.row,
+        position: plan.position,
+        qa,
+        field: field.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// Write `OUT/errors.jsonl` (atomically) for the rows planned so far: unreadable rows,
+/// invalid questions and failed answer generations, in input order. Used before a
+/// `--max-errors` abort, when the write phase that normally writes it never runs.
+///
+/// Errors: writing the file.
+pub(crate) fn write_abort_errors(
+    out: &std::path::Path,
+    plans: &[RowPlan],
+    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+) -> Result<(), PipelineError> {
+    let mut lines = Vec::new();
+    for plan in plans {
+        let line = |qa, field: &str, message: &str| error_line(plan, qa, field, message);
+        let body = match &plan.body {
+            Ok(body) => body,
+            Err(p) => {
+                lines.push(line(None, &p.field, &p.message));
+                continue;
+            }
+        };
+        for (qa, item) in body.items.iter().enumerate() {
+            let key = ItemKey {
+                position: plan.position,
+                qa: qa as u32,
+            };
+            match item {
+                ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
+                ItemPlan::Keep(_) => {
+                    if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
+                        lines.push(line(Some(key.qa), "generation", m));
+                    }
+                }
+                ItemPlan::Dropped(_) | ItemPlan::Duplicate(_) => {}
+            }
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    write_atomic(out.join(ERRORS_FILE), &jsonl(&lines))?;
+    Ok(())
+}

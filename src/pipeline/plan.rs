@@ -1,0 +1,57 @@
+//! The plan of a run: what the generate phase decided for each input stream element of the
+//! shard (readable or not, each question kept, dropped, a duplicate or invalid) and why the
+//! judge looks at an item. Made by the generate phase, marked by [`super::dedup`], read by
+//! the write phase and by the `--max-errors` abort ([`super::errors`]).
+
+use super::inspect::FieldProblem;
+use super::outputs::DuplicateOf;
+use crate::record::QaItem;
+
+/// What happens to one `qa` entry of a readable row.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ItemPlan {
+    /// Cleaned question to generate for.
+    Keep(QaItem),
+    /// Dropped by cleaning for this reason.
+    Dropped(String),
+    /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
+    Duplicate(DuplicateOf),
+    /// Blank question or reference.
+    Invalid(FieldProblem),
+}
+
+/// A readable row of the shard.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowOk {
+    pub family: String,
+    pub clean_meta: String,
+    pub image_sha256: String,
+    pub items: Vec<ItemPlan>,
+}
+
+/// The plan of one input stream element of the shard (images are not kept).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowPlan {
+    pub position: u64,
+    pub file: String,
+    pub row: Option<usize>,
+    pub body: Result<RowOk, FieldProblem>,
+}
+
+/// Why the judge looks at an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JudgeRole {
+    /// A verifier reject: the verdict can move it to the accepted splits.
+    Rescue,
+    /// A verifier accept (calibration): the verdict is only reported.
+    Calibration,
+}
+
+impl JudgeRole {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            JudgeRole::Rescue => "rescue",
+            JudgeRole::Calibration => "calibration",
+        }
+    }
+}
