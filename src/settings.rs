@@ -175,7 +175,7 @@ pub struct RunArgs {
     pub number_guard: Option<Switch>,
     /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
     /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
-    /// anls[:tau]. [default: alnum]
+    /// relaxed (numeric, ChartQA's 0.05), anls[:tau]. [default: alnum]
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     pub verifiers: Vec<String>,
     /// Sample a repeated (image, question, reference) once; `off` keeps the repeats. [default: on]

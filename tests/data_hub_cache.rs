@@ -131,11 +131,9 @@ fn a_hub_dataset_gives_the_splits_of_the_same_parquet_by_path() {
         run_json["fingerprint"]["settings"]["read"]["hub"], want,
         "{run_json}"
     );
+    // Files are named relative to the folder holding them (the revision is in `hub` above).
     let files = run_json["fingerprint"]["input_files"].to_string();
-    assert!(
-        files.contains(&format!("snapshots/{REV}/data/val-00000-of-00001.parquet")),
-        "{files}"
-    );
+    assert!(files.contains("\"val-00000-of-00001.parquet\""), "{files}");
     let verify = Command::new(env!("CARGO_BIN_EXE_verisample"))
         .arg("verify")
         .arg(&out_hub)

@@ -341,12 +341,23 @@ fn without_a_readable_journal_other_settings_are_refused_unless_restart() {
             "{damage}: splits kept"
         );
     }
-    // Without run.json either, the splits cannot be checked: refused too.
+    // Without run.json either, the splits cannot be checked: refused too, and the refused
+    // run leaves no journal behind (one would make the folder look like a run of ours).
     std::fs::remove_file(out.join("run.json")).unwrap();
     let err = run_with(&other).unwrap_err();
     assert!(
         matches!(err, PipelineError::UncheckedEarlierRun(_)),
         "{err}"
+    );
+    std::fs::remove_file(out.join("journal.bin")).unwrap();
+    let err = run_with(&other).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::UncheckedEarlierRun(_)),
+        "{err}"
+    );
+    assert!(
+        !out.join("journal.bin").exists(),
+        "a refused run made a journal"
     );
     // The same settings resume; --restart replaces.
     let mut restart = other.clone();

@@ -390,7 +390,10 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
         || p.components()
             .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
     {
-        return Err(format!("absolute path {rel:?} is not allowed; image paths must be relative to the dataset folder"));
+        return Err(format!(
+            "absolute path {rel:?} is not allowed; image paths must be relative to the dataset \
+             folder, or pass --images-root DIR to read images given by path inside DIR"
+        ));
     }
     let escapes = || format!("path {rel:?} escapes the dataset folder {}", root.display());
     let mut escaped = false;

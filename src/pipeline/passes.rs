@@ -478,34 +478,63 @@ pub(crate) fn judge_answers(
         let reqs = std::mem::replace(&mut pending, rest);
         run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
     }
-    let cut = judged_at_token_limit(&roles, ctx.results);
-    if cut > 0 {
+    let short = JudgeShortfall::of(&roles, ctx.results);
+    if short.cut > 0 {
         tracing::warn!(
-            "{cut} of {} judge outputs stopped at the token limit (--max-new-tokens {}) before \
+            "{} of {} judge outputs stopped at the token limit (--max-new-tokens {}) before \
              their verdict and count as UNSURE (judge_unsure); the judge shares the answers' \
              limit: raise --max-new-tokens for a run with the judge on",
+            short.cut,
             roles.len(),
             settings.max_new_tokens
+        );
+    }
+    if let Some(first) = &short.first_failure {
+        tracing::warn!(
+            "{} of {} judge generations failed and count as UNSURE (judge_unsure); the first: \
+             {first} (generations.jsonl has each)",
+            short.failed,
+            roles.len()
         );
     }
     Ok(roles)
 }
 
-/// How many of the judged items' judge generations stopped at the token limit
-/// (`finish_reason: length`): their verdict is missing, so they count as `UNSURE`.
-fn judged_at_token_limit(
-    roles: &BTreeMap<ItemKey, JudgeRole>,
-    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
-) -> usize {
-    roles
-        .keys()
-        .filter(|&&key| {
-            matches!(
-                results.get(&(key, Pass::Judge)),
-                Some(JournalOutcome::Done(g)) if g.finish == super::backend::FinishReason::Length
-            )
-        })
-        .count()
+/// Judge generations that gave no verdict: stopped at the token limit (`finish_reason:
+/// length`), or failed (a prompt larger than the KV cache, …). Both count as `UNSURE`.
+#[derive(Debug, PartialEq, Eq)]
+struct JudgeShortfall {
+    cut: usize,
+    failed: usize,
+    first_failure: Option<String>,
+}
+
+impl JudgeShortfall {
+    fn of(
+        roles: &BTreeMap<ItemKey, JudgeRole>,
+        results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    ) -> Self {
+        let mut short = JudgeShortfall {
+            cut: 0,
+            failed: 0,
+            first_failure: None,
+        };
+        for &key in roles.keys() {
+            match results.get(&(key, Pass::Judge)) {
+                Some(JournalOutcome::Done(g))
+                    if g.finish == super::backend::FinishReason::Length =>
+                {
+                    short.cut += 1
+                }
+                Some(JournalOutcome::Failed(m)) => {
+                    short.failed += 1;
+                    short.first_failure.get_or_insert_with(|| m.clone());
+                }
+                _ => {}
+            }
+        }
+        short
+    }
 }
 
 #[cfg(test)]
@@ -524,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn judge_outputs_cut_at_the_token_limit_are_counted_answer_passes_are_not() {
+    fn judge_outputs_cut_or_failed_are_counted_answer_passes_are_not() {
         let key = |position| ItemKey { position, qa: 0 };
         let roles = BTreeMap::from([
             (key(0), JudgeRole::Rescue),
@@ -542,6 +571,13 @@ mod tests {
             ((key(1), Pass::Answer), done(FinishReason::Length)),
             ((key(3), Pass::Judge), done(FinishReason::Length)),
         ]);
-        assert_eq!(judged_at_token_limit(&roles, &results), 1);
+        assert_eq!(
+            JudgeShortfall::of(&roles, &results),
+            JudgeShortfall {
+                cut: 1,
+                failed: 1,
+                first_failure: Some("refused".into()),
+            }
+        );
     }
 }

@@ -229,11 +229,17 @@ fn open_journal(
             removed.len()
         );
     }
+    // Checked before the journal file exists: a refused run leaves no journal behind, which
+    // would make a user's folder look like an earlier run of ours to the next command.
+    let fresh = !path.exists();
+    if fresh && !settings.restart {
+        check_earlier_run(&settings.out, &fingerprint)?;
+    }
     let (mut journal, replay) = Journal::<JournalEntry>::open(&path)?;
     let mut records = replay.records.into_iter();
     match records.next() {
         None => {
-            if !settings.restart {
+            if !fresh && !settings.restart {
                 check_earlier_run(&settings.out, &fingerprint)?;
             }
             journal.append(&JournalEntry::Header {

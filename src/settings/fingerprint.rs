@@ -28,23 +28,46 @@ pub struct Fingerprint {
 }
 
 /// The sha256 of every input parquet file, in the order the dataset reader reads them
-/// ([`crate::dataset::reader::resolve_inputs`] of `data`), keyed by the file's path. A changed
-/// input at the same path changes the [`Fingerprint`], so stale answers are not reused.
+/// ([`crate::dataset::reader::resolve_inputs`] of `data`), keyed by the file's path relative to
+/// the deepest folder holding them all (however `data` was spelt). A changed input at the same
+/// path changes the [`Fingerprint`], so stale answers are not reused.
 ///
 /// Errors: the spec resolves to no file (as a message), or a file cannot be read.
 pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsError> {
     let spec = data.to_string_lossy();
     let inputs = crate::dataset::reader::resolve_inputs(&spec)
         .map_err(|e| SettingsError::DataUnreadable(e.to_string()))?;
+    let base = common_dir(&inputs.files);
     inputs
         .files
         .iter()
         .map(|f| {
             let sha = sha256_file(f)
                 .map_err(|e| SettingsError::DataUnreadable(format!("{}: {e}", f.display())))?;
-            Ok((f.display().to_string(), sha))
+            let name = f.strip_prefix(&base).unwrap_or(f);
+            Ok((name.display().to_string(), sha))
         })
         .collect()
+}
+
+/// The deepest folder holding every file of `files` (empty for none): input files are named
+/// relative to it, so `--data dir`, `--data ./dir/`, `--data /abs/dir` and a config run from
+/// another folder name the same files alike and resume the same run.
+fn common_dir(files: &[std::path::PathBuf]) -> std::path::PathBuf {
+    let mut parents = files.iter().filter_map(|f| f.parent());
+    let Some(first) = parents.next() else {
+        return std::path::PathBuf::new();
+    };
+    let mut common: Vec<std::path::Component<'_>> = first.components().collect();
+    for p in parents {
+        let same = common
+            .iter()
+            .zip(p.components())
+            .take_while(|(a, b)| **a == *b)
+            .count();
+        common.truncate(same);
+    }
+    common.iter().collect()
 }
 
 /// Compute the [`Fingerprint`] of `settings` with the given model and input file hashes.
@@ -71,5 +94,36 @@ pub fn fingerprint(
         model_files,
         input_files,
         model: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_files_are_named_alike_however_the_input_is_spelt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("ds/data");
+        std::fs::create_dir_all(data.join("sub")).unwrap();
+        std::fs::write(data.join("a.parquet"), b"a").unwrap();
+        std::fs::write(data.join("sub/b.parquet"), b"b").unwrap();
+        let root = tmp.path().join("ds");
+        let want = hash_input_files(&root).unwrap();
+        let names: Vec<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a.parquet", "sub/b.parquet"]);
+        for spelt in [
+            format!("{}/", root.display()),
+            format!("{}/./ds", tmp.path().display()),
+            data.display().to_string(),
+        ] {
+            assert_eq!(
+                hash_input_files(Path::new(&spelt)).unwrap(),
+                want,
+                "{spelt}"
+            );
+        }
+        let one = hash_input_files(&data.join("a.parquet")).unwrap();
+        assert_eq!(one, want[..1], "one file is named by its file name");
     }
 }

@@ -58,9 +58,13 @@ fn invalid(out: &Path, why: String) -> SettingsError {
 }
 
 /// Check that this process can create files in `dir` (an existing folder): creates and
-/// removes a hidden probe file, which also answers for root, ACLs and read-only mounts.
+/// removes a hidden probe file, which also answers for root, ACLs and read-only mounts. The
+/// name is unique per call (process id and a counter), so threads probing one folder at once
+/// do not collide.
 fn probe_writable(dir: &Path) -> std::io::Result<()> {
-    let probe = dir.join(format!(".verisample-probe-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".verisample-probe-{}-{n}", std::process::id()));
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
