@@ -54,7 +54,10 @@ pub use portable::{
     portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,
 };
 pub use recurrent::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS};
-pub use recurrent_portable::{causal_conv1d_update_portable, gated_delta_rule_portable};
+pub use recurrent_portable::{
+    causal_conv1d_update_portable, gated_delta_rule_portable, recurrent_kernels,
+    CausalConv1dUpdate, GatedDeltaRule,
+};
 pub use segment::{
     segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
 };

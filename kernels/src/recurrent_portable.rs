@@ -7,8 +7,41 @@
 
 use candle_core::{DType, Tensor, D};
 
-use crate::recurrent::{RecurrentStep, L2NORM_EPS};
-use crate::KernelError;
+use crate::recurrent::{
+    causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS,
+};
+use crate::{AttentionPath, KernelError};
+
+/// The signature of [`causal_conv1d_update`] and [`causal_conv1d_update_portable`].
+pub type CausalConv1dUpdate = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    Option<&Tensor>,
+    &RecurrentStep<'_>,
+    bool,
+) -> Result<Tensor, KernelError>;
+
+/// The signature of [`gated_delta_rule_recurrent`] and [`gated_delta_rule_portable`].
+pub type GatedDeltaRule = fn(
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &Tensor,
+    &RecurrentStep<'_>,
+    bool,
+) -> Result<Tensor, KernelError>;
+
+/// The recurrent kernels of `path`: the CPU ones (native) or the candle-op ones (portable),
+/// chosen like the attention kernels ([`AttentionPath::for_device`]).
+pub fn recurrent_kernels(path: AttentionPath) -> (CausalConv1dUpdate, GatedDeltaRule) {
+    match path {
+        AttentionPath::Native => (causal_conv1d_update, gated_delta_rule_recurrent),
+        AttentionPath::Portable => (causal_conv1d_update_portable, gated_delta_rule_portable),
+    }
+}
 
 const CONV: &str = "causal_conv1d_update_portable";
 const DELTA: &str = "gated_delta_rule_portable";

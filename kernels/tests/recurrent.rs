@@ -7,37 +7,14 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 use verisample_kernels::{
-    causal_conv1d_update, causal_conv1d_update_portable, gated_delta_rule_portable,
-    gated_delta_rule_recurrent, KernelError, RecurrentStep, L2NORM_EPS,
+    causal_conv1d_update, gated_delta_rule_recurrent, recurrent_kernels, AttentionPath,
+    KernelError, RecurrentStep, L2NORM_EPS,
 };
 
-/// The conv kernels: the CPU one and the portable one (candle ops, any device).
-type Conv = fn(
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    Option<&Tensor>,
-    &RecurrentStep<'_>,
-    bool,
-) -> Result<Tensor, KernelError>;
-const CONVS: [(&str, Conv); 2] = [
-    ("cpu", causal_conv1d_update),
-    ("portable", causal_conv1d_update_portable),
-];
-/// The delta-rule kernels: the CPU one and the portable one.
-type Delta = fn(
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &RecurrentStep<'_>,
-    bool,
-) -> Result<Tensor, KernelError>;
-const DELTAS: [(&str, Delta); 2] = [
-    ("cpu", gated_delta_rule_recurrent),
-    ("portable", gated_delta_rule_portable),
+/// The kernels of both paths: the CPU ones and the portable ones (candle ops, any device).
+const PATHS: [(&str, AttentionPath); 2] = [
+    ("cpu", AttentionPath::Native),
+    ("portable", AttentionPath::Portable),
 ];
 
 /// Deterministic pseudo-random floats in [-1, 1) (64-bit LCG, Knuth's constants).
@@ -84,7 +61,8 @@ fn conv1d_update_matches_transformers() {
         query_lens: &query_lens,
         slots: &slots,
     };
-    for (name, conv) in CONVS {
+    for (name, path) in PATHS {
+        let conv = recurrent_kernels(path).0;
         let state = f["conv_state_in"].copy().unwrap();
         let out = conv(
             &f["conv_x"],
@@ -115,7 +93,8 @@ fn gated_delta_rule_matches_transformers() {
         query_lens: &query_lens,
         slots: &slots,
     };
-    for (name, delta) in DELTAS {
+    for (name, path) in PATHS {
+        let delta = recurrent_kernels(path).1;
         let state = f["delta_state_in"].copy().unwrap();
         let out = delta(
             &f["q"], &f["k"], &f["v"], &f["g"], &f["beta"], &state, &step, true,

@@ -12,10 +12,7 @@
 
 use candle_core::{DType, Result, Tensor};
 use candle_nn::VarBuilder;
-use verisample_kernels::{
-    causal_conv1d_update, causal_conv1d_update_portable, gated_delta_rule_portable,
-    gated_delta_rule_recurrent, AttentionPath, RecurrentStep,
-};
+use verisample_kernels::{recurrent_kernels, AttentionPath, RecurrentStep};
 
 use crate::batch::BatchMeta;
 use crate::config::LinearAttentionSpec;
@@ -29,27 +26,6 @@ fn softplus(x: f32) -> f32 {
         x.exp().ln_1p()
     }
 }
-
-/// A causal conv1d update kernel ([`causal_conv1d_update`] or its portable twin).
-type Conv = fn(
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    Option<&Tensor>,
-    &RecurrentStep<'_>,
-    bool,
-) -> std::result::Result<Tensor, verisample_kernels::KernelError>;
-/// A gated delta rule kernel ([`gated_delta_rule_recurrent`] or its portable twin).
-type Delta = fn(
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &Tensor,
-    &RecurrentStep<'_>,
-    bool,
-) -> std::result::Result<Tensor, verisample_kernels::KernelError>;
 
 /// One Gated DeltaNet mixer (`linear_attn.*` of a decoder layer).
 pub struct GatedDeltaNet {
@@ -136,16 +112,7 @@ impl GatedDeltaNet {
         };
         let p = self.in_proj.forward(x)?;
         let qkv = p.narrow(1, 0, cd)?.contiguous()?;
-        let (conv, delta) = match path {
-            AttentionPath::Native => (
-                causal_conv1d_update as Conv,
-                gated_delta_rule_recurrent as Delta,
-            ),
-            AttentionPath::Portable => (
-                causal_conv1d_update_portable as Conv,
-                gated_delta_rule_portable as Delta,
-            ),
-        };
+        let (conv, delta) = recurrent_kernels(path);
         let mixed =
             conv(&qkv, conv_state, &self.conv_weight, None, &step, true)?.to_dtype(dtype)?;
         let q = mixed
