@@ -10,7 +10,7 @@ use arrow::array::{
     FixedSizeListArray, LargeBinaryArray, LargeListArray, LargeStringArray, ListArray, StringArray,
     StringViewArray, StructArray,
 };
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, UInt64Type};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde_json::{Map, Number, Value};
 
@@ -29,6 +29,17 @@ pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
     }
     if let Some(a) = any.downcast_ref::<StringViewArray>() {
         return Ok(Some(a.value(i).to_string()));
+    }
+    // A dictionary-encoded column (pandas' `category` dtype written by `to_parquet`): the
+    // string of this row's key.
+    if let Some(dict) = arr.as_any_dictionary_opt() {
+        let key = arrow::compute::cast(&dict.keys().slice(i, 1), &DataType::UInt64)
+            .ok()
+            .and_then(|k| k.as_primitive_opt::<UInt64Type>().map(|k| k.value(0)))
+            .and_then(|k| usize::try_from(k).ok())
+            .filter(|&k| k < dict.values().len())
+            .ok_or_else(|| format!("dictionary key of row {i} is not a valid index"))?;
+        return get_string(dict.values().as_ref(), key);
     }
     match get_bytes(arr, i) {
         Ok(Some(b)) => String::from_utf8(b).map(Some).map_err(|e| {
@@ -243,6 +254,16 @@ mod tests {
         assert!(get_string(&Int32Array::from(vec![1]), 0)
             .unwrap_err()
             .contains("expected a string, found Int32"));
+        // pandas' `category` dtype: dictionary-encoded strings, nulls kept.
+        let category: arrow::array::DictionaryArray<arrow::datatypes::Int8Type> =
+            vec![Some("x"), None, Some("y"), Some("x")]
+                .into_iter()
+                .collect();
+        let got: Vec<_> = (0..4).map(|i| get_string(&category, i).unwrap()).collect();
+        assert_eq!(
+            got,
+            [Some("x".into()), None, Some("y".into()), Some("x".into())]
+        );
     }
 
     #[test]
