@@ -27,6 +27,11 @@ fn usage_errors_exit_2_and_help_has_examples() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let out = bin().args(["verify", "/nonexistent/out"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/out is not an output folder")
+    );
     for cmd in [
         "prepare", "inspect", "run", "verify", "check", "merge", "bench",
     ] {

@@ -107,6 +107,12 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 ///
 /// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
 pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
+    if !a.out.is_dir() {
+        return Err(super::usage(format!(
+            "{} is not an output folder (no such folder)",
+            a.out.display()
+        )));
+    }
     let recorded = read_run_json(&a.out)?;
     if recorded.is_null() {
         use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
