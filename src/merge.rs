@@ -18,10 +18,10 @@ use clap::Args;
 use crate::journal::{read_records, JournalError};
 use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
 use crate::pipeline::{
-    import_results, prepare, BackendError, GenRequest, GenResult, Generator, JournalEntry,
-    PipelineError, Prepared, RunReport,
+    describe_changes, import_results, prepare, BackendError, GenRequest, GenResult, Generator,
+    JournalEntry, PipelineError, Prepared, RunReport,
 };
-use crate::settings::{fingerprint, ProgressMode, Settings};
+use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
 
 /// Join the outputs of `run --shard I/N` into one dataset (same bytes as an unsharded run).
@@ -93,6 +93,15 @@ pub enum MergeError {
     /// The input dataset is not there.
     #[error("input dataset {0} not found; pass --data")]
     DataNotFound(PathBuf),
+    /// The input dataset is not the one the shards ran on: merging would pair their answers
+    /// with other rows.
+    #[error("input dataset {data} is not the input the shards ran on: {what}; pass --data with the shards' input")]
+    InputChanged {
+        /// The input read by the merge.
+        data: PathBuf,
+        /// What differs (files changed, added or removed).
+        what: String,
+    },
     /// Reading a shard journal failed.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -212,8 +221,19 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     } else {
         args.progress.unwrap_or(settings.progress)
     };
-    // As with the model files, the merged run is identified by the shards' input hashes.
-    let input_files = first.fingerprint.input_files.clone();
+    // The shards' answers belong to the rows of the input they hashed: the input read now must
+    // be the same files, byte for byte (named alike however `--data` is spelt).
+    let input_files = hash_input_files(&settings.data).map_err(MergeError::Out)?;
+    if input_files != first.fingerprint.input_files {
+        let now = Fingerprint {
+            input_files: input_files.clone(),
+            ..first.fingerprint.clone()
+        };
+        return Err(MergeError::InputChanged {
+            data: settings.data.clone(),
+            what: describe_changes(&first.fingerprint, &now).join("; "),
+        });
+    }
     let fp = fingerprint(
         settings.canonical(),
         first.fingerprint.model_files.clone(),

@@ -493,6 +493,47 @@ fn images_given_by_absolute_path_need_images_root() {
         let r = r.as_ref().unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(r.image.bytes.as_deref(), Some(x.bytes.as_slice()));
     }
+    // pandas writes a `bytes` field of only `None` as type `null`: the same images, by path.
+    let paths: Vec<Option<String>> = refs.iter().map(|r| r.path.clone()).collect();
+    let null_bytes = arrow::array::StructArray::from(vec![
+        (
+            Arc::new(arrow::datatypes::Field::new(
+                "bytes",
+                arrow::datatypes::DataType::Null,
+                true,
+            )),
+            Arc::new(arrow::array::NullArray::new(paths.len())) as ArrayRef,
+        ),
+        (
+            Arc::new(arrow::datatypes::Field::new(
+                "path",
+                arrow::datatypes::DataType::Utf8,
+                true,
+            )),
+            Arc::new(StringArray::from(paths)) as ArrayRef,
+        ),
+    ]);
+    let null_typed = tmp.path().join("null-bytes/test.parquet");
+    write_parquet(
+        &null_typed,
+        vec![
+            ("image", Arc::new(null_bytes) as ArrayRef),
+            ("question", questions(&s)),
+            ("answer", labels(&s)),
+        ],
+    );
+    let opts = verisample::dataset::layout::ReadOptions {
+        images_root: Some(val.clone()),
+        ..Default::default()
+    };
+    let rows: Vec<_> = InputReader::open_with(null_typed.to_str().unwrap(), &opts)
+        .unwrap()
+        .collect();
+    assert_eq!(rows.len(), N);
+    for (r, x) in rows.iter().zip(&s) {
+        let r = r.as_ref().unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(r.image.bytes.as_deref(), Some(x.bytes.as_slice()));
+    }
     // A root that does not hold them still refuses them: `train/` is beside `val/`.
     let train = val.parent().unwrap().join("train");
     for r in read_with(train) {

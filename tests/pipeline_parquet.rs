@@ -27,7 +27,7 @@ use verisample::pipeline::{
     RunControl, RunReport, StandardDecisions,
 };
 use verisample::recheck::{recheck_family, FamilySplits, RecheckSettings};
-use verisample::settings::fingerprint;
+use verisample::settings::{fingerprint, hash_input_files};
 use verisample::shard::Shard;
 
 /// The val split as an input dataset in `dir`, and the scripted model's answers: the label
@@ -82,7 +82,9 @@ fn run_parquet(
 ) -> Result<RunReport, PipelineError> {
     let mut s = settings(out, shard);
     s.data = input.to_path_buf();
-    let prepared = prepare_run(&s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
+    // The input's hashes as `run` records them (a merge checks them).
+    let input_files = hash_input_files(input).expect("hash the input");
+    let prepared = prepare_run(&s, fingerprint(s.canonical(), model_files(), input_files))?;
     let mut sink = ParquetSink::new(out);
     run(
         prepared,

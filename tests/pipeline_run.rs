@@ -17,7 +17,7 @@ use verisample::pipeline::{
     import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
     RunControl, RunReport, StandardDecisions,
 };
-use verisample::settings::{fingerprint, Settings};
+use verisample::settings::{fingerprint, hash_input_files, Settings};
 use verisample::shard::Shard;
 
 /// Generations the mixed input needs: 47 answers + 15 rescue judgements + 3 calibrations.
@@ -28,7 +28,18 @@ fn run_with(
     model: &mut dyn verisample::pipeline::Generator,
     control: &RunControl,
 ) -> Result<RunReport, PipelineError> {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new()))?;
+    run_hashing(s, model, control, Vec::new())
+}
+
+/// [`run_with`], recording `input_files` as the input's hashes in the fingerprint (as `run`
+/// does for its parquet files), for a merge that checks them.
+fn run_hashing(
+    s: &Settings,
+    model: &mut dyn verisample::pipeline::Generator,
+    control: &RunControl,
+    input_files: Vec<(String, String)>,
+) -> Result<RunReport, PipelineError> {
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), input_files))?;
     let source = MemSource(mixed_rows());
     let mut sink = JsonlSink::new(&s.out);
     run(
@@ -365,13 +376,23 @@ fn positions_in(out: &Path) -> Vec<u64> {
 fn shards_partition_exactly_and_merge_equals_unsharded() {
     let whole = tempfile::tempdir().unwrap();
     let whole_report = run_job(whole.path(), Shard::WHOLE);
+    // The in-memory rows stand for this file: the shards record its hash, the merge reads it.
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("mixed.parquet"), b"the mixed rows").unwrap();
+    let input_files = hash_input_files(data.path()).unwrap();
     let n = 3;
     let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut rows = 0;
     let mut accepted = 0;
     let mut all_positions = Vec::new();
     for (i, d) in dirs.iter().enumerate() {
-        let r = run_job(d.path(), Shard { index: i, count: n });
+        let r = run_hashing(
+            &settings(d.path(), Shard { index: i, count: n }),
+            &mut ScriptedModel::new(),
+            &RunControl::default(),
+            input_files.clone(),
+        )
+        .expect("shard run");
         rows += r.stats.input_rows;
         accepted += r.stats.accepted;
         let p = positions_in(d.path());
@@ -393,7 +414,6 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     );
 
     let merged = tempfile::tempdir().unwrap();
-    let data = tempfile::tempdir().unwrap();
     let args = MergeArgs {
         shards: vec![
             dirs[2].path().into(),
@@ -431,6 +451,29 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         &deterministic_outputs(whole.path()),
         &deterministic_outputs(merged.path()),
     );
+    // An input that is not, byte for byte, the shards' is refused, naming what differs, and
+    // nothing is written.
+    let changed = tempfile::tempdir().unwrap();
+    std::fs::write(changed.path().join("mixed.parquet"), b"other rows").unwrap();
+    std::fs::write(changed.path().join("more.parquet"), b"more rows").unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let over_changed = MergeArgs {
+        data: Some(changed.path().into()),
+        out: fresh.path().into(),
+        ..args.clone()
+    };
+    let err = prepare_merge(&over_changed).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, MergeError::InputChanged { .. }), "{message}");
+    assert!(
+        message.contains("mixed.parquet changed content, more.parquet was added"),
+        "{message}"
+    );
+    assert_eq!(
+        verisample::cli::error_exit_code(&anyhow::Error::new(err)),
+        1
+    );
+    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
     // The same merge again resumes; the output of another run is not replaced unless --restart.
     let again = prepare_merge(&args).expect("the same merge again");
     assert_eq!(again.prepared.replayed(), imported);
@@ -466,10 +509,16 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         shards: vec![dirs[0].path().into(), dirs[2].path().into()],
         ..args.clone()
     };
-    match prepare_merge(&missing).unwrap_err() {
-        MergeError::Coverage(m) => assert_eq!(m, "missing 1/3"),
-        other => panic!("{other}"),
-    }
+    let err = prepare_merge(&missing).unwrap_err();
+    assert!(
+        matches!(&err, MergeError::Coverage(m) if m == "missing 1/3"),
+        "{err}"
+    );
+    // Shards that do not cover the input are a usage error.
+    assert_eq!(
+        verisample::cli::error_exit_code(&anyhow::Error::new(err)),
+        2
+    );
     let twice = MergeArgs {
         shards: vec![
             dirs[0].path().into(),

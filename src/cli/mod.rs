@@ -90,7 +90,9 @@ pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
 /// The exit status for an error of a command, the one mapping from typed errors: 130 after
 /// Ctrl-C (143 after SIGTERM), 2 for a usage error or invalid settings (including an engine
 /// setting such as a `--kv-cache-gib` that does not fit in memory, pixel bounds that leave no
-/// image size, and a merge `--out` that is a shard folder or not writable), 1 otherwise.
+/// image size, and a merge whose `--out` is a shard folder or not writable, whose shard folders
+/// are not finished runs or do not cover the input once, or whose input is missing), 1
+/// otherwise (a merge of shards of different jobs or over a changed input among them).
 pub fn error_exit_code(err: &anyhow::Error) -> u8 {
     if err.is::<UsageError>() {
         return 2;
@@ -103,7 +105,13 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
         .is_some()
         || matches!(
             err.downcast_ref::<crate::merge::MergeError>(),
-            Some(crate::merge::MergeError::OutIsShard(_) | crate::merge::MergeError::Out(_))
+            Some(
+                crate::merge::MergeError::OutIsShard(_)
+                    | crate::merge::MergeError::Out(_)
+                    | crate::merge::MergeError::Report { .. }
+                    | crate::merge::MergeError::Coverage(_)
+                    | crate::merge::MergeError::DataNotFound(_)
+            )
         )
         || matches!(
             err.downcast_ref::<VlLoadError>(),

@@ -14,10 +14,17 @@ use arrow::datatypes::{DataType, UInt64Type};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use serde_json::{Map, Number, Value};
 
+/// Whether row `i` of `arr` is null, including every row of a column typed `null` (what
+/// pandas writes for a column of only `None`), whose arrays have no validity buffer and so
+/// answer `false` to [`Array::is_null`].
+fn is_null_at(arr: &dyn Array, i: usize) -> bool {
+    arr.data_type() == &DataType::Null || arr.is_null(i)
+}
+
 /// A string at row `i`: `Ok(None)` when null. String types are taken as they are; binary
 /// types must hold valid UTF-8 (the error says so otherwise).
 pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
-    if arr.is_null(i) {
+    if is_null_at(arr, i) {
         return Ok(None);
     }
     let any = arr.as_any();
@@ -59,7 +66,7 @@ pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
 ///
 /// Errors (as a message): any other type, or a binary value that is not UTF-8.
 pub fn get_answer_text(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
-    if arr.is_null(i) {
+    if is_null_at(arr, i) {
         return Ok(None);
     }
     use arrow::datatypes::{Float16Type, Float32Type, Float64Type};
@@ -116,7 +123,7 @@ pub fn python_float_str(x: f64) -> String {
 
 /// Bytes at row `i`: `Ok(None)` when null. Accepts the binary types only.
 pub fn get_bytes(arr: &dyn Array, i: usize) -> Result<Option<Vec<u8>>, String> {
-    if arr.is_null(i) {
+    if is_null_at(arr, i) {
         return Ok(None);
     }
     let any = arr.as_any();
@@ -137,7 +144,7 @@ pub fn get_bytes(arr: &dyn Array, i: usize) -> Result<Option<Vec<u8>>, String> {
 
 /// The elements of the list at row `i`: `Ok(None)` when null. Accepts the list types.
 pub fn get_list(arr: &dyn Array, i: usize) -> Result<Option<ArrayRef>, String> {
-    if arr.is_null(i) {
+    if is_null_at(arr, i) {
         return Ok(None);
     }
     let any = arr.as_any();
@@ -164,7 +171,7 @@ pub fn as_struct(arr: &dyn Array) -> Result<&StructArray, String> {
 /// lists and structs map to their JSON counterparts; binary becomes a lowercase hex string;
 /// anything else (dates, decimals, …) its Arrow display string.
 pub fn to_json(arr: &dyn Array, i: usize) -> Value {
-    if arr.is_null(i) {
+    if is_null_at(arr, i) {
         return Value::Null;
     }
     match arr.data_type() {
@@ -239,6 +246,17 @@ mod tests {
     use arrow::array::{Int32Array, LargeStringArray};
     use serde_json::json;
     use std::sync::Arc;
+
+    #[test]
+    fn a_column_typed_null_is_null_at_every_row() {
+        // pandas writes a column of only `None` (say the `bytes` of images given by path) as
+        // type `null`: its rows are absent values, not a type error.
+        let nulls = arrow::array::NullArray::new(2);
+        assert!(!nulls.is_null(1), "arrow's physical nulls miss it");
+        assert_eq!(get_bytes(&nulls, 1), Ok(None));
+        assert_eq!(get_string(&nulls, 0), Ok(None));
+        assert_eq!(get_list(&nulls, 1).map(|l| l.is_none()), Ok(true));
+    }
 
     #[test]
     fn strings_from_all_string_and_binary_types() {

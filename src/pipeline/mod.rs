@@ -46,6 +46,7 @@ pub use backend::{
     GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
     SplitRow, SplitSink, Verdict,
 };
+pub use changes::describe_changes;
 #[cfg(feature = "test-hooks")]
 pub use control::KillAt;
 pub use control::{install_ctrlc, interrupted_exit_code, KillStage, RunControl, EXIT_INTERRUPTED};
