@@ -215,6 +215,19 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
             .unwrap_or_else(|| PathBuf::from(input)),
     };
     check_out(&a.out, &source_folder, &split, a.force)?;
+    // A parquet folder or glob read again later (`prepare` or `run --data` of the same spec)
+    // would take the prepared files inside it as input too.
+    if let PrepareSource::Parquet { input, .. } = &source {
+        let out_c = crate::settings::canonical_lenient(&a.out);
+        if !Path::new(input).is_file()
+            && out_c.starts_with(crate::settings::canonical_lenient(&source_folder))
+        {
+            return Err(usage(format!(
+                "--out {} is inside the input {input}: reading that input again would read the                  prepared files too; write the dataset into a folder outside it",
+                a.out.display()
+            )));
+        }
+    }
     let shard = ShardOptions {
         max_shard_bytes: a.max_shard_mib.saturating_mul(1024 * 1024),
         rows_per_group: MAX_ROWS_PER_GROUP,
@@ -324,6 +337,27 @@ mod tests {
             let e = parse(&args).unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn prepare_out_inside_a_parquet_input_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        std::fs::create_dir(&input).unwrap();
+        std::fs::write(input.join("a.parquet"), b"rows").unwrap();
+        let inside = input.join("prepared");
+        let (folder, file, out) = (
+            input.to_str().unwrap(),
+            input.join("a.parquet"),
+            inside.to_str().unwrap(),
+        );
+        let err = parse(&["--parquet", folder, "--out", out]).unwrap_err();
+        assert!(err.to_string().contains("is inside the input"), "{err}");
+        assert!(err.is::<crate::cli::UsageError>());
+        // A single file is read alone: a folder beside it is no harm.
+        parse(&["--parquet", file.to_str().unwrap(), "--out", out]).unwrap();
+        let outside = dir.path().join("prepared");
+        parse(&["--parquet", folder, "--out", outside.to_str().unwrap()]).unwrap();
     }
 
     #[test]
