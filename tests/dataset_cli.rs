@@ -32,6 +32,31 @@ fn usage_errors_exit_2_and_help_has_examples() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent/out is not an output folder")
     );
+    // A file (say a split's parquet) is not taken for a missing folder.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let out = bin()
+        .args(["verify", file.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not an output folder (a file"), "{err}");
+    // A merge of shard folders that do not exist is a usage error too.
+    let out = bin()
+        .args([
+            "merge",
+            "/nonexistent/shard-0",
+            "--out",
+            "/nonexistent/merged",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for cmd in [
         "prepare", "inspect", "run", "verify", "check", "merge", "bench",
     ] {

@@ -108,8 +108,13 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 /// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
 pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     if !a.out.is_dir() {
+        let why = if a.out.exists() {
+            "a file: give the folder `run --out` wrote"
+        } else {
+            "no such folder"
+        };
         return Err(super::usage(format!(
-            "{} is not an output folder (no such folder)",
+            "{} is not an output folder ({why})",
             a.out.display()
         )));
     }
