@@ -243,11 +243,23 @@ pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
     settings.restart = false;
     for (dir, _) in &reports {
         let replay = read_records::<JournalEntry>(&dir.join(JOURNAL_FILE))?;
-        let results = replay.records.into_iter().filter_map(|r| match r {
-            JournalEntry::Generated { key, pass, outcome } => Some((key, pass, outcome)),
-            JournalEntry::Header { .. } => None,
-        });
-        import_results(&mut prepared, results)?;
+        // A shard's last record of a request is its outcome, as its resume replays it (a
+        // retried request that did not fit the KV cache may have a later record).
+        let mut results = std::collections::BTreeMap::new();
+        for r in replay.records {
+            if let JournalEntry::Generated {
+                key, pass, outcome, ..
+            } = r
+            {
+                results.insert((key, pass), outcome);
+            }
+        }
+        import_results(
+            &mut prepared,
+            results
+                .into_iter()
+                .map(|((key, pass), outcome)| (key, pass, outcome)),
+        )?;
     }
     Ok(MergePlan {
         settings,

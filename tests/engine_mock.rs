@@ -239,6 +239,8 @@ fn per_item_errors_do_not_stop_the_run() {
         got[&2].error.as_deref(),
         Some("prompt of 202 tokens needs 51 KV cache blocks; the pool has 40")
     );
+    // Only the pool's limit may be lifted by a larger pool: the bad image may not.
+    assert!(got[&2].exceeds_capacity && !got[&1].exceeds_capacity);
     assert_matches_reference(
         &reqs[2..],
         &got.into_iter().filter(|(k, _)| *k >= 3).collect(),

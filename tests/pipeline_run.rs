@@ -559,6 +559,44 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
 }
 
 #[test]
+fn prompts_larger_than_the_kv_cache_are_errors_then_generated_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    // The engine's pool is too small for the three `[long]` questions: errors, not answers.
+    let mut small = ScriptedModel::new();
+    small.small_kv_cache = true;
+    let first = run_with(&s, &mut small, &RunControl::default()).unwrap();
+    assert_eq!((first.stats.errors, first.stats.rejected), (8 + 3, 18 - 3));
+    let kv_lines = lines(&dir.path().join("errors.jsonl"))
+        .into_iter()
+        .filter(|l| l.to_string().contains("KV cache blocks"))
+        .count();
+    assert_eq!(kv_lines, 3);
+    // Rerun with room: only those three are generated, and the output is a full run's.
+    let mut big = ScriptedModel::new();
+    let resumed = run_with(&s, &mut big, &RunControl::default()).unwrap();
+    assert_eq!(big.completed, 3);
+    let whole = tempfile::tempdir().unwrap();
+    let want = run_job(whole.path(), Shard::WHOLE);
+    assert_eq!(
+        (
+            resumed.stats.accepted,
+            resumed.stats.rejected,
+            resumed.stats.errors
+        ),
+        (want.stats.accepted, want.stats.rejected, want.stats.errors)
+    );
+    assert_same_outputs(
+        &deterministic_outputs(whole.path()),
+        &deterministic_outputs(dir.path()),
+    );
+    // A resumed run replays them from then on.
+    let mut again = ScriptedModel::new();
+    run_with(&s, &mut again, &RunControl::default()).unwrap();
+    assert_eq!(again.completed, 0);
+}
+
+#[test]
 fn ctrl_c_flag_stops_before_reading_more() {
     let dir = tempfile::tempdir().unwrap();
     let control = RunControl {

@@ -113,6 +113,10 @@ pub struct Completion {
     pub finish_reason: FinishReason,
     /// The error message when `finish_reason` is `Error`.
     pub error: Option<String>,
+    /// The failure came from this engine's resource limits (a prompt larger than the whole
+    /// KV cache pool), not from the request: with a larger `--kv-cache-gib` it may run.
+    #[serde(default)]
+    pub exceeds_capacity: bool,
 }
 
 impl Completion {
@@ -127,6 +131,15 @@ impl Completion {
             cached_prompt_tokens: 0,
             finish_reason: FinishReason::Error,
             error: Some(message.into()),
+            exceeds_capacity: false,
+        }
+    }
+
+    /// A request this engine cannot run within its KV cache pool ([`Self::exceeds_capacity`]).
+    pub fn exceeds_capacity(id: u64, prompt_tokens: usize, message: impl Into<String>) -> Self {
+        Self {
+            exceeds_capacity: true,
+            ..Self::failed(id, prompt_tokens, message)
         }
     }
 }

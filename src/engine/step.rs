@@ -159,7 +159,7 @@ impl<M: EngineModel> Core<M> {
         for (s, why) in &plan.dropped {
             self.release_images(s);
             let c = match why {
-                Dropout::PromptTooLong { needed, pool } => Completion::failed(
+                Dropout::PromptTooLong { needed, pool } => Completion::exceeds_capacity(
                     s.id,
                     s.prompt_len,
                     format!(
@@ -288,6 +288,7 @@ impl<M: EngineModel> Core<M> {
             cached_prompt_tokens: s.cached_tokens,
             finish_reason: reason,
             error,
+            exceeds_capacity: false,
         }
     }
 

@@ -81,6 +81,10 @@ pub struct GenResult {
     /// The generation, or a per-request failure message (e.g. an image the processor
     /// refuses). A per-request failure is recorded in `errors.jsonl`; it does not stop the run.
     pub outcome: Result<Generation, String>,
+    /// The failure came from the engine's resource limits (a prompt larger than the KV cache
+    /// pool), not from the request: recorded like any failure, but a resumed run tries the
+    /// request again (with a larger `--kv-cache-gib` it may run).
+    pub exceeds_capacity: bool,
 }
 
 /// The batch engine, as the pipeline uses it.

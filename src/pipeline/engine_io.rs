@@ -84,6 +84,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> 
                 key,
                 pass,
                 outcome: Err(c.error.unwrap_or_else(|| "request failed".into())),
+                exceeds_capacity: c.exceeds_capacity,
             }
         }
     };
@@ -97,6 +98,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> 
             finish,
             prefilled_think,
         }),
+        exceeds_capacity: false,
     }
 }
 
@@ -170,6 +172,7 @@ mod tests {
             cached_prompt_tokens: 0,
             finish_reason,
             error: error.map(str::to_string),
+            exceeds_capacity: false,
         };
         let r = to_result(
             done(engine::FinishReason::Stop, None),
@@ -195,6 +198,15 @@ mod tests {
             Pass::Answer,
             false,
         );
+        assert!(!r.exceeds_capacity);
         assert_eq!(r.outcome.unwrap_err(), "image: bad");
+        let r = to_result(
+            Completion::exceeds_capacity(0, 300, "prompt of 300 tokens needs 19 KV cache blocks"),
+            key,
+            Pass::Judge,
+            false,
+        );
+        assert!(r.exceeds_capacity);
+        assert!(r.outcome.unwrap_err().starts_with("prompt of 300 tokens"));
     }
 }

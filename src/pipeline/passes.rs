@@ -202,6 +202,7 @@ fn run_requests(
     let control = ctx.control;
     let mut failure: Option<PipelineError> = None;
     let mut new_errors = 0u64;
+    let mut capacity_failures = 0u64;
     let mut prompt_tokens = 0u64;
     {
         let journal = &mut *ctx.journal;
@@ -212,10 +213,12 @@ fn run_requests(
                 Ok(g) => JournalOutcome::Done(g),
                 Err(m) => JournalOutcome::Failed(m),
             };
+            capacity_failures += u64::from(r.exceeds_capacity);
             let entry = JournalEntry::Generated {
                 key: r.key,
                 pass: r.pass,
                 outcome,
+                exceeds_capacity: r.exceeds_capacity,
             };
             *appended += 1;
             control.kill_point_journaled(stage, *appended, journal, &entry);
@@ -223,7 +226,10 @@ fn run_requests(
                 failure = Some(e.into());
                 return ControlFlow::Break(());
             }
-            let JournalEntry::Generated { key, pass, outcome } = entry else {
+            let JournalEntry::Generated {
+                key, pass, outcome, ..
+            } = entry
+            else {
                 return ControlFlow::Continue(());
             };
             let (tokens, accepted) = match &outcome {
@@ -254,6 +260,13 @@ fn run_requests(
             .map_err(PipelineError::Engine)?;
     }
     ctx.prompt_tokens += prompt_tokens;
+    if capacity_failures > 0 {
+        tracing::warn!(
+            "{capacity_failures} {pass:?}-pass prompt(s) are larger than the whole KV cache pool: \
+             recorded in errors.jsonl; a rerun with a larger --kv-cache-gib generates them (they \
+             are tried again on resume)"
+        );
+    }
     if let Some(f) = failure {
         return Err(f);
     }

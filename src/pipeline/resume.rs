@@ -38,7 +38,16 @@ pub enum JournalEntry {
         pass: Pass,
         /// What came out.
         outcome: JournalOutcome,
+        /// A failure from the engine's resource limits (a prompt larger than the KV cache
+        /// pool): kept for a merge, but not replayed by a resumed run, which tries the request
+        /// again. Absent (false) in the JSON otherwise.
+        #[serde(default, skip_serializing_if = "is_false")]
+        exceeds_capacity: bool,
     },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A journaled generation result.
@@ -268,7 +277,19 @@ fn open_journal(
     }
     let mut results = BTreeMap::new();
     for rec in records {
-        if let JournalEntry::Generated { key, pass, outcome } = rec {
+        if let JournalEntry::Generated {
+            key,
+            pass,
+            outcome,
+            exceeds_capacity,
+        } = rec
+        {
+            // A request that did not fit the engine's KV cache is tried again (a later record,
+            // should it fit now, replaces an earlier one).
+            if exceeds_capacity {
+                results.remove(&(key, pass));
+                continue;
+            }
             results.insert((key, pass), outcome);
         }
     }
@@ -295,6 +316,7 @@ pub fn import_results(
             continue;
         }
         prepared.journal.append(&JournalEntry::Generated {
+            exceeds_capacity: false,
             key,
             pass,
             outcome: outcome.clone(),

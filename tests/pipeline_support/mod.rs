@@ -186,6 +186,9 @@ pub struct ScriptedModel {
     pub calls: usize,
     pub completed: usize,
     pub stop_after: Option<(usize, Arc<AtomicBool>)>,
+    /// As an engine whose KV cache pool is too small for the `[long]` questions' prompts:
+    /// they fail with `exceeds_capacity`.
+    pub small_kv_cache: bool,
 }
 
 impl ScriptedModel {
@@ -196,6 +199,7 @@ impl ScriptedModel {
             calls: 0,
             completed: 0,
             stop_after: None,
+            small_kv_cache: false,
         }
     }
 }
@@ -276,10 +280,16 @@ impl Generator for ScriptedModel {
                         flag.store(true, Ordering::SeqCst);
                     }
                 }
+                let too_long = self.small_kv_cache && req.user_text.contains("[long]");
                 let r = GenResult {
                     key: req.key,
                     pass: req.pass,
-                    outcome: respond(req, &self.oracle),
+                    outcome: if too_long {
+                        Err("prompt of 900 tokens needs 57 KV cache blocks; the pool has 8".into())
+                    } else {
+                        respond(req, &self.oracle)
+                    },
+                    exceeds_capacity: too_long,
                 };
                 if on_done(r).is_break() {
                     stop = true;
