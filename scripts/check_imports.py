@@ -4,16 +4,19 @@
 The table of docs/DESIGN.md has one row per module: its name in backticks in the first column
 (`src/engine/`, `src/judge.rs`, `models/` ...) and, in the last column, the modules that may
 import it (backticked names, or `any`). This script reads every `.rs` file of the workspace's
-libraries and binary (test modules, `tests/`, comments and strings left out), collects each
-reference to another module (`use crate::x`, inline `crate::x::y`, `super::` paths that leave
-the module, `verisample_models`, `verisample_kernels`) and fails when
+libraries and binary (`#[cfg(test)]` modules inline or in their own files, `tests/`, comments
+and strings left out), collects each reference to another module (`use` declarations, groups
+expanded, and fully-qualified paths anywhere in the code: `crate::x::y` in an expression, a
+type or an attribute, `super::` paths that leave the module, `verisample_models` and
+`verisample_kernels` with or without leading `::`, `verisample::` in the binary) and fails when
 
 - an edge is not allowed by the table (or a module is missing from it), or
 - the modules import each other in a cycle, or
-- the files import each other in a cycle (`use` declarations, resolved to files).
+- the files import each other in a cycle (every such path resolved to the deepest file).
 
-Usage: python3 scripts/check_imports.py [REPO_ROOT]   (exit 1 with one line per problem)
-Pure standard library; runs in CI before `cargo test` (.ci/run).
+Usage: python3 scripts/check_imports.py [REPO_ROOT] [--edges]   (exit 1 with one line per
+problem; `--edges` also lists the module arrows). Pure standard library; runs in CI before
+`cargo test` (.ci/run); its own tests are scripts/check_imports_test.py.
 """
 
 import re
@@ -25,9 +28,30 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def strip_code(text: str) -> str:
-    """Drop comments, string and char literals, and everything from the first
-    `#[cfg(test)]` test module on (test modules sit at the end of a file by convention)."""
-    text = re.sub(r"#\[cfg\((?:all\()?test[^\]]*\]\s*mod\s+\w+\s*(\{[\s\S]*|;)", "", text)
+    """Drop comments, string and char literals, then every `#[cfg(test)]` module: its body
+    up to the matching brace, or its `mod x;` declaration (the file it names is a test file,
+    skipped by `main`)."""
+    return strip_test_modules(strip_literals(text))
+
+
+def strip_test_modules(code: str) -> str:
+    """`code` (comments and literals already gone) without its `#[cfg(test)]` modules."""
+    head = re.compile(r"#\[cfg\((?:all\()?test[^\]]*\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*([{;])")
+    while True:
+        m = head.search(code)
+        if m is None:
+            return code
+        end = m.end()
+        if m.group(1) == "{":
+            depth = 1
+            while end < len(code) and depth:
+                depth += {"{": 1, "}": -1}.get(code[end], 0)
+                end += 1
+        code = code[: m.start()] + code[end:]
+
+
+def strip_literals(text: str) -> str:
+    """`text` without comments, and with each string literal as `""` and char literal gone."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
@@ -139,6 +163,28 @@ def absolute(path: str, here: list):
     return None
 
 
+def referenced_paths(code: str):
+    """Every module path `code` names: each path of each `use` declaration (groups expanded)
+    and each fully-qualified path anywhere else (`crate::x::y` in an expression, a type or
+    an attribute, `::verisample_models::…`, `verisample::…` in the binary)."""
+    yield from use_paths(code)
+    code = re.sub(r"(?<![\w:])::(?=" + "|".join(CRATES) + r"\b)", "", code)
+    for m in re.finditer(
+        r"(?<![\w:$])((?:\$?crate|super|self|verisample_models|verisample_kernels|verisample)"
+        r"(?:::" + IDENT + r")*)",
+        code,
+    ):
+        yield m.group(1).lstrip("$")
+
+
+def test_module_files(rel: Path, code: str):
+    """The files of the `#[cfg(test)] mod x;` declarations in the file `rel`."""
+    here = rel.parent if rel.name in ("mod.rs", "lib.rs", "main.rs") else rel.with_suffix("")
+    for m in re.finditer(r"#\[cfg\((?:all\()?test[^\]]*\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", code):
+        yield here / f"{m.group(1)}.rs"
+        yield here / m.group(1) / "mod.rs"
+
+
 def read_table(design: Path):
     """{module: set of importers or {'any'}} from the DESIGN.md table."""
     allowed = {}
@@ -200,29 +246,31 @@ def cycles(graph: dict):
 
 
 def main() -> int:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = Path(args[0] if args else Path(__file__).resolve().parent.parent)
     allowed = read_table(root / "docs" / "DESIGN.md")
     files = sorted(
         p.relative_to(root)
         for d in ("src", "models/src", "kernels/src")
         for p in (root / d).rglob("*.rs")
     )
+    codes = {rel: strip_literals((root / rel).read_text()) for rel in files}
+    test_files = {f for rel, code in codes.items() for f in test_module_files(rel, code)}
     problems, module_edges, file_edges = [], {}, {}
     for rel in files:
-        code = strip_code((root / rel).read_text())
+        if rel in test_files or (rel.name == "lib.rs" and rel.parts[0] == "src"):
+            continue  # test modules; the crate root declares every module
+        code = strip_test_modules(codes[rel])
         here, src, mod = module_path(rel), crate_root(rel), module_of(rel)
-        if rel.name == "lib.rs" and rel.parts[0] == "src":
-            continue  # the crate root declares every module
-        for m in re.finditer(
-            r"(?<![\w:])((?:crate|super|self|verisample_models|verisample_kernels|verisample)(?:::(?:"
-            + IDENT
-            + r"|\{))*)",
-            code,
-        ):
-            target = absolute(m.group(1).rstrip(":{"), here)
+        for path in referenced_paths(code):
+            target = absolute(path, here)
             if target is None:
                 continue
             crate, segs = target
+            if crate is None:
+                dst_file = resolve(root, src, segs)
+                if dst_file is not None and dst_file != rel:
+                    file_edges.setdefault(str(rel), set()).add(str(dst_file))
             if crate is not None:
                 dst = crate
             elif src.parts[0] == "src" and segs:
@@ -232,13 +280,6 @@ def main() -> int:
             is_module = crate is not None or (root / src / f"{dst}.rs").is_file()
             if dst != mod and (is_module or (root / src / dst).is_dir()):
                 module_edges.setdefault(mod, set()).add(dst)
-        for path in use_paths(code):
-            target = absolute(path, here)
-            if target is None or target[0] is not None:
-                continue
-            dst = resolve(root, src, target[1])
-            if dst is not None and dst != rel:
-                file_edges.setdefault(str(rel), set()).add(str(dst))
     for mod, dsts in sorted(module_edges.items()):
         for dst in sorted(dsts):
             if dst not in allowed:

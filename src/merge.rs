@@ -13,8 +13,6 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use clap::Args;
-
 use crate::journal::{read_records, JournalError};
 use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
 use crate::pipeline::{
@@ -24,38 +22,23 @@ use crate::pipeline::{
 use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
 
-/// Join the outputs of `run --shard I/N` into one dataset (same bytes as an unsharded run).
-#[derive(Args, Debug, Clone, PartialEq)]
-#[command(
-    long_about = "Join the outputs of `verisample run --shard I/N` into the dataset an unsharded run \
-would have written, byte for byte. Every shard 0/N … N-1/N must be given once and be a finished run \
-of the same job (same model files, same settings except --shard). The input dataset is read again \
-(no model is loaded): from the path recorded in the shards' run.json, or --data.",
-    after_help = "Example:\n  verisample merge out-0 out-1 out-2 out-3 --out out"
-)]
-pub struct MergeArgs {
-    /// Output folders of the shard runs (`run --shard I/N --out OUT_I`), in any order.
-    #[arg(required = true, num_args = 1.., value_name = "SHARD_OUT")]
+/// What to merge, as the CLI parsed it from `verisample merge` (`src/cli/merge.rs` holds
+/// the flags and their help).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeOptions {
+    /// The shard runs' output folders, in any order.
     pub shards: Vec<PathBuf>,
-    /// Output folder of the merged dataset. An earlier merge of the same shards there is
-    /// resumed; the output of any other run is refused unless `--restart`.
-    #[arg(long, value_name = "OUT", default_value = crate::settings::DEFAULT_OUT)]
+    /// `--out`: the merged dataset's folder.
     pub out: PathBuf,
-    /// Input dataset, when not at the path recorded in the shards' run.json.
-    #[arg(long, value_name = "INPUT")]
+    /// `--data`: the input dataset, when not at the path recorded in the shards' `run.json`.
     pub data: Option<PathBuf>,
-    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
-    /// README.md, run.json and data/ are overwritten).
-    #[arg(long)]
+    /// `--force`: write into a non-empty OUT that holds no earlier verisample output.
     pub force: bool,
-    /// Replace the output of another run (or merge) in OUT instead of refusing it.
-    #[arg(long)]
+    /// `--restart`: replace the output of another run (or merge) in OUT.
     pub restart: bool,
-    /// Progress display. [default: bar on a terminal, else jsonl]
-    #[arg(long, value_enum)]
+    /// `--progress`, `None` = the shards' setting.
     pub progress: Option<ProgressMode>,
-    /// No progress and no summary table: set from the CLI's global `-q`.
-    #[arg(skip)]
+    /// The CLI's global `-q`: no progress and no summary table.
     pub quiet: bool,
 }
 
@@ -138,7 +121,7 @@ fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
 /// Check the shard folders and build the merged journal in `args.out`.
 ///
 /// Errors: [`MergeError`].
-pub fn prepare_merge(args: &MergeArgs) -> Result<MergePlan, MergeError> {
+pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     let out = crate::settings::canonical_lenient(&args.out);
     if args
         .shards

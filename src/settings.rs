@@ -1,4 +1,4 @@
-//! Settings of `verisample run`: the clap flags ([`RunArgs`]), an optional TOML file
+//! Settings of `verisample run`: the flags ([`RunOptions`], parsed by the CLI), an optional TOML file
 //! ([`ConfigFile`], `--config FILE.toml`), and the validated result ([`Settings`]).
 //!
 //! Precedence: a flag given on the command line wins over the same key in the TOML file,
@@ -11,9 +11,7 @@
 //! different fingerprint is refused unless `--restart`.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::layout::{ColumnFlags, LayoutError, ReadOptions};
@@ -52,7 +50,7 @@ pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16384;
 
 /// An on/off switch as written on the command line and in the TOML file (where `true` and
 /// `false` work too, see `switch.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Switch {
     /// Enabled.
@@ -69,7 +67,7 @@ impl Switch {
 }
 
 /// How progress is shown on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProgressMode {
     /// An indicatif bar (default when stderr is a terminal).
@@ -81,7 +79,7 @@ pub enum ProgressMode {
 }
 
 /// Floating-point type of the weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DTypeSpec {
     /// 32-bit float (CPU default).
@@ -103,147 +101,79 @@ impl DTypeSpec {
     }
 }
 
-/// Sample, verify, judge and write the three splits per family.
-///
-/// The flags of `verisample run`. Every value is optional so that a TOML file can supply it;
-/// see [`Settings::resolve`] for precedence and defaults.
-#[derive(Args, Debug, Clone, Default, PartialEq)]
-#[command(
-    long_about = "Run the whole job: read the input dataset, check and clean it, prompt the model with its \
-own chat template, decode greedily in batches, verify each answer, judge the rejected ones (and \
-optionally calibrate the judge on accepted ones), and write OUT/data/<Family>_{RS_think,RS_nothink,rejected}-*.parquet, \
-OUT/README.md, OUT/run.json, OUT/errors.jsonl, OUT/cleaning.jsonl and OUT/generations.jsonl.\n\n\
-Settings come from flags, then --config FILE.toml (same keys as the long flags), then defaults. \
-Finished work is journaled in OUT/journal.bin: rerunning the same command after a crash, kill or \
-Ctrl-C (exit 130; SIGTERM 143) resumes and writes byte-identical outputs; a changed setting or model is \
-refused unless --restart.",
-    after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
-verisample run --config job.toml --shard 0/4 --out out-0"
-)]
-pub struct RunArgs {
-    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
-    /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
-    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL) or qwen3_5
-    /// (Qwen3.5/3.6). [default: assets/model]
-    #[arg(long, value_name = "DIR_OR_ID")]
+/// The flags of `verisample run` as given on the command line, each `None` (or empty) when
+/// not given so that a TOML file can supply it; see [`Settings::resolve`] for precedence and
+/// defaults. The CLI (`src/cli/run.rs`) parses the command line into this; each field's help
+/// text, with its default, is there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunOptions {
+    /// `--model`: a local folder or a Hugging Face id (local HF cache only).
     pub model: Option<String>,
-    /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
-    /// the local HF cache only (as --model; the parquet files of one config and split, from
-    /// the card's `configs:` or data/<split>-*.parquet). [default: assets/sample/data]
-    #[arg(long, value_name = "INPUT_OR_ID")]
+    /// `--data`: a parquet folder, file or glob, or a dataset id OWNER/NAME (local HF cache).
     pub data: Option<PathBuf>,
-    /// Config of a hub-cache --data OWNER/NAME with several. [default: the only one, or the
-    /// card's default]
-    #[arg(long, value_name = "NAME")]
+    /// `--data-config`: the config of a hub-cache dataset with several.
     pub data_config: Option<String>,
-    /// Split of a hub-cache --data OWNER/NAME with several. [default: the only one]
-    #[arg(long, value_name = "NAME")]
+    /// `--data-split`: the split of a hub-cache dataset with several.
     pub data_split: Option<String>,
-    /// Image column of a flat input (one question per row, no `qa` column).
-    /// [default: detected: image, img]
-    #[arg(long, value_name = "COLUMN")]
+    /// `--image-column` of a flat input.
     pub image_column: Option<String>,
-    /// Question column of a flat input. [default: detected: question, query, prompt]
-    #[arg(long, value_name = "COLUMN")]
+    /// `--question-column` of a flat input.
     pub question_column: Option<String>,
-    /// Reference-answer column of a flat input: a string, or a list of strings (several
-    /// references). [default: detected: answer, answers, label, ground_truth]
-    #[arg(long, value_name = "COLUMN")]
+    /// `--answer-column` of a flat input.
     pub answer_column: Option<String>,
-    /// Read images given only by path (absolute ones included, as `datasets`' to_parquet
-    /// writes them) from under DIR instead of the dataset folder; paths leading out of DIR are
-    /// refused.
-    #[arg(long, value_name = "DIR")]
+    /// `--images-root`: where images given only by path are read from.
     pub images_root: Option<PathBuf>,
-    /// Output folder. [default: ./verisample-out]
-    #[arg(long, value_name = "OUT")]
+    /// `--out`: the output folder.
     pub out: Option<PathBuf>,
-    /// Benchmark family used in split names (overrides the input's `family` column).
-    #[arg(long, value_name = "F")]
+    /// `--family`: the benchmark family of the split names.
     pub family: Option<String>,
-    /// Reasoning (thinking mode of the chat template). [default: on]
-    #[arg(long, value_enum)]
+    /// `--think`: thinking mode of the chat template.
     pub think: Option<Switch>,
-    /// Judge pass over the verifier's rejects. [default: on]
-    #[arg(long, value_enum)]
+    /// `--judge`: the judge pass over the verifier's rejects.
     pub judge: Option<Switch>,
-    /// Also judge the first N verifier accepts and report the agreement. [default: 0]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--judge-calibrate N`: also judge the first N verifier accepts.
     pub judge_calibrate: Option<usize>,
-    /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
-    #[arg(long, value_enum)]
+    /// `--number-guard`: refuse a judge CORRECT whose digits differ from the reference.
     pub number_guard: Option<Switch>,
-    /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
-    /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
-    /// relaxed (numeric, ChartQA's 0.05), anls[:tau]. [default: alnum]
-    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
+    /// `--verifier [FAMILY=]NAME`, in the order given.
     pub verifiers: Vec<String>,
-    /// Sample a repeated (image, question, reference) once; `off` keeps the repeats. [default: on]
-    #[arg(long, value_enum)]
+    /// `--dedup`: sample a repeated (image, question, reference) once.
     pub dedup: Option<Switch>,
-    /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
-    #[arg(long, value_parser = DeviceSpec::from_str)]
+    /// `--device`.
     pub device: Option<DeviceSpec>,
-    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
-    #[arg(long, value_enum)]
+    /// `--dtype` of the weights.
     pub dtype: Option<DTypeSpec>,
-    /// Generation budget per answer in tokens. [default: 2048]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--max-new-tokens`: generation budget per answer, tokens.
     pub max_new_tokens: Option<usize>,
-    /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
-    /// eos_token_id; other settings that change greedy output are refused). [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
+    /// `--generation-config`: honour the checkpoint's `generation_config.json`.
     pub generation_config: Option<Switch>,
-    /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
-    /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    /// `--repetition-penalty` of greedy decoding (1.0 = none).
     pub repetition_penalty: Option<f64>,
-    /// Most sequences in flight at once. [default: 64]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--max-batch`: most sequences in flight.
     pub max_batch: Option<usize>,
-    /// Most tokens scheduled in one engine step. [default: 16384]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--max-batch-tokens`: most tokens per engine step.
     pub max_batch_tokens: Option<usize>,
-    /// KV cache size in GiB. [default: chosen by the engine from free memory]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    /// `--kv-cache-gib`: KV cache size, GiB.
     pub kv_cache_gib: Option<f64>,
-    /// Most memory one vision-encoder pass may take, in GiB: a row whose image would need
-    /// more is refused (errors.jsonl, `image.bytes`, with the --max-pixels that would fit).
-    /// [default: half the memory free after the weights and the KV cache]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    /// `--vision-memory-gib`: most memory of one vision-encoder pass, GiB.
     pub vision_memory_gib: Option<f64>,
-    /// Fewest pixels an image is resized to, overriding the checkpoint's
-    /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--min-pixels` of the image resize.
     pub min_pixels: Option<usize>,
-    /// Most pixels an image is resized to, overriding the checkpoint's
-    /// preprocessor_config.json (transformers' `max_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--max-pixels` of the image resize.
     pub max_pixels: Option<usize>,
-    /// Process shard I of N (0-based I): input positions p with p % N == I.
-    #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
+    /// `--shard I/N`.
     pub shard: Option<Shard>,
-    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
-    #[arg(long, value_enum)]
+    /// `--progress`.
     pub progress: Option<ProgressMode>,
-    /// Abort when more than N input errors were recorded. [default: unlimited]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// `--max-errors`: abort when more input errors than this were recorded.
     pub max_errors: Option<usize>,
-    /// Discard an existing journal and outputs in OUT instead of resuming.
-    #[arg(long)]
+    /// `--restart`: discard an existing journal and outputs in OUT instead of resuming.
     pub restart: bool,
-    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
-    /// README.md, run.json and data/ are overwritten).
-    #[arg(long)]
+    /// `--force`: write into a non-empty OUT that holds no earlier verisample output.
     pub force: bool,
-    /// Print the end-of-run summary as one JSON object on stdout instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
-    #[arg(long, value_name = "FILE.toml")]
+    /// `--config FILE.toml`.
     pub config: Option<PathBuf>,
-    /// No progress and no summary table: set from the CLI's global `-q`, not a flag of its own.
-    #[arg(skip)]
+    /// The CLI's global `-q`: no progress and no summary table.
     pub quiet: bool,
 }
 
@@ -253,65 +183,65 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ConfigFile {
-    /// See [`RunArgs::model`].
+    /// See [`RunOptions::model`].
     pub model: Option<String>,
-    /// See [`RunArgs::data`].
+    /// See [`RunOptions::data`].
     pub data: Option<PathBuf>,
-    /// See [`RunArgs::data_config`].
+    /// See [`RunOptions::data_config`].
     pub data_config: Option<String>,
-    /// See [`RunArgs::data_split`].
+    /// See [`RunOptions::data_split`].
     pub data_split: Option<String>,
-    /// See [`RunArgs::image_column`].
+    /// See [`RunOptions::image_column`].
     pub image_column: Option<String>,
-    /// See [`RunArgs::question_column`].
+    /// See [`RunOptions::question_column`].
     pub question_column: Option<String>,
-    /// See [`RunArgs::answer_column`].
+    /// See [`RunOptions::answer_column`].
     pub answer_column: Option<String>,
-    /// See [`RunArgs::images_root`].
+    /// See [`RunOptions::images_root`].
     pub images_root: Option<PathBuf>,
-    /// See [`RunArgs::out`].
+    /// See [`RunOptions::out`].
     pub out: Option<PathBuf>,
-    /// See [`RunArgs::family`].
+    /// See [`RunOptions::family`].
     pub family: Option<String>,
-    /// See [`RunArgs::think`].
+    /// See [`RunOptions::think`].
     pub think: Option<Switch>,
-    /// See [`RunArgs::judge`].
+    /// See [`RunOptions::judge`].
     pub judge: Option<Switch>,
-    /// See [`RunArgs::judge_calibrate`].
+    /// See [`RunOptions::judge_calibrate`].
     pub judge_calibrate: Option<usize>,
-    /// See [`RunArgs::number_guard`].
+    /// See [`RunOptions::number_guard`].
     pub number_guard: Option<Switch>,
-    /// See [`RunArgs::verifiers`] (`verifier = ["MyBench=exact"]`).
+    /// See [`RunOptions::verifiers`] (`verifier = ["MyBench=exact"]`).
     pub verifier: Option<Vec<String>>,
-    /// See [`RunArgs::dedup`].
+    /// See [`RunOptions::dedup`].
     pub dedup: Option<Switch>,
-    /// See [`RunArgs::device`].
+    /// See [`RunOptions::device`].
     pub device: Option<DeviceSpec>,
-    /// See [`RunArgs::dtype`].
+    /// See [`RunOptions::dtype`].
     pub dtype: Option<DTypeSpec>,
-    /// See [`RunArgs::max_new_tokens`].
+    /// See [`RunOptions::max_new_tokens`].
     pub max_new_tokens: Option<usize>,
-    /// See [`RunArgs::generation_config`].
+    /// See [`RunOptions::generation_config`].
     pub generation_config: Option<Switch>,
-    /// See [`RunArgs::repetition_penalty`].
+    /// See [`RunOptions::repetition_penalty`].
     pub repetition_penalty: Option<f64>,
-    /// See [`RunArgs::max_batch`].
+    /// See [`RunOptions::max_batch`].
     pub max_batch: Option<usize>,
-    /// See [`RunArgs::max_batch_tokens`].
+    /// See [`RunOptions::max_batch_tokens`].
     pub max_batch_tokens: Option<usize>,
-    /// See [`RunArgs::kv_cache_gib`].
+    /// See [`RunOptions::kv_cache_gib`].
     pub kv_cache_gib: Option<f64>,
-    /// See [`RunArgs::vision_memory_gib`].
+    /// See [`RunOptions::vision_memory_gib`].
     pub vision_memory_gib: Option<f64>,
-    /// See [`RunArgs::min_pixels`].
+    /// See [`RunOptions::min_pixels`].
     pub min_pixels: Option<usize>,
-    /// See [`RunArgs::max_pixels`].
+    /// See [`RunOptions::max_pixels`].
     pub max_pixels: Option<usize>,
-    /// See [`RunArgs::shard`], written `"I/N"`.
+    /// See [`RunOptions::shard`], written `"I/N"`.
     pub shard: Option<String>,
-    /// See [`RunArgs::progress`].
+    /// See [`RunOptions::progress`].
     pub progress: Option<ProgressMode>,
-    /// See [`RunArgs::max_errors`].
+    /// See [`RunOptions::max_errors`].
     pub max_errors: Option<usize>,
 }
 
@@ -522,7 +452,7 @@ impl Settings {
     /// but the TOML file and directory listings.
     ///
     /// Errors: [`SettingsError`], one per first problem found.
-    pub fn resolve(args: &RunArgs) -> Result<Settings, SettingsError> {
+    pub fn resolve(args: &RunOptions) -> Result<Settings, SettingsError> {
         let (file, base) = match &args.config {
             Some(path) => {
                 let text =

@@ -21,7 +21,7 @@ use verisample::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
 use verisample::dataset::shards::ShardOptions;
 use verisample::dataset::writer::{read_accepted_split, read_rejected_split, sha256_hex};
 use verisample::family::{ORAND_CAR, ORAND_CAR_QUESTION};
-use verisample::merge::{prepare_merge, JournalOnly, MergeArgs};
+use verisample::merge::{prepare_merge, JournalOnly, MergeOptions};
 use verisample::pipeline::{
     prepare as prepare_run, run, Backends, Generator, ParquetSink, ParquetSource, PipelineError,
     RunControl, RunReport, StandardDecisions,
@@ -218,7 +218,7 @@ fn val_images_through_parquet_resume_and_merge() {
         .expect("shard run");
     }
     let merged = tmp.path().join("merged");
-    let plan = prepare_merge(&MergeArgs {
+    let plan = prepare_merge(&MergeOptions {
         shards: shard_dirs.clone(),
         out: merged.clone(),
         data: None,

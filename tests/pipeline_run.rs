@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use pipeline_support::*;
-use verisample::merge::{prepare_merge, JournalOnly, MergeArgs, MergeError};
+use verisample::merge::{prepare_merge, JournalOnly, MergeError, MergeOptions};
 use verisample::pipeline::{
     import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
     RunControl, RunReport, StandardDecisions,
@@ -414,7 +414,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     );
 
     let merged = tempfile::tempdir().unwrap();
-    let args = MergeArgs {
+    let args = MergeOptions {
         shards: vec![
             dirs[2].path().into(),
             dirs[0].path().into(),
@@ -457,7 +457,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     std::fs::write(changed.path().join("mixed.parquet"), b"other rows").unwrap();
     std::fs::write(changed.path().join("more.parquet"), b"more rows").unwrap();
     let fresh = tempfile::tempdir().unwrap();
-    let over_changed = MergeArgs {
+    let over_changed = MergeOptions {
         data: Some(changed.path().into()),
         out: fresh.path().into(),
         ..args.clone()
@@ -487,7 +487,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         &RunControl::default(),
     )
     .expect("another run");
-    let over_other = MergeArgs {
+    let over_other = MergeOptions {
         out: other.path().into(),
         ..args.clone()
     };
@@ -497,7 +497,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         }
         other => panic!("{other}"),
     }
-    let replaced = MergeArgs {
+    let replaced = MergeOptions {
         restart: true,
         ..over_other
     };
@@ -505,7 +505,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     let restarted = prepare_merge(&replaced).expect("restart");
     assert_eq!(restarted.prepared.replayed(), imported);
 
-    let missing = MergeArgs {
+    let missing = MergeOptions {
         shards: vec![dirs[0].path().into(), dirs[2].path().into()],
         ..args.clone()
     };
@@ -519,7 +519,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         verisample::cli::error_exit_code(&anyhow::Error::new(err)),
         2
     );
-    let twice = MergeArgs {
+    let twice = MergeOptions {
         shards: vec![
             dirs[0].path().into(),
             dirs[1].path().into(),
@@ -534,7 +534,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     // A user's own non-empty folder is not overwritten by a merge unless --force.
     let foreign = tempfile::tempdir().unwrap();
     std::fs::write(foreign.path().join("README.md"), "my notes").unwrap();
-    let into_foreign = MergeArgs {
+    let into_foreign = MergeOptions {
         out: foreign.path().into(),
         ..args.clone()
     };
@@ -542,13 +542,13 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         MergeError::Out(e) => assert!(e.to_string().contains("README.md"), "{e}"),
         other => panic!("{other}"),
     }
-    let forced = MergeArgs {
+    let forced = MergeOptions {
         force: true,
         ..into_foreign
     };
     assert!(prepare_merge(&forced).is_ok());
     // Nor may the merged output sit inside the input dataset folder.
-    let inside = MergeArgs {
+    let inside = MergeOptions {
         out: data.path().join("merged"),
         ..args
     };
@@ -651,7 +651,7 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
     }
     let journal = dirs[1].path().join("journal.bin");
     let before = std::fs::read(&journal).unwrap();
-    let args = MergeArgs {
+    let args = MergeOptions {
         shards: vec![dirs[0].path().into(), dirs[1].path().into()],
         // Same folder, spelled differently.
         out: dirs[1].path().join("."),

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use verisample::cli::RunArgs;
 use verisample::settings::{
-    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunArgs, Settings, SettingsError,
+    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunOptions, Settings, SettingsError,
 };
 use verisample::shard::Shard;
 
@@ -15,10 +16,12 @@ struct Cli {
     run: RunArgs,
 }
 
-fn parse(args: &[&str]) -> RunArgs {
+/// The flags as `verisample run` parses them, converted into the settings' options.
+fn parse(args: &[&str]) -> RunOptions {
     Cli::try_parse_from(std::iter::once("verisample").chain(args.iter().copied()))
         .expect("flags parse")
         .run
+        .into()
 }
 
 /// A model folder and a data folder inside `root`.

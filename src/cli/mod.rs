@@ -2,8 +2,9 @@
 //! top-level parser, one file per subcommand (its clap arguments and its I/O side: read what
 //! it needs, call the library, print), and the one mapping from typed errors to exit codes
 //! ([`exit_code`]: 0 ok, 1 error, 2 usage or invalid settings, 130/143 after a stop signal).
-//! `run` and `merge` take their arguments from [`crate::settings::RunArgs`] and
-//! [`crate::merge::MergeArgs`] and start in `run.rs` and `merge.rs` here.
+//! Each subcommand's clap struct (`*Args`) lives here and is converted into the plain
+//! options its library module takes (`run`: [`crate::settings::RunOptions`], `merge`:
+//! [`crate::merge::MergeOptions`], ...).
 
 mod bench;
 mod check;
@@ -12,6 +13,7 @@ mod inspect;
 mod merge;
 mod prepare;
 mod run;
+mod values;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -24,7 +26,9 @@ pub use bench::BenchArgs;
 pub use check::CheckArgs;
 pub use doctor::DoctorArgs;
 pub use inspect::InspectArgs;
+pub use merge::MergeArgs;
 pub use prepare::{prepare_options, PrepareArgs};
+pub use run::RunArgs;
 pub use verify::{VerifyArgs, VerifyFailed};
 
 /// Turn a visual-QA dataset into verified training data with a vision-language model.
@@ -61,13 +65,13 @@ pub enum Command {
     #[allow(missing_docs)]
     Inspect(InspectArgs),
     #[allow(missing_docs)]
-    Run(crate::settings::RunArgs),
+    Run(RunArgs),
     #[allow(missing_docs)]
     Verify(VerifyArgs),
     #[allow(missing_docs)]
     Check(CheckArgs),
     #[allow(missing_docs)]
-    Merge(crate::merge::MergeArgs),
+    Merge(MergeArgs),
     #[allow(missing_docs)]
     Bench(BenchArgs),
     #[allow(missing_docs)]
@@ -155,10 +159,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Prepare(a) => prepare::run(a),
         Command::Inspect(a) => inspect::run(a),
-        Command::Run(a) => run::run_command(&a, cli.quiet).map(|_| ()),
+        Command::Run(a) => run::run_command(a, cli.quiet).map(|_| ()),
         Command::Verify(a) => verify::run(&a),
         Command::Check(a) => check::run(&a),
-        Command::Merge(a) => merge::merge_command(&a, cli.quiet).map(|_| ()),
+        Command::Merge(a) => merge::merge_command(a, cli.quiet).map(|_| ()),
         Command::Bench(a) => bench::run(&a),
         Command::Doctor(a) => doctor::run(&a),
     }

@@ -6,7 +6,7 @@
 //! (config `default`) and `<config>/<split>-*.parquet`.
 //!
 //! The snapshot's files are links into the repo's `blobs/`; the input scan follows exactly
-//! those links out of the dataset folder ([`hub_blobs`]).
+//! those links out of the dataset folder ([`super::scan::hub_blobs`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -369,27 +369,6 @@ fn conventional_configs(snapshot: &Path) -> Configs {
             (!splits.is_empty()).then_some((f, false, splits))
         })
         .collect()
-}
-
-/// The `blobs/` folder of the hub-cache repo whose snapshot holds `root` (canonical):
-/// `…/datasets--O--N/blobs` when `root` lies in `…/datasets--O--N/snapshots/<rev>/`, else
-/// `None`. The input scan follows links from such a root into this folder only (that is how
-/// the cache stores every file of a snapshot).
-pub fn hub_blobs(root: &Path) -> Option<PathBuf> {
-    root.ancestors().find_map(|rev| {
-        let snapshots = rev.parent()?;
-        let repo = snapshots.parent()?;
-        let is_repo = repo
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("datasets--"));
-        (snapshots.file_name()? == "snapshots" && is_repo).then(|| repo.join("blobs"))
-    })
-}
-
-/// Whether `target` (canonical) may be read from the dataset folder `root` (canonical):
-/// inside `root`, or in the blobs of the hub-cache repo whose snapshot holds `root`.
-pub fn readable_from(root: &Path, target: &Path) -> bool {
-    target.starts_with(root) || hub_blobs(root).is_some_and(|b| target.starts_with(b))
 }
 
 #[cfg(test)]

@@ -15,12 +15,11 @@
 //!   the walk visits each folder of the tree once and always ends.
 //! - The one exception to "inside the folder": in a Hugging Face hub cache snapshot
 //!   (`datasets--O--N/snapshots/<rev>/`), links into the same repo's `blobs/` are followed,
-//!   as that is where the cache keeps every file ([`super::hub::hub_blobs`]).
+//!   as that is where the cache keeps every file ([`hub_blobs`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
-use super::hub::readable_from;
 use super::DatasetError;
 
 /// A link that was not followed, and why.
@@ -455,6 +454,27 @@ pub fn resolve_in_images_root(root: &Path, path: &str) -> Result<PathBuf, String
     Ok(c)
 }
 
+/// The `blobs/` folder of the hub-cache repo whose snapshot holds `root` (canonical):
+/// `…/datasets--O--N/blobs` when `root` lies in `…/datasets--O--N/snapshots/<rev>/`, else
+/// `None`. The input scan follows links from such a root into this folder only (that is how
+/// the cache stores every file of a snapshot).
+pub fn hub_blobs(root: &Path) -> Option<PathBuf> {
+    root.ancestors().find_map(|rev| {
+        let snapshots = rev.parent()?;
+        let repo = snapshots.parent()?;
+        let is_repo = repo
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("datasets--"));
+        (snapshots.file_name()? == "snapshots" && is_repo).then(|| repo.join("blobs"))
+    })
+}
+
+/// Whether `target` (canonical) may be read from the dataset folder `root` (canonical):
+/// inside `root`, or in the blobs of the hub-cache repo whose snapshot holds `root`.
+pub fn readable_from(root: &Path, target: &Path) -> bool {
+    target.starts_with(root) || hub_blobs(root).is_some_and(|b| target.starts_with(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,5 +641,19 @@ mod tests {
             let e = resolve_in_images_root(&root, &path).unwrap_err();
             assert!(e.contains(want), "{path:?}: {e}");
         }
+    }
+
+    #[test]
+    fn hub_blobs_only_inside_a_dataset_snapshot() {
+        let snap = Path::new("/c/datasets--a--b/snapshots/r1/data");
+        assert_eq!(
+            hub_blobs(snap),
+            Some(PathBuf::from("/c/datasets--a--b/blobs"))
+        );
+        assert!(readable_from(snap, Path::new("/c/datasets--a--b/blobs/x")));
+        assert!(!readable_from(snap, Path::new("/c/datasets--a--c/blobs/x")));
+        assert!(!readable_from(snap, Path::new("/c/datasets--a--b/other/x")));
+        assert_eq!(hub_blobs(Path::new("/c/models--a--b/snapshots/r1")), None);
+        assert_eq!(hub_blobs(Path::new("/data/snapshots/r1")), None);
     }
 }

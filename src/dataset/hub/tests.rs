@@ -171,20 +171,6 @@ fn without_card_configs_the_conventional_layouts_name_configs_and_splits() {
     );
 }
 
-#[test]
-fn hub_blobs_only_inside_a_dataset_snapshot() {
-    let snap = Path::new("/c/datasets--a--b/snapshots/r1/data");
-    assert_eq!(
-        hub_blobs(snap),
-        Some(PathBuf::from("/c/datasets--a--b/blobs"))
-    );
-    assert!(readable_from(snap, Path::new("/c/datasets--a--b/blobs/x")));
-    assert!(!readable_from(snap, Path::new("/c/datasets--a--c/blobs/x")));
-    assert!(!readable_from(snap, Path::new("/c/datasets--a--b/other/x")));
-    assert_eq!(hub_blobs(Path::new("/c/models--a--b/snapshots/r1")), None);
-    assert_eq!(hub_blobs(Path::new("/data/snapshots/r1")), None);
-}
-
 #[cfg(unix)]
 #[test]
 fn links_from_a_snapshot_to_elsewhere_are_still_refused() {
