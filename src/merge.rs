@@ -36,7 +36,8 @@ pub struct MergeOptions {
     pub force: bool,
     /// `--restart`: replace the output of another run (or merge) in OUT.
     pub restart: bool,
-    /// `--progress`, `None` = the shards' setting.
+    /// `--progress`, `None` = a bar when stderr is a terminal, else none (as `run`; not the
+    /// shards' setting, which says where the shards ran).
     pub progress: Option<ProgressMode>,
     /// The CLI's global `-q`: no progress and no summary table.
     pub quiet: bool,
@@ -202,7 +203,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     settings.progress = if args.quiet {
         ProgressMode::None
     } else {
-        args.progress.unwrap_or(settings.progress)
+        args.progress.unwrap_or_else(ProgressMode::for_stderr)
     };
     // The shards' answers belong to the rows of the input they hashed: the input read now must
     // be the same files, byte for byte (named alike however `--data` is spelt).

@@ -78,6 +78,18 @@ pub enum ProgressMode {
     None,
 }
 
+impl ProgressMode {
+    /// The default of `run` and `merge`: [`ProgressMode::Bar`] when stderr is a terminal,
+    /// else [`ProgressMode::None`].
+    pub fn for_stderr() -> Self {
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            ProgressMode::Bar
+        } else {
+            ProgressMode::None
+        }
+    }
+}
+
 /// Floating-point type of the weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -485,11 +497,7 @@ impl Settings {
         let settings_family = args.family.clone().or(file.family.clone());
         let kv_cache_gib = args.kv_cache_gib.or(file.kv_cache_gib);
         let vision_memory_gib = args.vision_memory_gib.or(file.vision_memory_gib);
-        let progress_default = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            ProgressMode::Bar
-        } else {
-            ProgressMode::None
-        };
+        let progress_default = ProgressMode::for_stderr();
         let quiet = args.quiet;
         let progress = if quiet {
             ProgressMode::None
@@ -616,6 +624,9 @@ impl Settings {
         } else {
             args.verifiers.clone()
         };
+        // Each family (and the default, without `FAMILY=`) once: a second one would silently
+        // replace the first.
+        let mut targets = std::collections::BTreeMap::new();
         for v in &verifiers {
             VerifierRegistry::default()
                 .apply_override(v)
@@ -624,6 +635,17 @@ impl Settings {
                     value: v.clone(),
                     why: e.to_string(),
                 })?;
+            let family = v.split_once('=').map(|(f, _)| f);
+            if let Some(first) = targets.insert(family, v) {
+                return Err(SettingsError::Invalid {
+                    key: "verifier",
+                    value: v.clone(),
+                    why: format!(
+                        "{} already has the verifier {first:?}: give one per family",
+                        family.map_or("the default".to_string(), |f| format!("family {f}"))
+                    ),
+                });
+            }
         }
 
         Ok(Settings {

@@ -88,6 +88,14 @@ fn bad_values_fail_before_anything_loads() {
             vec!["--verifier", "MyBench=fuzzy"],
             "--verifier MyBench=fuzzy",
         ),
+        (
+            vec!["--verifier", "MyBench=exact", "--verifier", "MyBench=alnum"],
+            "family MyBench already has the verifier \"MyBench=exact\"",
+        ),
+        (
+            vec!["--verifier", "exact", "--verifier", "numeric"],
+            "the default already has the verifier \"exact\"",
+        ),
     ];
     for (extra, want) in cases {
         if extra[0] == "--device" && cfg!(feature = "cuda") {

@@ -37,7 +37,7 @@ pub struct MergeArgs {
     /// Replace the output of another run (or merge) in OUT instead of refusing it.
     #[arg(long)]
     pub restart: bool,
-    /// Progress display. [default: bar on a terminal, else jsonl]
+    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
 }
