@@ -299,8 +299,76 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let (prepared, mut generator) =
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
     let report = run_parquet(prepared, &settings, &mut generator, &control)?;
+    for (spec, family) in unmatched_verifiers(&settings.verifiers, &report.stats.split_items) {
+        tracing::warn!(
+            "--verifier {spec}: no split of family {family} was written (the families written: \
+             {}); is the family name right?",
+            written_families(&report.stats.split_items).join(", ")
+        );
+    }
     print_summary(&report, &settings.out, settings.quiet, json);
     Ok(report)
+}
+
+/// The families of the splits written, from their names (`OrandCar_RS_think` → `OrandCar`).
+fn written_families(split_items: &std::collections::BTreeMap<String, u64>) -> Vec<String> {
+    let mut families: Vec<String> = split_items
+        .keys()
+        .filter_map(|name| {
+            ["_RS_think", "_RS_nothink", "_rejected"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+        })
+        .map(str::to_string)
+        .collect();
+    families.sort();
+    families.dedup();
+    families
+}
+
+/// The `--verifier FAMILY=NAME` overrides (with their family) whose family has no split among
+/// `split_items`, when some split was written: most likely a misspelt family, whose verifier
+/// then decided nothing.
+fn unmatched_verifiers<'a>(
+    verifiers: &'a [String],
+    split_items: &std::collections::BTreeMap<String, u64>,
+) -> Vec<(&'a str, &'a str)> {
+    let families = written_families(split_items);
+    if families.is_empty() {
+        return Vec::new();
+    }
+    verifiers
+        .iter()
+        .filter_map(|v| Some((v.as_str(), v.split_once('=')?.0)))
+        .filter(|(_, f)| !families.iter().any(|w| w == f))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verifier_of_a_family_with_no_split_is_reported() {
+        let splits = std::collections::BTreeMap::from(
+            [
+                "OrandCar_RS_think",
+                "OrandCar_RS_nothink",
+                "OrandCar_rejected",
+                "My_Bench_rejected",
+            ]
+            .map(|s| (s.to_string(), 1)),
+        );
+        assert_eq!(written_families(&splits), ["My_Bench", "OrandCar"]);
+        let given =
+            ["Orand=exact", "OrandCar=alnum", "numeric", "My_Bench=exact"].map(String::from);
+        assert_eq!(
+            unmatched_verifiers(&given, &splits),
+            [("Orand=exact", "Orand")]
+        );
+        // No split at all: nothing to compare with (the run's own error says why).
+        assert!(unmatched_verifiers(&given, &Default::default()).is_empty());
+    }
 }
 
 /// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
