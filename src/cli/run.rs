@@ -344,33 +344,6 @@ fn unmatched_verifiers<'a>(
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_verifier_of_a_family_with_no_split_is_reported() {
-        let splits = std::collections::BTreeMap::from(
-            [
-                "OrandCar_RS_think",
-                "OrandCar_RS_nothink",
-                "OrandCar_rejected",
-                "My_Bench_rejected",
-            ]
-            .map(|s| (s.to_string(), 1)),
-        );
-        assert_eq!(written_families(&splits), ["My_Bench", "OrandCar"]);
-        let given =
-            ["Orand=exact", "OrandCar=alnum", "numeric", "My_Bench=exact"].map(String::from);
-        assert_eq!(
-            unmatched_verifiers(&given, &splits),
-            [("Orand=exact", "Orand")]
-        );
-        // No split at all: nothing to compare with (the run's own error says why).
-        assert!(unmatched_verifiers(&given, &Default::default()).is_empty());
-    }
-}
-
 /// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
 /// the standard decisions and `settings`' verifiers (shared by `run` and `merge`).
 ///
@@ -435,5 +408,32 @@ pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bo
         print!("{}", summary.text());
     } else if !report.stats.split_rows.is_empty() {
         println!("{}", summary.where_line());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verifier_of_a_family_with_no_split_is_reported() {
+        let splits = std::collections::BTreeMap::from(
+            [
+                "OrandCar_RS_think",
+                "OrandCar_RS_nothink",
+                "OrandCar_rejected",
+                "My_Bench_rejected",
+            ]
+            .map(|s| (s.to_string(), 1)),
+        );
+        assert_eq!(written_families(&splits), ["My_Bench", "OrandCar"]);
+        let given =
+            ["Orand=exact", "OrandCar=alnum", "numeric", "My_Bench=exact"].map(String::from);
+        assert_eq!(
+            unmatched_verifiers(&given, &splits),
+            [("Orand=exact", "Orand")]
+        );
+        // No split at all: nothing to compare with (the run's own error says why).
+        assert!(unmatched_verifiers(&given, &Default::default()).is_empty());
     }
 }
