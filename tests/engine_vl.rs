@@ -437,6 +437,39 @@ fn qwen2_5_vl_and_qwen3_vl_run_through_the_engine_batch_invariantly() {
     }
 }
 
+/// The pipeline hands the engine images its input check decoded (`ImageInput::decoded`):
+/// from them the processor makes the same prompt ids, M-RoPE positions, grid and pixel
+/// values as from the encoded file it decodes itself, so the one decode changes nothing.
+#[test]
+fn a_decoded_image_prepares_exactly_as_its_encoded_file() {
+    let e = engine(4, 64, true);
+    let encoded = png(3, 200, 120);
+    let limits = verisample_models::ImageLimits::default();
+    let rgb = verisample_models::decode_rgb(encoded.encoded().unwrap(), &limits).unwrap();
+    let decoded = ImageInput::decoded(std::sync::Arc::new(rgb), encoded.sha256);
+    assert!(decoded.encoded().is_none());
+    let prepare = |image: ImageInput| {
+        let req = Request {
+            image: Some(image),
+            text: "What is written?".into(),
+            ..Default::default()
+        };
+        e.processor().prepare(&req).expect("prepared")
+    };
+    let (a, b) = (prepare(encoded.clone()), prepare(decoded));
+    assert_eq!(a.token_ids, b.token_ids);
+    assert_eq!(a.positions, b.positions);
+    assert_eq!((a.images.len(), b.images.len()), (1, 1));
+    let (ia, ib) = (&a.images[0], &b.images[0]);
+    assert_eq!(
+        (ia.sha256, ia.grid_thw, ia.start),
+        (ib.sha256, ib.grid_thw, ib.start)
+    );
+    assert_eq!(ia.grid_thw, [1, 8, 14]);
+    let pixels = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(pixels(&ia.pixel_values), pixels(&ib.pixel_values));
+}
+
 /// `--min-pixels` / `--max-pixels` reach the processor over the checkpoint's values, one
 /// bound at a time; impossible bounds fail before the weights are read.
 #[test]
@@ -470,9 +503,10 @@ fn pixel_bounds_override_the_checkpoint_processor() {
     );
     // transformers' smart_resize of a 200x120 image: 196x112 (8x14 patches) within the
     // checkpoint's 50176 pixels, 56x28 (2x4 patches) within 3136.
-    let bytes = png(1, 200, 120).bytes;
-    assert_eq!(base.preprocess(&bytes).unwrap().grid_thw, [1, 8, 14]);
-    assert_eq!(images.preprocess(&bytes).unwrap().grid_thw, [1, 2, 4]);
+    let image = png(1, 200, 120);
+    let bytes = image.encoded().expect("encoded");
+    assert_eq!(base.preprocess(bytes).unwrap().grid_thw, [1, 8, 14]);
+    assert_eq!(images.preprocess(bytes).unwrap().grid_thw, [1, 2, 4]);
     let err = load(PixelBounds {
         min_pixels: Some(base.max_pixels + 1),
         max_pixels: None,

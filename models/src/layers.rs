@@ -1,6 +1,6 @@
 //! Layers shared by every tower and decoder: norms, activations, MLPs and rotary embeddings
-//! (the vision towers' segment attention is `verisample_kernels::segment_attention`). Family
-//! differences are arguments.
+//! (the vision towers' segment attention is `verisample_kernels::segment_attention`).
+//! Architecture differences are arguments.
 
 use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::{Linear, VarBuilder};
@@ -162,7 +162,7 @@ impl RmsNorm {
     }
 }
 
-/// LayerNorm or RMSNorm, per family.
+/// LayerNorm or RMSNorm, per architecture.
 #[derive(Debug, Clone)]
 pub enum Norm {
     /// `nn.LayerNorm` with weight and bias.

@@ -46,7 +46,7 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{
-    ConfigError, Family, LayerKind, LinearAttentionSpec, ModelConfig, TextSpec, VisionSpec,
+    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, TextSpec, VisionSpec,
     SUPPORTED_MODEL_TYPES,
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};

@@ -11,7 +11,7 @@ use candle_nn::VarBuilder;
 use verisample_kernels::AttentionPath;
 
 use crate::batch::{BatchMeta, KvCache};
-use crate::config::{Family, ModelConfig, TextSpec, VisionSpec};
+use crate::config::{Architecture, ModelConfig, TextSpec, VisionSpec};
 use crate::load::LoadError;
 use crate::processor::VisionInputs;
 use crate::text::TextModel;
@@ -145,9 +145,9 @@ impl VlModel {
         &self.config
     }
 
-    /// The family.
-    pub fn family(&self) -> Family {
-        self.config.family()
+    /// The architecture (`model_type`).
+    pub fn architecture(&self) -> Architecture {
+        self.config.architecture()
     }
 
     /// Resolved decoder spec (layers, KV heads, head_dim for sizing the [`KvCache`]).

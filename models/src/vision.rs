@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, SegmentAttentionParams};
 
-use crate::config::{Family, VisionSpec};
+use crate::config::{Architecture, VisionSpec};
 use crate::layers::{
     apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, MlpNames, Norm, Proj,
 };
@@ -85,8 +85,8 @@ struct Merger {
 impl Merger {
     fn new(spec: &VisionSpec, postshuffle: bool, vb: VarBuilder) -> Result<Self> {
         let merged = spec.hidden_size * spec.spatial_merge_size * spec.spatial_merge_size;
-        let (norm_name, fc1, fc2) = match spec.family {
-            Family::Qwen3Vl | Family::Qwen35 => ("norm", "linear_fc1", "linear_fc2"),
+        let (norm_name, fc1, fc2) = match spec.architecture {
+            Architecture::Qwen3Vl | Architecture::Qwen35 => ("norm", "linear_fc1", "linear_fc2"),
             _ => ("ln_q", "mlp.0", "mlp.2"),
         };
         let norm_dim = if postshuffle {
@@ -96,7 +96,7 @@ impl Merger {
         };
         Ok(Self {
             norm: Norm::new(
-                spec.family == Family::Qwen25Vl,
+                spec.architecture == Architecture::Qwen25Vl,
                 norm_dim,
                 1e-6,
                 vb.pp(norm_name),
@@ -150,8 +150,10 @@ impl VisionTower {
         let patch_w = vb
             .get((hid, c, t, p, p), "patch_embed.proj.weight")?
             .reshape((hid, c * t * p * p))?;
-        let patch_b = match spec.family {
-            Family::Qwen3Vl | Family::Qwen35 => Some(vb.get(hid, "patch_embed.proj.bias")?),
+        let patch_b = match spec.architecture {
+            Architecture::Qwen3Vl | Architecture::Qwen35 => {
+                Some(vb.get(hid, "patch_embed.proj.bias")?)
+            }
             _ => None,
         };
         let pos_embed = match spec.num_position_embeddings {
@@ -159,10 +161,10 @@ impl VisionTower {
             n => Some(vb.get((n, hid), "pos_embed.weight")?),
         };
         let act = Act::from_name(&spec.hidden_act)?;
-        let (rms, names) = match spec.family {
-            Family::Qwen2Vl => (false, MlpNames::Fc),
-            Family::Qwen25Vl => (true, MlpNames::Gated),
-            Family::Qwen3Vl | Family::Qwen35 => (false, MlpNames::LinearFc),
+        let (rms, names) = match spec.architecture {
+            Architecture::Qwen2Vl => (false, MlpNames::Fc),
+            Architecture::Qwen25Vl => (true, MlpNames::Gated),
+            Architecture::Qwen3Vl | Architecture::Qwen35 => (false, MlpNames::LinearFc),
         };
         let blocks = (0..spec.depth)
             .map(|i| {
@@ -402,7 +404,7 @@ pub fn vision_forward_bytes(
         threads,
     );
     let attention = patches * 8 * h * s + scratch;
-    let inner = if spec.family == Family::Qwen25Vl {
+    let inner = if spec.architecture == Architecture::Qwen25Vl {
         5
     } else {
         4

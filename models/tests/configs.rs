@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use verisample_models::config::{ConfigError, Family, ModelConfig};
+use verisample_models::config::{Architecture, ConfigError, ModelConfig};
 
 fn read(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,7 +15,7 @@ fn read(name: &str) -> String {
 #[test]
 fn qwen2_vl_2b_flat_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen2-VL-2B-Instruct.config.json")).unwrap();
-    assert_eq!(c.family(), Family::Qwen2Vl);
+    assert_eq!(c.architecture(), Architecture::Qwen2Vl);
     let t = c.text().unwrap();
     assert_eq!(
         (
@@ -61,7 +61,7 @@ fn qwen2_vl_2b_flat_layout() {
 #[test]
 fn qwen2_5_vl_7b_flat_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen2.5-VL-7B-Instruct.config.json")).unwrap();
-    assert_eq!(c.family(), Family::Qwen25Vl);
+    assert_eq!(c.architecture(), Architecture::Qwen25Vl);
     let t = c.text().unwrap();
     assert_eq!(
         (
@@ -99,7 +99,7 @@ fn qwen2_5_vl_7b_flat_layout() {
 #[test]
 fn qwen3_vl_8b_thinking_nested_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen3-VL-8B-Thinking.config.json")).unwrap();
-    assert_eq!(c.family(), Family::Qwen3Vl);
+    assert_eq!(c.architecture(), Architecture::Qwen3Vl);
     let t = c.text().unwrap();
     assert_eq!(
         (
@@ -230,7 +230,7 @@ fn missing_tensor_is_an_error_naming_it() {
 /// `config.json`; `vision` = depth, width, MLP size, merger output).
 struct Expect {
     name: &'static str,
-    family: Family,
+    architecture: Architecture,
     /// hidden, layers, heads, kv heads, head_dim, vocab, MLP size.
     text: [usize; 7],
     mrope_section: [usize; 3],
@@ -243,7 +243,7 @@ struct Expect {
 const TABLE: [Expect; 5] = [
     Expect {
         name: "Qwen2-VL-2B-Instruct",
-        family: Family::Qwen2Vl,
+        architecture: Architecture::Qwen2Vl,
         text: [1536, 28, 12, 2, 128, 151936, 8960],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -253,7 +253,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen2.5-VL-3B-Instruct",
-        family: Family::Qwen25Vl,
+        architecture: Architecture::Qwen25Vl,
         text: [2048, 36, 16, 2, 128, 151936, 11008],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -263,7 +263,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen2.5-VL-7B-Instruct",
-        family: Family::Qwen25Vl,
+        architecture: Architecture::Qwen25Vl,
         text: [3584, 28, 28, 4, 128, 152064, 18944],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -273,7 +273,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen3-VL-4B-Instruct",
-        family: Family::Qwen3Vl,
+        architecture: Architecture::Qwen3Vl,
         text: [2560, 36, 32, 8, 128, 151936, 9728],
         mrope_section: [24, 20, 20],
         rope_theta: 5e6,
@@ -283,7 +283,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen3-VL-8B-Thinking",
-        family: Family::Qwen3Vl,
+        architecture: Architecture::Qwen3Vl,
         text: [4096, 36, 32, 8, 128, 151936, 12288],
         mrope_section: [24, 20, 20],
         rope_theta: 5e6,
@@ -296,7 +296,7 @@ const TABLE: [Expect; 5] = [
 fn check(e: &Expect, label: &str, json: &serde_json::Value) {
     let c =
         ModelConfig::from_json(&json.to_string()).unwrap_or_else(|err| panic!("{label}: {err}"));
-    assert_eq!(c.family(), e.family, "{label}");
+    assert_eq!(c.architecture(), e.architecture, "{label}");
     let t = c.text().unwrap_or_else(|err| panic!("{label}: {err}"));
     let got = [
         t.hidden_size,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use verisample_models::config::{
-    ConfigError, Family, LayerKind, LinearAttentionSpec, ModelConfig, SUPPORTED_MODEL_TYPES,
+    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, SUPPORTED_MODEL_TYPES,
 };
 
 fn read(name: &str) -> Value {
@@ -26,7 +26,7 @@ fn parse(v: &Value) -> Result<ModelConfig, ConfigError> {
 #[test]
 fn default_config_as_transformers_saves_it() {
     let c = parse(&read("default.config.json")).unwrap();
-    assert_eq!(c.family(), Family::Qwen35);
+    assert_eq!(c.architecture(), Architecture::Qwen35);
     let t = c.text().unwrap();
     assert_eq!(
         (
@@ -69,7 +69,7 @@ fn default_config_as_transformers_saves_it() {
     assert_eq!(lin.conv_state_elems(), 8192 * 3);
     assert_eq!(lin.recurrent_state_elems(), 32 * 128 * 128);
     let v = c.vision();
-    assert_eq!(v.family, Family::Qwen35);
+    assert_eq!(v.architecture, Architecture::Qwen35);
     assert!(v.deepstack_visual_indexes.is_empty());
     assert_eq!(
         (

@@ -44,7 +44,9 @@ use verisample_models::batch::KvCache;
 
 pub use config::{EngineConfig, KvBudget, VisionMemory};
 pub use model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
-pub use request::{Completion, FinishReason, ImageInput, PreparedImage, PreparedInput, Request};
+pub use request::{
+    Completion, FinishReason, ImageContent, ImageInput, PreparedImage, PreparedInput, Request,
+};
 
 use block_manager::BlockManager;
 use sampler::Greedy;

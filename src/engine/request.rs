@@ -6,24 +6,67 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use verisample_models::RgbImage;
 
-/// An encoded image (PNG, JPEG, …) attached to a request.
+/// An image attached to a request, encoded or already decoded, with the SHA-256 of its
+/// encoded file. Either way it is decoded once: [`ImageContent::Encoded`] by the input
+/// processor (on its worker threads), [`ImageContent::Decoded`] by whoever built it (the
+/// pipeline's input check, `src/pipeline/inspect.rs`, within the one `ImageLimits`).
 #[derive(Debug, Clone)]
 pub struct ImageInput {
-    /// The encoded file, unchanged; shared, so that several questions about one image do not
-    /// copy it.
-    pub bytes: Arc<[u8]>,
-    /// SHA-256 of `bytes`. Keys the vision-embedding cache (one vision forward per distinct
-    /// image) and the prefix cache.
+    /// SHA-256 of the encoded file. Keys the vision-embedding cache (one vision forward per
+    /// distinct image) and the prefix cache.
     pub sha256: [u8; 32],
+    /// The image.
+    pub content: ImageContent,
+}
+
+/// The pixels of an [`ImageInput`]; shared, so that several questions about one image copy
+/// neither the file nor its pixels.
+#[derive(Debug, Clone)]
+pub enum ImageContent {
+    /// The encoded file (PNG, JPEG, …), unchanged: the input processor decodes it.
+    Encoded(Arc<[u8]>),
+    /// The file decoded to 8-bit RGB (`verisample_models::decode_rgb`): the input processor
+    /// resizes these pixels as they are.
+    Decoded(Arc<RgbImage>),
+}
+
+impl ImageContent {
+    /// Bytes of decoded pixels held (`height · width · 3`), 0 for an encoded file.
+    pub fn pixel_bytes(&self) -> usize {
+        match self {
+            ImageContent::Encoded(_) => 0,
+            ImageContent::Decoded(rgb) => rgb.data.len(),
+        }
+    }
 }
 
 impl ImageInput {
-    /// Wrap encoded image bytes, hashing them.
+    /// Wrap encoded image bytes, hashing them (the processor decodes them).
     pub fn new(bytes: impl Into<Arc<[u8]>>) -> Self {
         let bytes = bytes.into();
         let sha256 = Sha256::digest(&bytes).into();
-        Self { bytes, sha256 }
+        Self {
+            sha256,
+            content: ImageContent::Encoded(bytes),
+        }
+    }
+
+    /// An image decoded already, `sha256` the SHA-256 of its encoded file.
+    pub fn decoded(rgb: Arc<RgbImage>, sha256: [u8; 32]) -> Self {
+        Self {
+            sha256,
+            content: ImageContent::Decoded(rgb),
+        }
+    }
+
+    /// The encoded file, `None` for a decoded image.
+    pub fn encoded(&self) -> Option<&[u8]> {
+        match &self.content {
+            ImageContent::Encoded(bytes) => Some(bytes),
+            ImageContent::Decoded(_) => None,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use verisample_models::{
 
 use super::generation::{GenerationConfig, GenerationConfigError};
 use super::model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
-use super::request::{PreparedImage, PreparedInput, Request};
+use super::request::{ImageContent, PreparedImage, PreparedInput, Request};
 use super::{Engine, EngineConfig, EngineError};
 
 /// Errors loading a checkpoint for the engine.
@@ -203,7 +203,13 @@ impl VlInputs {
 impl InputProcessor for VlInputs {
     fn prepare(&self, req: &Request) -> Result<PreparedInput, InputError> {
         let image = match &req.image {
-            Some(img) => Some((img.sha256, self.images.preprocess(&img.bytes)?)),
+            Some(img) => Some((
+                img.sha256,
+                match &img.content {
+                    ImageContent::Encoded(bytes) => self.images.preprocess(bytes)?,
+                    ImageContent::Decoded(rgb) => self.images.preprocess_rgb(rgb)?,
+                },
+            )),
             None => None,
         };
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();

@@ -4,10 +4,10 @@
 //! doubles.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::ImageInput;
 pub use crate::judge::{JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, RowError, SplitKind};
 pub use crate::route::FinishReason;
@@ -43,9 +43,10 @@ pub struct GenRequest {
     pub key: ItemKey,
     /// The pass.
     pub pass: Pass,
-    /// Encoded image bytes (PNG/JPEG/…, already checked to decode within limits) for the
-    /// answer pass; `None` for the text-only judge pass.
-    pub image: Option<Arc<Vec<u8>>>,
+    /// The image for the answer pass, decoded by the input check (so the engine's processor
+    /// resizes it without decoding it again) and shared by the row's questions; `None` for
+    /// the text-only judge pass.
+    pub image: Option<ImageInput>,
     /// The user text, byte-identical to what the model receives inside its chat template.
     pub user_text: String,
     /// Enable the chat template's thinking mode.

@@ -8,7 +8,7 @@ use super::backend::{
     BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, ItemKey, Pass,
 };
 use crate::engine::{
-    self, Completion, Engine, EngineError, EngineModel, ImageInput, InputError, InputProcessor,
+    self, Completion, Engine, EngineError, EngineModel, InputError, InputProcessor,
 };
 
 /// Returned by the completion callback to make the engine stop (a Ctrl-C or a journal
@@ -118,7 +118,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
             .map(|(i, r)| engine::Request {
                 id: i as u64,
                 system: None,
-                image: r.image.map(|b| ImageInput::new(b.as_slice())),
+                image: r.image,
                 text: r.user_text,
                 max_new_tokens: Some(r.max_new_tokens),
                 enable_thinking: Some(r.think),

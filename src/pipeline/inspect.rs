@@ -4,7 +4,7 @@
 
 use std::io::Cursor;
 
-use verisample_models::ImageLimits;
+use verisample_models::{ImageLimits, RgbImage};
 
 use crate::record::QaItem;
 
@@ -25,16 +25,17 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldProblem
 }
 
 /// Check that `bytes` is an image of a supported format that decodes completely within the
-/// pipeline's one [`ImageLimits`] (the image processor applies the same ones, so an image
-/// that passes here is not refused later for its size), and that `admit` accepts its header
-/// size `(width, height)` before it is decoded (the engine's vision memory budget,
-/// [`super::Generator::check_image`]). Returns its `(width, height)`.
+/// pipeline's one [`ImageLimits`] (the image processor's own), and that `admit` accepts its
+/// header size `(width, height)` before it is decoded (the engine's vision memory budget,
+/// [`super::Generator::check_image`]). Returns the image decoded, as the model's processor
+/// decodes it ([`verisample_models::decode_rgb`]: `[height, width, 3]` 8-bit RGB), which the
+/// answer requests carry to the processor so that it is not decoded again.
 ///
 /// Errors: a [`FieldProblem`] on `image.bytes` saying what is wrong (`admit`'s message as is).
 pub fn check_image(
     bytes: Option<&[u8]>,
     admit: impl Fn(u32, u32) -> Result<(), String>,
-) -> Result<(u32, u32), FieldProblem> {
+) -> Result<RgbImage, FieldProblem> {
     const FIELD: &str = "image.bytes";
     let bytes = match bytes {
         None => return Err(problem(FIELD, "no image bytes")),
@@ -61,10 +62,8 @@ pub fn check_image(
         .check(w, h)
         .map_err(|e| problem(FIELD, e.to_string()))?;
     admit(w, h).map_err(|m| problem(FIELD, m))?;
-    // The decoder the model's processor uses, so an image that passes here decodes there.
     verisample_models::decode_rgb(bytes, &limits)
-        .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))?;
-    Ok((w, h))
+        .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))
 }
 
 /// The message for a JPEG cut short (the `image` crate would decode it, filling the rest,
@@ -127,7 +126,7 @@ mod tests {
                 Err("wrong size".into())
             }
         });
-        assert_eq!(decoded, Ok((5, 4)));
+        assert_eq!(decoded.map(|rgb| (rgb.width, rgb.height)), Ok((5, 4)));
     }
 
     fn png(w: u32, h: u32) -> Vec<u8> {
@@ -157,7 +156,7 @@ mod tests {
         type Case = (
             &'static str,
             Option<Vec<u8>>,
-            Result<(u32, u32), &'static str>,
+            Result<(usize, usize), &'static str>,
         );
         let cases: Vec<Case> = vec![
             ("good", Some(good.clone()), Ok((3, 2))),
@@ -173,7 +172,7 @@ mod tests {
             ("wide", Some(wide), Err("too large")),
         ];
         for (name, bytes, want) in cases {
-            let got = check_image(bytes.as_deref(), any_size);
+            let got = check_image(bytes.as_deref(), any_size).map(|rgb| (rgb.width, rgb.height));
             match (got, want) {
                 (Ok(d), Ok(w)) => assert_eq!(d, w, "{name}"),
                 (Err(p), Err(w)) => {
@@ -197,7 +196,9 @@ mod tests {
             .write_to(&mut inside, image::ImageFormat::Png)
             .unwrap();
         let inside = inside.into_inner();
-        assert_eq!(check_image(Some(&inside), any_size), Ok((16_384, 5_461)));
+        let checked = check_image(Some(&inside), any_size).unwrap();
+        assert_eq!((checked.width, checked.height), (16_384, 5_461));
+        drop(checked);
         let rgb = processor.decode(&inside).unwrap();
         assert_eq!((rgb.width, rgb.height), (16_384, 5_461));
         let outside = png_header_only(16_384, 5_462);
@@ -264,8 +265,9 @@ mod tests {
             .collect();
         jpegs.sort();
         let bytes = std::fs::read(&jpegs[0]).unwrap();
-        let (w, h) = check_image(Some(&bytes), any_size).unwrap();
-        assert!(w > 0 && h > 0);
+        let rgb = check_image(Some(&bytes), any_size).unwrap();
+        assert!(rgb.width > 0 && rgb.height > 0);
+        assert_eq!(rgb.data.len(), rgb.width * rgb.height * 3);
         for cut in [bytes.len() / 2, 700] {
             let p = check_image(Some(&bytes[..cut]), any_size).unwrap_err();
             assert_eq!(p.field, "image.bytes");

@@ -16,6 +16,7 @@ use super::dedup::Dedup;
 use super::inspect::{check_image, check_qa, FieldProblem};
 use super::plan::{ItemPlan, JudgeRole, RowOk, RowPlan};
 use super::{JournalEntry, JournalOutcome, PipelineError};
+use crate::engine::ImageInput;
 use crate::journal::Journal;
 use crate::record::{InputRow, QaItem, RowError};
 use crate::report::Progress;
@@ -25,8 +26,13 @@ use crate::settings::Settings;
 pub const DEFAULT_FAMILY: &str = "Default";
 /// Smallest number of requests handed to the engine at once. Chunks are
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
-/// the input is streamed (only one chunk of encoded images is held in memory).
+/// the input is streamed (only one chunk of images is held in memory, at most
+/// [`MAX_CHUNK_PIXEL_BYTES`] of pixels).
 pub const MIN_CHUNK: usize = 256;
+/// Most bytes of decoded pixels (8-bit RGB) the pending answer requests may hold: their
+/// images travel decoded to the engine, so a chunk is sent early once its images reach this
+/// (1 GiB: about 90 images of 12 megapixels). Greedy results do not depend on the chunking.
+pub const MAX_CHUNK_PIXEL_BYTES: usize = 1 << 30;
 
 /// State shared by the passes.
 pub(crate) struct PassContext<'a> {
@@ -68,14 +74,15 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
 
 /// Plan one stream element: checks (the image's size against `generator`'s vision memory
 /// budget among them), cleaning, `clean_meta`. Returns the plan and, for a readable row, its
-/// image bytes for the answer requests.
+/// image for the answer requests: decoded by the check, hashed once (the hash is also the
+/// plan's `image_sha256`).
 pub(crate) fn plan_row(
     position: u64,
     element: Result<InputRow, RowError>,
     settings: &Settings,
     decisions: &dyn Decisions,
     generator: &dyn Generator,
-) -> (RowPlan, Option<Arc<Vec<u8>>>) {
+) -> (RowPlan, Option<ImageInput>) {
     let mut row = match element {
         Ok(row) => row,
         Err(e) => return (row_error(position, e), None),
@@ -91,11 +98,12 @@ pub(crate) fn plan_row(
             },
         )
     };
-    if let Err(p) = check_image(row.image.bytes.as_deref(), |w, h| {
+    let rgb = match check_image(row.image.bytes.as_deref(), |w, h| {
         generator.check_image(w, h)
     }) {
-        return (fail(&p.field, p.message), None);
-    }
+        Ok(rgb) => rgb,
+        Err(p) => return (fail(&p.field, p.message), None),
+    };
     if row.qa.is_empty() {
         return (fail("qa", "row has no questions".into()), None);
     }
@@ -131,7 +139,7 @@ pub(crate) fn plan_row(
             (Ok(()), CleanedItem::Drop { reason }) => ItemPlan::Dropped(reason),
         })
         .collect();
-    let bytes = row.image.bytes.clone().unwrap_or_default();
+    let sha256: [u8; 32] = Sha256::digest(row.image.bytes.as_deref().unwrap_or_default()).into();
     // Only the file name: the path as typed on the command line (often absolute and local)
     // would leak into a published dataset and make its bytes depend on how `--data` was spelt.
     let source_name = std::path::Path::new(&row.source_file)
@@ -169,11 +177,11 @@ pub(crate) fn plan_row(
         body: Ok(RowOk {
             family,
             clean_meta,
-            image_sha256: hex::encode(Sha256::digest(&bytes)),
+            image_sha256: hex::encode(sha256),
             items,
         }),
     };
-    (plan, Some(Arc::new(bytes)))
+    (plan, Some(ImageInput::decoded(Arc::new(rgb), sha256)))
 }
 
 /// Requests per engine call.
@@ -316,6 +324,7 @@ fn generate_answers_into(
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let chunk = chunk_size(settings);
     let mut pending = Vec::new();
+    let mut pending_pixel_bytes = 0usize;
     let mut verify_ctx = HashMap::new();
     let mut appended = 0u64;
     let mut items_seen = 0u64;
@@ -361,6 +370,7 @@ fn generate_answers_into(
             return Err(e);
         }
         let mut abort = None;
+        let before = pending.len();
         for (qa, item) in body.items.iter().enumerate() {
             let ItemPlan::Keep(q) = item else { continue };
             let key = ItemKey {
@@ -398,7 +408,10 @@ fn generate_answers_into(
         if let Some(e) = abort {
             return Err(e);
         }
-        if pending.len() >= chunk {
+        let held = image.as_ref().filter(|_| pending.len() > before);
+        pending_pixel_bytes += held.map_or(0, |i| i.content.pixel_bytes());
+        if pending.len() >= chunk || pending_pixel_bytes >= MAX_CHUNK_PIXEL_BYTES {
+            pending_pixel_bytes = 0;
             let reqs = std::mem::take(&mut pending);
             run_requests(
                 ctx,

@@ -190,10 +190,11 @@ impl InputProcessor for MockProcessor {
         let mut positions: Vec<[u32; 3]> = (0..ids.len() as u32).map(|p| [p, p, p]).collect();
         let mut images = vec![];
         if let Some(img) = &req.image {
-            if img.bytes.starts_with(b"BAD") {
+            let bytes = img.encoded().expect("the mock takes encoded images");
+            if bytes.starts_with(b"BAD") {
                 return Err(InputError::Other("undecodable image".into()));
             }
-            let n = 1 + img.bytes.len() % 7;
+            let n = 1 + bytes.len() % 7;
             let start = ids.len();
             let p0 = start as u32;
             for k in 0..n as u32 {
@@ -201,7 +202,7 @@ impl InputProcessor for MockProcessor {
                 positions.push([p0, p0 + k / 2, p0 + k % 2]);
             }
             let rows: Vec<f32> = (0..2 * n * 3)
-                .map(|i| img.bytes[i % img.bytes.len()] as f32)
+                .map(|i| bytes[i % bytes.len()] as f32)
                 .collect();
             images.push(PreparedImage {
                 sha256: img.sha256,

@@ -223,10 +223,8 @@ fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Genera
                 .and_then(|(_, r)| r.rsplit_once(']'))
                 .map(|(s, _)| s.to_string())
                 .or_else(|| {
-                    let bytes = req.image.as_deref()?;
-                    oracle
-                        .get(&verisample::dataset::writer::sha256_hex(bytes))
-                        .cloned()
+                    let image = req.image.as_ref()?;
+                    oracle.get(&hex::encode(image.sha256)).cloned()
                 })
                 .unwrap_or_else(|| "1990".to_string());
             (

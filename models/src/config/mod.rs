@@ -1,7 +1,7 @@
 //! `config.json` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints, and the resolved
 //! architecture switches the model code is built from.
 //!
-//! Two layouts are accepted for every family:
+//! Two layouts are accepted for every architecture:
 //! - the flat one of the published Qwen2-VL / Qwen2.5-VL checkpoints: text fields at top level,
 //!   `rope_theta` at top level, `rope_scaling: {type: "mrope", mrope_section}`;
 //! - the nested one transformers 5 writes: `text_config` / `vision_config`, `rope_parameters`
@@ -55,9 +55,10 @@ pub enum ConfigError {
 /// `qwen3_5_moe` are not among them).
 pub const SUPPORTED_MODEL_TYPES: [&str; 4] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"];
 
-/// Model family, the switch every architectural difference hangs on.
+/// Model architecture (the `model_type` of `config.json`), the switch every architectural
+/// difference hangs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
+pub enum Architecture {
     /// Qwen2-VL: LayerNorm + QuickGELU vision blocks, full attention, Qwen2 decoder.
     Qwen2Vl,
     /// Qwen2.5-VL: RMSNorm + SwiGLU vision blocks, window attention, Qwen2 decoder.
@@ -166,10 +167,10 @@ fn d_vend_tok() -> u32 {
     151653
 }
 
-/// A family's top-level file: sub-configs, token ids, and the rest of the top level (the text
+/// An architecture's top-level file: sub-configs, token ids, and the rest of the top level (the text
 /// fields of the flat layout).
 #[derive(Debug, Clone, Deserialize)]
-pub struct FamilyConfig<T, V> {
+pub struct ArchitectureConfig<T, V> {
     /// Nested text config (transformers 5); absent in the flat layout.
     pub text_config: Option<T>,
     /// Vision config.
@@ -190,16 +191,16 @@ pub struct FamilyConfig<T, V> {
 pub enum ModelConfig {
     /// `qwen2_vl`.
     #[serde(rename = "qwen2_vl")]
-    Qwen2Vl(FamilyConfig<Qwen2VlTextConfig, Qwen2VlVisionConfig>),
+    Qwen2Vl(ArchitectureConfig<Qwen2VlTextConfig, Qwen2VlVisionConfig>),
     /// `qwen2_5_vl`.
     #[serde(rename = "qwen2_5_vl")]
-    Qwen25Vl(FamilyConfig<Qwen2VlTextConfig, Qwen25VlVisionConfig>),
+    Qwen25Vl(ArchitectureConfig<Qwen2VlTextConfig, Qwen25VlVisionConfig>),
     /// `qwen3_vl`.
     #[serde(rename = "qwen3_vl")]
-    Qwen3Vl(FamilyConfig<Qwen3VlTextConfig, Qwen3VlVisionConfig>),
+    Qwen3Vl(ArchitectureConfig<Qwen3VlTextConfig, Qwen3VlVisionConfig>),
     /// `qwen3_5` (the vision config is Qwen3-VL's; DeepStack is dropped in [`Self::vision`]).
     #[serde(rename = "qwen3_5")]
-    Qwen35(FamilyConfig<Qwen35TextConfig, Qwen3VlVisionConfig>),
+    Qwen35(ArchitectureConfig<Qwen35TextConfig, Qwen3VlVisionConfig>),
 }
 
 /// Resolved decoder switches and sizes.
@@ -258,8 +259,8 @@ pub struct TextSpec {
 /// Resolved vision-tower switches and sizes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VisionSpec {
-    /// Family (selects norm, MLP, attention windows, position embeddings, DeepStack).
-    pub family: Family,
+    /// Architecture (selects norm, MLP, attention windows, position embeddings, DeepStack).
+    pub architecture: Architecture,
     /// Vision blocks.
     pub depth: usize,
     /// Block width.
@@ -321,13 +322,13 @@ impl ModelConfig {
         Ok(serde_json::from_value(value)?)
     }
 
-    /// The family of this config.
-    pub fn family(&self) -> Family {
+    /// The architecture of this config (its `model_type`).
+    pub fn architecture(&self) -> Architecture {
         match self {
-            Self::Qwen2Vl(_) => Family::Qwen2Vl,
-            Self::Qwen25Vl(_) => Family::Qwen25Vl,
-            Self::Qwen3Vl(_) => Family::Qwen3Vl,
-            Self::Qwen35(_) => Family::Qwen35,
+            Self::Qwen2Vl(_) => Architecture::Qwen2Vl,
+            Self::Qwen25Vl(_) => Architecture::Qwen25Vl,
+            Self::Qwen3Vl(_) => Architecture::Qwen3Vl,
+            Self::Qwen35(_) => Architecture::Qwen35,
         }
     }
 
@@ -362,7 +363,7 @@ impl ModelConfig {
             Self::Qwen25Vl(c) => c.vision_config.spec(),
             Self::Qwen3Vl(c) => c.vision_config.spec(),
             Self::Qwen35(c) => VisionSpec {
-                family: Family::Qwen35,
+                architecture: Architecture::Qwen35,
                 deepstack_visual_indexes: Vec::new(),
                 ..c.vision_config.spec()
             },

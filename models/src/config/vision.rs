@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::rope::RopeParameters;
-use super::{d_2, d_3, d_silu, Family, VisionSpec};
+use super::{d_2, d_3, d_silu, Architecture, VisionSpec};
 
 /// Vision config of Qwen2-VL (`Qwen2VLVisionConfig`).
 #[derive(Debug, Clone, Deserialize)]
@@ -189,7 +189,7 @@ impl Qwen2VlVisionConfig {
     /// Resolved vision spec (full attention, no learned positions, no DeepStack).
     pub fn spec(&self) -> VisionSpec {
         VisionSpec {
-            family: Family::Qwen2Vl,
+            architecture: Architecture::Qwen2Vl,
             depth: self.depth,
             hidden_size: self.embed_dim,
             num_heads: self.num_heads,
@@ -214,7 +214,7 @@ impl Qwen25VlVisionConfig {
     /// Resolved vision spec (window attention except in `fullatt_block_indexes`).
     pub fn spec(&self) -> VisionSpec {
         VisionSpec {
-            family: Family::Qwen25Vl,
+            architecture: Architecture::Qwen25Vl,
             depth: self.depth,
             hidden_size: self.hidden_size,
             num_heads: self.num_heads,
@@ -238,7 +238,7 @@ impl Qwen3VlVisionConfig {
     /// Resolved vision spec (learned interpolated positions, DeepStack taps).
     pub fn spec(&self) -> VisionSpec {
         VisionSpec {
-            family: Family::Qwen3Vl,
+            architecture: Architecture::Qwen3Vl,
             depth: self.depth,
             hidden_size: self.hidden_size,
             num_heads: self.num_heads,
