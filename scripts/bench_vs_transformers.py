@@ -16,12 +16,17 @@ written to a temporary folder, never committed.
 
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
-prefill seconds). Prefill tokens/s in the table include the vision encoder on both sides.
+prefill seconds) and our decode reaches (2 · decoder-layer parameters · decode tokens/s: the
+decode roofline of issue 20). Prefill tokens/s in the table include the vision encoder on both
+sides.
+
+``--keep DIR`` writes the built random models to DIR/<name> and keeps them (a later run with the
+same DIR reuses them), e.g. to profile one engine on the very checkpoint of the table.
 
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
-        [--models tiny,100m,qwen3_5_100m] [--json OUT.json]
+        [--models tiny,100m,qwen3_5_100m] [--json OUT.json] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -241,6 +246,7 @@ def main() -> None:
     ap.add_argument("--bin", default=os.path.join(target, "release", "verisample"))
     ap.add_argument("--models", default="tiny,100m")
     ap.add_argument("--json", help="also write all results to this file")
+    ap.add_argument("--keep", help="build the random models in this folder and keep them (reused when present)")
     ap.add_argument("--tie-tol", type=float, default=1e-3,
                     help="a divergence where transformers' top-2 logit margin is below this is a near-tie")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
@@ -256,15 +262,16 @@ def main() -> None:
         sys.exit(f"no bench binary at {args.bin}: run `cargo build --release`")
 
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
-    tmp = tempfile.mkdtemp(prefix="verisample-bench-")
+    tmp = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="verisample-bench-")
     models = {}
     for name in args.models.split(","):
         if name == "tiny":
             models[name] = FIXTURE
         elif name in ("100m", "qwen3_5_100m"):
             d = os.path.join(tmp, name)
-            os.makedirs(d)
-            (make_100m if name == "100m" else make_100m_qwen3_5)(d)
+            if not os.path.exists(os.path.join(d, "model.safetensors")):
+                os.makedirs(d, exist_ok=True)
+                (make_100m if name == "100m" else make_100m_qwen3_5)(d)
             models[name] = d
     gflops = gemm_gflops(args.threads)
     rows, results, mismatches = [], [], 0
@@ -287,9 +294,10 @@ def main() -> None:
                 it.pop("logits", None)
             st = ours["stats"]  # decoder prefill alone (vision encoder excluded) for the FLOP rate
             frac = st["prefill_tokens"] / max(st["prefill_secs"], 1e-9) * 2 * layer_params / 1e9 / gflops
+            decode_frac = ours["decode_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
             results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
                             "identical_items": same, "near_tie_items": len(ties), "mismatched_items": len(bad),
-                            "prefill_fraction_of_gemm": frac})
+                            "prefill_fraction_of_gemm": frac, "decode_fraction_of_gemm": decode_frac})
             for eng, r in (("verisample", ours), ("transformers", hf)):
                 rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, r["images_per_sec"],
                              r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r["peak_rss_bytes"] / 2**20))
@@ -297,7 +305,8 @@ def main() -> None:
                          ours["prefill_tokens_per_sec"] / hf["prefill_tokens_per_sec"],
                          ours["decode_tokens_per_sec"] / hf["decode_tokens_per_sec"],
                          ours["peak_rss_bytes"] / hf["peak_rss_bytes"]))
-            print(f"# {name} b={b}: our prefill reaches {100 * frac:.1f}% of the GEMM peak", flush=True)
+            print(f"# {name} b={b}: our prefill reaches {100 * frac:.1f}%, our decode {100 * decode_frac:.1f}% "
+                  "of the GEMM peak", flush=True)
 
     print(f"\nthreads: {args.threads}; images: {args.num_images} from {args.images}; "
           f"max_new_tokens: {args.max_new_tokens}; f32 GEMM (torch 2048^3): {gflops:.1f} GFLOP/s\n")
@@ -309,11 +318,13 @@ def main() -> None:
         else:
             print(f"| {m} | {p} | {b} | {e} | {ips:.2f} | {pf:.0f} | {dc:.0f} | {rss:.0f} |")
     for r in results:
-        print(f"prefill of {r['model']} at batch {r['batch']}: {100 * r['prefill_fraction_of_gemm']:.1f}% of the GEMM GFLOP/s")
+        print(f"{r['model']} at batch {r['batch']}: prefill {100 * r['prefill_fraction_of_gemm']:.1f}%, "
+              f"decode {100 * r['decode_fraction_of_gemm']:.1f}% of the GEMM GFLOP/s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gemm_gflops": gflops, "threads": args.threads, "results": results}, f, indent=1)
-    shutil.rmtree(tmp, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
     if mismatches:
         sys.exit(f"FAIL: {mismatches} items generated different tokens away from a near-tie")
     print("generated tokens identical for every item and run, up to near-ties reported above")

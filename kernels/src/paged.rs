@@ -31,7 +31,8 @@ pub struct PagedAttentionParams<'a> {
 /// Query `j` of sequence `s` attends to cache positions `0..=context_lens[s] - query_lens[s] + j`.
 /// Head `h` reads KV head `h / (n_heads / n_kv_heads)` (GQA). Softmax is the numerically stable
 /// one (max subtracted); products and sums accumulate in f32 whatever the storage dtype
-/// (f32/f16/bf16; query and cache must share it). Parallel over tokens × heads with rayon.
+/// (f32/f16/bf16; query and cache must share it). Parallel over tokens × KV heads with rayon
+/// (the query heads of a GQA group together).
 ///
 /// Errors: [`KernelError::Invalid`] for inconsistent shapes/metadata (lengths, a block table
 /// too short, a block id out of range, `n_heads % n_kv_heads != 0`);
@@ -91,58 +92,106 @@ struct PagedOp<'a> {
 }
 
 impl PagedOp<'_> {
+    /// One rayon task per (token, KV head): the `group` query heads that share the KV head
+    /// are computed together, so each key and value row is read once for all of them (GQA;
+    /// the decode profile of issue 20). Per head the arithmetic is that of a head alone: scores
+    /// by [`dot`], the softmax and the weighted sum of values in increasing position.
     fn run<T: Element>(&self, q: &[T], k: &[T], v: &[T]) -> Vec<T> {
-        let (hd, nh) = (self.head_dim, self.n_heads);
-        let group = nh / self.kv_heads;
+        let (hd, nh, kv_heads) = (self.head_dim, self.n_heads, self.kv_heads);
+        let width = nh / kv_heads * hd;
         let mut out = vec![T::from_f32(0.0); self.tokens.len() * nh * hd];
-        out.par_chunks_mut(hd).enumerate().for_each_init(
-            || (vec![0f32; hd], Vec::<f32>::new(), vec![0f32; hd]),
-            |(qf, scores, acc), (row, o)| {
-                let (tok, h) = (row / nh, row % nh);
+        out.par_chunks_mut(width).enumerate().for_each_init(
+            || {
+                let group = nh / kv_heads;
+                (
+                    vec![0f32; width],
+                    Vec::new(),
+                    vec![0f32; width],
+                    vec![0f32; group],
+                )
+            },
+            |(qf, scores, acc, denoms), (row, o)| {
+                // Query heads `kvh * group..(kvh + 1) * group` of token `tok`: the rows of `o`,
+                // and of `q` at the same offset.
+                let (tok, kvh) = (row / kv_heads, row % kv_heads);
                 let (seq, pos) = self.tokens[tok];
                 let table = &self.block_tables[seq];
-                let kvh = h / group;
-                let qrow = &q[row * hd..(row + 1) * hd];
-                for (dst, &x) in qf.iter_mut().zip(qrow) {
+                for (dst, &x) in qf.iter_mut().zip(&q[row * width..(row + 1) * width]) {
                     *dst = x.to_f32() * self.scale;
                 }
                 let offset = |p: usize| {
                     let slot =
                         table[p / self.block_size] as usize * self.block_size + p % self.block_size;
-                    (slot * self.kv_heads + kvh) * hd
+                    (slot * kv_heads + kvh) * hd
                 };
+                // `scores` `[group][n]`: head `g`'s scores, then its softmax numerators, whose
+                // sum is `denoms[g]`.
+                let n = pos + 1;
                 scores.clear();
-                let mut max = f32::NEG_INFINITY;
-                for p in 0..=pos {
+                scores.resize(qf.len() / hd * n, 0.0);
+                for p in 0..n {
                     let off = offset(p);
-                    let s: f32 = k[off..off + hd]
-                        .iter()
-                        .zip(qf.iter())
-                        .map(|(&kx, &qx)| kx.to_f32() * qx)
-                        .sum();
-                    max = max.max(s);
-                    scores.push(s);
-                }
-                let mut denom = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    denom += *s;
-                }
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                for (p, &w) in scores.iter().enumerate() {
-                    let off = offset(p);
-                    for (a, &vx) in acc.iter_mut().zip(&v[off..off + hd]) {
-                        *a += w * vx.to_f32();
+                    let key = &k[off..off + hd];
+                    for (g, qg) in qf.chunks_exact(hd).enumerate() {
+                        scores[g * n + p] = dot(key, qg);
                     }
                 }
-                for (dst, &a) in o.iter_mut().zip(acc.iter()) {
-                    *dst = T::from_f32(a / denom);
+                for (s, d) in scores.chunks_exact_mut(n).zip(denoms.iter_mut()) {
+                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    *d = 0.0;
+                    for x in s.iter_mut() {
+                        *x = (*x - max).exp();
+                        *d += *x;
+                    }
+                }
+                acc.fill(0.0);
+                for p in 0..n {
+                    let off = offset(p);
+                    let value = &v[off..off + hd];
+                    for (g, acc) in acc.chunks_exact_mut(hd).enumerate() {
+                        let w = scores[g * n + p];
+                        for (a, &vx) in acc.iter_mut().zip(value) {
+                            *a += w * vx.to_f32();
+                        }
+                    }
+                }
+                let heads = o.chunks_exact_mut(hd).zip(acc.chunks_exact(hd));
+                for ((o, acc), &d) in heads.zip(denoms.iter()) {
+                    for (dst, &a) in o.iter_mut().zip(acc) {
+                        *dst = T::from_f32(a / d);
+                    }
                 }
             },
         );
         out
     }
 }
+
+/// `Σ_i k[i] · q[i]` in f32 over [`DOT_LANES`] interleaved partial sums (lane `l` adds the
+/// products `i ≡ l mod DOT_LANES` in increasing `i`), summed pairwise at the end, then the
+/// products of the tail in order: an order fixed by the length alone (so a query row's scores
+/// do not depend on the batch), which the compiler keeps in SIMD registers — a sequential sum
+/// is a chain of dependent adds, one per product (the decode profile of issue 20: 15 % of the
+/// time in this loop at batch 16).
+fn dot<T: Element>(k: &[T], q: &[f32]) -> f32 {
+    let mut acc = [0f32; DOT_LANES];
+    let (kc, qc) = (k.chunks_exact(DOT_LANES), q.chunks_exact(DOT_LANES));
+    let tail = kc.remainder().iter().zip(qc.remainder());
+    for (kc, qc) in kc.zip(qc) {
+        for ((a, &kx), &qx) in acc.iter_mut().zip(kc).zip(qc) {
+            *a += kx.to_f32() * qx;
+        }
+    }
+    let [a, b, c, d, e, f, g, h] = acc;
+    let mut s = ((a + e) + (c + g)) + ((b + f) + (d + h));
+    for (&kx, &qx) in tail {
+        s += kx.to_f32() * qx;
+    }
+    s
+}
+
+/// Partial sums of [`dot`]: one AVX vector of f32 (two SSE ones).
+const DOT_LANES: usize = 8;
 
 impl CustomOp3 for PagedOp<'_> {
     fn name(&self) -> &'static str {
