@@ -15,8 +15,9 @@
 //! multiply then an add on the scalar one), plus the bias at the end. Partial sums leave the
 //! registers only as f32 stores and reloads, which are exact; no path splits `k` differently
 //! for a different row count. The SIMD path is chosen once per process (runtime detection:
-//! AVX2 + FMA on x86-64; the scalar loop elsewhere), so two calls on one machine always use
-//! the same arithmetic. Work is split over output panels with rayon, never over `k`.
+//! AVX2 + FMA on x86-64, NEON on AArch64 — both fused multiply-adds, so bitwise the same
+//! products; the scalar loop elsewhere), so two calls on one machine always use the same
+//! arithmetic. Work is split over output panels with rayon, never over `k`.
 
 use std::sync::OnceLock;
 
@@ -397,6 +398,9 @@ enum Isa {
     /// x86-64 AVX2 + FMA: 8-lane f32 vectors, fused multiply-add.
     #[cfg(target_arch = "x86_64")]
     Avx2Fma,
+    /// AArch64 NEON: 4-lane f32 vectors, fused multiply-add (the same rounding as AVX2's).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
     /// Portable Rust: a multiply, then an add.
     Scalar,
 }
@@ -416,7 +420,16 @@ impl Isa {
         }
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    fn detect() -> Self {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            Self::Neon
+        } else {
+            Self::Scalar
+        }
+    }
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn detect() -> Self {
         Self::Scalar
     }
@@ -432,6 +445,13 @@ trait PanelElem: Copy + Send + Sync {
     /// `p..p + 8` must be readable; the CPU must support AVX2.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+
+    /// Loads 4 consecutive weights at `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// `p..p + 4` must be readable; the CPU must support NEON.
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t;
 }
 
 impl PanelElem for f32 {
@@ -443,6 +463,12 @@ impl PanelElem for f32 {
     #[inline(always)]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
         std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t {
+        std::arch::aarch64::vld1q_f32(p)
     }
 }
 
@@ -458,6 +484,15 @@ impl PanelElem for bf16 {
         use std::arch::x86_64::*;
         let h = _mm_loadu_si128(p.cast::<__m128i>());
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    /// As `load8`: widen the 16-bit lanes and shift them up.
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t {
+        use std::arch::aarch64::*;
+        let h = vld1_u16(p.cast::<u16>());
+        vreinterpretq_f32_u32(vshlq_n_u32::<16>(vmovl_u16(h)))
     }
 }
 
@@ -523,6 +558,10 @@ fn micro<W: PanelElem, const R: usize>(
         Isa::Avx2Fma => unsafe {
             micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), pf.as_ptr(), kb, acc)
         },
+        // SAFETY: NEON was detected; the assert above bounds every access. (No prefetch: the
+        // intrinsic is not stable on AArch64.)
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { micro_neon::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc) },
         Isa::Scalar => {
             for (kk, wk) in w.chunks_exact(PANEL_COLS).enumerate() {
                 for (r, row) in acc.chunks_exact_mut(PANEL_COLS).enumerate() {
@@ -574,5 +613,49 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
     for r in 0..R {
         _mm256_storeu_ps(c.add(r * PANEL_COLS), lo[r]);
         _mm256_storeu_ps(c.add(r * PANEL_COLS + 8), hi[r]);
+    }
+}
+
+/// The NEON micro-kernel: `R × 4` accumulator vectors (24 of the 32 registers at `R = 6`) over
+/// `kb` steps, each a fused multiply-add in increasing `k` as in [`micro_avx2`], so both give
+/// bitwise the same products.
+///
+/// # Safety
+/// NEON available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
+/// `kb * PANEL_COLS` weights; `acc` holds `R * PANEL_COLS` floats.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn micro_neon<W: PanelElem, const R: usize>(
+    x: *const f32,
+    ldx: usize,
+    w: *const W,
+    kb: usize,
+    acc: &mut [f32],
+) {
+    use std::arch::aarch64::*;
+    const V: usize = PANEL_COLS / 4;
+    let c = acc.as_mut_ptr();
+    let mut a = [[vdupq_n_f32(0.0); V]; R];
+    for (r, row) in a.iter_mut().enumerate() {
+        for (v, lane) in row.iter_mut().enumerate() {
+            *lane = vld1q_f32(c.add(r * PANEL_COLS + 4 * v));
+        }
+    }
+    for kk in 0..kb {
+        let mut b = [vdupq_n_f32(0.0); V];
+        for (v, bv) in b.iter_mut().enumerate() {
+            *bv = W::load4(w.add(kk * PANEL_COLS + 4 * v));
+        }
+        for (r, row) in a.iter_mut().enumerate() {
+            let xr = vdupq_n_f32(*x.add(r * ldx + kk));
+            for (lane, &bv) in row.iter_mut().zip(&b) {
+                *lane = vfmaq_f32(*lane, xr, bv);
+            }
+        }
+    }
+    for (r, row) in a.iter().enumerate() {
+        for (v, &lane) in row.iter().enumerate() {
+            vst1q_f32(c.add(r * PANEL_COLS + 4 * v), lane);
+        }
     }
 }
