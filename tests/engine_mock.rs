@@ -121,7 +121,12 @@ fn same_tokens_for_any_batch_size_and_input_order() {
             },
         );
         assert_matches_reference(&reqs, &got);
-        assert!(e.model().max_seqs_in_step.get() <= max_batch);
+        assert!(
+            e.model()
+                .max_seqs_in_step
+                .load(std::sync::atomic::Ordering::Relaxed)
+                <= max_batch
+        );
         assert_eq!(e.num_free_blocks(), 512, "everything released");
         let toks: BTreeMap<u64, Vec<u32>> =
             got.into_iter().map(|(k, c)| (k, c.token_ids)).collect();
@@ -160,7 +165,9 @@ fn duplicate_image_prompt_rows_share_vision_and_prefix() {
     let got = run(&mut e, reqs.clone());
     assert_matches_reference(&reqs, &got);
     assert_eq!(
-        e.model().images_encoded.get(),
+        e.model()
+            .images_encoded
+            .load(std::sync::atomic::Ordering::Relaxed),
         2,
         "one vision forward per distinct image"
     );

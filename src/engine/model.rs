@@ -41,8 +41,9 @@ pub struct StepImages {
     pub rows: Vec<usize>,
 }
 
-/// A decoder (with its vision tower) the engine can step.
-pub trait EngineModel {
+/// A decoder (with its vision tower) the engine can step. `Sync`: the engine runs each forward
+/// on a worker of rayon's global pool (`step.rs`, `on_compute_pool`).
+pub trait EngineModel: Sync {
     /// The device the model's weights and the KV cache live on.
     fn device(&self) -> &Device;
 

@@ -183,12 +183,10 @@ impl<M: EngineModel> Core<M> {
         let slots = self.state_slots.assign(self.scheduler.running(), &keys)?;
         let mut batch = self.build_batch(&plan)?;
         batch.meta.state_slots = slots;
-        let logits = self.model.forward(
-            &batch.input_ids,
-            batch.images.as_ref(),
-            &batch.meta,
-            &mut self.cache,
-        )?;
+        let (model, cache) = (&mut self.model, &mut self.cache);
+        let logits = on_compute_pool(|| {
+            model.forward(&batch.input_ids, batch.images.as_ref(), &batch.meta, cache)
+        })?;
         let tokens = self.sample(&plan, &logits)?;
         let secs = t0.elapsed().as_secs_f64();
         let n_tokens = batch.meta.total_tokens() as u64;
@@ -337,9 +335,9 @@ impl<M: EngineModel> Core<M> {
                 pixels.push(p.to_device(&device)?);
                 grids.push(*g);
             }
-            let embeds = self
-                .model
-                .encode_images(&Tensor::cat(&pixels, 0)?, &grids)?;
+            let pixels = Tensor::cat(&pixels, 0)?;
+            let model = &mut self.model;
+            let embeds = on_compute_pool(|| model.encode_images(&pixels, &grids))?;
             let want: usize = chunk.iter().map(|(_, n)| n).sum();
             if embeds.embeds.dim(0)? != want {
                 return Err(EngineError::Internal(format!(
@@ -429,4 +427,14 @@ impl<M: EngineModel> Core<M> {
             meta,
         })
     }
+}
+
+/// Run `f` (a model forward) on a worker of rayon's global pool, the pool the kernels'
+/// parallel loops run on: their nested loops then start from inside the pool (a pool of one
+/// thread runs them inline), instead of the engine's thread handing every parallel op of the
+/// forward to a worker and sleeping until it is done — hundreds of hand-offs per decode step,
+/// each a wake-up that waits for a time slice on a busy machine. One hand-off per forward
+/// remains. The arithmetic, and so every output bit, is the same.
+fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }

@@ -8,7 +8,8 @@
 //! wrongly shared block, or a misplaced image row changes the tokens. [`reference`] computes
 //! the same tokens directly from the prompt, with no cache.
 
-use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 use verisample::engine::{
@@ -49,11 +50,11 @@ fn embed_rows(pixels: &[Vec<f32>]) -> Vec<f32> {
 
 pub struct MockModel {
     device: Device,
-    store: RefCell<Vec<Option<u64>>>,
+    store: Mutex<Vec<Option<u64>>>,
     /// Images run through `encode_images`, summed over calls.
-    pub images_encoded: Cell<usize>,
+    pub images_encoded: AtomicUsize,
     /// Largest number of sequences in one step.
-    pub max_seqs_in_step: Cell<usize>,
+    pub max_seqs_in_step: AtomicUsize,
     /// The context reported by `max_context` (`None`: unlimited).
     pub context: Option<usize>,
 }
@@ -62,9 +63,9 @@ impl Default for MockModel {
     fn default() -> Self {
         Self {
             device: Device::Cpu,
-            store: RefCell::default(),
-            images_encoded: Cell::default(),
-            max_seqs_in_step: Cell::default(),
+            store: Mutex::default(),
+            images_encoded: AtomicUsize::default(),
+            max_seqs_in_step: AtomicUsize::default(),
             context: None,
         }
     }
@@ -95,7 +96,7 @@ impl EngineModel for MockModel {
         grid_thw: &[[usize; 3]],
     ) -> candle_core::Result<ImageEmbeds> {
         self.images_encoded
-            .set(self.images_encoded.get() + grid_thw.len());
+            .fetch_add(grid_thw.len(), Ordering::Relaxed);
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
@@ -123,7 +124,7 @@ impl EngineModel for MockModel {
             None => (vec![], &[]),
         };
         let bs = cache.block_size;
-        let mut store = self.store.borrow_mut();
+        let mut store = self.store.lock().expect("mock store");
         let slots = cache.layers[0].0.dim(0)? * bs;
         if store.len() != slots {
             *store = vec![None; slots];
@@ -141,7 +142,7 @@ impl EngineModel for MockModel {
                 Some(value(id, [pos[0][t], pos[1][t], pos[2][t]], e));
         }
         self.max_seqs_in_step
-            .set(self.max_seqs_in_step.get().max(meta.query_lens.len()));
+            .fetch_max(meta.query_lens.len(), Ordering::Relaxed);
         let mut logits = Vec::new();
         let mut row_end = 0;
         for (s, (&q, &c)) in meta.query_lens.iter().zip(&meta.context_lens).enumerate() {
