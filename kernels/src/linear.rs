@@ -8,7 +8,8 @@
 //! micro-kernel (BLIS's register blocking; Goto & van de Geijn, "Anatomy of high-performance
 //! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns of
 //! accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
-//! staying in L1 while every row of `x` passes over it.
+//! staying in L1 while the rows of a block of [`ROW_BLOCK`] rows of `x` pass over it, and that
+//! block of `x` staying in L2 while a group of panels passes over it.
 //!
 //! Batch invariance by construction: every output element is `acc = 0; for k in 0..K { acc =
 //! x[i][k] · w[j][k] + acc }` in increasing `k` (a fused multiply-add on the SIMD path, a
@@ -16,7 +17,8 @@
 //! registers only as f32 stores and reloads, which are exact; no path splits `k` differently
 //! for a different row count. The SIMD path is chosen once per process (runtime detection:
 //! AVX2 + FMA on x86-64; the scalar loop elsewhere), so two calls on one machine always use
-//! the same arithmetic. Work is split over output panels with rayon, never over `k`.
+//! the same arithmetic. Work is split over blocks of rows and groups of output panels with
+//! rayon, never over `k`.
 
 use std::sync::OnceLock;
 
@@ -37,7 +39,15 @@ pub const TILE_ROWS: usize = 6;
 /// Depth (`k`) per block: a block of a panel (`DEPTH_BLOCK × PANEL_COLS` weights, 16 KiB in
 /// f32) stays in L1 while all rows pass over it.
 pub const DEPTH_BLOCK: usize = 256;
-/// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core).
+/// Rows of `x` per rayon task: its block of `x` (`ROW_BLOCK × DEPTH_BLOCK` f32, 96 KiB) stays
+/// in L2 while a group of panels passes over it, instead of every panel streaming all of `x`
+/// from memory (which made large `m` — a vision tower's thousands of patches — memory bound).
+pub const ROW_BLOCK: usize = 96;
+/// Panels per rayon task at least (128 output columns; their depth blocks, 64 KiB in bf16,
+/// share L2 with the block of `x`).
+const PANEL_GROUP: usize = 8;
+/// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core): small
+/// `m` (decode) takes more panels per task.
 const TASK_MACS: usize = 1 << 18;
 
 /// Weights in panel layout, in their storage type.
@@ -220,44 +230,67 @@ impl PackedLinear {
         self.matmul_f32(&x).into_iter().map(narrow).collect()
     }
 
-    /// Computes every panel (rayon over panels) and writes its columns of `y`.
+    /// Computes `y` `[m, n]`: rayon over tasks of [`ROW_BLOCK`] rows × a group of panels,
+    /// row block major, so that one worker's consecutive tasks reuse the same block of `x`
+    /// from its caches. Within a task the depth blocks are the outer loop: the rows × depth
+    /// block of `x` stays in L2 while every panel of the group passes over it. Accumulators
+    /// live in `y` itself between depth blocks (f32 stores and reloads: exact), so the order
+    /// per element is the same for every `m` and every tiling.
     fn run<W: PanelElem>(&self, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
         let (k, n) = (self.in_dim, self.out_dim);
-        let mut y = vec![0f32; m * n];
+        let n_panels = n.div_ceil(PANEL_COLS);
+        // Row stride of the accumulators: the padded width, so that a last partial panel
+        // writes its 16 columns in place; compacted to `n` at the end when it differs.
+        let ldy = n_panels * PANEL_COLS;
+        let mut y = vec![0f32; m * ldy];
         if m == 0 || n == 0 {
+            y.truncate(m * n);
             return y;
         }
         let isa = Isa::detected();
         let panel_len = k * PANEL_COLS;
-        let min_len = (TASK_MACS / (m * k * PANEL_COLS).max(1)).max(1);
+        let block = ROW_BLOCK.min(m);
+        let group = PANEL_GROUP.max(TASK_MACS / (block * k * PANEL_COLS).max(1));
+        let groups = n_panels.div_ceil(group);
         let out = OutPtr(y.as_mut_ptr());
-        (0..n.div_ceil(PANEL_COLS))
+        (0..m.div_ceil(block) * groups)
             .into_par_iter()
-            .with_min_len(min_len)
-            .for_each_init(
-                || vec![0f32; m * PANEL_COLS],
-                |tile, p| {
-                    let panel = &panels[p * panel_len..(p + 1) * panel_len];
-                    panel_product(isa, x, m, k, panel, tile);
-                    let col = p * PANEL_COLS;
-                    let width = PANEL_COLS.min(n - col);
-                    let bias = self.bias.as_ref().map(|b| &b[col..col + width]);
-                    for (r, acc) in tile.chunks_exact(PANEL_COLS).enumerate() {
-                        // SAFETY: `y` holds `m * n` elements and outlives the parallel loop;
-                        // panel `p` alone writes columns `col..col + width` of each row, so no
-                        // two tasks write the same element.
-                        let dst = unsafe { out.slice(r * n + col, width) };
-                        match bias {
-                            Some(b) => {
-                                for ((d, a), b) in dst.iter_mut().zip(acc).zip(b) {
-                                    *d = a + b;
-                                }
-                            }
-                            None => dst.copy_from_slice(&acc[..width]),
+            .for_each(|task| {
+                let (r0, p0) = ((task / groups) * block, (task % groups) * group);
+                let rows = block.min(m - r0);
+                let group = p0..(p0 + group).min(n_panels);
+                for k0 in (0..k).step_by(DEPTH_BLOCK) {
+                    let kb = DEPTH_BLOCK.min(k - k0);
+                    for p in group.clone() {
+                        let start = p * panel_len + k0 * PANEL_COLS;
+                        let w = &panels[start..start + kb * PANEL_COLS];
+                        for t0 in (r0..r0 + rows).step_by(TILE_ROWS) {
+                            let tr = TILE_ROWS.min(r0 + rows - t0);
+                            // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
+                            // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
+                            // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
+                            let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
+                            micro_rows(isa, tr, &x[t0 * k + k0..], k, w, acc, ldy);
                         }
                     }
-                },
-            );
+                }
+                if let Some(b) = &self.bias {
+                    let (c0, c1) = (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
+                    for r in r0..r0 + rows {
+                        // SAFETY: as above, columns c0..c1 of the task's own row r.
+                        let dst = unsafe { out.slice(r * ldy + c0, c1 - c0) };
+                        for (d, b) in dst.iter_mut().zip(&b[c0..c1]) {
+                            *d += b;
+                        }
+                    }
+                }
+            });
+        if ldy != n {
+            for r in 1..m {
+                y.copy_within(r * ldy..r * ldy + n, r * n);
+            }
+            y.truncate(m * n);
+        }
         y
     }
 }
@@ -267,6 +300,14 @@ impl PackedLinear {
 struct OutPtr(*mut f32);
 
 impl OutPtr {
+    /// The pointer to element `i`.
+    ///
+    /// # Safety
+    /// `i` within the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        self.0.add(i)
+    }
+
     /// The `len` floats from `start`.
     ///
     /// # Safety
@@ -456,49 +497,57 @@ impl PanelElem for bf16 {
     }
 }
 
-/// `tile` `[m][PANEL_COLS]` = `x` `[m, k]` × one panel `[k][PANEL_COLS]`, blocked over `k` by
-/// [`DEPTH_BLOCK`] and over rows by [`TILE_ROWS`]; the order per element never depends on `m`.
-fn panel_product<W: PanelElem>(
+/// Accumulators `acc` (`rows` rows of [`PANEL_COLS`], `ldc` apart) += rows `x[r * ldx ..][..kb]`
+/// × `w` `[kb][PANEL_COLS]`, for `rows` in `1..=TILE_ROWS`; the order per element never depends
+/// on `rows`.
+///
+/// Panics if `x` is too short or `rows` is not in `1..=TILE_ROWS`; the caller guarantees that
+/// `acc` is writable at `r * ldc + c` for `r < rows`, `c < PANEL_COLS` (see [`PackedLinear::run`]).
+#[inline(always)]
+fn micro_rows<W: PanelElem>(
     isa: Isa,
+    rows: usize,
     x: &[f32],
-    m: usize,
-    k: usize,
-    panel: &[W],
-    tile: &mut [f32],
+    ldx: usize,
+    w: &[W],
+    acc: *mut f32,
+    ldc: usize,
 ) {
-    tile.fill(0.0);
-    for k0 in (0..k).step_by(DEPTH_BLOCK) {
-        let kb = DEPTH_BLOCK.min(k - k0);
-        let w = &panel[k0 * PANEL_COLS..(k0 + kb) * PANEL_COLS];
-        for r0 in (0..m).step_by(TILE_ROWS) {
-            let rows = TILE_ROWS.min(m - r0);
-            let x = &x[r0 * k + k0..];
-            let acc = &mut tile[r0 * PANEL_COLS..(r0 + rows) * PANEL_COLS];
-            match rows {
-                1 => micro::<W, 1>(isa, x, k, w, acc),
-                2 => micro::<W, 2>(isa, x, k, w, acc),
-                3 => micro::<W, 3>(isa, x, k, w, acc),
-                4 => micro::<W, 4>(isa, x, k, w, acc),
-                5 => micro::<W, 5>(isa, x, k, w, acc),
-                _ => micro::<W, TILE_ROWS>(isa, x, k, w, acc),
-            }
-        }
+    match rows {
+        1 => micro::<W, 1>(isa, x, ldx, w, acc, ldc),
+        2 => micro::<W, 2>(isa, x, ldx, w, acc, ldc),
+        3 => micro::<W, 3>(isa, x, ldx, w, acc, ldc),
+        4 => micro::<W, 4>(isa, x, ldx, w, acc, ldc),
+        5 => micro::<W, 5>(isa, x, ldx, w, acc, ldc),
+        TILE_ROWS => micro::<W, TILE_ROWS>(isa, x, ldx, w, acc, ldc),
+        _ => panic!("{rows} rows in a tile of {TILE_ROWS}"),
     }
 }
 
-/// `acc` `[R][PANEL_COLS]` += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`.
+/// `R` accumulator rows at `acc` (`ldc` apart) += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`.
 #[inline(always)]
-fn micro<W: PanelElem, const R: usize>(isa: Isa, x: &[f32], ldx: usize, w: &[W], acc: &mut [f32]) {
+fn micro<W: PanelElem, const R: usize>(
+    isa: Isa,
+    x: &[f32],
+    ldx: usize,
+    w: &[W],
+    acc: *mut f32,
+    ldc: usize,
+) {
     let kb = w.len() / PANEL_COLS;
-    assert!(acc.len() == R * PANEL_COLS && x.len() >= (R - 1) * ldx + kb);
+    assert!(x.len() >= (R - 1) * ldx + kb);
     match isa {
-        // SAFETY: AVX2 and FMA were detected; the assert above bounds every access.
+        // SAFETY: AVX2 and FMA were detected; the assert above bounds every read of `x` and
+        // `w`; `acc` is the caller's (see `micro_rows`).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe { micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc) },
+        Isa::Avx2Fma => unsafe { micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc, ldc) },
         Isa::Scalar => {
             for (kk, wk) in w.chunks_exact(PANEL_COLS).enumerate() {
-                for (r, row) in acc.chunks_exact_mut(PANEL_COLS).enumerate() {
+                for r in 0..R {
                     let a = x[r * ldx + kk];
+                    // SAFETY: the caller's guarantee on `acc` (see `micro_rows`).
+                    let row =
+                        unsafe { std::slice::from_raw_parts_mut(acc.add(r * ldc), PANEL_COLS) };
                     for (c, &wv) in row.iter_mut().zip(wk) {
                         *c += a * wv.to_f32();
                     }
@@ -512,7 +561,7 @@ fn micro<W: PanelElem, const R: usize>(isa: Isa, x: &[f32], ldx: usize, w: &[W],
 ///
 /// # Safety
 /// AVX2 and FMA available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
-/// `kb * PANEL_COLS` weights; `acc` holds `R * PANEL_COLS` floats.
+/// `kb * PANEL_COLS` weights; `acc` writable at `r * ldc + c` for `r < R`, `c < PANEL_COLS`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2<W: PanelElem, const R: usize>(
@@ -520,15 +569,15 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
     ldx: usize,
     w: *const W,
     kb: usize,
-    acc: &mut [f32],
+    c: *mut f32,
+    ldc: usize,
 ) {
     use std::arch::x86_64::*;
-    let c = acc.as_mut_ptr();
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     for r in 0..R {
-        lo[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS));
-        hi[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS + 8));
+        lo[r] = _mm256_loadu_ps(c.add(r * ldc));
+        hi[r] = _mm256_loadu_ps(c.add(r * ldc + 8));
     }
     for kk in 0..kb {
         let b0 = W::load8(w.add(kk * PANEL_COLS));
@@ -540,7 +589,7 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
         }
     }
     for r in 0..R {
-        _mm256_storeu_ps(c.add(r * PANEL_COLS), lo[r]);
-        _mm256_storeu_ps(c.add(r * PANEL_COLS + 8), hi[r]);
+        _mm256_storeu_ps(c.add(r * ldc), lo[r]);
+        _mm256_storeu_ps(c.add(r * ldc + 8), hi[r]);
     }
 }
