@@ -429,7 +429,7 @@ fn to_panels<W: Copy + Default>(
 
 /// Instruction set of the micro-kernel, detected once per process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Isa {
+pub(crate) enum Isa {
     /// x86-64 AVX2 + FMA: 8-lane f32 vectors, fused multiply-add.
     #[cfg(target_arch = "x86_64")]
     Avx2Fma,
@@ -438,7 +438,8 @@ enum Isa {
 }
 
 impl Isa {
-    fn detected() -> Self {
+    /// The instruction set of this CPU (detected on the first call).
+    pub(crate) fn detected() -> Self {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(Self::detect)
     }
