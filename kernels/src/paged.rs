@@ -5,6 +5,8 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use crate::linear::Isa;
+use crate::segment::{exp_nonpositive, LANES};
 use crate::{require_cpu, validate_step, Element, KernelError};
 
 const NAME: &str = "paged_attention";
@@ -93,55 +95,127 @@ struct PagedOp<'a> {
 impl PagedOp<'_> {
     fn run<T: Element>(&self, q: &[T], k: &[T], v: &[T]) -> Vec<T> {
         let (hd, nh) = (self.head_dim, self.n_heads);
-        let group = nh / self.kv_heads;
         let mut out = vec![T::from_f32(0.0); self.tokens.len() * nh * hd];
+        let isa = Isa::detected();
         out.par_chunks_mut(hd).enumerate().for_each_init(
-            || (vec![0f32; hd], Vec::<f32>::new(), vec![0f32; hd]),
-            |(qf, scores, acc), (row, o)| {
-                let (tok, h) = (row / nh, row % nh);
-                let (seq, pos) = self.tokens[tok];
-                let table = &self.block_tables[seq];
-                let kvh = h / group;
-                let qrow = &q[row * hd..(row + 1) * hd];
-                for (dst, &x) in qf.iter_mut().zip(qrow) {
-                    *dst = x.to_f32() * self.scale;
+            || RowScratch {
+                qf: vec![0f32; hd],
+                scores: Vec::new(),
+                acc: vec![0f32; hd],
+            },
+            |scratch, (row, o)| {
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx2Fma {
+                    // SAFETY: AVX2 and FMA were detected at run time.
+                    return unsafe { self.attend_row_avx2(row, (q, k, v), scratch, o) };
                 }
-                let offset = |p: usize| {
-                    let slot =
-                        table[p / self.block_size] as usize * self.block_size + p % self.block_size;
-                    (slot * self.kv_heads + kvh) * hd
-                };
-                scores.clear();
-                let mut max = f32::NEG_INFINITY;
-                for p in 0..=pos {
-                    let off = offset(p);
-                    let s: f32 = k[off..off + hd]
-                        .iter()
-                        .zip(qf.iter())
-                        .map(|(&kx, &qx)| kx.to_f32() * qx)
-                        .sum();
-                    max = max.max(s);
-                    scores.push(s);
-                }
-                let mut denom = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    denom += *s;
-                }
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                for (p, &w) in scores.iter().enumerate() {
-                    let off = offset(p);
-                    for (a, &vx) in acc.iter_mut().zip(&v[off..off + hd]) {
-                        *a += w * vx.to_f32();
-                    }
-                }
-                for (dst, &a) in o.iter_mut().zip(acc.iter()) {
-                    *dst = T::from_f32(a / denom);
-                }
+                self.attend_row(row, (q, k, v), scratch, o)
             },
         );
         out
     }
+
+    /// [`PagedOp::attend_row`] compiled for AVX2 + FMA (8-lane dot products, softmax and
+    /// weighted sum).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn attend_row_avx2<T: Element>(
+        &self,
+        row: usize,
+        qkv: (&[T], &[T], &[T]),
+        scratch: &mut RowScratch,
+        o: &mut [T],
+    ) {
+        self.attend_row(row, qkv, scratch, o)
+    }
+
+    /// Output row `row` (token `row / n_heads`, head `row % n_heads`): attention of its query
+    /// over keys `0..=pos` of its sequence. Dot products and the denominator are sums in
+    /// [`LANES`] partial sums (then added in order), so that they vectorize; the same code
+    /// runs on both instruction sets, so both give the same bits.
+    #[inline(always)]
+    fn attend_row<T: Element>(
+        &self,
+        row: usize,
+        (q, k, v): (&[T], &[T], &[T]),
+        RowScratch { qf, scores, acc }: &mut RowScratch,
+        o: &mut [T],
+    ) {
+        let (hd, nh) = (self.head_dim, self.n_heads);
+        let group = nh / self.kv_heads;
+        let (tok, h) = (row / nh, row % nh);
+        let (seq, pos) = self.tokens[tok];
+        let table = &self.block_tables[seq];
+        let kvh = h / group;
+        let qrow = &q[row * hd..(row + 1) * hd];
+        for (dst, &x) in qf.iter_mut().zip(qrow) {
+            *dst = x.to_f32() * self.scale;
+        }
+        let offset = |p: usize| {
+            let slot = table[p / self.block_size] as usize * self.block_size + p % self.block_size;
+            (slot * self.kv_heads + kvh) * hd
+        };
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for p in 0..=pos {
+            let off = offset(p);
+            let s = lane_dot(&k[off..off + hd], qf);
+            max = max.max(s);
+            scores.push(s);
+        }
+        let mut lanes = [0f32; LANES];
+        let mut chunks = scores.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (sum, s) in lanes.iter_mut().zip(c) {
+                *s = exp_nonpositive(*s - max);
+                *sum += *s;
+            }
+        }
+        let mut denom = 0f32;
+        for s in chunks.into_remainder() {
+            *s = exp_nonpositive(*s - max);
+            denom += *s;
+        }
+        let denom = lanes.iter().fold(denom, |a, &x| a + x);
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for (p, &w) in scores.iter().enumerate() {
+            let off = offset(p);
+            for (a, &vx) in acc.iter_mut().zip(&v[off..off + hd]) {
+                *a += w * vx.to_f32();
+            }
+        }
+        for (dst, &a) in o.iter_mut().zip(acc.iter()) {
+            *dst = T::from_f32(a / denom);
+        }
+    }
+}
+
+/// Per-worker scratch of [`PagedOp::run`]: the scaled f32 query, the scores of one row and
+/// its f32 accumulator.
+struct RowScratch {
+    qf: Vec<f32>,
+    scores: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+/// `Σ a[i] · b[i]` in [`LANES`] partial sums, then added in order.
+#[inline(always)]
+fn lane_dot<T: Element>(a: &[T], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let mut sum = 0f32;
+    for (&x, &y) in ac.remainder().iter().zip(bc.remainder()) {
+        sum += x.to_f32() * y;
+    }
+    for (x, y) in ac.zip(bc) {
+        for ((l, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
+            *l += x.to_f32() * y;
+        }
+    }
+    lanes.iter().fold(sum, |a, &x| a + x)
 }
 
 impl CustomOp3 for PagedOp<'_> {

@@ -322,7 +322,7 @@ unsafe fn online_softmax_avx2(
 }
 
 /// Lanes of the partial maxima and sums in [`online_softmax`] (one AVX2 vector).
-const LANES: usize = 8;
+pub(crate) const LANES: usize = 8;
 
 #[inline(always)]
 fn online_softmax_body(
@@ -376,7 +376,7 @@ fn online_softmax_body(
 /// degree-6 polynomial for `e^r`, then `2^k` through the exponent bits), within 2 ulp of
 /// `f32::exp` on that range.
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     let x = x.max(-87.0);
     // Truncation of a value <= 0.5 toward zero rounds x·log2(e) to a nearest integer.
     let k = (x * std::f32::consts::LOG2_E - 0.5) as i32;
