@@ -41,12 +41,15 @@ from bench_vs_transformers import QUESTION, REPO, compare, list_images, run_json
 FIXTURES = os.path.join(REPO, "models", "tests", "fixtures")
 VOCAB = 151936
 
-# family fixture, text widths, vision widths (layers cut to 2 text / 4 vision blocks).
+# family fixture, text widths, vision widths (layers cut to 2 text / 4 vision blocks unless
+# `build` is told otherwise). The 2B's context length is the published one (32768), so that
+# the prompt of a 12.8 Mpx image (16384 image tokens) fits (scripts/bench_large_images.py).
 # Published embedding ties: the 2B ties its embeddings, the 7B and 8B do not.
 TIED = {"2b": True, "7b": False, "8b": False}
 WIDTHS = {
     "2b": ("qwen2_vl",
            dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+                max_position_embeddings=32768,
                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}),
            dict(depth=4, embed_dim=1280, num_heads=16, mlp_ratio=4, hidden_size=1536)),
     "7b": ("qwen2_5_vl",
@@ -63,8 +66,12 @@ WIDTHS = {
 }
 
 
-def build(name: str, out_dir: str) -> None:
-    """A random checkpoint of `name`'s widths in `out_dir`: bf16, sharded with an index."""
+def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | None = None) -> None:
+    """A random checkpoint of `name`'s widths in `out_dir`: bf16, sharded with an index.
+
+    `text_layers` decoder layers (all full attention); `vision_depth` vision blocks (default:
+    the count in `WIDTHS`). Weights: transformers' own init, seed 0.
+    """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -75,8 +82,11 @@ def build(name: str, out_dir: str) -> None:
             shutil.copy(os.path.join(src, f), out_dir)
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    cfg["text_config"].update(text, vocab_size=VOCAB, num_hidden_layers=2, layer_types=["full_attention"] * 2)
+    cfg["text_config"].update(text, vocab_size=VOCAB, num_hidden_layers=text_layers,
+                              layer_types=["full_attention"] * text_layers)
     cfg["vision_config"].update(vision)
+    if vision_depth is not None:
+        cfg["vision_config"]["depth"] = vision_depth
     cfg.pop("dtype", None)
     cfg["tie_word_embeddings"] = TIED[name]
     cfg["text_config"]["tie_word_embeddings"] = TIED[name]

@@ -48,7 +48,7 @@ pub fn lcg_uniform(seed: u64, n: usize, half_width: f32) -> Vec<f32> {
         })
         .collect()
 }
-pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, TILE_ROWS};
+pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{
     portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,

@@ -8,7 +8,8 @@
 //! micro-kernel (BLIS's register blocking; Goto & van de Geijn, "Anatomy of high-performance
 //! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns of
 //! accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
-//! staying in L1 while every row of `x` passes over it.
+//! staying in L1 while the rows of a block of [`ROW_BLOCK`] rows of `x` pass over it, and that
+//! block of `x` staying in L2 while a group of panels passes over it.
 //!
 //! Batch invariance by construction: every output element is `acc = 0; for k in 0..K { acc =
 //! x[i][k] · w[j][k] + acc }` in increasing `k` (a fused multiply-add on the SIMD path, a
@@ -17,7 +18,8 @@
 //! for a different row count. The SIMD path is chosen once per process (runtime detection:
 //! AVX2 + FMA on x86-64, NEON on AArch64 — both fused multiply-adds, so bitwise the same
 //! products; the scalar loop elsewhere), so two calls on one machine always use the same
-//! arithmetic. Work is split over output panels with rayon, never over `k`.
+//! arithmetic. Work is split over blocks of rows and groups of output panels with
+//! rayon, never over `k`.
 
 use std::sync::OnceLock;
 
@@ -38,13 +40,15 @@ pub const TILE_ROWS: usize = 6;
 /// Depth (`k`) per block: a block of a panel (`DEPTH_BLOCK × PANEL_COLS` weights, 16 KiB in
 /// f32) stays in L1 while all rows pass over it.
 pub const DEPTH_BLOCK: usize = 256;
-/// Depth steps (rows of a panel, `PANEL_COLS` weights each) between the weights the
-/// micro-kernel multiplies and those it prefetches (into L2): one depth block, 16 KiB of f32
-/// panels. Measured with `kernels/examples/linear_rate.rs` (m = 16, 14 layers of the 100m
-/// decoder, 1 thread): 37 → 43–51 GFLOP/s against no prefetch; half or twice this distance
-/// were within the noise of a shared machine.
-const PREFETCH_AHEAD: usize = DEPTH_BLOCK;
-/// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core).
+/// Rows of `x` per rayon task: its block of `x` (`ROW_BLOCK × DEPTH_BLOCK` f32, 96 KiB) stays
+/// in L2 while a group of panels passes over it, instead of every panel streaming all of `x`
+/// from memory (which made large `m` — a vision tower's thousands of patches — memory bound).
+pub const ROW_BLOCK: usize = 96;
+/// Panels per rayon task at least (128 output columns; their depth blocks, 64 KiB in bf16,
+/// share L2 with the block of `x`).
+const PANEL_GROUP: usize = 8;
+/// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core): small
+/// `m` (decode) takes more panels per task.
 const TASK_MACS: usize = 1 << 18;
 
 /// Weights in panel layout, in their storage type.
@@ -227,43 +231,87 @@ impl PackedLinear {
         self.matmul_f32(&x).into_iter().map(narrow).collect()
     }
 
-    /// Computes every panel (rayon over panels) and writes its columns of `y`.
+    /// Computes `y` `[m, n]`: rayon over tasks of [`ROW_BLOCK`] rows × a group of panels,
+    /// row block major, so that one worker's consecutive tasks reuse the same block of `x`
+    /// from its caches. Within a task the depth blocks are the outer loop: the rows × depth
+    /// block of `x` stays in L2 while every panel of the group passes over it. Accumulators
+    /// live in `y` itself between depth blocks (f32 stores and reloads: exact), so the order
+    /// per element is the same for every `m` and every tiling.
+    ///
+    /// While the micro-kernel multiplies one depth block of a panel, it prefetches (into L2)
+    /// the block the task multiplies next (the next panel of its group at the same depth, else
+    /// the group's first panel one depth block on), so that the stream of weights from memory
+    /// overlaps the arithmetic (decode: each weight serves a few rows only and comes from
+    /// DRAM). Measured with `kernels/examples/linear_rate.rs` on the panel-major order of an
+    /// earlier version (m = 16, 14 layers of the 100m decoder, 1 thread): 37 → 43–51 GFLOP/s
+    /// against no prefetch. Prefetching reads nothing into the result.
     fn run<W: PanelElem>(&self, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
         let (k, n) = (self.in_dim, self.out_dim);
-        let mut y = vec![0f32; m * n];
+        let n_panels = n.div_ceil(PANEL_COLS);
+        // Row stride of the accumulators: the padded width, so that a last partial panel
+        // writes its 16 columns in place; compacted to `n` at the end when it differs.
+        let ldy = n_panels * PANEL_COLS;
+        let mut y = vec![0f32; m * ldy];
         if m == 0 || n == 0 {
+            y.truncate(m * n);
             return y;
         }
         let isa = Isa::detected();
         let panel_len = k * PANEL_COLS;
-        let min_len = (TASK_MACS / (m * k * PANEL_COLS).max(1)).max(1);
+        let block = ROW_BLOCK.min(m);
+        let group = PANEL_GROUP.max(TASK_MACS / (block * k * PANEL_COLS).max(1));
+        let groups = n_panels.div_ceil(group);
         let out = OutPtr(y.as_mut_ptr());
-        (0..n.div_ceil(PANEL_COLS))
+        (0..m.div_ceil(block) * groups)
             .into_par_iter()
-            .with_min_len(min_len)
-            .for_each_init(
-                || vec![0f32; m * PANEL_COLS],
-                |tile, p| {
-                    panel_product(isa, x, m, k, &panels[p * panel_len..], tile);
-                    let col = p * PANEL_COLS;
-                    let width = PANEL_COLS.min(n - col);
-                    let bias = self.bias.as_ref().map(|b| &b[col..col + width]);
-                    for (r, acc) in tile.chunks_exact(PANEL_COLS).enumerate() {
-                        // SAFETY: `y` holds `m * n` elements and outlives the parallel loop;
-                        // panel `p` alone writes columns `col..col + width` of each row, so no
-                        // two tasks write the same element.
-                        let dst = unsafe { out.slice(r * n + col, width) };
-                        match bias {
-                            Some(b) => {
-                                for ((d, a), b) in dst.iter_mut().zip(acc).zip(b) {
-                                    *d = a + b;
-                                }
-                            }
-                            None => dst.copy_from_slice(&acc[..width]),
+            .for_each(|task| {
+                let (r0, p0) = ((task / groups) * block, (task % groups) * group);
+                let rows = block.min(m - r0);
+                let group = p0..(p0 + group).min(n_panels);
+                for k0 in (0..k).step_by(DEPTH_BLOCK) {
+                    let kb = DEPTH_BLOCK.min(k - k0);
+                    for p in group.clone() {
+                        let start = p * panel_len + k0 * PANEL_COLS;
+                        let w = &panels[start..start + kb * PANEL_COLS];
+                        // The block multiplied next, or this one again at the end or when the
+                        // next one is shorter.
+                        let (next, fits) = if p + 1 < group.end {
+                            (start + panel_len, true)
+                        } else {
+                            let k1 = k0 + DEPTH_BLOCK;
+                            (group.start * panel_len + k1 * PANEL_COLS, k1 + kb <= k)
+                        };
+                        let pf = match panels.get(next..next + kb * PANEL_COLS) {
+                            Some(pf) if fits => pf,
+                            _ => w,
+                        };
+                        for t0 in (r0..r0 + rows).step_by(TILE_ROWS) {
+                            let tr = TILE_ROWS.min(r0 + rows - t0);
+                            // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
+                            // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
+                            // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
+                            let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
+                            micro_rows(isa, tr, &x[t0 * k + k0..], k, (w, pf), acc, ldy);
                         }
                     }
-                },
-            );
+                }
+                if let Some(b) = &self.bias {
+                    let (c0, c1) = (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
+                    for r in r0..r0 + rows {
+                        // SAFETY: as above, columns c0..c1 of the task's own row r.
+                        let dst = unsafe { out.slice(r * ldy + c0, c1 - c0) };
+                        for (d, b) in dst.iter_mut().zip(&b[c0..c1]) {
+                            *d += b;
+                        }
+                    }
+                }
+            });
+        if ldy != n {
+            for r in 1..m {
+                y.copy_within(r * ldy..r * ldy + n, r * n);
+            }
+            y.truncate(m * n);
+        }
         y
     }
 }
@@ -273,6 +321,14 @@ impl PackedLinear {
 struct OutPtr(*mut f32);
 
 impl OutPtr {
+    /// The pointer to element `i`.
+    ///
+    /// # Safety
+    /// `i` within the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        self.0.add(i)
+    }
+
     /// The `len` floats from `start`.
     ///
     /// # Safety
@@ -394,7 +450,7 @@ fn to_panels<W: Copy + Default>(
 
 /// Instruction set of the micro-kernel, detected once per process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Isa {
+pub(crate) enum Isa {
     /// x86-64 AVX2 + FMA: 8-lane f32 vectors, fused multiply-add.
     #[cfg(target_arch = "x86_64")]
     Avx2Fma,
@@ -406,7 +462,8 @@ enum Isa {
 }
 
 impl Isa {
-    fn detected() -> Self {
+    /// The instruction set of this CPU (detected on the first call).
+    pub(crate) fn detected() -> Self {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(Self::detect)
     }
@@ -496,51 +553,35 @@ impl PanelElem for bf16 {
     }
 }
 
-/// `tile` `[m][PANEL_COLS]` = `x` `[m, k]` × one panel `[k][PANEL_COLS]` (the first
-/// `k * PANEL_COLS` weights of `panels`, the panels after it following), blocked over `k` by
-/// [`DEPTH_BLOCK`] and over rows by [`TILE_ROWS`]; the order per element never depends on `m`.
+/// Accumulators `acc` (`rows` rows of [`PANEL_COLS`], `ldc` apart) += rows `x[r * ldx ..][..kb]`
+/// × `w` `[kb][PANEL_COLS]`, for `rows` in `1..=TILE_ROWS`, prefetching the weights `pf` (as
+/// many as `w`); the order per element never depends on `rows`.
 ///
-/// While the row tiles pass over one depth block (from L1), the weights [`PREFETCH_AHEAD`]
-/// depth steps further on (the next block of this panel, then of the next panels) are
-/// prefetched, so that the stream of weights from memory overlaps the arithmetic instead of
-/// stalling the first row tile of every block (decode at batch 16: each weight is used by 16
-/// rows only, and comes from DRAM). Prefetching reads nothing into the result: the order of
-/// the arithmetic is unchanged.
-fn panel_product<W: PanelElem>(
+/// Panics if `x` is too short or `rows` is not in `1..=TILE_ROWS`; the caller guarantees that
+/// `acc` is writable at `r * ldc + c` for `r < rows`, `c < PANEL_COLS` (see [`PackedLinear::run`]).
+#[inline(always)]
+fn micro_rows<W: PanelElem>(
     isa: Isa,
+    rows: usize,
     x: &[f32],
-    m: usize,
-    k: usize,
-    panels: &[W],
-    tile: &mut [f32],
+    ldx: usize,
+    (w, pf): (&[W], &[W]),
+    acc: *mut f32,
+    ldc: usize,
 ) {
-    tile.fill(0.0);
-    for k0 in (0..k).step_by(DEPTH_BLOCK) {
-        let kb = DEPTH_BLOCK.min(k - k0);
-        let w = &panels[k0 * PANEL_COLS..(k0 + kb) * PANEL_COLS];
-        // The span PREFETCH_AHEAD depth steps on, or this block again past the last panel.
-        let pf_start = (k0 + PREFETCH_AHEAD) * PANEL_COLS;
-        let pf = panels
-            .get(pf_start..pf_start + kb * PANEL_COLS)
-            .unwrap_or(w);
-        for r0 in (0..m).step_by(TILE_ROWS) {
-            let rows = TILE_ROWS.min(m - r0);
-            let x = &x[r0 * k + k0..];
-            let acc = &mut tile[r0 * PANEL_COLS..(r0 + rows) * PANEL_COLS];
-            match rows {
-                1 => micro::<W, 1>(isa, x, k, w, pf, acc),
-                2 => micro::<W, 2>(isa, x, k, w, pf, acc),
-                3 => micro::<W, 3>(isa, x, k, w, pf, acc),
-                4 => micro::<W, 4>(isa, x, k, w, pf, acc),
-                5 => micro::<W, 5>(isa, x, k, w, pf, acc),
-                _ => micro::<W, TILE_ROWS>(isa, x, k, w, pf, acc),
-            }
-        }
+    match rows {
+        1 => micro::<W, 1>(isa, x, ldx, w, pf, acc, ldc),
+        2 => micro::<W, 2>(isa, x, ldx, w, pf, acc, ldc),
+        3 => micro::<W, 3>(isa, x, ldx, w, pf, acc, ldc),
+        4 => micro::<W, 4>(isa, x, ldx, w, pf, acc, ldc),
+        5 => micro::<W, 5>(isa, x, ldx, w, pf, acc, ldc),
+        TILE_ROWS => micro::<W, TILE_ROWS>(isa, x, ldx, w, pf, acc, ldc),
+        _ => panic!("{rows} rows in a tile of {TILE_ROWS}"),
     }
 }
 
-/// `acc` `[R][PANEL_COLS]` += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`, with the
-/// weights `pf` (as many as `w`) prefetched along the way.
+/// `R` accumulator rows at `acc` (`ldc` apart) += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`,
+/// with the weights `pf` (as many as `w`) prefetched along the way.
 #[inline(always)]
 fn micro<W: PanelElem, const R: usize>(
     isa: Isa,
@@ -548,24 +589,29 @@ fn micro<W: PanelElem, const R: usize>(
     ldx: usize,
     w: &[W],
     pf: &[W],
-    acc: &mut [f32],
+    acc: *mut f32,
+    ldc: usize,
 ) {
     let kb = w.len() / PANEL_COLS;
-    assert!(acc.len() == R * PANEL_COLS && x.len() >= (R - 1) * ldx + kb && pf.len() == w.len());
+    assert!(x.len() >= (R - 1) * ldx + kb && pf.len() == w.len());
     match isa {
-        // SAFETY: AVX2 and FMA were detected; the assert above bounds every access.
+        // SAFETY: AVX2 and FMA were detected; the assert above bounds every read of `x` and
+        // `w`; `acc` is the caller's (see `micro_rows`).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => unsafe {
-            micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), pf.as_ptr(), kb, acc)
+            micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), pf.as_ptr(), kb, acc, ldc)
         },
-        // SAFETY: NEON was detected; the assert above bounds every access. (No prefetch: the
-        // intrinsic is not stable on AArch64.)
+        // SAFETY: NEON was detected; the assert above bounds every read; `acc` as above. (No
+        // prefetch: the intrinsic is not stable on AArch64.)
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon => unsafe { micro_neon::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc) },
+        Isa::Neon => unsafe { micro_neon::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc, ldc) },
         Isa::Scalar => {
             for (kk, wk) in w.chunks_exact(PANEL_COLS).enumerate() {
-                for (r, row) in acc.chunks_exact_mut(PANEL_COLS).enumerate() {
+                for r in 0..R {
                     let a = x[r * ldx + kk];
+                    // SAFETY: the caller's guarantee on `acc` (see `micro_rows`).
+                    let row =
+                        unsafe { std::slice::from_raw_parts_mut(acc.add(r * ldc), PANEL_COLS) };
                     for (c, &wv) in row.iter_mut().zip(wk) {
                         *c += a * wv.to_f32();
                     }
@@ -579,7 +625,7 @@ fn micro<W: PanelElem, const R: usize>(
 ///
 /// # Safety
 /// AVX2 and FMA available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
-/// `kb * PANEL_COLS` weights, and so does `pf`; `acc` holds `R * PANEL_COLS` floats.
+/// `kb * PANEL_COLS` weights; `acc` writable at `r * ldc + c` for `r < R`, `c < PANEL_COLS`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn micro_avx2<W: PanelElem, const R: usize>(
@@ -588,15 +634,15 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
     w: *const W,
     pf: *const W,
     kb: usize,
-    acc: &mut [f32],
+    c: *mut f32,
+    ldc: usize,
 ) {
     use std::arch::x86_64::*;
-    let c = acc.as_mut_ptr();
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     for r in 0..R {
-        lo[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS));
-        hi[r] = _mm256_loadu_ps(c.add(r * PANEL_COLS + 8));
+        lo[r] = _mm256_loadu_ps(c.add(r * ldc));
+        hi[r] = _mm256_loadu_ps(c.add(r * ldc + 8));
     }
     for kk in 0..kb {
         // Into L2 (not L1, which holds this block and the rows of `x`); a line per step is
@@ -611,18 +657,18 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
         }
     }
     for r in 0..R {
-        _mm256_storeu_ps(c.add(r * PANEL_COLS), lo[r]);
-        _mm256_storeu_ps(c.add(r * PANEL_COLS + 8), hi[r]);
+        _mm256_storeu_ps(c.add(r * ldc), lo[r]);
+        _mm256_storeu_ps(c.add(r * ldc + 8), hi[r]);
     }
 }
 
 /// The NEON micro-kernel: `R × 4` accumulator vectors (24 of the 32 registers at `R = 6`) over
 /// `kb` steps, each a fused multiply-add in increasing `k` as in [`micro_avx2`], so both give
-/// bitwise the same products.
+/// bitwise the same products. Type-checked for `aarch64-unknown-linux-gnu`; not yet run.
 ///
 /// # Safety
 /// NEON available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
-/// `kb * PANEL_COLS` weights; `acc` holds `R * PANEL_COLS` floats.
+/// `kb * PANEL_COLS` weights; `c` writable at `r * ldc + j` for `r < R`, `j < PANEL_COLS`.
 #[cfg(target_arch = "aarch64")]
 #[target_feature(enable = "neon")]
 unsafe fn micro_neon<W: PanelElem, const R: usize>(
@@ -630,15 +676,15 @@ unsafe fn micro_neon<W: PanelElem, const R: usize>(
     ldx: usize,
     w: *const W,
     kb: usize,
-    acc: &mut [f32],
+    c: *mut f32,
+    ldc: usize,
 ) {
     use std::arch::aarch64::*;
     const V: usize = PANEL_COLS / 4;
-    let c = acc.as_mut_ptr();
     let mut a = [[vdupq_n_f32(0.0); V]; R];
     for (r, row) in a.iter_mut().enumerate() {
         for (v, lane) in row.iter_mut().enumerate() {
-            *lane = vld1q_f32(c.add(r * PANEL_COLS + 4 * v));
+            *lane = vld1q_f32(c.add(r * ldc + 4 * v));
         }
     }
     for kk in 0..kb {
@@ -655,7 +701,7 @@ unsafe fn micro_neon<W: PanelElem, const R: usize>(
     }
     for (r, row) in a.iter().enumerate() {
         for (v, &lane) in row.iter().enumerate() {
-            vst1q_f32(c.add(r * PANEL_COLS + 4 * v), lane);
+            vst1q_f32(c.add(r * ldc + 4 * v), lane);
         }
     }
 }

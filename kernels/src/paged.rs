@@ -5,6 +5,9 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use crate::linear::Isa;
+use crate::segment::{exp_nonpositive, LANES};
 use crate::{require_cpu, validate_step, Element, KernelError};
 
 const NAME: &str = "paged_attention";
@@ -98,73 +101,133 @@ impl PagedOp<'_> {
     /// by [`dot`], the softmax and the weighted sum of values in increasing position.
     fn run<T: Element>(&self, q: &[T], k: &[T], v: &[T]) -> Vec<T> {
         let (hd, nh, kv_heads) = (self.head_dim, self.n_heads, self.kv_heads);
-        let width = nh / kv_heads * hd;
+        let group = nh / kv_heads;
+        let width = group * hd;
         let mut out = vec![T::from_f32(0.0); self.tokens.len() * nh * hd];
+        #[cfg(target_arch = "x86_64")]
+        let isa = Isa::detected();
         out.par_chunks_mut(width).enumerate().for_each_init(
-            || {
-                let group = nh / kv_heads;
-                (
-                    vec![0f32; width],
-                    Vec::new(),
-                    vec![0f32; width],
-                    vec![0f32; group],
-                )
+            || GroupScratch {
+                qf: vec![0f32; width],
+                scores: Vec::new(),
+                acc: vec![0f32; width],
+                denoms: vec![0f32; group],
             },
-            |(qf, scores, acc, denoms), (row, o)| {
-                // Query heads `kvh * group..(kvh + 1) * group` of token `tok`: the rows of `o`,
-                // and of `q` at the same offset.
-                let (tok, kvh) = (row / kv_heads, row % kv_heads);
-                let (seq, pos) = self.tokens[tok];
-                let table = &self.block_tables[seq];
-                for (dst, &x) in qf.iter_mut().zip(&q[row * width..(row + 1) * width]) {
-                    *dst = x.to_f32() * self.scale;
+            |scratch, (row, o)| {
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx2Fma {
+                    // SAFETY: AVX2 and FMA were detected at run time.
+                    return unsafe { self.attend_group_avx2(row, (q, k, v), scratch, o) };
                 }
-                let offset = |p: usize| {
-                    let slot =
-                        table[p / self.block_size] as usize * self.block_size + p % self.block_size;
-                    (slot * kv_heads + kvh) * hd
-                };
-                // `scores` `[group][n]`: head `g`'s scores, then its softmax numerators, whose
-                // sum is `denoms[g]`.
-                let n = pos + 1;
-                scores.clear();
-                scores.resize(qf.len() / hd * n, 0.0);
-                for p in 0..n {
-                    let off = offset(p);
-                    let key = &k[off..off + hd];
-                    for (g, qg) in qf.chunks_exact(hd).enumerate() {
-                        scores[g * n + p] = dot(key, qg);
-                    }
-                }
-                for (s, d) in scores.chunks_exact_mut(n).zip(denoms.iter_mut()) {
-                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                    *d = 0.0;
-                    for x in s.iter_mut() {
-                        *x = (*x - max).exp();
-                        *d += *x;
-                    }
-                }
-                acc.fill(0.0);
-                for p in 0..n {
-                    let off = offset(p);
-                    let value = &v[off..off + hd];
-                    for (g, acc) in acc.chunks_exact_mut(hd).enumerate() {
-                        let w = scores[g * n + p];
-                        for (a, &vx) in acc.iter_mut().zip(value) {
-                            *a += w * vx.to_f32();
-                        }
-                    }
-                }
-                let heads = o.chunks_exact_mut(hd).zip(acc.chunks_exact(hd));
-                for ((o, acc), &d) in heads.zip(denoms.iter()) {
-                    for (dst, &a) in o.iter_mut().zip(acc) {
-                        *dst = T::from_f32(a / d);
-                    }
-                }
+                self.attend_group(row, (q, k, v), scratch, o)
             },
         );
         out
     }
+
+    /// [`PagedOp::attend_group`] compiled for AVX2 + FMA (8-lane dot products, softmax and
+    /// weighted sum).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn attend_group_avx2<T: Element>(
+        &self,
+        row: usize,
+        qkv: (&[T], &[T], &[T]),
+        scratch: &mut GroupScratch,
+        o: &mut [T],
+    ) {
+        self.attend_group(row, qkv, scratch, o)
+    }
+
+    /// Output rows of token `row / kv_heads` for the query heads that share KV head
+    /// `row % kv_heads` (`o`: `group` heads side by side): attention of each over keys
+    /// `0..=pos` of its sequence. Dot products ([`dot`]) and the softmax denominators are
+    /// sums in fixed-order partial sums, so that they vectorize; the same code runs on both
+    /// instruction sets, so both give the same bits, whatever the batch.
+    #[inline(always)]
+    fn attend_group<T: Element>(
+        &self,
+        row: usize,
+        (q, k, v): (&[T], &[T], &[T]),
+        GroupScratch {
+            qf,
+            scores,
+            acc,
+            denoms,
+        }: &mut GroupScratch,
+        o: &mut [T],
+    ) {
+        let (hd, kv_heads) = (self.head_dim, self.kv_heads);
+        let width = qf.len();
+        let (tok, kvh) = (row / kv_heads, row % kv_heads);
+        let (seq, pos) = self.tokens[tok];
+        let table = &self.block_tables[seq];
+        for (dst, &x) in qf.iter_mut().zip(&q[row * width..(row + 1) * width]) {
+            *dst = x.to_f32() * self.scale;
+        }
+        let offset = |p: usize| {
+            let slot = table[p / self.block_size] as usize * self.block_size + p % self.block_size;
+            (slot * kv_heads + kvh) * hd
+        };
+        // `scores` `[group][n]`: head `g`'s scores, then its softmax numerators, whose sum is
+        // `denoms[g]`.
+        let n = pos + 1;
+        scores.clear();
+        scores.resize(width / hd * n, 0.0);
+        for p in 0..n {
+            let off = offset(p);
+            let key = &k[off..off + hd];
+            for (g, qg) in qf.chunks_exact(hd).enumerate() {
+                scores[g * n + p] = dot(key, qg);
+            }
+        }
+        for (s, d) in scores.chunks_exact_mut(n).zip(denoms.iter_mut()) {
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut lanes = [0f32; LANES];
+            let mut chunks = s.chunks_exact_mut(LANES);
+            for c in &mut chunks {
+                for (sum, x) in lanes.iter_mut().zip(c) {
+                    *x = exp_nonpositive(*x - max);
+                    *sum += *x;
+                }
+            }
+            let mut tail = 0f32;
+            for x in chunks.into_remainder() {
+                *x = exp_nonpositive(*x - max);
+                tail += *x;
+            }
+            *d = lanes.iter().fold(tail, |a, &x| a + x);
+        }
+        acc.fill(0.0);
+        for p in 0..n {
+            let off = offset(p);
+            let value = &v[off..off + hd];
+            for (g, acc) in acc.chunks_exact_mut(hd).enumerate() {
+                let w = scores[g * n + p];
+                for (a, &vx) in acc.iter_mut().zip(value) {
+                    *a += w * vx.to_f32();
+                }
+            }
+        }
+        let heads = o.chunks_exact_mut(hd).zip(acc.chunks_exact(hd));
+        for ((o, acc), &d) in heads.zip(denoms.iter()) {
+            for (dst, &a) in o.iter_mut().zip(acc) {
+                *dst = T::from_f32(a / d);
+            }
+        }
+    }
+}
+
+/// Per-worker scratch of [`PagedOp::run`]: the scaled f32 queries of one group of heads,
+/// their scores `[group][n]`, f32 accumulators and softmax denominators.
+struct GroupScratch {
+    qf: Vec<f32>,
+    scores: Vec<f32>,
+    acc: Vec<f32>,
+    denoms: Vec<f32>,
 }
 
 /// `Σ_i k[i] · q[i]` in f32 over [`DOT_LANES`] interleaved partial sums (lane `l` adds the

@@ -243,20 +243,7 @@ impl SegmentOp<'_> {
                     gemm::Parallelism::None,
                 );
             }
-            for r in 0..rows {
-                let srow = &mut s[r * cols..(r + 1) * cols];
-                let block_max = srow.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let new_max = m[r].max(block_max);
-                let correction = (m[r] - new_max).exp();
-                srow.iter_mut()
-                    .for_each(|x| *x = exp_nonpositive(*x - new_max));
-                let sum: f32 = srow.iter().sum();
-                l[r] = l[r] * correction + sum;
-                m[r] = new_max;
-                acc[r * hd..(r + 1) * hd]
-                    .iter_mut()
-                    .for_each(|a| *a *= correction);
-            }
+            online_softmax(s, cols, m, l, acc, hd);
             // acc[rows, hd] += P[rows, cols] · V[k0..k0+cols].
             // SAFETY: as above; `acc` holds rows × hd elements with row stride hd.
             unsafe {
@@ -295,12 +282,101 @@ impl SegmentOp<'_> {
     }
 }
 
+/// The online-softmax step for one score tile `s` `[rows, cols]` (rows = `m.len()`): per row,
+/// the new running maximum `m`, `s ← exp(s - m)`, the denominator `l ← l · e^(m_old - m) +
+/// Σ s` and the accumulator row `acc ← acc · e^(m_old - m)` (`hd` wide). On x86-64 with AVX2
+/// and FMA (detected once, as for [`crate::PackedLinear`]) the same code is compiled for 8-lane
+/// vectors; the lane-wise maximum and sum (8 partial sums, then added in order) make both
+/// paths give the same bits.
+fn online_softmax(
+    s: &mut [f32],
+    cols: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    hd: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::linear::Isa::detected() == crate::linear::Isa::Avx2Fma {
+        // SAFETY: AVX2 and FMA were detected at run time.
+        return unsafe { online_softmax_avx2(s, cols, m, l, acc, hd) };
+    }
+    online_softmax_body(s, cols, m, l, acc, hd)
+}
+
+/// [`online_softmax`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn online_softmax_avx2(
+    s: &mut [f32],
+    cols: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    hd: usize,
+) {
+    online_softmax_body(s, cols, m, l, acc, hd)
+}
+
+/// Lanes of the partial maxima and sums in [`online_softmax`] (one AVX2 vector).
+pub(crate) const LANES: usize = 8;
+
+#[inline(always)]
+fn online_softmax_body(
+    s: &mut [f32],
+    cols: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    hd: usize,
+) {
+    for (r, srow) in s.chunks_exact_mut(cols).enumerate().take(m.len()) {
+        let mut lane_max = [f32::NEG_INFINITY; LANES];
+        let mut chunks = srow.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (mx, &x) in lane_max.iter_mut().zip(c) {
+                *mx = if x > *mx { x } else { *mx };
+            }
+        }
+        let block_max = chunks
+            .remainder()
+            .iter()
+            .chain(&lane_max)
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+        let new_max = m[r].max(block_max);
+        // std's exp: the first block has m = -inf, whose correction must be exactly 0.
+        let correction = (m[r] - new_max).exp();
+        let mut lane_sum = [0f32; LANES];
+        let mut chunks = srow.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (sum, x) in lane_sum.iter_mut().zip(c) {
+                *x = exp_nonpositive(*x - new_max);
+                *sum += *x;
+            }
+        }
+        let mut sum = 0f32;
+        for x in chunks.into_remainder() {
+            *x = exp_nonpositive(*x - new_max);
+            sum += *x;
+        }
+        let sum = lane_sum.iter().fold(sum, |a, &x| a + x);
+        l[r] = l[r] * correction + sum;
+        m[r] = new_max;
+        acc[r * hd..(r + 1) * hd]
+            .iter_mut()
+            .for_each(|a| *a *= correction);
+    }
+}
+
 /// `e^x` for `x <= 0` (inputs below -87 give e^-87 ≈ 1.6e-38, not 0), branch-free so that the
 /// softmax loop vectorizes: Cephes `expf` (range reduction `x = k ln 2 + r`, `|r| <= ln 2 / 2`,
 /// degree-6 polynomial for `e^r`, then `2^k` through the exponent bits), within 2 ulp of
 /// `f32::exp` on that range.
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     let x = x.max(-87.0);
     // Truncation of a value <= 0.5 toward zero rounds x·log2(e) to a nearest integer.
     let k = (x * std::f32::consts::LOG2_E - 0.5) as i32;

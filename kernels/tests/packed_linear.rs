@@ -1,11 +1,14 @@
 //! [`PackedLinear`] against a naive f64 product, and its batch invariance: row `i` of the
-//! output is bitwise the same computed alone or among m = 2, 7, 16, 64 rows (f32 and bf16
-//! weights). Sizes straddle a partial last panel (`n % PANEL_COLS != 0`), a partial last depth
-//! block (`k % DEPTH_BLOCK != 0`) and partial row tiles (`m % TILE_ROWS != 0`).
+//! output is bitwise the same computed alone or among m = 2, 7, 16, 64, ROW_BLOCK + 1 and
+//! 2 ROW_BLOCK + 7 rows (f32 and bf16 weights). Sizes straddle a partial last panel
+//! (`n % PANEL_COLS != 0`), a partial last depth block (`k % DEPTH_BLOCK != 0`), partial row
+//! tiles (`m % TILE_ROWS != 0`) and a partial last row block (`m % ROW_BLOCK != 0`).
 
 use candle_core::{DType, Device, Tensor};
 use half::bf16;
-use verisample_kernels::{KernelError, PackedLinear, DEPTH_BLOCK, PANEL_COLS, TILE_ROWS};
+use verisample_kernels::{
+    KernelError, PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS,
+};
 
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
@@ -52,13 +55,19 @@ fn naive(x: &[f32], w: &Tensor, b: &[f32]) -> (Vec<f64>, Vec<f64>) {
 
 #[test]
 fn matches_the_naive_product_in_f64() {
-    for dtype in [DType::F32, DType::BF16] {
+    // 9 rows: one row block; 2 ROW_BLOCK + 7: three, the last partial.
+    for (dtype, m) in [
+        (DType::F32, 9),
+        (DType::BF16, 9),
+        (DType::F32, 2 * ROW_BLOCK + 7),
+        (DType::BF16, 2 * ROW_BLOCK + 7),
+    ] {
         let w = weight(dtype);
         let lin = PackedLinear::pack(&[(w.clone(), Some(bias()))]).expect("pack");
-        let x = lcg(3, 9 * K);
+        let x = lcg(3, m * K);
         let y = lin.matmul_f32(&x);
         let (want, mag) = naive(&x, &w, &lcg(2, N));
-        assert_eq!(y.len(), 9 * N);
+        assert_eq!(y.len(), m * N);
         for ((&got, &want), &mag) in y.iter().zip(&want).zip(&mag) {
             // f32 accumulation of K products: |error| ≤ (K + 1) ε Σ|x w| (Higham, Thm. 3.1).
             let tol = (K + 1) as f64 * f32::EPSILON as f64 * mag;
@@ -80,13 +89,19 @@ fn matches_the_naive_product_in_f64() {
 #[test]
 fn rows_are_bitwise_the_same_at_every_batch_size() {
     assert_ne!(64 % TILE_ROWS, 0, "64 rows must end in a partial tile");
+    let total = 2 * ROW_BLOCK + 7;
+    assert_ne!(
+        total % TILE_ROWS,
+        0,
+        "the last row block must end in a partial tile"
+    );
     for dtype in [DType::F32, DType::BF16] {
         let lin = PackedLinear::pack(&[(weight(dtype), Some(bias()))]).expect("pack");
-        let x = lcg(4, 64 * K);
+        let x = lcg(4, total * K);
         let all = lin.matmul_f32(&x);
-        for m in [1, 2, 7, 16, 64] {
-            // Every window of m rows, at offsets that move rows between tile positions.
-            for start in [0, 64 - m, (64 - m) / 2, 1.min(64 - m)] {
+        for m in [1, 2, 7, 16, 64, ROW_BLOCK + 1, total] {
+            // Every window of m rows, at offsets that move rows between tile and block positions.
+            for start in [0, total - m, (total - m) / 2, 1.min(total - m)] {
                 let part = lin.matmul_f32(&x[start * K..(start + m) * K]);
                 let same = part
                     .iter()
