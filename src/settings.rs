@@ -45,6 +45,8 @@ pub const DEFAULT_DATA: &str = "assets/sample/data";
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 2048;
 /// Default number of sequences the engine may run at once.
 pub const DEFAULT_MAX_BATCH: usize = 64;
+/// The largest `--max-batch` accepted: 2¹⁶ sequences (vLLM's default `max_num_seqs` is 256).
+pub const MAX_MAX_BATCH: usize = 1 << 16;
 /// Default number of tokens (prefill + decode) the engine may schedule in one step.
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16384;
 
@@ -528,6 +530,15 @@ impl Settings {
             "max-batch",
             pick(args.max_batch, file.max_batch, DEFAULT_MAX_BATCH),
         )?;
+        // The engine sizes per-sequence buffers (state slots, sampler rows) by it: a value far
+        // beyond any batch a device runs would fail as an allocation abort instead.
+        if max_batch > MAX_MAX_BATCH {
+            return Err(SettingsError::Invalid {
+                key: "max-batch",
+                value: max_batch.to_string(),
+                why: format!("must be at most {MAX_MAX_BATCH}"),
+            });
+        }
         let max_batch_tokens = positive(
             "max-batch-tokens",
             pick(
@@ -605,6 +616,7 @@ impl Settings {
                 (None, None) => None,
             },
             hub,
+            skip_family_column: false,
         };
         data::check_read_options(&data, &read)?;
         let model = match (&args.model, &file.model) {

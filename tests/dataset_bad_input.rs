@@ -522,3 +522,36 @@ fn null_qa_entries_fail_only_themselves() {
         ]
     );
 }
+
+#[test]
+fn a_family_column_of_another_type_is_an_error_unless_family_is_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("int_family.parquet");
+    let good = png(4, 3, 9);
+    write(
+        &file,
+        vec![
+            ("image", image_col(vec![Some(good)], vec![Some("a.png")])),
+            ("qa", qa_col(strings(&["q"]), vec!["a"])),
+            (
+                "family",
+                Arc::new(arrow::array::Int64Array::from(vec![7])) as ArrayRef,
+            ),
+        ],
+    );
+    let spec = file.to_str().unwrap();
+    let read = |skip_family_column| -> Vec<Result<InputRow, RowError>> {
+        let opts = verisample::dataset::layout::ReadOptions {
+            skip_family_column,
+            ..Default::default()
+        };
+        InputReader::open_with(spec, &opts).unwrap().collect()
+    };
+    let refused = read(false);
+    let e = refused[0].as_ref().unwrap_err();
+    assert_eq!((e.field.as_str(), e.row), ("family", Some(0)), "{e:?}");
+    // `--family` overrides the column: it is not read at all.
+    let rows = read(true);
+    let row = rows[0].as_ref().unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!((row.family.as_deref(), row.qa.len()), (None, 1));
+}

@@ -77,6 +77,10 @@ fn bad_values_fail_before_anything_loads() {
         .contains("I must be smaller than N"));
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--max-batch", "0"], "--max-batch 0"),
+        (
+            vec!["--max-batch", "99999999999"],
+            "--max-batch 99999999999: must be at most 65536",
+        ),
         (vec!["--kv-cache-gib=0"], "--kv-cache-gib 0"),
         (vec!["--family", "Orand Car"], "--family Orand Car"),
         (

@@ -121,7 +121,7 @@ pub struct RunArgs {
     /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub repetition_penalty: Option<f64>,
-    /// Most sequences in flight at once. [default: 64]
+    /// Most sequences in flight at once, 1 to 65536. [default: 64]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_batch: Option<usize>,
     /// Most tokens scheduled in one engine step. [default: 16384]
@@ -354,7 +354,13 @@ pub(super) fn run_parquet(
     generator: &mut dyn Generator,
     control: &RunControl,
 ) -> Result<RunReport, PipelineError> {
-    let source = ParquetSource::with_options(&settings.data, settings.read.clone());
+    // Decided here, where `run` and `merge` both read (a merge's settings come from run.json,
+    // which does not record the flag).
+    let read = crate::dataset::layout::ReadOptions {
+        skip_family_column: settings.family.is_some(),
+        ..settings.read.clone()
+    };
+    let source = ParquetSource::with_options(&settings.data, read);
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
         verifiers: settings.verifier_registry(),

@@ -65,6 +65,11 @@ pub struct ReadOptions {
     /// resolved to (see [`super::hub`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<super::hub::HubDataset>,
+    /// `--family` overrides the input's `family` column: the reader leaves it out (every
+    /// row's `family` is `None`), so a column of another type is no error. Not recorded: the
+    /// flag itself is part of the settings.
+    #[serde(skip)]
+    pub skip_family_column: bool,
 }
 
 impl ReadOptions {

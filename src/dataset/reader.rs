@@ -238,6 +238,7 @@ impl InputReader {
                             root: &self.root,
                             base: &base,
                             images_root: self.images_root.as_deref(),
+                            skip_family: self.options.skip_family_column,
                         };
                         decode_batch(&batch, &cur.name, start, &ctx, &mut self.pending);
                         return true;
@@ -470,6 +471,8 @@ struct RowContext<'a> {
     base: &'a Path,
     /// `--images-root` (canonical), replacing `root` and `base` for image paths.
     images_root: Option<&'a Path>,
+    /// [`ReadOptions::skip_family_column`].
+    skip_family: bool,
 }
 
 fn decode_batch(
@@ -529,7 +532,11 @@ fn decode_row(batch: &RecordBatch, i: usize, ctx: &RowContext<'_>) -> Result<Inp
         Some(c) => get_string(c.as_ref(), i).map_err(|m| (name.to_string(), m)),
     };
     let image_sha256 = opt_string("image_sha256")?;
-    let family = opt_string("family")?;
+    let family = if ctx.skip_family {
+        None
+    } else {
+        opt_string("family")?
+    };
     let mut extra = Map::new();
     for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
         let name = f.name().as_str();

@@ -214,6 +214,24 @@ fn place_routed(
     }
 }
 
+/// The image as a split stores it: the bytes, and the path as given unless it is absolute —
+/// then only its file name, as `datasets` does when it embeds local files
+/// (`Image.embed_storage`: `os.path.basename`), so that a published dataset does not carry
+/// this machine's folders and its bytes do not depend on where the images lay.
+fn published_image(image: &crate::record::ImageRef) -> crate::record::ImageRef {
+    let path = image.path.as_ref().map(|p| {
+        let path = std::path::Path::new(p);
+        match path.file_name() {
+            Some(name) if path.is_absolute() => name.to_string_lossy().into_owned(),
+            _ => p.clone(),
+        }
+    });
+    crate::record::ImageRef {
+        bytes: image.bytes.clone(),
+        path,
+    }
+}
+
 /// Route the kept questions of one readable row into `splits`.
 fn route_row(
     w: &WriteInput<'_>,
@@ -283,7 +301,7 @@ fn write_row_splits(
 ) -> Result<(), PipelineError> {
     fn make<Q>(row: &InputRow, qa: Vec<Q>, clean_meta: &str, sha: &str) -> OutputRow<Q> {
         OutputRow {
-            image: row.image.clone(),
+            image: published_image(&row.image),
             qa,
             clean_meta: clean_meta.to_string(),
             image_sha256: sha.to_string(),
@@ -421,4 +439,23 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         .finish(&card_markdown(&c.stats, CHART_FILE, w.settings.judge))
         .map_err(PipelineError::Sink)?;
     Ok(c.stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_keeps_only_the_file_name_of_an_absolute_image_path() {
+        let image = |path: &str| crate::record::ImageRef {
+            bytes: Some(vec![1, 2]),
+            path: Some(path.into()),
+        };
+        let published = published_image(&image("/home/me/scans/a_car_007000.jpg"));
+        assert_eq!(published.path.as_deref(), Some("a_car_007000.jpg"));
+        assert_eq!(published.bytes.as_deref(), Some(&[1u8, 2][..]));
+        // A relative path, as `prepare` and the hub write it, is portable: kept as given.
+        let relative = published_image(&image("val/a_car_007000.jpg"));
+        assert_eq!(relative.path.as_deref(), Some("val/a_car_007000.jpg"));
+    }
 }
