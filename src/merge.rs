@@ -86,6 +86,19 @@ pub enum MergeError {
         /// What differs (files changed, added or removed).
         what: String,
     },
+    /// A shard's journal ends in bytes that are not whole records (damaged, or cut short):
+    /// the generations in them would be missing from the merge.
+    #[error(
+        "{path}: the last {torn_bytes} bytes are not whole journal records (damaged or cut \
+         short); rerun that shard's `verisample run` command, which regenerates what they held, \
+         then merge again"
+    )]
+    DamagedJournal {
+        /// The shard's journal.
+        path: PathBuf,
+        /// Bytes after the last whole record.
+        torn_bytes: u64,
+    },
     /// Reading a shard journal failed.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -187,8 +200,17 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     settings.out = args.out.clone();
     settings.restart = args.restart;
     settings.quiet = args.quiet;
-    if let Some(d) = &args.data {
-        settings.data = d.clone();
+    match &args.data {
+        Some(d) => settings.data = d.clone(),
+        // run.json holds `--data` as typed, relative to where the shards ran: from another
+        // folder, the canonical path the shards' fingerprint recorded finds the same input.
+        None if !settings.data.exists() => {
+            let canonical = PathBuf::from(&first.fingerprint.settings.data);
+            if canonical.exists() {
+                settings.data = canonical;
+            }
+        }
+        None => {}
     }
     // A glob (`--data DIR/*.parquet`, or the snapshot pattern `--data OWNER/NAME` resolved
     // to) is not a path that exists: `input_root` resolves it as the reader does.
@@ -223,10 +245,17 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
         first.fingerprint.model_files.clone(),
         input_files,
     );
-    let mut prepared = prepare(&settings, fp)?;
-    settings.restart = false;
+    // Every shard journal is read (and a damaged one refused) before OUT is touched.
+    let mut shard_results = Vec::with_capacity(reports.len());
     for (dir, _) in &reports {
-        let replay = read_records::<JournalEntry>(&dir.join(JOURNAL_FILE))?;
+        let journal = dir.join(JOURNAL_FILE);
+        let replay = read_records::<JournalEntry>(&journal)?;
+        if replay.torn_bytes > 0 {
+            return Err(MergeError::DamagedJournal {
+                path: journal,
+                torn_bytes: replay.torn_bytes,
+            });
+        }
         // A shard's last record of a request is its outcome, as its resume replays it (a
         // retried request that did not fit the KV cache may have a later record).
         let mut results = std::collections::BTreeMap::new();
@@ -238,6 +267,11 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
                 results.insert((key, pass), outcome);
             }
         }
+        shard_results.push(results);
+    }
+    let mut prepared = prepare(&settings, fp)?;
+    settings.restart = false;
+    for results in shard_results {
         import_results(
             &mut prepared,
             results

@@ -474,6 +474,32 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
         1
     );
     assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
+    // A shard whose journal is damaged (one byte flipped mid-file) is refused by name: its
+    // generations after the damage would be missing.
+    let damaged = tempfile::tempdir().unwrap();
+    for f in ["run.json", "journal.bin"] {
+        std::fs::copy(dirs[1].path().join(f), damaged.path().join(f)).unwrap();
+    }
+    let journal = damaged.path().join("journal.bin");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x20;
+    std::fs::write(&journal, bytes).unwrap();
+    let over_damaged = MergeOptions {
+        shards: vec![
+            dirs[0].path().into(),
+            damaged.path().into(),
+            dirs[2].path().into(),
+        ],
+        out: fresh.path().into(),
+        ..args.clone()
+    };
+    let err = prepare_merge(&over_damaged).unwrap_err();
+    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
+    assert!(
+        matches!(&err, MergeError::DamagedJournal { path, torn_bytes } if *path == journal && *torn_bytes > 0),
+        "{err}"
+    );
     // The same merge again resumes; the output of another run is not replaced unless --restart.
     let again = prepare_merge(&args).expect("the same merge again");
     assert_eq!(again.prepared.replayed(), imported);
