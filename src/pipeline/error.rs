@@ -56,7 +56,7 @@ pub enum PipelineError {
     },
     /// OUT holds the splits of an earlier run, and neither a journal nor `run.json` says
     /// with which settings they were made.
-    #[error("{} holds the splits of an earlier run but no journal or run.json to check its settings against (journal.bin missing or unreadable); use --restart to discard them, or another --out", .0.display())]
+    #[error("{} holds the splits of an earlier run but no journal or run.json to check its settings against (journal.bin missing or unreadable); use --restart to discard them (with --force as well when the folder is otherwise not a verisample output), or another --out", .0.display())]
     UncheckedEarlierRun(PathBuf),
     /// The journal does not start with a header.
     #[error("journal {0} has no header record; remove it or use --restart")]

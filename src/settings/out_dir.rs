@@ -138,7 +138,7 @@ pub fn check_out(out: &Path, data_root: Option<&Path>, force: bool) -> Result<()
             return Err(invalid(
                 out,
                 format!(
-                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes README.md, run.json and data/ there. Choose a new or empty folder, or add --force to write into it"
+                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes README.md, run.json and data/ there. Choose a new or empty folder, or add --force to write into it (with --restart as well when its data/ holds files named like splits, which are then replaced)"
                 ),
             ));
         }
@@ -163,7 +163,8 @@ mod tests {
         std::fs::write(out.join("run.json"), r#"{"my":"notes"}"#).unwrap();
         let err = check_out(&out, None, false).unwrap_err().to_string();
         assert!(
-            err.contains("(README.md, run.json)") && err.contains("--force"),
+            err.contains("(README.md, run.json)")
+                && err.contains("add --force to write into it (with --restart as well"),
             "{err}"
         );
         check_out(&out, None, true).unwrap();
