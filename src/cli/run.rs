@@ -90,7 +90,8 @@ pub struct RunArgs {
     /// Judge pass over the verifier's rejects. [default: on]
     #[arg(long, value_enum)]
     pub judge: Option<Switch>,
-    /// Also judge the first N verifier accepts and report the agreement. [default: 0]
+    /// Also judge the first N verifier accepts and report the agreement (with `--judge off`
+    /// too: the judge then only measures, it rescues no reject). [default: 0]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub judge_calibrate: Option<usize>,
     /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
@@ -288,6 +289,13 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
         ..RunOptions::from(args)
     };
     let settings = Settings::resolve(&options)?;
+    if !settings.judge && settings.judge_calibrate > 0 {
+        tracing::info!(
+            "--judge off with --judge-calibrate {n}: the judge grades the first {n} verifier \
+             accepts to measure its agreement, and rescues no reject",
+            n = settings.judge_calibrate
+        );
+    }
     let model_files = hash_model_files(&settings.model.dir)
         .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
     let input_files = hash_input_files(&settings.data)?;

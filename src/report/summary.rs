@@ -143,7 +143,7 @@ impl Summary {
             ));
         }
         s.push_str(&format!(
-            "time {:.1} s, {:.2} items/s, {:.1} tokens/s ({} generated)\n",
+            "time {:.1} s, {:.2} items/s, {:.1} tokens/s, {} new generations\n",
             self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
         ));
         if self.replayed > 0 {
@@ -204,7 +204,12 @@ mod tests {
         );
         assert_eq!(lines[1], "rejected 16: judge_wrong 13, wrong_answer 3");
         assert_eq!(lines[2], "errors 2, cleaning drops 0");
-        assert!(lines[3].starts_with("time 10.0 s, 2.50 items/s"), "{text}");
+        // The generations of this process (not tokens): 100 in all, 75 replayed.
+        assert!(
+            lines[3].starts_with("time 10.0 s, 2.50 items/s")
+                && lines[3].ends_with("tokens/s, 25 new generations"),
+            "{text}"
+        );
         assert_eq!(
             lines[4],
             "resumed: 75 of 100 generations replayed from the journal"
