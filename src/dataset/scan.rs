@@ -49,6 +49,10 @@ pub struct ScanRules<'a> {
     pub max_depth: usize,
     /// Whether a file, by its path as reached, is part of the input.
     pub keep: &'a dyn Fn(&Path) -> bool,
+    /// Whether a folder, by its path as reached, may hold files that `keep` takes (a glob's
+    /// folders that cannot lead to a match are not followed, and a link among them that
+    /// leads outside is not reported).
+    pub descend: &'a dyn Fn(&Path) -> bool,
 }
 
 /// A file reached during the walk.
@@ -194,7 +198,12 @@ impl Walker<'_> {
             };
             let is_dir = target.is_dir();
             if !readable_from(self.root, &target) {
-                if is_dir || (self.rules.keep)(&path) {
+                let wanted = if is_dir {
+                    (self.rules.descend)(&path)
+                } else {
+                    (self.rules.keep)(&path)
+                };
+                if wanted {
                     let what = if is_dir { "folder" } else { "file" };
                     let message = format!(
                         "a link to a {what} outside the dataset folder {}: not read (links are \
@@ -328,6 +337,7 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
         Some(g) => g.matches_path_with(p, options),
         None => is_parquet(p),
     };
+    let descend = |p: &Path| pattern.is_none() || may_lead_to_match(spec, p);
     let root = canonical(&start)?;
     let found = scan(
         &start,
@@ -336,6 +346,7 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
             skip_hidden: pattern.is_none(),
             max_depth,
             keep: &keep,
+            descend: &descend,
         },
     )?;
     if found.files.is_empty() {
@@ -355,6 +366,31 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
         root,
         refused: found.refused,
     })
+}
+
+/// Whether files below the folder `dir` may match the glob `spec`: each of `dir`'s path
+/// components matches the glob's component at the same place (`*` stops at `/`), or the glob
+/// has `**` (which can span any folders) at or before it.
+fn may_lead_to_match(spec: &str, dir: &Path) -> bool {
+    let globbed: Vec<String> = Path::new(spec)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    for (i, comp) in dir.components().enumerate() {
+        let Some(g) = globbed.get(i) else {
+            return false;
+        };
+        if g.contains("**") {
+            return true;
+        }
+        let name = comp.as_os_str().to_string_lossy();
+        match glob::Pattern::new(g) {
+            Ok(p) if p.matches(&name) => {}
+            Ok(_) => return false,
+            Err(_) => return true,
+        }
+    }
+    true
 }
 
 /// Whether `base/rel`, with `.` and `..` taken literally (no look-up), stays inside `root`.
@@ -487,6 +523,7 @@ mod tests {
             skip_hidden: true,
             max_depth: usize::MAX,
             keep: &is_parquet,
+            descend: &|_| true,
         };
         scan(dir, &dir.canonicalize().unwrap(), &rules).unwrap()
     }
@@ -607,6 +644,29 @@ mod tests {
         assert_eq!(by_file.root, data.canonicalize().unwrap());
         assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
         assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_glob_reports_only_outside_links_it_could_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let nest = dir.path().join("nest");
+        std::fs::create_dir_all(nest.join("x/b/c")).unwrap();
+        std::fs::create_dir_all(nest.join("d")).unwrap();
+        std::fs::create_dir_all(dir.path().join("elsewhere")).unwrap();
+        std::fs::write(nest.join("x/b/c/f.parquet"), b"").unwrap();
+        symlink(dir.path().join("elsewhere"), nest.join("d/outdir")).unwrap();
+        let glob = |tail: &str| resolve_inputs(&format!("{}/{tail}", nest.display())).unwrap();
+        // `d/outdir` cannot hold `*/b/c/*.parquet`: not followed, not reported.
+        let narrow = glob("*/b/c/*.parquet");
+        assert_eq!(narrow.files, vec![nest.join("x/b/c/f.parquet")]);
+        assert!(narrow.refused.is_empty(), "{:?}", narrow.refused);
+        // `**` may reach into it: reported.
+        let deep = glob("**/*.parquet");
+        let refused: Vec<&Path> = deep.refused.iter().map(|r| r.link.as_path()).collect();
+        assert_eq!(refused, [nest.join("d/outdir").as_path()]);
+        assert!(may_lead_to_match("a/*/c/*.parquet", Path::new("a/x")));
+        assert!(!may_lead_to_match("a/*/c/*.parquet", Path::new("a/x/d")));
     }
 
     #[cfg(unix)]
