@@ -356,9 +356,28 @@ fn max_new_tokens_truncates_and_text_is_decoded() {
     let got = run(&mut e, vec![r]);
     let c = &got[&7];
     assert_eq!(c.finish_reason, FinishReason::Length);
+    assert!(!c.exceeds_capacity, "cut by the request's own limit");
     assert_eq!(c.token_ids, want);
     let text: Vec<String> = want.iter().map(|t| t.to_string()).collect();
     assert_eq!(c.text, text.join(","));
+}
+
+#[test]
+fn a_generation_that_fills_the_whole_pool_is_cut_and_marked_as_exceeding_capacity() {
+    let mut r = req(8, None, None, "What is written in the image?");
+    r.max_new_tokens = Some(200);
+    // 10 blocks of 4 tokens: the 31-token prompt fits, the generation runs into the pool's
+    // end.
+    let mut e = engine(cfg(1, 10, false));
+    let got = run(&mut e, vec![r.clone()]);
+    let c = &got[&8];
+    assert_eq!(c.finish_reason, FinishReason::Length, "{c:?}");
+    assert!(c.exceeds_capacity);
+    assert!(c.prompt_tokens + c.generated_tokens <= 10 * 4 + 1, "{c:?}");
+    assert!(c.generated_tokens > 0, "{c:?}");
+    // The same tokens as far as they go: a larger pool runs it further.
+    let (want, _) = reference(&r, c.generated_tokens);
+    assert_eq!(c.token_ids, want);
 }
 
 #[test]

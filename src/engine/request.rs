@@ -156,8 +156,9 @@ pub struct Completion {
     pub finish_reason: FinishReason,
     /// The error message when `finish_reason` is `Error`.
     pub error: Option<String>,
-    /// The failure came from this engine's resource limits (a prompt larger than the whole
-    /// KV cache pool), not from the request: with a larger `--kv-cache-gib` it may run.
+    /// The outcome came from this engine's resource limits, not from the request: a prompt
+    /// larger than the whole KV cache pool (an error), or a generation whose context filled
+    /// the whole pool (cut at `Length`). With a larger `--kv-cache-gib` it may run further.
     #[serde(default)]
     pub exceeds_capacity: bool,
 }

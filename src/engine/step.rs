@@ -167,7 +167,11 @@ impl<M: EngineModel> Core<M> {
                         s.prompt_len
                     ),
                 ),
-                Dropout::PoolFull => self.completion(s, FinishReason::Length, processor),
+                // Cut by the pool, not by the request's limit: a larger pool runs it further.
+                Dropout::PoolFull => Completion {
+                    exceeds_capacity: true,
+                    ..self.completion(s, FinishReason::Length, processor)
+                },
             };
             done.push(c);
         }

@@ -82,9 +82,10 @@ pub struct GenResult {
     /// The generation, or a per-request failure message (e.g. an image the processor
     /// refuses). A per-request failure is recorded in `errors.jsonl`; it does not stop the run.
     pub outcome: Result<Generation, String>,
-    /// The failure came from the engine's resource limits (a prompt larger than the KV cache
-    /// pool), not from the request: recorded like any failure, but a resumed run tries the
-    /// request again (with a larger `--kv-cache-gib` it may run).
+    /// The outcome came from the engine's resource limits, not from the request (a prompt
+    /// larger than the KV cache pool, or a generation cut because its context filled the
+    /// pool): recorded like any outcome, but a resumed run tries the request again (with a
+    /// larger `--kv-cache-gib` it may run further).
     pub exceeds_capacity: bool,
 }
 

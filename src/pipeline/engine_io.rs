@@ -98,7 +98,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> 
             finish,
             prefilled_think,
         }),
-        exceeds_capacity: false,
+        exceeds_capacity: c.exceeds_capacity,
     }
 }
 

@@ -270,9 +270,10 @@ fn run_requests(
     ctx.prompt_tokens += prompt_tokens;
     if capacity_failures > 0 {
         tracing::warn!(
-            "{capacity_failures} {pass:?}-pass prompt(s) are larger than the whole KV cache pool: \
-             recorded in errors.jsonl; a rerun with a larger --kv-cache-gib generates them (they \
-             are tried again on resume)"
+            "{capacity_failures} {pass:?}-pass request(s) did not fit the KV cache pool (a prompt \
+             larger than the whole pool: in errors.jsonl; or a generation cut when its context \
+             filled it: rejected as truncated); a rerun with a larger --kv-cache-gib generates \
+             them again (they are tried again on resume)"
         );
     }
     if let Some(f) = failure {

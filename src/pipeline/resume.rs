@@ -38,9 +38,9 @@ pub enum JournalEntry {
         pass: Pass,
         /// What came out.
         outcome: JournalOutcome,
-        /// A failure from the engine's resource limits (a prompt larger than the KV cache
-        /// pool): kept for a merge, but not replayed by a resumed run, which tries the request
-        /// again. Absent (false) in the JSON otherwise.
+        /// An outcome of the engine's resource limits (a prompt larger than the KV cache pool,
+        /// a generation cut when its context filled it): kept for a merge, but not replayed by
+        /// a resumed run, which tries the request again. Absent (false) in the JSON otherwise.
         #[serde(default, skip_serializing_if = "is_false")]
         exceeds_capacity: bool,
     },
