@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use crate::linear::Isa;
-use crate::segment::{exp_nonpositive, LANES};
+use crate::segment::exp_shifted_sum;
 use crate::{require_cpu, validate_step, Element, KernelError};
 
 const NAME: &str = "paged_attention";
@@ -186,20 +186,7 @@ impl PagedOp<'_> {
         }
         for (s, d) in scores.chunks_exact_mut(n).zip(denoms.iter_mut()) {
             let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut lanes = [0f32; LANES];
-            let mut chunks = s.chunks_exact_mut(LANES);
-            for c in &mut chunks {
-                for (sum, x) in lanes.iter_mut().zip(c) {
-                    *x = exp_nonpositive(*x - max);
-                    *sum += *x;
-                }
-            }
-            let mut tail = 0f32;
-            for x in chunks.into_remainder() {
-                *x = exp_nonpositive(*x - max);
-                tail += *x;
-            }
-            *d = lanes.iter().fold(tail, |a, &x| a + x);
+            *d = exp_shifted_sum(s, max);
         }
         acc.fill(0.0);
         for p in 0..n {

@@ -349,26 +349,33 @@ fn online_softmax_body(
         let new_max = m[r].max(block_max);
         // std's exp: the first block has m = -inf, whose correction must be exactly 0.
         let correction = (m[r] - new_max).exp();
-        let mut lane_sum = [0f32; LANES];
-        let mut chunks = srow.chunks_exact_mut(LANES);
-        for c in &mut chunks {
-            for (sum, x) in lane_sum.iter_mut().zip(c) {
-                *x = exp_nonpositive(*x - new_max);
-                *sum += *x;
-            }
-        }
-        let mut sum = 0f32;
-        for x in chunks.into_remainder() {
-            *x = exp_nonpositive(*x - new_max);
-            sum += *x;
-        }
-        let sum = lane_sum.iter().fold(sum, |a, &x| a + x);
-        l[r] = l[r] * correction + sum;
+        l[r] = l[r] * correction + exp_shifted_sum(srow, new_max);
         m[r] = new_max;
         acc[r * hd..(r + 1) * hd]
             .iter_mut()
             .for_each(|a| *a *= correction);
     }
+}
+
+/// `s ← exp(s - max)` in place (`max` at least every element), returning `Σ s` summed in
+/// [`LANES`] partial sums (the tail's sum first, then the lanes in order): an order fixed by
+/// the length alone, which vectorizes. Shared by the vision and the paged attention's softmax.
+#[inline(always)]
+pub(crate) fn exp_shifted_sum(s: &mut [f32], max: f32) -> f32 {
+    let mut lane_sum = [0f32; LANES];
+    let mut chunks = s.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (sum, x) in lane_sum.iter_mut().zip(c) {
+            *x = exp_nonpositive(*x - max);
+            *sum += *x;
+        }
+    }
+    let mut tail = 0f32;
+    for x in chunks.into_remainder() {
+        *x = exp_nonpositive(*x - max);
+        tail += *x;
+    }
+    lane_sum.iter().fold(tail, |a, &x| a + x)
 }
 
 /// `e^x` for `x <= 0` (inputs below -87 give e^-87 ≈ 1.6e-38, not 0), branch-free so that the
