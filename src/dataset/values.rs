@@ -60,9 +60,13 @@ pub fn get_string(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
     }
 }
 
-/// The text of a reference answer at row `i`: a string as it is; an integer or a float as
-/// Python's `str()` prints it (what a user of `datasets` sees: `7`, `1.5`, `1e-05`, `nan`),
-/// so a numeric answer column is read rather than refused row by row. `Ok(None)` when null.
+/// The text of a reference answer at row `i`: a string as it is; an integer as Python's
+/// `str()` prints it (`7`); a float as Python's `str()` prints it (`1.5`, `1e-05`, `nan`)
+/// except that an integral float of magnitude below 2^53 is printed as the integer it is
+/// (`1500.0` → `1500`): pandas stores an integer column that has a null as `float64`, and the
+/// label `1500` read as `1500.0` would fail the string verifier (`15000` ≠ `1500`) and make the
+/// number guard veto a judge's correct `CORRECT`. So a numeric answer column is read rather
+/// than refused row by row. `Ok(None)` when null.
 ///
 /// Errors (as a message): any other type, or a binary value that is not UTF-8.
 pub fn get_answer_text(arr: &dyn Array, i: usize) -> Result<Option<String>, String> {
@@ -77,7 +81,19 @@ pub fn get_answer_text(arr: &dyn Array, i: usize) -> Result<Option<String>, Stri
         t if t.is_integer() => return Ok(display(arr, i)),
         _ => return get_string(arr, i),
     };
-    Ok(Some(python_float_str(float)))
+    Ok(Some(integral_or_python_float_str(float)))
+}
+
+/// `x` as an integer's text when it is integral and exactly representable (|x| < 2^53, so
+/// every integer up to there round-trips), else [`python_float_str`]. `-0.0` is `0`.
+fn integral_or_python_float_str(x: f64) -> String {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if x.fract() == 0.0 && x.abs() < EXACT {
+        // Exact: an integral f64 below 2^53 converts to i64 without rounding.
+        (x as i64).to_string()
+    } else {
+        python_float_str(x)
+    }
 }
 
 /// `x` as Python's `str(float)` (`repr`, the shortest text that reads back as `x`): fixed
@@ -315,6 +331,31 @@ mod tests {
         assert_eq!(get_answer_text(&ints, 1), Ok(None));
         let floats = arrow::array::Float32Array::from(vec![2.5f32]);
         assert_eq!(get_answer_text(&floats, 0), Ok(Some("2.5".into())));
+        // Integral floats (pandas' int column with a null) read as the integer; 2^53 and
+        // beyond, non-finite and fractional values as Python prints them.
+        let floats = arrow::array::Float64Array::from(vec![
+            Some(1500.0),
+            None,
+            Some(-0.0),
+            Some(-7.0),
+            Some(9_007_199_254_740_991.0),
+            Some(9_007_199_254_740_992.0),
+            Some(f64::INFINITY),
+            Some(0.5),
+        ]);
+        let got: Vec<_> = (0..8).map(|i| get_answer_text(&floats, i)).collect();
+        let want = [
+            Some("1500"),
+            None,
+            Some("0"),
+            Some("-7"),
+            Some("9007199254740991"),
+            Some("9007199254740992.0"),
+            Some("inf"),
+            Some("0.5"),
+        ];
+        let want: Vec<_> = want.iter().map(|w| Ok(w.map(String::from))).collect();
+        assert_eq!(got, want);
         assert_eq!(
             get_answer_text(&StringArray::from(vec!["x"]), 0),
             Ok(Some("x".into()))
