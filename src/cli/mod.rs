@@ -94,7 +94,8 @@ pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
 /// The exit status for an error of a command, the one mapping from typed errors: 130 after
 /// Ctrl-C (143 after SIGTERM), 2 for a usage error or invalid settings (including an engine
 /// setting such as a `--kv-cache-gib` that does not fit in memory, pixel bounds that leave no
-/// image size, and a merge whose `--out` is a shard folder or not writable, whose shard folders
+/// image size, a `--model` folder that cannot be loaded — a file missing, unreadable, not
+/// valid JSON or not valid safetensors — and a merge whose `--out` is a shard folder or not writable, whose shard folders
 /// are not finished runs or do not cover the input once, or whose input is missing), 1
 /// otherwise (a merge of shards of different jobs or over a changed input among them).
 pub fn error_exit_code(err: &anyhow::Error) -> u8 {
@@ -121,7 +122,10 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
             err.downcast_ref::<VlLoadError>(),
             Some(
                 VlLoadError::Engine(EngineError::Config(_))
-                    | VlLoadError::Processor(verisample_models::ProcessorError::PixelBounds { .. })
+                    | VlLoadError::Model(_)
+                    | VlLoadError::Processor(_)
+                    | VlLoadError::Chat(_)
+                    | VlLoadError::GenerationConfig(_)
             )
         )
     {
@@ -201,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn engine_setting_errors_exit_2_through_context_other_load_errors_exit_1() {
+    fn model_and_engine_setting_errors_exit_2_through_context_internal_errors_exit_1() {
         let kv = anyhow::Error::from(VlLoadError::Engine(EngineError::Config(
             "the KV cache of 900 GiB does not fit".into(),
         )))
@@ -223,5 +227,12 @@ mod tests {
             "--max-pixels below the checkpoint's min_pixels"
         );
         assert_eq!(error_exit_code(&anyhow::anyhow!("anything else")), 1);
+        // A model folder the loader cannot use is the `--model` argument's problem, like a
+        // missing model: every file's failure exits 2, not just some.
+        let weights = anyhow::Error::from(VlLoadError::Model(
+            verisample_models::LoadError::Weights("m: no model.safetensors".into()),
+        ))
+        .context("loading the model from m");
+        assert_eq!(error_exit_code(&weights), 2);
     }
 }
