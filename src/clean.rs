@@ -176,6 +176,34 @@ impl Pass {
     }
 }
 
+/// Why `question` failed task purity for `family` under `policy` (for `cleaning.jsonl`): where
+/// it first differs from the allowed question it comes closest to (the longest common prefix,
+/// in characters), what was found there and what was expected — a trailing space or a
+/// different quote mark is otherwise invisible. `None` when the family has no allow-list.
+pub fn off_task_detail(policy: &CleanPolicy, family: &str, question: &str) -> Option<String> {
+    let common = |allowed: &String| {
+        question
+            .chars()
+            .zip(allowed.chars())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    let allowed = policy
+        .allowed_questions
+        .get(family)?
+        .iter()
+        .max_by_key(|a| common(a))?;
+    let at = common(allowed);
+    let shown = |c: Option<char>| c.map_or_else(|| "the end".to_string(), |c| format!("{c:?}"));
+    Some(format!(
+        "the question is not {family}'s task question {allowed:?}: character {} is {} where {} \
+         is expected",
+        at + 1,
+        shown(question.chars().nth(at)),
+        shown(allowed.chars().nth(at)),
+    ))
+}
+
 /// What cleaning did to one row; goes into its `clean_meta`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RowNotes {

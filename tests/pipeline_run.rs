@@ -78,6 +78,21 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     );
     assert_eq!(s.cleaning_drops.get("provenance_mismatch"), Some(&3));
     assert_eq!(s.cleaning_drops.get("off_task"), Some(&1));
+    // The off-task line says where the question differs from OrandCar's task question: the
+    // scripted question "What is written in the image? [say:5]" shares its first 30
+    // characters.
+    let off_task: Vec<serde_json::Value> = lines(&dir.path().join("cleaning.jsonl"))
+        .into_iter()
+        .filter(|l| l["reason"] == "off_task")
+        .collect();
+    let task = verisample::family::ORAND_CAR_QUESTION;
+    assert_eq!(
+        off_task[0]["detail"].as_str().unwrap(),
+        format!(
+            "the question is not OrandCar's task question {task:?}: character 31 is '[' where \
+             'A' is expected"
+        )
+    );
     let reasons: Vec<(&str, u64)> = s
         .reject_reasons
         .iter()

@@ -102,6 +102,26 @@ fn task_purity_and_counts() {
     assert_eq!(c.report.items_in, 4);
     assert_eq!(c.report.items_out, 1);
     assert_eq!(c.report.dropped.get("off_task"), Some(&2));
+    // Where an off-task question differs: a trailing space is at the end of the task question.
+    let policy = CleanPolicy::default();
+    let spaced = format!("{ORAND_CAR_QUESTION} ");
+    let n = ORAND_CAR_QUESTION.chars().count();
+    assert_eq!(
+        crate::clean::off_task_detail(&policy, "OrandCar", &spaced).unwrap(),
+        format!(
+            "the question is not OrandCar's task question {ORAND_CAR_QUESTION:?}: character {} \
+             is ' ' where the end is expected",
+            n + 1
+        )
+    );
+    let cut: String = ORAND_CAR_QUESTION.chars().take(3).collect();
+    assert!(crate::clean::off_task_detail(&policy, "OrandCar", &cut)
+        .unwrap()
+        .ends_with(&format!(
+            "character 4 is the end where {:?} is expected",
+            ORAND_CAR_QUESTION.chars().nth(3).unwrap()
+        )));
+    assert_eq!(crate::clean::off_task_detail(&policy, "TextVQA", "q"), None);
     assert_eq!(c.report.dropped.get("provenance_mismatch"), Some(&1));
     assert_eq!((c.report.rows_in, c.report.rows_out), (1, 1));
 

@@ -173,6 +173,9 @@ pub enum CleanedItem {
     Drop {
         /// Machine-readable reason, counted in the report.
         reason: String,
+        /// What exactly failed, for a person (`off_task`: where the question differs from the
+        /// family's task question), listed in `cleaning.jsonl`.
+        detail: Option<String>,
     },
 }
 

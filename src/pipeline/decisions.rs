@@ -5,7 +5,7 @@
 use super::backend::{
     Assessed, CleanedItem, CleanedRow, Decisions, Generation, RouteInput, Routed, Verdict,
 };
-use crate::clean::{CleanPolicy, Cleaner};
+use crate::clean::{CleanPolicy, Cleaner, DropReason};
 use crate::record::{InputRow, QaItem};
 use crate::route::{self, Assessment};
 use crate::verify::VerifierRegistry;
@@ -34,6 +34,21 @@ impl StandardDecisions {
     }
 }
 
+impl StandardDecisions {
+    /// The `cleaning.jsonl` detail of `row`'s question `index` dropped for `reason`: where an
+    /// `off_task` question differs from its family's task question; `None` otherwise.
+    fn drop_detail(&self, row: &InputRow, index: usize, reason: &str) -> Option<String> {
+        if reason != DropReason::OffTask.as_str() {
+            return None;
+        }
+        crate::clean::off_task_detail(
+            &self.policy,
+            row.family.as_deref()?,
+            &row.qa.get(index)?.question,
+        )
+    }
+}
+
 impl Decisions for StandardDecisions {
     fn clean(&self, row: &InputRow) -> CleanedRow {
         let mut cleaner = Cleaner::new(self.policy.clone());
@@ -50,6 +65,7 @@ impl Decisions for StandardDecisions {
                     if let Some(slot) = items.get_mut(*index) {
                         *slot = Some(CleanedItem::Drop {
                             reason: reason.as_str().to_string(),
+                            detail: self.drop_detail(row, *index, reason.as_str()),
                         });
                     }
                 }
@@ -70,7 +86,8 @@ impl Decisions for StandardDecisions {
                 let items = row
                     .qa
                     .iter()
-                    .map(|q| {
+                    .enumerate()
+                    .map(|(index, q)| {
                         let mut single = row.clone();
                         single.qa = vec![q.clone()];
                         let mut c = Cleaner::new(self.policy.clone());
@@ -82,7 +99,8 @@ impl Decisions for StandardDecisions {
                             .next()
                             .cloned()
                             .unwrap_or_else(|| "dropped".to_string());
-                        CleanedItem::Drop { reason }
+                        let detail = self.drop_detail(row, index, &reason);
+                        CleanedItem::Drop { reason, detail }
                     })
                     .collect();
                 CleanedRow {

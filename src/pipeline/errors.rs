@@ -55,7 +55,7 @@ pub(crate) fn write_abort_errors(
                         lines.push(line(Some(key.qa), "generation", m));
                     }
                 }
-                ItemPlan::Dropped(_) | ItemPlan::Duplicate(_) => {}
+                ItemPlan::Dropped { .. } | ItemPlan::Duplicate(_) => {}
             }
         }
     }

@@ -104,6 +104,10 @@ pub struct CleaningLine {
     pub qa: u32,
     /// Why it was dropped.
     pub reason: String,
+    /// What exactly failed, for a person (`off_task`: where the question first differs from
+    /// the family's task question).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// For reason `duplicate`: the kept occurrence of the same image, question and reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_of: Option<DuplicateOf>,

@@ -136,7 +136,7 @@ pub(crate) fn plan_row(
         .map(|(i, (qa, c))| match (check_qa(i, qa), c) {
             (Err(p), _) => ItemPlan::Invalid(p),
             (Ok(()), CleanedItem::Keep(q)) => ItemPlan::Keep(q),
-            (Ok(()), CleanedItem::Drop { reason }) => ItemPlan::Dropped(reason),
+            (Ok(()), CleanedItem::Drop { reason, detail }) => ItemPlan::Dropped { reason, detail },
         })
         .collect();
     let sha256: [u8; 32] = Sha256::digest(row.image.bytes.as_deref().unwrap_or_default()).into();

@@ -12,8 +12,13 @@ use crate::record::QaItem;
 pub(crate) enum ItemPlan {
     /// Cleaned question to generate for.
     Keep(QaItem),
-    /// Dropped by cleaning for this reason.
-    Dropped(String),
+    /// Dropped by cleaning.
+    Dropped {
+        /// Why (`off_task`, `provenance_mismatch`, …), counted in the report.
+        reason: String,
+        /// What exactly failed, for `cleaning.jsonl` (see [`super::backend::CleanedItem::Drop`]).
+        detail: Option<String>,
+    },
     /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
     Duplicate(DuplicateOf),
     /// Blank question or reference.

@@ -81,13 +81,13 @@ fn input_changed(position: u64, what: impl Into<String>) -> PipelineError {
     }
 }
 
-/// Count and list a question dropped by cleaning (`duplicate_of`: the kept occurrence of a
-/// duplicate).
+/// Count and list a question dropped by cleaning (`detail`: what failed; `duplicate_of`: the
+/// kept occurrence of a duplicate).
 fn record_drop(
     c: &mut Collected,
     plan: &RowPlan,
     key: ItemKey,
-    reason: String,
+    (reason, detail): (String, Option<String>),
     duplicate_of: Option<DuplicateOf>,
 ) {
     bump(&mut c.stats.cleaning_drops, &reason);
@@ -97,6 +97,7 @@ fn record_drop(
         position: plan.position,
         qa: key.qa,
         reason,
+        detail,
         duplicate_of,
     });
     c.ledger.place((plan.position, Some(key.qa)), "cleaning");
@@ -117,12 +118,13 @@ fn kept_question<'p>(
             c.ledger.place((plan.position, Some(key.qa)), "errors");
             None
         }
-        ItemPlan::Dropped(reason) => {
-            record_drop(c, plan, key, reason.clone(), None);
+        ItemPlan::Dropped { reason, detail } => {
+            record_drop(c, plan, key, (reason.clone(), detail.clone()), None);
             None
         }
         ItemPlan::Duplicate(kept) => {
-            record_drop(c, plan, key, DUPLICATE.to_string(), Some(kept.clone()));
+            let reason = (DUPLICATE.to_string(), None);
+            record_drop(c, plan, key, reason, Some(kept.clone()));
             None
         }
         ItemPlan::Keep(q) => Some(q),
