@@ -288,21 +288,41 @@ fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
     assert!(!out.exists(), "the failed start left {out:?} behind");
     // A bad model into an existing, empty folder: the folder stays, empty.
     std::fs::create_dir(&out).unwrap();
+    let run_model = |model: &Path| {
+        Command::new(BIN)
+            .arg("run")
+            .arg("--model")
+            .arg(model)
+            .arg("--data")
+            .arg(repo().join("assets/sample/data"))
+            .arg("--out")
+            .arg(&out)
+            .args(["--device", "cpu"])
+            .output()
+            .unwrap()
+    };
     let model = tmp.path().join("broken");
     std::fs::create_dir(&model).unwrap();
     std::fs::write(model.join("config.json"), "{}").unwrap();
-    let failed = Command::new(BIN)
-        .arg("run")
-        .arg("--model")
-        .arg(&model)
-        .arg("--data")
-        .arg(repo().join("assets/sample/data"))
-        .arg("--out")
-        .arg(&out)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
-    assert!(!failed.status.success());
+    let failed = run_model(&model);
+    // A model folder that cannot be loaded is the `--model` argument's problem: exit 2.
+    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed.stderr));
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // So is every other file of it: a damaged tokenizer, named.
+    let damaged = tmp.path().join("damaged");
+    std::fs::create_dir(&damaged).unwrap();
+    for e in std::fs::read_dir(repo().join("assets/model")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, damaged.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(damaged.join("tokenizer.json"), "{").unwrap();
+    let failed = run_model(&damaged);
+    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed.stderr));
+    assert!(
+        error_line(&failed).contains("tokenizer.json"),
+        "{}",
+        text(&failed.stderr)
+    );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     ok(run(&out, &["-q"]), "the corrected command");
 }
