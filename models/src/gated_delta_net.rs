@@ -38,6 +38,9 @@ pub struct GatedDeltaNet {
     neg_a: Vec<f32>,
     /// `dt_bias` per value head, f32.
     dt_bias: Vec<f32>,
+    /// `neg_a` and `dt_bias` as `[1, num_value_heads]` f32 tensors on the model's device, for
+    /// the portable path's decay (no host round trip per layer and step on a GPU).
+    neg_a_dt_bias: (Tensor, Tensor),
     /// The gated RMSNorm's weight over `value_head_dim` (a plain, not zero-centred, norm).
     norm: RmsNorm,
     out_proj: Proj,
@@ -77,12 +80,16 @@ impl GatedDeltaNet {
         let f32s = |name: &str| -> Result<Vec<f32>> {
             vb.get(nv, name)?.to_dtype(DType::F32)?.to_vec1::<f32>()
         };
+        let neg_a: Vec<f32> = f32s("A_log")?.into_iter().map(|a| -a.exp()).collect();
+        let dt_bias = f32s("dt_bias")?;
+        let row = |v: &[f32]| Tensor::from_slice(v, (1, nv), vb.device());
         Ok(Self {
             spec: *spec,
             in_proj,
             conv_weight,
-            neg_a: f32s("A_log")?.into_iter().map(|a| -a.exp()).collect(),
-            dt_bias: f32s("dt_bias")?,
+            neg_a_dt_bias: (row(&neg_a)?, row(&dt_bias)?),
+            neg_a,
+            dt_bias,
             norm: RmsNorm::new(spec.value_head_dim, eps, vb.pp("norm"))?,
             out_proj: linear(vd, hidden, false, vb.pp("out_proj"))?,
         })
@@ -125,7 +132,7 @@ impl GatedDeltaNet {
             .narrow(1, 2 * kd, vd)?
             .reshape((n, nv, s.value_head_dim))?;
         let beta = candle_nn::ops::sigmoid(&p.narrow(1, cd + vd, nv)?.contiguous()?)?;
-        let g = self.decay(&p.narrow(1, cd + vd + nv, nv)?)?;
+        let g = self.decay(&p.narrow(1, cd + vd + nv, nv)?, path)?;
         let o = delta(&q, &k, &v, &g, &beta, state, &step, true)?.to_dtype(dtype)?;
         // Gated RMSNorm (`Qwen3_5RMSNormGated`): `(w · x̂) · silu(z)` with the gate in f32.
         let gate = p
@@ -140,8 +147,18 @@ impl GatedDeltaNet {
     }
 
     /// `g = -exp(A_log) · softplus(a + dt_bias)` `[n, num_value_heads]` f32 from `a`
-    /// `[n, num_value_heads]`.
-    fn decay(&self, a: &Tensor) -> Result<Tensor> {
+    /// `[n, num_value_heads]`: on the host for the native (CPU) path, with torch's `log1p`
+    /// form; as tensor ops on `a`'s device for the portable path (`ln(1 + eˣ)`, which differs
+    /// from `log1p` only where `eˣ` is below f32's epsilon, by less than `eˣ`).
+    fn decay(&self, a: &Tensor, path: AttentionPath) -> Result<Tensor> {
+        if path == AttentionPath::Portable {
+            let (neg_a, dt_bias) = &self.neg_a_dt_bias;
+            let x = a.to_dtype(DType::F32)?.broadcast_add(dt_bias)?;
+            // torch's threshold: linear above 20; the exp is clamped there so it stays finite.
+            let soft = (x.minimum(20f64)?.exp()? + 1.0)?.log()?;
+            let softplus = x.gt(20f64)?.where_cond(&x, &soft)?;
+            return softplus.broadcast_mul(neg_a);
+        }
         let (n, nv) = a.dims2()?;
         let host: Vec<f32> = a.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let g: Vec<f32> = host
