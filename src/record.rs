@@ -47,6 +47,16 @@ impl QaItem {
     }
 }
 
+/// The message of `run`'s input check for an item without a usable reference.
+pub const BLANK_REFERENCE: &str = "reference answer is missing or blank";
+
+/// Whether `references` hold no reference at all: every one missing, empty or whitespace.
+/// `run`'s input check reports such an item in `errors.jsonl` (field `qa[i].answer`,
+/// [`BLANK_REFERENCE`]) and never generates it; `check` says the same.
+pub fn references_blank(references: &[&str]) -> bool {
+    references.iter().all(|r| r.trim().is_empty())
+}
+
 /// The input columns a flat-layout row was read from (`image, question, answer`-style
 /// datasets; see `dataset::layout`), recorded in the row's `clean_meta.columns`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
