@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use verisample::cli::RunArgs;
 use verisample::settings::{
-    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunOptions, Settings, SettingsError,
+    fingerprint, hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunOptions, Settings,
+    SettingsError,
 };
 use verisample::shard::Shard;
 
@@ -238,6 +239,38 @@ fn input_hashes_follow_the_file_content_in_reading_order() {
     assert_eq!(first[0], second[0]);
     assert_ne!(first[1].1, second[1].1);
     assert!(hash_input_files(&dir.path().join("missing")).is_err());
+}
+
+#[test]
+fn the_run_is_named_by_its_input_files_however_data_is_spelt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = fixture(dir.path());
+    let ds = dir.path().join("ds");
+    std::fs::create_dir_all(ds.join("data/sub")).unwrap();
+    std::fs::write(ds.join("data/a.parquet"), b"one").unwrap();
+    std::fs::write(ds.join("data/sub/b.parquet"), b"two").unwrap();
+    let m = model.to_str().unwrap();
+    let identity = |spec: &str| {
+        let s = Settings::resolve(&parse(&["--model", m, "--data", spec])).unwrap();
+        let files = hash_input_files(Path::new(spec)).unwrap();
+        fingerprint(s.canonical(), Default::default(), files).sha256
+    };
+    let want = identity(ds.to_str().unwrap());
+    for spelt in [
+        ds.join("data").display().to_string(),
+        format!("{}/./", ds.display()),
+        format!("{}/../data/", ds.join("data").display()),
+        format!("{}/data/**/*.parquet", ds.display()),
+    ] {
+        assert_eq!(identity(&spelt), want, "{spelt}");
+    }
+    // Another set of files is another run: a subset, or a copy elsewhere.
+    assert_ne!(identity(ds.join("data/sub").to_str().unwrap()), want);
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("sub")).unwrap();
+    std::fs::write(copy.join("a.parquet"), b"one").unwrap();
+    std::fs::write(copy.join("sub/b.parquet"), b"two").unwrap();
+    assert_ne!(identity(copy.to_str().unwrap()), want);
 }
 
 #[test]
