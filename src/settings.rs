@@ -619,6 +619,9 @@ impl Settings {
             skip_family_column: false,
         };
         data::check_read_options(&data, &read)?;
+        if settings_family.is_none() {
+            data::check_family_case(&data)?;
+        }
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,

@@ -274,6 +274,61 @@ fn the_run_is_named_by_its_input_files_however_data_is_spelt() {
 }
 
 #[test]
+fn families_differing_only_in_case_are_refused_before_anything_loads() {
+    use verisample::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = fixture(dir.path());
+    let m = model.to_str().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.png"), b"image").unwrap();
+    let jsonl = src.join("qa.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"image\": \"a.png\", \"question\": \"q\", \"answer\": \"1\"}\n",
+    )
+    .unwrap();
+    // Each split of a dataset holds one family.
+    let dataset = |name: &str, families: &[&str]| {
+        let out = dir.path().join(name);
+        for (i, family) in families.iter().enumerate() {
+            let opts = PrepareOptions {
+                source: PrepareSource::QaJsonl {
+                    jsonl: jsonl.clone(),
+                },
+                family: Some(family.to_string()),
+                out: out.clone(),
+                split: format!("s{i}"),
+                shard: Default::default(),
+            };
+            prepare(&opts, &|_, _| Ok(())).unwrap();
+        }
+        out.display().to_string()
+    };
+    let clash = dataset("clash", &["Cheque", "Other", "cheque"]);
+    let err = Settings::resolve(&parse(&["--model", m, "--data", &clash])).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, SettingsError::Invalid { key: "data", .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(r#"the families "Cheque" and "cheque" differ only in case"#)
+            && msg.contains("(Cheque_RS_think-…, cheque_RS_think-…)")
+            && msg.contains("case-insensitive file system")
+            && msg.contains("--family"),
+        "{msg}"
+    );
+    // `--family` puts every row in one family; families that differ otherwise are fine.
+    Settings::resolve(&parse(&[
+        "--model", m, "--data", &clash, "--family", "Cheque",
+    ]))
+    .unwrap();
+    let fine = dataset("fine", &["Cheque", "Cheques"]);
+    Settings::resolve(&parse(&["--model", m, "--data", &fine])).unwrap();
+}
+
+#[test]
 fn out_inside_or_equal_to_the_data_folder_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, data) = fixture(dir.path());

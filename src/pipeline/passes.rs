@@ -22,8 +22,7 @@ use crate::record::{InputRow, QaItem, RowError};
 use crate::report::Progress;
 use crate::settings::Settings;
 
-/// Family used in split names when neither `--family` nor the row names one.
-pub const DEFAULT_FAMILY: &str = "Default";
+pub use crate::family::DEFAULT_FAMILY;
 /// Smallest number of requests handed to the engine at once. Chunks are
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of images is held in memory, at most
