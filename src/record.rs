@@ -100,6 +100,12 @@ pub struct RowError {
     pub file: String,
     /// 0-based row index in `file`, when known (`None` for a whole-file error).
     pub row: Option<usize>,
+    /// How many input rows the error stands for when not one: the rows of a row group that
+    /// cannot be read (from `row` on, counted by the parquet footer). `None` for one row
+    /// (`row` set), or for a file whose rows cannot be counted (`row` `None`: no readable
+    /// footer, a link not followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
     /// The field at fault (`image.bytes`, `qa`, `qa[0].question`, …).
     pub field: String,
     /// A human-readable message.

@@ -64,6 +64,7 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
         position,
         file: e.file,
         row: e.row,
+        rows: e.rows,
         body: Err(FieldProblem {
             field: e.field,
             message: e.message,
@@ -92,6 +93,7 @@ pub(crate) fn plan_row(
             RowError {
                 file: row.source_file.clone(),
                 row: Some(row.row_index),
+                rows: None,
                 field: field.into(),
                 message,
             },
@@ -173,6 +175,7 @@ pub(crate) fn plan_row(
         position,
         file: row.source_file.clone(),
         row: Some(row.row_index),
+        rows: None,
         body: Ok(RowOk {
             family,
             clean_meta,

@@ -39,6 +39,10 @@ pub struct Summary {
     pub reject_reasons: BTreeMap<String, u64>,
     /// Lines of `errors.jsonl` (unusable input, failed generations).
     pub errors: u64,
+    /// Rows of row groups that could not be read ([`RunStats::unread_rows`]).
+    pub unread_rows: u64,
+    /// Files that could not be read at all ([`RunStats::unread_files`]).
+    pub unread_files: u64,
     /// Cleaning drop reason → questions.
     pub cleaning_drops: BTreeMap<String, u64>,
     /// Split name → questions written.
@@ -92,6 +96,8 @@ impl Summary {
             rejected: stats.rejected,
             reject_reasons: stats.reject_reasons.clone(),
             errors: stats.errors,
+            unread_rows: stats.unread_rows,
+            unread_files: stats.unread_files,
             cleaning_drops: stats.cleaning_drops.clone(),
             split_items: stats.split_items.clone(),
             calibration: stats.calibration,
@@ -136,6 +142,12 @@ impl Summary {
             s.push_str(&format!(" ({})", counts(&self.cleaning_drops)));
         }
         s.push('\n');
+        if self.unread_rows > 0 || self.unread_files > 0 {
+            s.push_str(&format!(
+                "not read: {} rows of damaged row groups (their questions are not counted), {} file(s) unreadable\n",
+                self.unread_rows, self.unread_files
+            ));
+        }
         if let Some(c) = self.calibration {
             s.push_str(&format!(
                 "calibration: the judge agreed on {} of {} verifier accepts\n",
