@@ -154,10 +154,19 @@ impl Summary {
                 c.agreed, c.total
             ));
         }
-        s.push_str(&format!(
-            "time {:.1} s, {:.2} items/s, {:.1} tokens/s, {} new generations\n",
-            self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
-        ));
+        // Rates of nothing generated (a merge, a fully replayed resume) would read as a
+        // stalled engine ("0.00 items/s"): say there was no generation instead.
+        if self.generated == 0 {
+            s.push_str(&format!(
+                "time {:.1} s, no new generations\n",
+                self.elapsed_s
+            ));
+        } else {
+            s.push_str(&format!(
+                "time {:.1} s, {:.2} items/s, {:.1} tokens/s, {} new generations\n",
+                self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
+            ));
+        }
         if self.replayed > 0 {
             s.push_str(&format!(
                 "resumed: {} of {} generations replayed from the journal\n",
@@ -227,6 +236,18 @@ mod tests {
             "resumed: 75 of 100 generations replayed from the journal"
         );
         assert!(text.ends_with("run report o/run.json\n"), "{text}");
+        // Nothing generated (a merge, a fully replayed resume): no rates of zero.
+        stats.throughput.generated_items = 0;
+        stats.throughput.items_per_s = 0.0;
+        let merged = Summary::new(&stats, Path::new("o")).text();
+        assert!(
+            merged.contains("time 10.0 s, no new generations\n") && !merged.contains("items/s"),
+            "{merged}"
+        );
+        assert!(
+            merged.contains("resumed: 75 of 75 generations replayed"),
+            "{merged}"
+        );
         let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
         assert_eq!(json["accepted_by_judge"], 2);
         assert_eq!(json["accepted_percent"], 77.5);
