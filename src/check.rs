@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::judge::{ascii_digits, numbers_disagree};
+use crate::record::{references_blank, BLANK_REFERENCE};
 use crate::route::is_blank;
 use crate::verify::think::split_think;
 use crate::verify::{Trial, Variant, Verifier};
@@ -29,11 +30,17 @@ pub struct CheckReport {
     pub reference: String,
     /// The reference's normalised form; for several, the JSON array of those compared.
     pub reference_normalised: String,
-    /// The reference cannot be string-verified.
+    /// `run`'s input check refuses the item (every reference blank, [`references_blank`]):
+    /// `run` reports it in `errors.jsonl` (field `qa[i].answer`) with this message and never
+    /// generates it; nothing is then accepted, judged or matched.
+    pub input_error: Option<String>,
+    /// The reference cannot be string-verified (the verifier compares nothing).
     pub unusable_reference: bool,
-    /// The three candidates in trial order, with their normalised forms.
+    /// The three candidates in trial order, with their normalised forms; `matched` is false
+    /// for every one when the reference is unusable or refused (nothing is compared).
     pub candidates: Vec<Trial>,
-    /// The first matching variant under the pure semantics.
+    /// The first matching variant under the pure semantics (`None` when the reference is
+    /// unusable or refused).
     pub matched_variant: Option<Variant>,
     /// Accepted by the string verifier.
     pub accepted: bool,
@@ -70,7 +77,14 @@ pub fn check_with(
     let mut digits = vec![ascii_digits(&split.answer)];
     digits.extend(references.iter().map(|r| ascii_digits(r)));
     let blank = is_blank(&split.answer);
-    let accepted = v.accepted() && !blank;
+    let input_error = references_blank(references).then(|| BLANK_REFERENCE.to_string());
+    let accepted = v.accepted() && !blank && input_error.is_none();
+    // What the verifier ignores is not reported as matched.
+    let compared = !v.unusable_reference && input_error.is_none();
+    let mut candidates = v.trials.clone();
+    for t in &mut candidates {
+        t.matched &= compared;
+    }
     CheckReport {
         family: family.to_string(),
         verifier: verifier.to_string(),
@@ -79,7 +93,7 @@ pub fn check_with(
         reference,
         reference_normalised: v.reference_normalised.clone(),
         unusable_reference: v.unusable_reference,
-        matched_variant: v.matched,
+        matched_variant: v.matched.filter(|_| compared),
         accepted,
         accepted_by: v.accepted_by().filter(|_| accepted),
         stored_answer: v
@@ -87,13 +101,14 @@ pub fn check_with(
             .map(|t| t.text.clone())
             .filter(|_| accepted),
         blank_answer: blank,
-        needs_judge: !blank && !accepted,
+        needs_judge: !blank && !accepted && input_error.is_none(),
+        input_error,
         digits,
         numbers_disagree: !references.is_empty()
             && references
                 .iter()
                 .all(|r| numbers_disagree(&split.answer, r)),
-        candidates: v.trials,
+        candidates,
         answer: split.answer,
     }
 }
@@ -130,8 +145,8 @@ impl CheckReport {
                 .score
                 .map(|x| format!(" score {x:.4}"))
                 .unwrap_or_default();
-            let mark = if t.matched && self.unusable_reference {
-                "match (ignored: unusable reference)"
+            let mark = if self.unusable_reference || self.input_error.is_some() {
+                "not compared (unusable reference)"
             } else if Some(t.variant) == self.matched_variant {
                 "MATCH (first)"
             } else if t.matched {
@@ -148,6 +163,11 @@ impl CheckReport {
             );
         }
         let result = match (&self.accepted_by, &self.stored_answer) {
+            _ if self.input_error.is_some() => format!(
+                "NOT RUN: `run`'s input check reports the item in errors.jsonl (qa[i].answer: {}); \
+                 the model is never asked",
+                self.input_error.as_deref().unwrap_or_default()
+            ),
             (Some(by), Some(ans)) => format!("ACCEPTED by {by}; stored answer {ans:?}"),
             _ if self.blank_answer => {
                 "REJECTED: no_answer (blank answer; the judge is not asked)".to_string()
@@ -214,14 +234,23 @@ mod tests {
         assert_eq!(r.digits, ["850", "11850"]);
         assert!(r.to_human().contains("number guard would veto"));
 
+        // Both normalise to "": the verifier ignores that comparison, so nothing is matched.
         let r = check_with("OrandCar", "!!", &["\u{4E2D}\u{6587}"], Verifier::Alnum);
-        assert_eq!(r.matched_variant, Some(Variant::Whole));
+        assert_eq!(r.matched_variant, None);
+        assert!(r.candidates.iter().all(|t| !t.matched));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
+        assert_eq!(
+            r.input_error, None,
+            "a reference in another script is given"
+        );
         let human = r.to_human();
         assert!(
-            human.contains("match (ignored: unusable reference)") && !human.contains("MATCH"),
+            human.contains("not compared (unusable reference)") && !human.contains("MATCH"),
             "{human}"
         );
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["matched_variant"], serde_json::Value::Null);
+        assert_eq!(json["candidates"][0]["matched"], false);
 
         let r = check_with(
             "OrandCar",
@@ -232,6 +261,26 @@ mod tests {
         assert!(r.blank_answer && !r.needs_judge);
         assert_eq!(r.think.as_deref(), Some("faint"));
         assert!(r.to_human().contains("no_answer"));
+    }
+
+    #[test]
+    fn a_blank_reference_is_what_run_refuses_not_a_judge_item() {
+        // `run`'s input check: every reference blank → errors.jsonl, never generated.
+        for refs in [&["   "][..], &["", "\t\n"][..]] {
+            let r = check_with("OrandCar", "12", refs, Verifier::Alnum);
+            assert_eq!(r.input_error.as_deref(), Some(BLANK_REFERENCE), "{refs:?}");
+            assert!(!r.accepted && !r.needs_judge && r.matched_variant.is_none());
+            assert!(r.candidates.iter().all(|t| !t.matched), "{refs:?}");
+            let human = r.to_human();
+            assert!(human.contains("NOT RUN: `run`'s input check"), "{human}");
+            let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+            assert_eq!(json["input_error"], BLANK_REFERENCE);
+            assert_eq!(json["needs_judge"], false);
+        }
+        // One usable reference among blanks: run generates and verifies it.
+        let r = check_with("OrandCar", "12", &[" ", "12"], Verifier::Alnum);
+        assert_eq!(r.input_error, None);
+        assert!(r.accepted, "{}", r.to_human());
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub const ORAND_CAR: &str = "OrandCar";
 /// The OrandCar question, byte-identical to the user text the model receives (SPEC §4).
 pub const ORAND_CAR_QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
 
+/// Family used in split names when neither `--family` nor the row names one.
+pub const DEFAULT_FAMILY: &str = "Default";
+
 /// A known benchmark family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FamilySpec {

@@ -47,6 +47,16 @@ impl QaItem {
     }
 }
 
+/// The message of `run`'s input check for an item without a usable reference.
+pub const BLANK_REFERENCE: &str = "reference answer is missing or blank";
+
+/// Whether `references` hold no reference at all: every one missing, empty or whitespace.
+/// `run`'s input check reports such an item in `errors.jsonl` (field `qa[i].answer`,
+/// [`BLANK_REFERENCE`]) and never generates it; `check` says the same.
+pub fn references_blank(references: &[&str]) -> bool {
+    references.iter().all(|r| r.trim().is_empty())
+}
+
 /// The input columns a flat-layout row was read from (`image, question, answer`-style
 /// datasets; see `dataset::layout`), recorded in the row's `clean_meta.columns`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +100,12 @@ pub struct RowError {
     pub file: String,
     /// 0-based row index in `file`, when known (`None` for a whole-file error).
     pub row: Option<usize>,
+    /// How many input rows the error stands for when not one: the rows of a row group that
+    /// cannot be read (from `row` on, counted by the parquet footer). `None` for one row
+    /// (`row` set), or for a file whose rows cannot be counted (`row` `None`: no readable
+    /// footer, a link not followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
     /// The field at fault (`image.bytes`, `qa`, `qa[0].question`, …).
     pub field: String,
     /// A human-readable message.

@@ -124,8 +124,18 @@ impl AnswerLengths {
 /// Counts of one run (one shard or a merge).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStats {
-    /// Input stream elements (rows or unreadable rows/files) in this shard.
+    /// Input rows in this shard, read or not: an unreadable row group counts its rows (from
+    /// the parquet footer); a file whose rows cannot be counted counts none
+    /// (`unread_files`).
     pub input_rows: u64,
+    /// Rows of row groups that could not be read (counted by the footer): their questions are
+    /// not in `input_items`; each row group is one `errors.jsonl` line.
+    #[serde(default)]
+    pub unread_rows: u64,
+    /// Input files none of whose rows could be read or counted (no readable footer, a link
+    /// not followed): one `errors.jsonl` line each, `file unreadable` in the summary.
+    #[serde(default)]
+    pub unread_files: u64,
     /// `qa` entries of readable rows in this shard.
     pub input_items: u64,
     /// Split name → rows written.

@@ -29,7 +29,7 @@ pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 mod out_dir;
 mod switch;
-pub use fingerprint::{fingerprint, hash_input_files, Fingerprint};
+pub use fingerprint::{fingerprint, hash_input_files, input_identity, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 pub use out_dir::{check_out, input_root, is_verisample_output};
 
@@ -619,6 +619,9 @@ impl Settings {
             skip_family_column: false,
         };
         data::check_read_options(&data, &read)?;
+        if settings_family.is_none() {
+            data::check_family_case(&data)?;
+        }
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
             (None, Some(m)) => resolve_model(m, &base)?,
@@ -697,9 +700,8 @@ impl Settings {
     /// not depend on them), display (`progress`, `quiet`),
     /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
     pub fn canonical(&self) -> CanonicalSettings {
-        let data = std::fs::canonicalize(&self.data).unwrap_or_else(|_| self.data.clone());
         CanonicalSettings {
-            data: data.to_string_lossy().into_owned(),
+            data: fingerprint::input_identity(&self.data),
             family: self.family.clone(),
             think: self.think,
             judge: self.judge,

@@ -375,8 +375,15 @@ fn a_corrupt_row_group_is_one_error_and_the_next_row_group_still_reads() {
         InputReader::open(path.to_str().unwrap()).unwrap().collect();
     assert_eq!(items.len(), 3, "{items:#?}");
     let e = items[0].as_ref().unwrap_err();
-    assert_eq!((e.row, e.field.as_str()), (Some(0), "file"));
-    assert!(e.message.contains("row group 0"), "{}", e.message);
+    assert_eq!(
+        (e.row, e.rows, e.field.as_str()),
+        (Some(0), Some(2), "file")
+    );
+    assert!(
+        e.message.contains("rows 0..2 (row group 0)"),
+        "{}",
+        e.message
+    );
     let ok: Vec<(usize, String)> = items[1..]
         .iter()
         .map(|r| {

@@ -256,3 +256,76 @@ fn prepare_names_the_line_of_a_missing_image_and_refuses_to_mix_splits() {
     let (code, err) = prepare(two_splits, Some("val"));
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let good = png(3, 2, 7);
+    std::fs::write(src.join("a.png"), &good).unwrap();
+    std::fs::write(src.join("text.png"), "not an image, a text file renamed").unwrap();
+    std::fs::write(src.join("cut.png"), &good[..good.len() / 2]).unwrap();
+    std::fs::write(src.join("d.png"), png(2, 2, 8)).unwrap();
+    std::fs::write(
+        src.join("labels.jsonl"),
+        "{\"file\": \"a.png\", \"label\": \"1\"}\n\
+         {\"file\": \"text.png\", \"label\": \"2\"}\n\
+         {\"file\": \"cut.png\", \"label\": \"3\"}\n\
+         {\"file\": \"d.png\", \"label\": null}\n\
+         {\"file\": \"d.png\", \"label\": \"  \"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("o");
+    let st = bin()
+        .args(["-q", "prepare", "--labels"])
+        .arg(src.join("labels.jsonl"))
+        .args(["--family", "OrandCar", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(
+        st.status.code(),
+        Some(0),
+        "as `run` with rows in errors.jsonl: {err}"
+    );
+    for want in [
+        "labels.jsonl:2: field image.bytes: unsupported or unrecognised image format",
+        "labels.jsonl:3: field image.bytes: ",
+        "labels.jsonl:4: field qa[0].answer: reference answer is missing or blank",
+        "labels.jsonl:5: field qa[0].answer: reference answer is missing or blank",
+        "4 row(s) left out",
+    ] {
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+    assert!(!err.contains("labels.jsonl:1:"), "{err}");
+    let rows = read_all(&out);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].image.bytes.as_deref(), Some(good.as_slice()));
+    assert_eq!(rows[0].qa[0].answer, "1");
+
+    // A generic JSONL with a null answer, and nothing left: an error listing why.
+    std::fs::write(
+        src.join("qa.jsonl"),
+        "{\"image\": \"text.png\", \"question\": \"Q\", \"answer\": \"x\"}\n\
+         {\"image\": \"a.png\", \"question\": \"Q\", \"answer\": null}\n",
+    )
+    .unwrap();
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(src.join("qa.jsonl"))
+        .args(["--out"])
+        .arg(tmp.path().join("o2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(1), "{err}");
+    assert!(err.contains("every row was left out"), "{err}");
+    assert!(err.contains("qa.jsonl:1: field image.bytes"), "{err}");
+    assert!(err.contains("qa.jsonl:2: field qa[0].answer"), "{err}");
+    assert!(!tmp
+        .path()
+        .join("o2/data/train-00000-of-00001.parquet")
+        .exists());
+}

@@ -164,12 +164,14 @@ fn summary_goes_to_stdout_headline_first_and_the_output_folder_is_left_clean() {
 fn a_resumed_run_says_how_much_came_from_the_journal() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
+    // Killed with the input spelt as its parent folder, resumed (`run`) as `assets/sample/data`:
+    // the same files, so the same run.
     let killed = Command::new(BIN)
         .arg("run")
         .arg("--model")
         .arg(repo().join("assets/model"))
         .arg("--data")
-        .arg(repo().join("assets/sample/data"))
+        .arg(format!("{}/./sample/", repo().join("assets").display()))
         .arg("--out")
         .arg(&out)
         .args(["--device", "cpu", "--max-new-tokens", "64"])

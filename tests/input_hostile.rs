@@ -149,18 +149,21 @@ fn prepare_images_refuses_a_link_out_of_the_images_folder() {
     let labels = tmp.path().join("labels.jsonl");
     let run_prepare = |lines: &str| {
         std::fs::write(&labels, lines).unwrap();
-        prepare(&PrepareOptions {
-            source: PrepareSource::Labels {
-                labels: labels.clone(),
-                images: images.clone(),
-                question: "q".into(),
-                split_filter: None,
+        prepare(
+            &PrepareOptions {
+                source: PrepareSource::Labels {
+                    labels: labels.clone(),
+                    images: images.clone(),
+                    question: "q".into(),
+                    split_filter: None,
+                },
+                family: None,
+                out: tmp.path().join("prepared"),
+                split: "train".into(),
+                shard: Default::default(),
             },
-            family: None,
-            out: tmp.path().join("prepared"),
-            split: "train".into(),
-            shard: Default::default(),
-        })
+            &|_, _| Ok(()),
+        )
     };
     let e =
         run_prepare("{\"file\":\"a.png\",\"label\":\"1\"}\n{\"file\":\"b.png\",\"label\":\"2\"}\n")

@@ -36,21 +36,24 @@ use verisample::shard::Shard;
 fn val_input(dir: &Path, data: &Path) -> (PathBuf, BTreeMap<String, String>) {
     let orand = data.join("orand-car-a");
     let input = dir.join("input");
-    prepare(&PrepareOptions {
-        source: PrepareSource::Labels {
-            labels: orand.join("labels.jsonl"),
-            images: orand.clone(),
-            question: ORAND_CAR_QUESTION.to_string(),
-            split_filter: Some("val".into()),
+    prepare(
+        &PrepareOptions {
+            source: PrepareSource::Labels {
+                labels: orand.join("labels.jsonl"),
+                images: orand.clone(),
+                question: ORAND_CAR_QUESTION.to_string(),
+                split_filter: Some("val".into()),
+            },
+            family: Some(ORAND_CAR.into()),
+            out: input.clone(),
+            split: "val".into(),
+            shard: ShardOptions {
+                rows_per_group: 10,
+                ..ShardOptions::default()
+            },
         },
-        family: Some(ORAND_CAR.into()),
-        out: input.clone(),
-        split: "val".into(),
-        shard: ShardOptions {
-            rows_per_group: 10,
-            ..ShardOptions::default()
-        },
-    })
+        &|_, _| Ok(()),
+    )
     .expect("prepare val");
     let mut oracle = BTreeMap::new();
     let labels = std::fs::read_to_string(orand.join("labels.jsonl")).unwrap();

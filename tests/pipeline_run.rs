@@ -72,9 +72,16 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_job(dir.path(), Shard::WHOLE);
     let s = &report.stats;
+    // 35 rows, and one file whose rows cannot be counted (not one row).
     assert_eq!(
-        (s.input_rows, s.accepted, s.rejected, s.errors),
-        (36, 26, 18, 8)
+        (
+            s.input_rows,
+            s.unread_files,
+            s.accepted,
+            s.rejected,
+            s.errors
+        ),
+        (35, 1, 26, 18, 8)
     );
     assert_eq!(s.cleaning_drops.get("provenance_mismatch"), Some(&3));
     assert_eq!(s.cleaning_drops.get("off_task"), Some(&1));
@@ -716,6 +723,7 @@ fn input_with_no_readable_row_is_an_error_after_writing_errors_jsonl() {
     let unreadable = Err(verisample::record::RowError {
         file: "train-00000.parquet".into(),
         row: None,
+        rows: None,
         field: "file".into(),
         message: "not a parquet file".into(),
     });
@@ -734,6 +742,67 @@ fn input_with_no_readable_row_is_an_error_after_writing_errors_jsonl() {
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0]["file"], "train-00000.parquet");
     assert!(!dir.path().join("run.json").exists());
+}
+
+#[test]
+fn unread_row_groups_count_their_rows_and_an_unreadable_file_counts_none() {
+    use verisample::record::RowError;
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let f = "data/train-00000.parquet";
+    let rows = vec![
+        row(f, 0, 1, vec![qa("1", "1")]),
+        Err(RowError {
+            file: f.into(),
+            row: Some(1),
+            rows: Some(10),
+            field: "file".into(),
+            message: "cannot decode rows 1..11 (row group 1): bad page".into(),
+        }),
+        row(f, 11, 2, vec![qa("2", "2")]),
+        Err(RowError {
+            file: "data/train-00001.parquet".into(),
+            row: None,
+            rows: None,
+            field: "file".into(),
+            message: "not a parquet file".into(),
+        }),
+    ];
+    let report = run_rows(&s, rows).expect("run");
+    let st = &report.stats;
+    assert_eq!(
+        (
+            st.input_rows,
+            st.unread_rows,
+            st.unread_files,
+            st.input_items,
+            st.errors
+        ),
+        (12, 10, 1, 2, 2)
+    );
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    assert_eq!(
+        (errors[0]["row"].as_u64(), errors[0]["rows"].as_u64()),
+        (Some(1), Some(10))
+    );
+    assert!(errors[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("rows 1..11"));
+    assert_eq!(errors[1]["file"], "data/train-00001.parquet");
+    assert!(errors[1].get("rows").is_none(), "{}", errors[1]);
+    let text = verisample::report::summary::Summary::new(st, dir.path()).text();
+    assert!(
+        text.contains(
+            "not read: 10 rows of damaged row groups (their questions are not counted), 1 file(s) unreadable"
+        ),
+        "{text}"
+    );
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["stats"]["unread_rows"], 10);
+    assert_eq!(run_json["stats"]["unread_files"], 1);
+    assert_eq!(run_json["stats"]["input_rows"], 12);
 }
 
 /// Two readable rows whose items all go to errors.jsonl (an empty image, a blank question).

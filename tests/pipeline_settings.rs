@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use verisample::cli::RunArgs;
 use verisample::settings::{
-    hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunOptions, Settings, SettingsError,
+    fingerprint, hash_input_files, DTypeSpec, DeviceSpec, ProgressMode, RunOptions, Settings,
+    SettingsError,
 };
 use verisample::shard::Shard;
 
@@ -238,6 +239,93 @@ fn input_hashes_follow_the_file_content_in_reading_order() {
     assert_eq!(first[0], second[0]);
     assert_ne!(first[1].1, second[1].1);
     assert!(hash_input_files(&dir.path().join("missing")).is_err());
+}
+
+#[test]
+fn the_run_is_named_by_its_input_files_however_data_is_spelt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = fixture(dir.path());
+    let ds = dir.path().join("ds");
+    std::fs::create_dir_all(ds.join("data/sub")).unwrap();
+    std::fs::write(ds.join("data/a.parquet"), b"one").unwrap();
+    std::fs::write(ds.join("data/sub/b.parquet"), b"two").unwrap();
+    let m = model.to_str().unwrap();
+    let identity = |spec: &str| {
+        let s = Settings::resolve(&parse(&["--model", m, "--data", spec])).unwrap();
+        let files = hash_input_files(Path::new(spec)).unwrap();
+        fingerprint(s.canonical(), Default::default(), files).sha256
+    };
+    let want = identity(ds.to_str().unwrap());
+    for spelt in [
+        ds.join("data").display().to_string(),
+        format!("{}/./", ds.display()),
+        format!("{}/../data/", ds.join("data").display()),
+        format!("{}/data/**/*.parquet", ds.display()),
+    ] {
+        assert_eq!(identity(&spelt), want, "{spelt}");
+    }
+    // Another set of files is another run: a subset, or a copy elsewhere.
+    assert_ne!(identity(ds.join("data/sub").to_str().unwrap()), want);
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("sub")).unwrap();
+    std::fs::write(copy.join("a.parquet"), b"one").unwrap();
+    std::fs::write(copy.join("sub/b.parquet"), b"two").unwrap();
+    assert_ne!(identity(copy.to_str().unwrap()), want);
+}
+
+#[test]
+fn families_differing_only_in_case_are_refused_before_anything_loads() {
+    use verisample::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = fixture(dir.path());
+    let m = model.to_str().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.png"), b"image").unwrap();
+    let jsonl = src.join("qa.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"image\": \"a.png\", \"question\": \"q\", \"answer\": \"1\"}\n",
+    )
+    .unwrap();
+    // Each split of a dataset holds one family.
+    let dataset = |name: &str, families: &[&str]| {
+        let out = dir.path().join(name);
+        for (i, family) in families.iter().enumerate() {
+            let opts = PrepareOptions {
+                source: PrepareSource::QaJsonl {
+                    jsonl: jsonl.clone(),
+                },
+                family: Some(family.to_string()),
+                out: out.clone(),
+                split: format!("s{i}"),
+                shard: Default::default(),
+            };
+            prepare(&opts, &|_, _| Ok(())).unwrap();
+        }
+        out.display().to_string()
+    };
+    let clash = dataset("clash", &["Cheque", "Other", "cheque"]);
+    let err = Settings::resolve(&parse(&["--model", m, "--data", &clash])).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, SettingsError::Invalid { key: "data", .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(r#"the families "Cheque" and "cheque" differ only in case"#)
+            && msg.contains("(Cheque_RS_think-…, cheque_RS_think-…)")
+            && msg.contains("case-insensitive file system")
+            && msg.contains("--family"),
+        "{msg}"
+    );
+    // `--family` puts every row in one family; families that differ otherwise are fine.
+    Settings::resolve(&parse(&[
+        "--model", m, "--data", &clash, "--family", "Cheque",
+    ]))
+    .unwrap();
+    let fine = dataset("fine", &["Cheque", "Cheques"]);
+    Settings::resolve(&parse(&["--model", m, "--data", &fine])).unwrap();
 }
 
 #[test]

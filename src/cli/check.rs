@@ -11,7 +11,10 @@ use crate::verify::{Verifier, VerifierRegistry};
 #[command(
     long_about = "Explain one string decision: the reasoning split off the prediction, the normalised \
 forms, each candidate tried (whole, first line, first paragraph), which matched, and whether the \
-item would go to the judge. Output is text, or one JSON object with --json.",
+item would go to the judge. It decides as `run` does: when every reference is blank, `run`'s input \
+check reports the item in errors.jsonl and never generates it, and `check` says so (NOT RUN, \
+`input_error` in JSON); a comparison the verifier ignores (an unusable reference) is not called \
+matched. Output is text, or one JSON object with --json.",
     after_help = "Examples:\n  verisample check --family OrandCar --pred $'11850\\n\\nThe amount is' --ref 11850\n  \
 verisample check --verifier exact --pred Black. --ref white --ref black"
 )]

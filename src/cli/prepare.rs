@@ -9,6 +9,8 @@ use crate::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
 use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GROUP};
 use crate::dataset::DatasetError;
 use crate::family::{family_spec, is_valid_family_name};
+use crate::pipeline::inspect::{check_image, check_qa};
+use crate::record::QaItem;
 
 /// Build an input dataset (HF parquet) from images plus a labels JSONL.
 #[derive(Debug, Args)]
@@ -27,7 +29,10 @@ references.\n  \
 --image-column, --question-column, --answer-column); one row per input row.\n\n\
 Output: OUT/data/<split>-00000-of-0000N.parquet with columns image{bytes,path} (bytes unchanged), \
 qa[{question, answer, source = image sha256}], image_sha256, family and provenance columns; \
-row groups of at most 100 rows.",
+row groups of at most 100 rows.\n\n\
+Each row passes `run`'s input check first: a row whose image does not decode or whose question \
+or answer is blank or null is left out, named on stderr (file:line or file: row N, and the \
+field), and counted; the exit status stays 0 as long as some row is written.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
 verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input\n  \
@@ -241,11 +246,23 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     })
 }
 
-/// Run `prepare` and print the written shard files.
+/// `run`'s input check of one row (the pipeline's own: the image decodes within its limits,
+/// every question and some reference of each `qa` item not blank), as `prepare` applies it.
+fn run_input_check(image: &[u8], qa: &[QaItem]) -> Result<(), (String, String)> {
+    check_image(Some(image), |_, _| Ok(())).map_err(|p| (p.field, p.message))?;
+    for (i, item) in qa.iter().enumerate() {
+        check_qa(i, item).map_err(|p| (p.field, p.message))?;
+    }
+    Ok(())
+}
+
+/// Run `prepare` and print the written shard files (stdout); each row left out by `run`'s
+/// input check is named on stderr, then their count. Left-out rows do not change the exit
+/// status (0), as rows reported in `run`'s `errors.jsonl` do not.
 pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
     let opts = prepare_options(a)?;
     let started = std::time::Instant::now();
-    let summary = prepare(&opts).map_err(|e| match e {
+    let summary = prepare(&opts, &run_input_check).map_err(|e| match e {
         DatasetError::Choice(m) => usage(m),
         other => anyhow::Error::new(other).context(format!("prepare into {}", opts.out.display())),
     })?;
@@ -257,6 +274,16 @@ pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
         secs = started.elapsed().as_secs_f64(),
         "prepared"
     );
+    for m in &summary.left_out {
+        eprintln!("left out: {m}");
+    }
+    if !summary.left_out.is_empty() {
+        eprintln!(
+            "prepare: {} row(s) left out (listed above: `run` would report them as errors), {} written",
+            summary.left_out.len(),
+            summary.shards.num_rows
+        );
+    }
     for f in &summary.shards.files {
         println!("{}", f.display());
     }

@@ -8,12 +8,14 @@
 //! - [`inspect`]: a human-readable summary of any of these datasets.
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
+//! - [`families`]: the families an input names, and pairs differing only in case.
 //! - [`layout`]: which columns hold the image, the question and the answer (SPEC §2 or flat).
 //! - [`hub`]: a dataset of the local Hugging Face hub cache named by its id.
 //! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
 //! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.
 
 pub mod card;
+pub mod families;
 pub mod features;
 pub mod hub;
 pub mod inspect;

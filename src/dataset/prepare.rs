@@ -36,7 +36,14 @@ use super::reader::resolve_inside;
 use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
 use super::writer::{image_array, image_fields, sha256_hex};
 use super::DatasetError;
-use crate::record::ImageRef;
+use crate::record::{ImageRef, QaItem};
+
+/// `run`'s input check of one row, as `prepare` applies it before writing: given the image
+/// bytes and the row's `qa` items, `Err((field, message))` for the first problem (field as
+/// `errors.jsonl` names it: `image.bytes`, `qa[0].answer`, …). The CLI passes the pipeline's
+/// own checks (`pipeline::inspect::check_image` and `check_qa`), so every prepared row is one
+/// `run` takes.
+pub type RowCheck<'a> = &'a dyn Fn(&[u8], &[QaItem]) -> Result<(), (String, String)>;
 
 /// Where `prepare` takes its rows from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +112,17 @@ struct PendingQa {
 }
 
 impl PendingQa {
+    /// The item as `run` reads it back (the references, as [`QaItem::references`] gives them).
+    fn to_item(&self) -> QaItem {
+        QaItem {
+            question: self.question.clone(),
+            answer: self.answers.first().cloned().unwrap_or_default(),
+            answer_list: self.listed.then(|| self.answers.clone()),
+            source: None,
+            extra: Map::new(),
+        }
+    }
+
     fn one(question: String, answer: String, extra: Map<String, Value>) -> Self {
         Self {
             question,
@@ -189,6 +207,8 @@ fn take_answers(
             }
             Ok((answers, true))
         }
+        // A blank reference: the row check leaves the row out.
+        Some(Value::Null) => Ok((vec![String::new()], false)),
         other => Ok((vec![value_text(other, "answer", path, line)?], false)),
     }
 }
@@ -246,7 +266,12 @@ fn labels_rows(
             }
         }
         let file = take_text(&mut m, "file", labels, line)?;
-        let answer = take_text(&mut m, "label", labels, line)?;
+        // A null label is a blank reference: the row check leaves the row out.
+        let answer = match m.get("label") {
+            Some(Value::Null) => String::new(),
+            _ => take_text(&mut m, "label", labels, line)?,
+        };
+        m.remove("label");
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
             origin: format!("{}:{line}", labels.display()),
@@ -440,18 +465,23 @@ fn ready_batch(
 pub struct PrepareSummary {
     /// The shards.
     pub shards: ShardSummary,
-    /// Total `qa` entries.
+    /// Total `qa` entries written.
     pub qa_items: u64,
+    /// The rows the [`RowCheck`] left out, in input order, each as
+    /// `"<file:line or file: row N>: field <field>: <message>"`.
+    pub left_out: Vec<String>,
 }
 
-/// Run `prepare` (see the module docs).
+/// Run `prepare` (see the module docs). Each row is checked with `check` (`run`'s input
+/// check) before it is written; a row that fails it (an image that does not decode, a
+/// blank or null answer, …) is left out and named in [`PrepareSummary::left_out`].
 ///
 /// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
 /// outside its folder (naming the path), a parquet row that cannot be read (naming file,
 /// row and field), [`DatasetError::Choice`] for an input that needs an option (`--split`,
-/// a column flag), no rows after filtering, or a write failure.
+/// a column flag), no rows after filtering or after the check, or a write failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
-pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
+pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
         PrepareSource::Labels {
             labels,
@@ -470,7 +500,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
             (qa_jsonl_rows(jsonl)?, dir)
         }
         PrepareSource::Parquet { input, columns } => {
-            return from_parquet::prepare_parquet(opts, input, columns)
+            return from_parquet::prepare_parquet(opts, input, columns, check)
         }
     };
     if rows.is_empty() {
@@ -522,7 +552,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareSummary, DatasetError> {
             pending,
         })
     });
-    write_rows(opts, &columns, ready)
+    write_rows(opts, &columns, ready, check)
 }
 
 fn no_rows() -> DatasetError {
@@ -531,12 +561,23 @@ fn no_rows() -> DatasetError {
     )
 }
 
-/// Write `rows` as `opts.split` into `opts.out/data/`, in row groups of
-/// `opts.shard.rows_per_group`.
+/// One row left out by the [`RowCheck`]: `"<origin>: field <field>: <message>"`, where the
+/// origin is `file:line` of a JSONL or `file: row N` of a parquet input.
+fn left_out_message(origin: &str, (field, message): (String, String)) -> String {
+    format!("{origin}: field {field}: {message}")
+}
+
+/// Write the rows that pass `check` as `opts.split` into `opts.out/data/`, in row groups of
+/// `opts.shard.rows_per_group`; the others are left out, each named in
+/// [`PrepareSummary::left_out`].
+///
+/// Errors: the first error of `rows`, no row passing `check` (listing why each was left
+/// out), or a write failure.
 fn write_rows(
     opts: &PrepareOptions,
     columns: &Columns,
     rows: impl Iterator<Item = Result<ReadyRow, DatasetError>>,
+    check: RowCheck,
 ) -> Result<PrepareSummary, DatasetError> {
     let schema = columns.schema();
     let mut writer = ShardedWriter::create(
@@ -546,15 +587,28 @@ fn write_rows(
         opts.shard,
     )?;
     let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
-    let mut qa_items = 0u64;
+    let (mut qa_items, mut written, mut left_out) = (0u64, 0u64, Vec::new());
     for row in rows {
         let row = row?;
+        let items: Vec<QaItem> = row.pending.qa.iter().map(PendingQa::to_item).collect();
+        let bytes = row.image.bytes.as_deref().unwrap_or_default();
+        if let Err(problem) = check(bytes, &items) {
+            left_out.push(left_out_message(&row.pending.origin, problem));
+            continue;
+        }
         qa_items += row.pending.qa.len() as u64;
+        written += 1;
         ready.push(row);
         if ready.len() >= opts.shard.rows_per_group {
             writer.write(&ready_batch(&ready, &schema, columns)?)?;
             ready.clear();
         }
+    }
+    if written == 0 {
+        return Err(DatasetError::Invalid(format!(
+            "no rows to prepare: every row was left out:\n{}",
+            left_out.join("\n")
+        )));
     }
     if !ready.is_empty() {
         writer.write(&ready_batch(&ready, &schema, columns)?)?;
@@ -562,6 +616,7 @@ fn write_rows(
     Ok(PrepareSummary {
         shards: writer.finish()?,
         qa_items,
+        left_out,
     })
 }
 

@@ -127,7 +127,7 @@ impl InputReader {
         let pending = files
             .refused
             .into_iter()
-            .map(|r| Err(Self::file_error(&r.link, None, r.message)))
+            .map(|r| Err(Self::file_error(&r.link, None, None, r.message)))
             .collect();
         Ok(Self {
             root: files.root,
@@ -140,10 +140,12 @@ impl InputReader {
         })
     }
 
-    fn file_error(path: &Path, row: Option<usize>, message: String) -> RowError {
+    /// An error of a whole file (`row` `None`) or of the `rows` rows from `row` on.
+    fn file_error(path: &Path, row: Option<usize>, rows: Option<u64>, message: String) -> RowError {
         RowError {
             file: path.display().to_string(),
             row,
+            rows,
             field: "file".into(),
             message,
         }
@@ -208,7 +210,7 @@ impl InputReader {
             }
             Err(message) => self
                 .pending
-                .push_back(Err(Self::file_error(&path, None, message))),
+                .push_back(Err(Self::file_error(&path, None, None, message))),
         }
         true
     }
@@ -253,6 +255,7 @@ impl InputReader {
                         self.pending.push_back(Err(Self::file_error(
                             &cur.path,
                             Some(cur.next_row),
+                            Some((end - cur.next_row) as u64),
                             format!(
                                 "cannot decode rows {}..{end} (row group {}): {e}",
                                 cur.next_row,
@@ -291,10 +294,15 @@ impl InputReader {
             match built {
                 Ok(r) => cur.batches = Some(r),
                 Err(e) => {
-                    let msg = format!("cannot read row group {g}: {e}");
+                    let msg = format!(
+                        "cannot read rows {}..{} (row group {g}): {e}",
+                        cur.next_row,
+                        cur.next_row + cur.group_rows
+                    );
                     self.pending.push_back(Err(Self::file_error(
                         &cur.path,
                         Some(cur.next_row),
+                        Some(cur.group_rows as u64),
                         msg,
                     )));
                     cur.next_row += cur.group_rows;
@@ -494,6 +502,7 @@ fn decode_batch(
             .map_err(|(field, message)| RowError {
                 file: file.to_string(),
                 row: Some(row),
+                rows: None,
                 field,
                 message,
             });

@@ -114,6 +114,7 @@ mod tests {
             position,
             file: "f.parquet".into(),
             row: Some(position as usize),
+            rows: None,
             body: Ok(RowOk {
                 family: "F".into(),
                 clean_meta: "{}".into(),

@@ -16,6 +16,7 @@ pub(crate) fn error_line(plan: &RowPlan, qa: Option<u32>, field: &str, message: 
     ErrorLine {
         file: plan.file.clone(),
         row: plan.row,
+        rows: plan.rows,
         position: plan.position,
         qa,
         field: field.to_string(),

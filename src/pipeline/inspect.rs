@@ -92,10 +92,10 @@ pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
             "question is missing or blank",
         ));
     }
-    if item.references().iter().all(|r| r.trim().is_empty()) {
+    if crate::record::references_blank(&item.references()) {
         return Err(problem(
             format!("qa[{index}].answer"),
-            "reference answer is missing or blank",
+            crate::record::BLANK_REFERENCE,
         ));
     }
     Ok(())

@@ -81,6 +81,10 @@ pub struct ErrorLine {
     pub file: String,
     /// 0-based row in `file` (`None`: the whole file).
     pub row: Option<usize>,
+    /// How many rows from `row` on the error covers when not one (an unreadable row group:
+    /// rows `row..row + rows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
     /// Position in the input stream.
     pub position: u64,
     /// `qa` index when the error concerns one question, `None` for the whole row.

@@ -22,8 +22,7 @@ use crate::record::{InputRow, QaItem, RowError};
 use crate::report::Progress;
 use crate::settings::Settings;
 
-/// Family used in split names when neither `--family` nor the row names one.
-pub const DEFAULT_FAMILY: &str = "Default";
+pub use crate::family::DEFAULT_FAMILY;
 /// Smallest number of requests handed to the engine at once. Chunks are
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of images is held in memory, at most
@@ -65,6 +64,7 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
         position,
         file: e.file,
         row: e.row,
+        rows: e.rows,
         body: Err(FieldProblem {
             field: e.field,
             message: e.message,
@@ -93,6 +93,7 @@ pub(crate) fn plan_row(
             RowError {
                 file: row.source_file.clone(),
                 row: Some(row.row_index),
+                rows: None,
                 field: field.into(),
                 message,
             },
@@ -174,6 +175,7 @@ pub(crate) fn plan_row(
         position,
         file: row.source_file.clone(),
         row: Some(row.row_index),
+        rows: None,
         body: Ok(RowOk {
             family,
             clean_meta,

@@ -40,7 +40,21 @@ pub(crate) struct RowPlan {
     pub position: u64,
     pub file: String,
     pub row: Option<usize>,
+    /// Input rows an unreadable element stands for when not one (`RowError::rows`).
+    pub rows: Option<u64>,
     pub body: Result<RowOk, FieldProblem>,
+}
+
+impl RowPlan {
+    /// The input rows this element is: `Some(1)` for a row, the row group's count for an
+    /// unreadable row group, `None` for a file whose rows cannot be counted.
+    pub(crate) fn input_rows(&self) -> Option<u64> {
+        match (self.row, self.rows) {
+            (_, Some(n)) => Some(n),
+            (Some(_), None) => Some(1),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Why the judge looks at an item.

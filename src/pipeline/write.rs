@@ -354,7 +354,15 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         generations: Vec::new(),
         rows_written: 0,
     };
-    c.stats.input_rows = w.plans.len() as u64;
+    // Rows by the parquet footer: an unreadable row group counts its rows, a file whose rows
+    // cannot be counted counts as no row (and as an unread file).
+    for plan in w.plans {
+        match plan.input_rows() {
+            Some(n) => c.stats.input_rows += n,
+            None => c.stats.unread_files += 1,
+        }
+        c.stats.unread_rows += plan.rows.unwrap_or(0);
+    }
     let mut plans = w.plans.iter();
     let stream = w.source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {

@@ -39,6 +39,10 @@ pub struct Summary {
     pub reject_reasons: BTreeMap<String, u64>,
     /// Lines of `errors.jsonl` (unusable input, failed generations).
     pub errors: u64,
+    /// Rows of row groups that could not be read ([`RunStats::unread_rows`]).
+    pub unread_rows: u64,
+    /// Files that could not be read at all ([`RunStats::unread_files`]).
+    pub unread_files: u64,
     /// Cleaning drop reason → questions.
     pub cleaning_drops: BTreeMap<String, u64>,
     /// Split name → questions written.
@@ -92,6 +96,8 @@ impl Summary {
             rejected: stats.rejected,
             reject_reasons: stats.reject_reasons.clone(),
             errors: stats.errors,
+            unread_rows: stats.unread_rows,
+            unread_files: stats.unread_files,
             cleaning_drops: stats.cleaning_drops.clone(),
             split_items: stats.split_items.clone(),
             calibration: stats.calibration,
@@ -136,16 +142,31 @@ impl Summary {
             s.push_str(&format!(" ({})", counts(&self.cleaning_drops)));
         }
         s.push('\n');
+        if self.unread_rows > 0 || self.unread_files > 0 {
+            s.push_str(&format!(
+                "not read: {} rows of damaged row groups (their questions are not counted), {} file(s) unreadable\n",
+                self.unread_rows, self.unread_files
+            ));
+        }
         if let Some(c) = self.calibration {
             s.push_str(&format!(
                 "calibration: the judge agreed on {} of {} verifier accepts\n",
                 c.agreed, c.total
             ));
         }
-        s.push_str(&format!(
-            "time {:.1} s, {:.2} items/s, {:.1} tokens/s, {} new generations\n",
-            self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
-        ));
+        // Rates of nothing generated (a merge, a fully replayed resume) would read as a
+        // stalled engine ("0.00 items/s"): say there was no generation instead.
+        if self.generated == 0 {
+            s.push_str(&format!(
+                "time {:.1} s, no new generations\n",
+                self.elapsed_s
+            ));
+        } else {
+            s.push_str(&format!(
+                "time {:.1} s, {:.2} items/s, {:.1} tokens/s, {} new generations\n",
+                self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
+            ));
+        }
         if self.replayed > 0 {
             s.push_str(&format!(
                 "resumed: {} of {} generations replayed from the journal\n",
@@ -215,6 +236,18 @@ mod tests {
             "resumed: 75 of 100 generations replayed from the journal"
         );
         assert!(text.ends_with("run report o/run.json\n"), "{text}");
+        // Nothing generated (a merge, a fully replayed resume): no rates of zero.
+        stats.throughput.generated_items = 0;
+        stats.throughput.items_per_s = 0.0;
+        let merged = Summary::new(&stats, Path::new("o")).text();
+        assert!(
+            merged.contains("time 10.0 s, no new generations\n") && !merged.contains("items/s"),
+            "{merged}"
+        );
+        assert!(
+            merged.contains("resumed: 75 of 75 generations replayed"),
+            "{merged}"
+        );
         let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
         assert_eq!(json["accepted_by_judge"], 2);
         assert_eq!(json["accepted_percent"], 77.5);

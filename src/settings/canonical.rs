@@ -11,7 +11,8 @@ use crate::dataset::layout::ReadOptions;
 /// its JSON is canonical.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CanonicalSettings {
-    /// Canonical input path.
+    /// The input: the canonical deepest folder holding every input file, however `--data`
+    /// was spelt ([`super::fingerprint::input_identity`]).
     pub data: String,
     /// Family override.
     pub family: Option<String>,

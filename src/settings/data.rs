@@ -1,5 +1,6 @@
 //! Where `--data` points (a parquet folder, file or glob, or a dataset id of the local Hugging
-//! Face hub cache) and the early check of the input's columns.
+//! Face hub cache) and the early checks of the input: its columns, and families that differ
+//! only in case.
 
 use std::path::{Path, PathBuf};
 
@@ -101,4 +102,36 @@ pub(super) fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), 
             }),
         None => Ok(()), // unreadable footer: the reader reports the file
     }
+}
+
+/// Without `--family`, the families the input names must not differ only in case
+/// ([`crate::dataset::families`]): their split files (`Cheque_RS_think-…`,
+/// `cheque_RS_think-…`) would overwrite each other on a case-insensitive file system.
+///
+/// Errors: [`SettingsError::Invalid`] on `--data`, naming the families.
+pub(super) fn check_family_case(data: &Path) -> Result<(), SettingsError> {
+    let Ok(inputs) = crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) else {
+        return Ok(()); // the reader reports an input it cannot list
+    };
+    let families = crate::dataset::families::input_families(&inputs.files);
+    let Some(group) = crate::dataset::families::case_clashes(&families)
+        .into_iter()
+        .next()
+    else {
+        return Ok(());
+    };
+    let quoted: Vec<String> = group.iter().map(|f| format!("{f:?}")).collect();
+    let files: Vec<String> = group.iter().map(|f| format!("{f}_RS_think-…")).collect();
+    Err(SettingsError::Invalid {
+        key: "data",
+        value: data.display().to_string(),
+        why: format!(
+            "the families {} differ only in case: their split files ({}) would overwrite each \
+             other on a case-insensitive file system (macOS, Windows); rename them in the \
+             `family` column so that they differ otherwise, or pass --family to put every row \
+             in one family",
+            quoted.join(" and "),
+            files.join(", ")
+        ),
+    })
 }

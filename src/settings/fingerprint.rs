@@ -50,6 +50,26 @@ pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsEr
         .collect()
 }
 
+/// The input as the run's identity ([`crate::settings::CanonicalSettings::data`]) names it:
+/// the deepest folder holding every file `data` resolves to, canonical, so `--data X`,
+/// `--data X/data`, `--data ./X/` or a glob matching the same files name one input and a
+/// killed run resumes under any of them (the files themselves are [`hash_input_files`]'s).
+/// A spec that resolves to no file is named as given (canonical when it exists).
+pub fn input_identity(data: &Path) -> String {
+    let files = crate::dataset::reader::resolve_inputs(&data.to_string_lossy())
+        .map(|i| i.files)
+        .unwrap_or_default();
+    let dir = if files.is_empty() {
+        data.to_path_buf()
+    } else {
+        common_dir(&files)
+    };
+    std::fs::canonicalize(&dir)
+        .unwrap_or(dir)
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The deepest folder holding every file of `files` (empty for none): input files are named
 /// relative to it, so `--data dir`, `--data ./dir/`, `--data /abs/dir` and a config run from
 /// another folder name the same files alike and resume the same run.

@@ -128,12 +128,14 @@ pub fn mixed_rows() -> Vec<Result<InputRow, RowError>> {
     rows.push(Err(RowError {
         file: f.into(),
         row: Some(27),
+        rows: None,
         field: "qa[0].question".into(),
         message: "invalid UTF-8".into(),
     }));
     rows.push(Err(RowError {
         file: "data/train-00001.parquet".into(),
         row: None,
+        rows: None,
         field: "file".into(),
         message: "not a parquet file".into(),
     }));

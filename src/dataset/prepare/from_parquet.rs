@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{
     no_rows, rename_reserved, write_rows, Columns, PendingQa, PendingRow, PrepareOptions,
-    PrepareSummary, ReadyRow, RESERVED,
+    PrepareSummary, ReadyRow, RowCheck, RESERVED,
 };
 use crate::dataset::layout::{file_columns, ColumnFlags, Layout, ReadOptions};
 use crate::dataset::reader::{resolve_inputs, InputReader};
@@ -63,6 +63,7 @@ pub(super) fn prepare_parquet(
     opts: &PrepareOptions,
     input: &str,
     columns: &ColumnFlags,
+    check: RowCheck,
 ) -> Result<PrepareSummary, DatasetError> {
     let inputs = resolve_inputs(input)?;
     if let Some(found) = inputs.files.first().and_then(|f| file_columns(f)) {
@@ -101,5 +102,5 @@ pub(super) fn prepare_parquet(
                 pending,
             })
         });
-    write_rows(opts, &out_columns, rows)
+    write_rows(opts, &out_columns, rows, check)
 }
