@@ -259,7 +259,7 @@ impl PagedOp<'_> {
                 .zip(scores.chunks_exact_mut(stride))
                 .enumerate()
             {
-                let end = keys_of(r).min(k1);
+                let end = keys_of(r).clamp(k0, k1);
                 let row = |p: usize| &k[offsets[p - k0]..offsets[p - k0] + hd];
                 let mut p = k0;
                 while p + 4 <= end {
@@ -289,7 +289,7 @@ impl PagedOp<'_> {
                 .zip(scores.chunks_exact(stride))
                 .enumerate()
             {
-                let end = keys_of(r).min(k1);
+                let end = keys_of(r).clamp(k0, k1);
                 let row = |p: usize| &v[offsets[p - k0]..offsets[p - k0] + hd];
                 let mut p = k0;
                 // Four positions per pass over the row, each element's adds in increasing

@@ -281,12 +281,14 @@ fn bad_metadata_is_a_typed_error() {
 }
 
 /// Prefill chunks long enough to be tiled (more tokens than a tile of 16, more positions than
-/// a key block of 64): a fresh 37-token prompt, a 70-token chunk starting at position 80 of its
-/// sequence, a 2-token chunk, and two decodes, GQA 6:2, block size 16 with interleaved blocks.
+/// a key block of 64): a fresh 37-token prompt, a 70-token chunk starting at position 10 (its
+/// tile of positions 58..74 straddles the key block boundary at 64: some of its queries end
+/// before the last key block), a 20-token chunk starting at position 130, a 2-token chunk, and
+/// two decodes; GQA 6:2, block size 16 with interleaved blocks.
 fn chunked_prefill_case() -> Case {
     Case {
-        query_lens: vec![37, 1, 70, 2, 1],
-        context_lens: vec![37, 90, 150, 20, 1],
+        query_lens: vec![37, 1, 70, 20, 2, 1],
+        context_lens: vec![37, 90, 80, 150, 20, 1],
         n_heads: 6,
         kv_heads: 2,
         head_dim: 32,
