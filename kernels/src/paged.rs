@@ -453,9 +453,11 @@ fn dot<T: Element>(k: &[T], q: &[f32]) -> f32 {
     let (kc, qc) = (k.chunks_exact(DOT_LANES), q.chunks_exact(DOT_LANES));
     let tail = (kc.remainder(), qc.remainder());
     for (kc, qc) in kc.zip(qc) {
-        for ((a, &kx), &qx) in acc.iter_mut().zip(kc).zip(qc) {
-            *a += kx.to_f32() * qx;
-        }
+        let (kc, qc) = (
+            kc.try_into().expect("whole chunk"),
+            qc.try_into().expect("whole chunk"),
+        );
+        lanes_add_products(&mut acc, kc, qc);
     }
     dot_finish(acc, tail)
 }
@@ -466,33 +468,31 @@ fn dot<T: Element>(k: &[T], q: &[f32]) -> f32 {
 #[inline(always)]
 fn dot4<T: Element>(k: [&[T]; 4], q: &[f32]) -> [f32; 4] {
     let whole = q.len() / DOT_LANES * DOT_LANES;
-    let (mut a0, mut a1, mut a2, mut a3) = (
-        [0f32; DOT_LANES],
-        [0f32; DOT_LANES],
-        [0f32; DOT_LANES],
-        [0f32; DOT_LANES],
-    );
+    let mut acc = [[0f32; DOT_LANES]; 4];
     for c in (0..whole).step_by(DOT_LANES) {
-        let lanes = |x: &[T]| -> [f32; DOT_LANES] {
-            let x: &[T; DOT_LANES] = x[c..c + DOT_LANES].try_into().expect("8 lanes");
-            x.map(|x| x.to_f32())
-        };
-        let qc: &[f32; DOT_LANES] = q[c..c + DOT_LANES].try_into().expect("8 lanes");
-        let (x0, x1, x2, x3) = (lanes(k[0]), lanes(k[1]), lanes(k[2]), lanes(k[3]));
-        for l in 0..DOT_LANES {
-            a0[l] += x0[l] * qc[l];
-            a1[l] += x1[l] * qc[l];
-            a2[l] += x2[l] * qc[l];
-            a3[l] += x3[l] * qc[l];
+        let qc: &[f32; DOT_LANES] = q[c..c + DOT_LANES].try_into().expect("whole chunk");
+        for (acc, k) in acc.iter_mut().zip(k) {
+            let kc: &[T; DOT_LANES] = k[c..c + DOT_LANES].try_into().expect("whole chunk");
+            lanes_add_products(acc, kc, qc);
         }
     }
-    let tail = |i: usize| (&k[i][whole..], &q[whole..]);
-    [
-        dot_finish(a0, tail(0)),
-        dot_finish(a1, tail(1)),
-        dot_finish(a2, tail(2)),
-        dot_finish(a3, tail(3)),
-    ]
+    let mut i = 0;
+    acc.map(|acc| {
+        i += 1;
+        dot_finish(acc, (&k[i - 1][whole..], &q[whole..]))
+    })
+}
+
+/// One chunk of [`dot`]: lane `l` of `acc` adds `k[l] · q[l]`.
+#[inline(always)]
+fn lanes_add_products<T: Element>(
+    acc: &mut [f32; DOT_LANES],
+    k: &[T; DOT_LANES],
+    q: &[f32; DOT_LANES],
+) {
+    for ((a, &kx), &qx) in acc.iter_mut().zip(k).zip(q) {
+        *a += kx.to_f32() * qx;
+    }
 }
 
 /// The end of [`dot`]: the [`DOT_LANES`] partial sums added pairwise, then the products of
