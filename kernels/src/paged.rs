@@ -34,8 +34,11 @@ pub struct PagedAttentionParams<'a> {
 /// Query `j` of sequence `s` attends to cache positions `0..=context_lens[s] - query_lens[s] + j`.
 /// Head `h` reads KV head `h / (n_heads / n_kv_heads)` (GQA). Softmax is the numerically stable
 /// one (max subtracted); products and sums accumulate in f32 whatever the storage dtype
-/// (f32/f16/bf16; query and cache must share it). Parallel over tokens × KV heads with rayon
-/// (the query heads of a GQA group together).
+/// (f32/f16/bf16; query and cache must share it). Parallel with rayon over decode tokens × KV
+/// heads (the query heads of a GQA group together) and over tiles of a prefill chunk's tokens ×
+/// KV heads, which read each key and value row once per tile. A query's output is bitwise the
+/// same whichever other queries share its step or tile (batch invariance). Memory beyond the
+/// output: per worker, a tile's scores, `16 × group × context` f32.
 ///
 /// Errors: [`KernelError::Invalid`] for inconsistent shapes/metadata (lengths, a block table
 /// too short, a block id out of range, `n_heads % n_kv_heads != 0`);
