@@ -60,8 +60,19 @@ fn naive(
     out
 }
 
-/// Runs the case through the paged kernels in `dtype`; returns (paged output, reference) in f32.
-fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
+/// A case written into paged pools: the step's queries `[total, nh, hd]` and the pools in the
+/// storage dtype, the block tables, and the dense f64 reference output (as f32).
+struct Prepared {
+    q: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    tables: Vec<Vec<u32>>,
+    reference: Vec<f32>,
+}
+
+/// Writes the case's past and new keys/values into paged pools (block ids interleaved across
+/// sequences, so block tables are not contiguous) and computes the dense reference.
+fn prepare(case: &Case, dtype: DType) -> Prepared {
     let dev = Device::Cpu;
     let (nh, kvh, hd, bs) = (case.n_heads, case.kv_heads, case.head_dim, case.block_size);
     let blocks_per_seq: Vec<usize> = case.context_lens.iter().map(|c| c.div_ceil(bs)).collect();
@@ -125,6 +136,25 @@ fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
         .unwrap()
         .to_dtype(dtype)
         .unwrap();
+    Prepared {
+        q,
+        kc,
+        vc,
+        tables,
+        reference,
+    }
+}
+
+/// Runs the case through the paged kernels in `dtype`; returns (paged output, reference) in f32.
+fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
+    let Prepared {
+        q,
+        kc,
+        vc,
+        tables,
+        reference,
+    } = prepare(case, dtype);
+    let (total, nh, hd) = q.dims3().unwrap();
     let params = PagedAttentionParams {
         query_lens: &case.query_lens,
         context_lens: &case.context_lens,
@@ -248,4 +278,92 @@ fn bad_metadata_is_a_typed_error() {
         reshape_and_cache(&k, &k, &kc, &vc, &[8]),
         Err(KernelError::Invalid { .. })
     ));
+}
+
+/// Prefill chunks long enough to be tiled (more tokens than a tile of 16, more positions than
+/// a key block of 64): a fresh 37-token prompt, a 70-token chunk starting at position 10 (its
+/// tile of positions 58..74 straddles the key block boundary at 64: some of its queries end
+/// before the last key block), a 20-token chunk starting at position 130, a 2-token chunk, and
+/// two decodes; GQA 6:2, block size 16 with interleaved blocks.
+fn chunked_prefill_case() -> Case {
+    Case {
+        query_lens: vec![37, 1, 70, 20, 2, 1],
+        context_lens: vec![37, 90, 80, 150, 20, 1],
+        n_heads: 6,
+        kv_heads: 2,
+        head_dim: 32,
+        block_size: 16,
+    }
+}
+
+#[test]
+fn tiled_prefill_chunks_match_dense_reference() {
+    let (out, reference) = run(&chunked_prefill_case(), DType::F32);
+    let d = max_abs_diff(&out, &reference);
+    assert!(d <= 1e-5, "max |Δ| = {d}");
+    let (out, reference) = run(&chunked_prefill_case(), DType::BF16);
+    let d = max_abs_diff(&out, &reference);
+    assert!(d <= 1.6e-2, "bf16: max |Δ| = {d}");
+}
+
+/// Batch invariance: every query of a step with tiled prefill chunks gives the same bits as
+/// that query alone in a step of its own (one new token at its position: the decode path), so
+/// a token's output does not depend on how the scheduler cut the prompt into chunks or what
+/// else shares the step. Catches a tile that reorders a query's reduction (a GEMM over the
+/// tile, an online softmax over key blocks).
+#[test]
+fn each_query_of_a_tiled_chunk_equals_the_query_alone_bitwise() {
+    let case = chunked_prefill_case();
+    for dtype in [DType::F32, DType::BF16] {
+        let Prepared {
+            q, kc, vc, tables, ..
+        } = prepare(&case, dtype);
+        let (_, nh, hd) = q.dims3().unwrap();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let params = PagedAttentionParams {
+            query_lens: &case.query_lens,
+            context_lens: &case.context_lens,
+            block_tables: &tables,
+            scale,
+        };
+        let step = paged_attention(&q, &kc, &vc, &params).unwrap();
+        let mut row = 0;
+        for (s, (&ql, &c)) in case.query_lens.iter().zip(&case.context_lens).enumerate() {
+            for j in 0..ql {
+                let alone = PagedAttentionParams {
+                    query_lens: &[1],
+                    context_lens: &[c - ql + j + 1],
+                    block_tables: std::slice::from_ref(&tables[s]),
+                    scale,
+                };
+                let one = paged_attention(&q.narrow(0, row, 1).unwrap(), &kc, &vc, &alone)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                let got = step
+                    .narrow(0, row, 1)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                assert_eq!(got.len(), nh * hd);
+                let same = got
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?}: sequence {s}, query {j} differs from its decode"
+                );
+                row += 1;
+            }
+        }
+    }
 }
