@@ -245,6 +245,16 @@ impl PackedLinear {
     /// DRAM). Measured with `kernels/examples/linear_rate.rs` on the panel-major order of an
     /// earlier version (m = 16, 14 layers of the 100m decoder, 1 thread): 37 → 43–51 GFLOP/s
     /// against no prefetch. Prefetching reads nothing into the result.
+    ///
+    /// With at most [`TILE_ROWS`] rows (decode of a few sequences) a task walks its panels one
+    /// after the other instead, each whole, without software prefetch: the weights then stream
+    /// in storage order (the order of the first version, which run 4 of BENCHMARKS.md measured)
+    /// and the hardware prefetcher follows them. `linear_rate 1 14` (thread CPU time, 1
+    /// thread, 8 alternated pairs, load average 6.6–7.1): 36.0 → 32.3 ms mean for the 14
+    /// layers; as whole processes (`verisample bench --max-batch 1`, 4 images, 32 new tokens,
+    /// 5 alternated pairs at load 7–8) the CPU time ratio was 1.01 (0.89–1.11), within that
+    /// machine's spread. The order per element is the same in both walks (increasing depth
+    /// blocks), so the bits are too.
     fn run<W: PanelElem>(&self, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
         let (k, n) = (self.in_dim, self.out_dim);
         let n_panels = n.div_ceil(PANEL_COLS);
@@ -261,6 +271,10 @@ impl PackedLinear {
         let block = ROW_BLOCK.min(m);
         let group = PANEL_GROUP.max(TASK_MACS / (block * k * PANEL_COLS).max(1));
         let groups = n_panels.div_ceil(group);
+        let depth_blocks = k.div_ceil(DEPTH_BLOCK);
+        // At most one tile of rows: nothing of `x` to keep in L2, only the weights to stream
+        // (see the doc comment).
+        let sequential = block <= TILE_ROWS;
         let out = OutPtr(y.as_mut_ptr());
         (0..m.div_ceil(block) * groups)
             .into_par_iter()
@@ -268,31 +282,36 @@ impl PackedLinear {
                 let (r0, p0) = ((task / groups) * block, (task % groups) * group);
                 let rows = block.min(m - r0);
                 let group = p0..(p0 + group).min(n_panels);
-                for k0 in (0..k).step_by(DEPTH_BLOCK) {
+                let steps = group.len() * depth_blocks;
+                // Step `s` of the task: (panel, first `k` of its depth block).
+                let at = |s: usize| {
+                    let (p, d) = if sequential {
+                        (s / depth_blocks, s % depth_blocks)
+                    } else {
+                        (s % group.len(), s / group.len())
+                    };
+                    (group.start + p, d * DEPTH_BLOCK)
+                };
+                for s in 0..steps {
+                    let (p, k0) = at(s);
                     let kb = DEPTH_BLOCK.min(k - k0);
-                    for p in group.clone() {
-                        let start = p * panel_len + k0 * PANEL_COLS;
-                        let w = &panels[start..start + kb * PANEL_COLS];
-                        // The block multiplied next, or this one again at the end or when the
-                        // next one is shorter.
-                        let (next, fits) = if p + 1 < group.end {
-                            (start + panel_len, true)
-                        } else {
-                            let k1 = k0 + DEPTH_BLOCK;
-                            (group.start * panel_len + k1 * PANEL_COLS, k1 + kb <= k)
-                        };
-                        let pf = match panels.get(next..next + kb * PANEL_COLS) {
-                            Some(pf) if fits => pf,
-                            _ => w,
-                        };
-                        for t0 in (r0..r0 + rows).step_by(TILE_ROWS) {
-                            let tr = TILE_ROWS.min(r0 + rows - t0);
-                            // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
-                            // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
-                            // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
-                            let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
-                            micro_rows(isa, tr, &x[t0 * k + k0..], k, (w, pf), acc, ldy);
-                        }
+                    let start = p * panel_len + k0 * PANEL_COLS;
+                    let w = &panels[start..start + kb * PANEL_COLS];
+                    // The block multiplied next, or this one again (nothing new fetched) when
+                    // streaming sequentially, at the end, or when the next one is shorter.
+                    let (p1, k1) = at(s + 1);
+                    let next = p1 * panel_len + k1 * PANEL_COLS;
+                    let pf = match panels.get(next..next + kb * PANEL_COLS) {
+                        Some(pf) if !sequential && s + 1 < steps && k1 + kb <= k => pf,
+                        _ => w,
+                    };
+                    for t0 in (r0..r0 + rows).step_by(TILE_ROWS) {
+                        let tr = TILE_ROWS.min(r0 + rows - t0);
+                        // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
+                        // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
+                        // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
+                        let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
+                        micro_rows(isa, tr, &x[t0 * k + k0..], k, (w, pf), acc, ldy);
                     }
                 }
                 if let Some(b) = &self.bias {

@@ -252,6 +252,11 @@ impl Mlp {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.up.forward(x)?;
         let h = match self.gate {
+            Some(inner)
+                if self.act == Act::Silu && h.device().is_cpu() && h.dtype() == DType::F32 =>
+            {
+                h.apply_op1_no_bwd(&SiluMul { inner })?
+            }
             Some(inner) => {
                 (self.act.forward(&h.narrow(D::Minus1, 0, inner)?)?
                     * h.narrow(D::Minus1, inner, inner)?)?
@@ -259,6 +264,54 @@ impl Mlp {
             None => self.act.forward(&h)?,
         };
         self.down.forward(&h)
+    }
+}
+
+/// `silu(gate) · up` of a fused gate/up projection's output `h` `[.., 2 · inner]` (gate the
+/// first `inner` columns, up the rest) → `[n, inner]`, in one pass over `h` into one fresh
+/// buffer `[.., inner]` (f32, CPU): the decode step's gated MLP otherwise copies the gate half out, writes
+/// SiLU into a second buffer and the product into a third. Per element exactly candle's
+/// `silu` (`g / (1 + exp(-g))`, candle-core's `op.rs`) then its `mul`, so the bits are
+/// those of `h.narrow(..).silu()? * h.narrow(..)`.
+struct SiluMul {
+    inner: usize,
+}
+
+impl candle_core::CustomOp1 for SiluMul {
+    fn name(&self) -> &'static str {
+        "silu_mul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &candle_core::CpuStorage,
+        l: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let (candle_core::CpuStorage::F32(h), Some((start, end))) = (s, l.contiguous_offsets())
+        else {
+            candle_core::bail!("silu_mul: a contiguous f32 input only");
+        };
+        let mut dims = l.dims().to_vec();
+        let width = dims.last().copied().unwrap_or(0);
+        if width != 2 * self.inner {
+            candle_core::bail!(
+                "silu_mul: {width} columns for an inner size of {}",
+                self.inner
+            );
+        }
+        let out: Vec<f32> = h[start..end]
+            .chunks_exact(width)
+            .flat_map(|row| {
+                let (gate, up) = row.split_at(self.inner);
+                gate.iter()
+                    .zip(up)
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            })
+            .collect();
+        if let Some(last) = dims.last_mut() {
+            *last = self.inner;
+        }
+        Ok((candle_core::CpuStorage::F32(out), dims.into()))
     }
 }
 
@@ -309,4 +362,30 @@ pub fn cos_sin(
 /// Sums the last dimension after an element-wise product (a small helper for weighted gathers).
 pub fn weighted_sum(rows: &Tensor, weights: &Tensor) -> Result<Tensor> {
     rows.broadcast_mul(&weights.unsqueeze(D::Minus1)?)?.sum(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fused `silu(gate) · up` is bitwise candle's `silu` then `mul`, over values that
+    /// reach exp's under- and overflow and SiLU's sign change.
+    #[test]
+    fn silu_mul_is_bitwise_candles_silu_then_mul() -> Result<()> {
+        let (rows, inner) = (3, 37);
+        let values: Vec<f32> = (0..rows * 2 * inner)
+            .map(|i| (i as f32 * 0.731).sin() * (1.0 + (i % 7) as f32 * 15.0))
+            .collect();
+        let h = Tensor::from_vec(values, (rows, 2 * inner), &candle_core::Device::Cpu)?;
+        let fused = h.apply_op1_no_bwd(&SiluMul { inner })?;
+        let reference = (h.narrow(1, 0, inner)?.silu()? * h.narrow(1, inner, inner)?)?;
+        assert_eq!(fused.dims(), [rows, inner]);
+        let (a, b) = (
+            fused.flatten_all()?.to_vec1::<f32>()?,
+            reference.flatten_all()?.to_vec1::<f32>()?,
+        );
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(h.apply_op1_no_bwd(&SiluMul { inner: inner + 1 }).is_err());
+        Ok(())
+    }
 }
