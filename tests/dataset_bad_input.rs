@@ -139,12 +139,15 @@ fn fixture() -> Fixture {
         &data.join("d_missing_qa.parquet"),
         vec![("image", image_col(vec![g()], vec![None]))],
     );
-    // e_wrong_qa: qa is a plain string.
+    // e_wrong_qa: qa is a plain string, in each of 3 rows (one error for the file).
     write(
         &data.join("e_wrong_qa.parquet"),
         vec![
-            ("image", image_col(vec![g()], vec![None])),
-            ("qa", strings(&["not a list"])),
+            (
+                "image",
+                image_col(vec![g(), g(), g()], vec![None, None, None]),
+            ),
+            ("qa", strings(&["not a list", "nor this", "nor that"])),
         ],
     );
     // f_truncated: a valid file cut in half.
@@ -249,6 +252,12 @@ fn each_defect_is_one_clear_row_error_and_good_rows_survive() {
     .collect();
     assert_eq!(got, want, "{errors:#?}");
     assert_eq!(errors.len(), want.len(), "one error per defect");
+    let wrong_qa = errors.iter().find(|e| file_name(e) == "e_wrong_qa.parquet");
+    assert_eq!(
+        wrong_qa.and_then(|e| e.rows),
+        Some(3),
+        "the file's rows, counted"
+    );
 
     let message = |file: &str, row: Option<usize>| {
         errors
@@ -264,7 +273,11 @@ fn each_defect_is_one_clear_row_error_and_good_rows_survive() {
         ("c_paths.parquet", Some(0), "escapes the dataset folder"),
         ("c_paths.parquet", Some(1), "absolute path"),
         ("d_missing_qa.parquet", Some(0), "missing column `qa`"),
-        ("e_wrong_qa.parquet", Some(0), "expected a list"),
+        (
+            "e_wrong_qa.parquet",
+            Some(0),
+            "column `qa` is Utf8, want list<struct{question, answer, …}>: none of the file's 3 rows",
+        ),
         ("f_truncated.parquet", None, "parquet"),
     ] {
         let m = message(file, row);

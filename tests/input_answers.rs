@@ -26,10 +26,18 @@ fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     w.close().unwrap();
 }
 
+/// `n` images, each a distinct 2x2 PNG (`prepare` writes only rows whose image decodes).
 fn images(n: usize) -> ArrayRef {
+    let png = |seed: u8| {
+        let mut out = std::io::Cursor::new(Vec::new());
+        image::RgbImage::from_pixel(2, 2, image::Rgb([seed, 1, 2]))
+            .write_to(&mut out, image::ImageFormat::Png)
+            .expect("encode png");
+        out.into_inner()
+    };
     let refs: Vec<ImageRef> = (0..n)
         .map(|i| ImageRef {
-            bytes: Some(vec![i as u8; 4]),
+            bytes: Some(png(i as u8)),
             path: Some(format!("{i}.png")),
         })
         .collect();
@@ -284,8 +292,13 @@ fn prepare_parquet_writes_the_qa_layout_from_flat_files() {
 #[test]
 fn prepare_jsonl_takes_list_answers() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("a.png"), b"a").unwrap();
-    std::fs::write(tmp.path().join("b.png"), b"b").unwrap();
+    for (name, seed) in [("a.png", 1), ("b.png", 2)] {
+        let mut png = std::io::Cursor::new(Vec::new());
+        image::RgbImage::from_pixel(2, 2, image::Rgb([seed, 0, 0]))
+            .write_to(&mut png, image::ImageFormat::Png)
+            .unwrap();
+        std::fs::write(tmp.path().join(name), png.into_inner()).unwrap();
+    }
     let jsonl = tmp.path().join("qa.jsonl");
     std::fs::write(
         &jsonl,

@@ -183,9 +183,75 @@ impl Layout {
     }
 }
 
+/// Why the `qa` column of a file in SPEC §2's layout cannot hold questions, from its type
+/// alone: not a list (`list`, `large_list`, `fixed_size_list`) of structs with `question`
+/// and `answer` fields. The reader then reports the file once, not each of its rows.
+pub fn qa_shape_problem(schema: &arrow::datatypes::Schema) -> Option<String> {
+    use arrow::datatypes::DataType;
+    const WANT: &str = "want list<struct{question, answer, …}>";
+    let field = schema.field_with_name("qa").ok()?;
+    let item = match field.data_type() {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f,
+        other => return Some(format!("column `qa` is {other}, {WANT}")),
+    };
+    let DataType::Struct(fields) = item.data_type() else {
+        return Some(format!(
+            "column `qa` is a list of {}, {WANT}",
+            item.data_type()
+        ));
+    };
+    let missing: Vec<&str> = ["question", "answer"]
+        .into_iter()
+        .filter(|n| fields.find(n).is_none())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "column `qa`: its items have no field `{}`, {WANT}",
+            missing.join("`, `")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_qa_column_of_the_wrong_shape_is_named_from_its_type() {
+        use arrow::datatypes::{DataType, Field, Fields, Schema};
+        use std::sync::Arc;
+        let schema = |qa: DataType| Schema::new(vec![Field::new("qa", qa, true)]);
+        let list_of = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
+        let text = |names: &[&str]| {
+            DataType::Struct(Fields::from(
+                names
+                    .iter()
+                    .map(|n| Field::new(*n, DataType::Utf8, true))
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        assert_eq!(
+            qa_shape_problem(&schema(list_of(text(&["question", "answer", "x"])))),
+            None
+        );
+        assert_eq!(
+            qa_shape_problem(&schema(DataType::Utf8)).as_deref(),
+            Some("column `qa` is Utf8, want list<struct{question, answer, …}>")
+        );
+        assert_eq!(
+            qa_shape_problem(&schema(list_of(DataType::Utf8))).as_deref(),
+            Some("column `qa` is a list of Utf8, want list<struct{question, answer, …}>")
+        );
+        assert_eq!(
+            qa_shape_problem(&schema(list_of(text(&["q", "a"])))).as_deref(),
+            Some("column `qa`: its items have no field `question`, `answer`, want list<struct{question, answer, …}>")
+        );
+        assert_eq!(
+            qa_shape_problem(&Schema::empty()),
+            None,
+            "no qa column: the layout's business"
+        );
+    }
 
     fn cols(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| s.to_string()).collect()

@@ -46,7 +46,7 @@ use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
 use super::isolate::isolate;
-use super::layout::{Layout, LayoutError, ReadOptions};
+use super::layout::{qa_shape_problem, Layout, LayoutError, ReadOptions};
 pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_answer_text, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
@@ -175,6 +175,19 @@ impl InputReader {
             (file, meta, Layout::resolve(&columns, &self.options.columns))
         });
         match opened {
+            // A `qa` column that cannot hold questions fails every row alike: one error for
+            // the file's rows (counted by the footer), not one per row.
+            Ok((_, meta, Ok(Layout::Nested))) if qa_shape_problem(meta.schema()).is_some() => {
+                let rows = meta.metadata().file_metadata().num_rows();
+                let problem = qa_shape_problem(meta.schema()).unwrap_or_default();
+                self.pending.push_back(Err(RowError {
+                    file: path.display().to_string(),
+                    row: Some(0),
+                    rows: Some(u64::try_from(rows).unwrap_or(0)),
+                    field: "qa".into(),
+                    message: format!("{problem}: none of the file's {rows} rows can be read"),
+                }));
+            }
             Ok((file, meta, layout)) => {
                 if let Some(layout) = layout
                     .as_ref()
