@@ -250,8 +250,8 @@ impl PackedLinear {
     /// after the other instead, each whole, without software prefetch: the weights then stream
     /// in storage order (the order of the first version, which run 4 of BENCHMARKS.md measured)
     /// and the hardware prefetcher follows them. `linear_rate 1 14` (thread CPU time, 1
-    /// thread, 8 alternated pairs, load average 6.6–7.1): 36.0 → 32.3 ms mean for the 14
-    /// layers; as whole processes (`verisample bench --max-batch 1`, 4 images, 32 new tokens,
+    /// thread, alternated pairs, load average 5.4–7.1): 36.0 → 32.3 ms mean for the 14
+    /// layers (8 pairs), 39.0 → 37.8 ms (8 more); as whole processes (`verisample bench --max-batch 1`, 4 images, 32 new tokens,
     /// 5 alternated pairs at load 7–8) the CPU time ratio was 1.01 (0.89–1.11), within that
     /// machine's spread. The order per element is the same in both walks (increasing depth
     /// blocks), so the bits are too.
