@@ -203,11 +203,14 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     match &args.data {
         Some(d) => settings.data = d.clone(),
         // run.json holds `--data` as typed, relative to where the shards ran: from another
-        // folder, the canonical path the shards' fingerprint recorded finds the same input.
-        None if !settings.data.exists() => {
-            let canonical = PathBuf::from(&first.fingerprint.settings.data);
-            if canonical.exists() {
-                settings.data = canonical;
+        // folder, the absolute spec the shards' fingerprint recorded finds the same input
+        // (runs of earlier versions recorded only the canonical folder of their input).
+        None if crate::settings::input_root(&settings.data).is_err() => {
+            let fp = &first.fingerprint;
+            let recorded = fp.data_spec.as_ref().unwrap_or(&fp.settings.data);
+            let recorded = PathBuf::from(recorded);
+            if crate::settings::input_root(&recorded).is_ok() {
+                settings.data = recorded;
             }
         }
         None => {}
@@ -240,11 +243,12 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
             what: describe_changes(&first.fingerprint, &now).join("; "),
         });
     }
-    let fp = fingerprint(
+    let mut fp = fingerprint(
         settings.canonical(),
         first.fingerprint.model_files.clone(),
         input_files,
     );
+    fp.data_spec = Some(crate::settings::data_spec(&settings.data));
     // Every shard journal is read (and a damaged one refused) before OUT is touched.
     let mut shard_results = Vec::with_capacity(reports.len());
     for (dir, _) in &reports {

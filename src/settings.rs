@@ -29,7 +29,7 @@ pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 mod out_dir;
 mod switch;
-pub use fingerprint::{fingerprint, hash_input_files, input_identity, Fingerprint};
+pub use fingerprint::{data_spec, fingerprint, hash_input_files, input_identity, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 pub use out_dir::{check_out, input_root, is_verisample_output};
 

@@ -474,3 +474,67 @@ fn a_hub_id_not_in_the_cache_says_how_to_fetch_it_and_config_paths_take_tilde() 
         "{line}"
     );
 }
+
+#[test]
+fn merge_from_another_folder_reads_the_file_the_shards_read_not_its_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let data = work.join("ds");
+    std::fs::create_dir_all(&data).unwrap();
+    let sample = repo().join("assets/sample/data/train-00000-of-00001.parquet");
+    std::fs::copy(&sample, data.join("train.parquet")).unwrap();
+    // A sibling the shards do not read: the merge must not read it either.
+    std::fs::copy(&sample, data.join("test.parquet")).unwrap();
+    let run_in = |dir: &Path, args: &[&str]| {
+        Command::new(BIN)
+            .current_dir(dir)
+            .args(args)
+            .args(["--progress", "none"])
+            .env_remove("VERISAMPLE_TEST_KILL_AT")
+            .output()
+            .unwrap()
+    };
+    let model = repo().join("assets/model");
+    for shard in ["0/2", "1/2"] {
+        let out = format!("shard{}", &shard[..1]);
+        let args = [
+            "run",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            "ds/train.parquet",
+            "--shard",
+            shard,
+            "--out",
+            &out,
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "64",
+            "-q",
+        ];
+        ok(run_in(&work, &args), shard);
+    }
+    // From the parent folder, without --data: `ds/train.parquet` does not resolve there.
+    let merged = ok(
+        run_in(
+            tmp.path(),
+            &["merge", "work/shard0", "work/shard1", "--out", "merged"],
+        ),
+        "merge from another folder",
+    );
+    let report = run_json(&tmp.path().join("merged"));
+    assert_eq!(
+        report["fingerprint"]["input_files"][0][0].as_str(),
+        Some("train.parquet"),
+        "{}",
+        text(&merged.stderr)
+    );
+    assert_eq!(
+        report["fingerprint"]["input_files"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

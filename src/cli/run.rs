@@ -301,6 +301,7 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let input_files = hash_input_files(&settings.data)?;
     let mut fingerprint = fingerprint(settings.canonical(), model_files, input_files);
     fingerprint.model = Some(settings.model.spec.clone());
+    fingerprint.data_spec = Some(crate::settings::data_spec(&settings.data));
     let control = RunControl::from_env();
     // A start that fails leaves nothing behind that would block the corrected command, and
     // a `--restart` discards the earlier output only once the model has loaded.

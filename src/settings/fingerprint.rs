@@ -25,6 +25,12 @@ pub struct Fingerprint {
     /// hashed (the model files are).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// `--data` made absolute (its longest existing prefix canonical, a glob's pattern kept):
+    /// where a `merge` run from another folder finds the same input. Not hashed: the run's
+    /// identity is `settings.data` (the folder holding the files) and the files' hashes, so
+    /// another spelling of the same files resumes the same run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_spec: Option<String>,
 }
 
 /// The sha256 of every input parquet file, in the order the dataset reader reads them
@@ -59,13 +65,28 @@ pub fn input_identity(data: &Path) -> String {
     let files = crate::dataset::reader::resolve_inputs(&data.to_string_lossy())
         .map(|i| i.files)
         .unwrap_or_default();
-    let dir = if files.is_empty() {
-        data.to_path_buf()
-    } else {
-        common_dir(&files)
-    };
+    let dir = identity_folder(data, &files);
     std::fs::canonicalize(&dir)
         .unwrap_or(dir)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The folder [`input_identity`] canonicalises: the deepest one holding every file of
+/// `files`; `.` for files named relative to the working folder (`--data a.parquet`,
+/// `--data '*.parquet'`, whose common parent is the empty path); `data` itself for no file.
+fn identity_folder(data: &Path, files: &[std::path::PathBuf]) -> std::path::PathBuf {
+    match common_dir(files) {
+        d if !d.as_os_str().is_empty() => d,
+        _ if files.is_empty() => data.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    }
+}
+
+/// `data` as [`Fingerprint::data_spec`] records it: absolute, its longest existing prefix
+/// canonical and the rest (a glob's pattern) kept as written.
+pub fn data_spec(data: &Path) -> String {
+    super::canonical_lenient(data)
         .to_string_lossy()
         .into_owned()
 }
@@ -114,12 +135,38 @@ pub fn fingerprint(
         model_files,
         input_files,
         model: None,
+        data_spec: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_named_relative_to_the_working_folder_are_identified_by_it() {
+        use std::path::PathBuf;
+        let files = |names: &[&str]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let folder = |data: &str, names: &[&str]| identity_folder(Path::new(data), &files(names));
+        // `a.parquet`, `./a.parquet` and `*.parquet` all name the working folder.
+        assert_eq!(folder("a.parquet", &["a.parquet"]), PathBuf::from("."));
+        assert_eq!(folder("./a.parquet", &["./a.parquet"]), PathBuf::from("."));
+        assert_eq!(
+            folder("*.parquet", &["a.parquet", "b.parquet"]),
+            PathBuf::from(".")
+        );
+        assert_eq!(
+            folder("d/*.parquet", &["d/a.parquet", "d/e/b.parquet"]),
+            PathBuf::from("d")
+        );
+        assert_eq!(folder("missing", &[]), PathBuf::from("missing"));
+        // Canonical, they are one identity with the absolute spelling.
+        let cwd = std::fs::canonicalize(".").unwrap();
+        assert_eq!(
+            std::fs::canonicalize(folder("a.parquet", &["a.parquet"])).unwrap(),
+            cwd
+        );
+    }
 
     #[test]
     fn input_files_are_named_alike_however_the_input_is_spelt() {
