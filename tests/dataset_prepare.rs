@@ -295,7 +295,7 @@ fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
         "labels.jsonl:3: field image.bytes: ",
         "labels.jsonl:4: field qa[0].answer: reference answer is missing or blank",
         "labels.jsonl:5: field qa[0].answer: reference answer is missing or blank",
-        "4 row(s) left out",
+        "4 row(s) or question(s) left out",
     ] {
         assert!(err.contains(want), "{want:?} in {err}");
     }
@@ -328,4 +328,34 @@ fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
         .path()
         .join("o2/data/train-00000-of-00001.parquet")
         .exists());
+
+    // A blank reference leaves out only its question, named by its own line; the image's
+    // other question is written.
+    std::fs::write(
+        src.join("two.jsonl"),
+        "{\"image\": \"a.png\", \"question\": \"Q1\", \"answer\": \"x\"}\n\
+         {\"image\": \"d.png\", \"question\": \"Q\", \"answer\": \"y\"}\n\
+         {\"image\": \"a.png\", \"question\": \"Q2\", \"answer\": \" \"}\n",
+    )
+    .unwrap();
+    let o3 = tmp.path().join("o3");
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(src.join("two.jsonl"))
+        .args(["--out"])
+        .arg(&o3)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("two.jsonl:3: field qa[1].answer: reference answer is missing or blank"),
+        "{err}"
+    );
+    let rows = read_all(&o3);
+    let questions: Vec<Vec<&str>> = rows
+        .iter()
+        .map(|r| r.qa.iter().map(|q| q.question.as_str()).collect())
+        .collect();
+    assert_eq!(questions, [vec!["Q1"], vec!["Q"]]);
 }

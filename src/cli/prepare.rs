@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args};
 
 use super::usage;
-use crate::dataset::prepare::{prepare, PrepareOptions, PrepareSource};
+use crate::dataset::prepare::{prepare, ItemProblems, PrepareOptions, PrepareSource};
 use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GROUP};
 use crate::dataset::DatasetError;
 use crate::family::{family_spec, is_valid_family_name};
@@ -30,9 +30,10 @@ references.\n  \
 Output: OUT/data/<split>-00000-of-0000N.parquet with columns image{bytes,path} (bytes unchanged), \
 qa[{question, answer, source = image sha256}], image_sha256, family and provenance columns; \
 row groups of at most 100 rows.\n\n\
-Each row passes `run`'s input check first: a row whose image does not decode or whose question \
-or answer is blank or null is left out, named on stderr (file:line or file: row N, and the \
-field), and counted; the exit status stays 0 as long as some row is written.",
+Each row passes `run`'s input check first: a row whose image does not decode is left out, and \
+so is a question whose text or answer is blank or null (the image's other questions are kept), \
+each named on stderr (file:line or file: row N, and the field) and counted; the exit status \
+stays 0 as long as some row is written.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
 verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input\n  \
@@ -247,13 +248,15 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
 }
 
 /// `run`'s input check of one row (the pipeline's own: the image decodes within its limits,
-/// every question and some reference of each `qa` item not blank), as `prepare` applies it.
-fn run_input_check(image: &[u8], qa: &[QaItem]) -> Result<(), (String, String)> {
+/// the question and some reference of each `qa` item not blank), as `prepare` applies it:
+/// an image problem leaves the row out, an item's problem only that item.
+fn run_input_check(image: &[u8], qa: &[QaItem]) -> Result<ItemProblems, (String, String)> {
     check_image(Some(image), |_, _| Ok(())).map_err(|p| (p.field, p.message))?;
-    for (i, item) in qa.iter().enumerate() {
-        check_qa(i, item).map_err(|p| (p.field, p.message))?;
-    }
-    Ok(())
+    Ok(qa
+        .iter()
+        .enumerate()
+        .map(|(i, item)| check_qa(i, item).err().map(|p| (p.field, p.message)))
+        .collect())
 }
 
 /// Run `prepare` and print the written shard files (stdout); each row left out by `run`'s
@@ -279,7 +282,7 @@ pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
     }
     if !summary.left_out.is_empty() {
         eprintln!(
-            "prepare: {} row(s) left out (listed above: `run` would report them as errors), {} written",
+            "prepare: {} row(s) or question(s) left out (listed above: `run` would report them as errors), {} row(s) written",
             summary.left_out.len(),
             summary.shards.num_rows
         );

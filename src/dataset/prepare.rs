@@ -39,11 +39,16 @@ use super::DatasetError;
 use crate::record::{ImageRef, QaItem};
 
 /// `run`'s input check of one row, as `prepare` applies it before writing: given the image
-/// bytes and the row's `qa` items, `Err((field, message))` for the first problem (field as
-/// `errors.jsonl` names it: `image.bytes`, `qa[0].answer`, …). The CLI passes the pipeline's
-/// own checks (`pipeline::inspect::check_image` and `check_qa`), so every prepared row is one
-/// `run` takes.
-pub type RowCheck<'a> = &'a dyn Fn(&[u8], &[QaItem]) -> Result<(), (String, String)>;
+/// bytes and the row's `qa` items, `Err((field, message))` when the image fails (the whole
+/// row is left out), else each item's problem or `None` (only failing items are left out, as
+/// `run` refuses only them). Fields as `errors.jsonl` names them: `image.bytes`,
+/// `qa[0].answer`, …. The CLI passes the pipeline's own checks
+/// (`pipeline::inspect::check_image` and `check_qa`), so every prepared item is one `run`
+/// takes.
+pub type RowCheck<'a> = &'a dyn Fn(&[u8], &[QaItem]) -> Result<ItemProblems, (String, String)>;
+
+/// Per `qa` item of a row, its `(field, message)` problem or `None` (see [`RowCheck`]).
+pub type ItemProblems = Vec<Option<(String, String)>>;
 
 /// Where `prepare` takes its rows from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +114,8 @@ struct PendingQa {
     /// The answer was given as a list.
     listed: bool,
     extra: Map<String, Value>,
+    /// `file:line` of its JSONL line when the row groups several lines (else the row's).
+    origin: Option<String>,
 }
 
 impl PendingQa {
@@ -129,6 +136,7 @@ impl PendingQa {
             answers: vec![answer],
             listed: false,
             extra,
+            origin: None,
         }
     }
 }
@@ -296,6 +304,7 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
             answers,
             listed,
             extra: rename_reserved(m, &["source"]),
+            origin: Some(format!("{}:{line}", jsonl.display())),
         };
         match index.get(&image) {
             Some(&i) => rows[i].qa.push(item),
@@ -467,8 +476,9 @@ pub struct PrepareSummary {
     pub shards: ShardSummary,
     /// Total `qa` entries written.
     pub qa_items: u64,
-    /// The rows the [`RowCheck`] left out, in input order, each as
-    /// `"<file:line or file: row N>: field <field>: <message>"`.
+    /// The rows (bad image) and questions (blank question or reference) the [`RowCheck`] left
+    /// out, in input order, each as `"<file:line or file: row N>: field <field>: <message>"`
+    /// (a question's own JSONL line).
     pub left_out: Vec<String>,
 }
 
@@ -589,13 +599,31 @@ fn write_rows(
     let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
     let (mut qa_items, mut written, mut left_out) = (0u64, 0u64, Vec::new());
     for row in rows {
-        let row = row?;
+        let mut row = row?;
         let items: Vec<QaItem> = row.pending.qa.iter().map(PendingQa::to_item).collect();
         let bytes = row.image.bytes.as_deref().unwrap_or_default();
-        if let Err(problem) = check(bytes, &items) {
-            left_out.push(left_out_message(&row.pending.origin, problem));
+        let problems = match check(bytes, &items) {
+            Ok(problems) => problems,
+            Err(problem) => {
+                left_out.push(left_out_message(&row.pending.origin, problem));
+                continue;
+            }
+        };
+        let origin = row.pending.origin.clone();
+        let mut kept = Vec::with_capacity(row.pending.qa.len());
+        for (i, qa) in std::mem::take(&mut row.pending.qa).into_iter().enumerate() {
+            match problems.get(i).cloned().flatten() {
+                Some(problem) => {
+                    let at = qa.origin.as_deref().unwrap_or(&origin);
+                    left_out.push(left_out_message(at, problem));
+                }
+                None => kept.push(qa),
+            }
+        }
+        if kept.is_empty() {
             continue;
         }
+        row.pending.qa = kept;
         qa_items += row.pending.qa.len() as u64;
         written += 1;
         ready.push(row);

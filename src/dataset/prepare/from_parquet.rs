@@ -41,6 +41,7 @@ fn pending(row: &InputRow) -> PendingRow {
                 answers: q.references().into_iter().map(str::to_string).collect(),
                 listed: q.answer_list.is_some(),
                 extra,
+                origin: None,
             }
         })
         .collect();
