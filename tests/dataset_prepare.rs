@@ -335,7 +335,10 @@ fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
         src.join("two.jsonl"),
         "{\"image\": \"a.png\", \"question\": \"Q1\", \"answer\": \"x\"}\n\
          {\"image\": \"d.png\", \"question\": \"Q\", \"answer\": \"y\"}\n\
-         {\"image\": \"a.png\", \"question\": \"Q2\", \"answer\": \" \"}\n",
+         {\"image\": \"a.png\", \"question\": \"Q2\", \"answer\": \" \"}\n\
+         {\"image\": \"a.png\", \"question\": null, \"answer\": \"z\"}\n\
+         {\"image\": \"a.png\", \"question\": \"Q4\", \"answer\": [null]}\n\
+         {\"image\": \"d.png\", \"question\": \"Q5\", \"answer\": []}\n",
     )
     .unwrap();
     let o3 = tmp.path().join("o3");
@@ -348,10 +351,15 @@ fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
         .unwrap();
     let err = String::from_utf8_lossy(&st.stderr);
     assert_eq!(st.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("two.jsonl:3: field qa[1].answer: reference answer is missing or blank"),
-        "{err}"
-    );
+    for want in [
+        "two.jsonl:3: field qa[1].answer: reference answer is missing or blank",
+        "two.jsonl:4: field qa[2].question: ",
+        "two.jsonl:5: field qa[3].answer: ",
+        "two.jsonl:6: field qa[1].answer: ",
+        "4 row(s) or question(s) left out",
+    ] {
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
     let rows = read_all(&o3);
     let questions: Vec<Vec<&str>> = rows
         .iter()

@@ -207,11 +207,9 @@ fn take_answers(
                 .filter(|v| !v.is_null())
                 .map(|v| value_text(Some(v), "answer[]", path, line))
                 .collect::<Result<Vec<_>, _>>()?;
+            // No reference left (`[]`, `[null]`): blank, the row check leaves the question out.
             if answers.is_empty() {
-                return Err(DatasetError::Invalid(format!(
-                    "{}:{line}: `answer` is a list without a reference",
-                    path.display()
-                )));
+                return Ok((vec![String::new()], false));
             }
             Ok((answers, true))
         }
@@ -297,7 +295,11 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     let mut index: HashMap<String, usize> = HashMap::new();
     for (line, mut m) in read_jsonl(jsonl)? {
         let image = take_text(&mut m, "image", jsonl, line)?;
-        let question = take_text(&mut m, "question", jsonl, line)?;
+        // A null question is blank: the row check leaves it out, naming this line.
+        let question = match m.remove("question") {
+            Some(Value::Null) => String::new(),
+            other => value_text(other, "question", jsonl, line)?,
+        };
         let (answers, listed) = take_answers(&mut m, jsonl, line)?;
         let item = PendingQa {
             question,
