@@ -13,6 +13,16 @@ pub const ORAND_CAR_QUESTION: &str = "What is written in the image? Answer this 
 /// Family used in split names when neither `--family` nor the row names one.
 pub const DEFAULT_FAMILY: &str = "Default";
 
+/// The family whose splits a row lands in, from its `family` value (without `--family`):
+/// the value itself, or [`DEFAULT_FAMILY`] when it is null or empty. One rule for `run`'s
+/// planning and the up-front case check of `dataset::families`, so both see the same names.
+pub fn split_family(column: Option<&str>) -> String {
+    match column {
+        Some(f) if !f.is_empty() => f.to_string(),
+        _ => DEFAULT_FAMILY.to_string(),
+    }
+}
+
 /// A known benchmark family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FamilySpec {

@@ -38,7 +38,9 @@ pub struct PagedAttentionParams<'a> {
 /// heads (the query heads of a GQA group together) and over tiles of a prefill chunk's tokens ×
 /// KV heads, which read each key and value row once per tile. A query's output is bitwise the
 /// same whichever other queries share its step or tile (batch invariance). Memory beyond the
-/// output: per worker, a tile's scores, `16 × group × context` f32.
+/// output: per worker, a tile's scores, `16 × group × context` f32; and the tiles' outputs,
+/// gathered before they are copied into the output (as large as the prefill tokens' part of
+/// it).
 ///
 /// Errors: [`KernelError::Invalid`] for inconsistent shapes/metadata (lengths, a block table
 /// too short, a block id out of range, `n_heads % n_kv_heads != 0`);

@@ -253,7 +253,11 @@ impl Mlp {
         let h = self.up.forward(x)?;
         let h = match self.gate {
             Some(inner)
-                if self.act == Act::Silu && h.device().is_cpu() && h.dtype() == DType::F32 =>
+                if self.act == Act::Silu
+                    && h.device().is_cpu()
+                    && h.dtype() == DType::F32
+                    && h.is_contiguous()
+                    && inner > 0 =>
             {
                 h.apply_op1_no_bwd(&SiluMul { inner })?
             }
@@ -293,7 +297,7 @@ impl candle_core::CustomOp1 for SiluMul {
         };
         let mut dims = l.dims().to_vec();
         let width = dims.last().copied().unwrap_or(0);
-        if width != 2 * self.inner {
+        if self.inner == 0 || width != 2 * self.inner {
             candle_core::bail!(
                 "silu_mul: {width} columns for an inner size of {}",
                 self.inner

@@ -14,7 +14,7 @@ use parquet::arrow::ProjectionMask;
 
 use super::isolate::isolate;
 use super::values::get_string;
-use crate::family::{is_valid_family_name, DEFAULT_FAMILY};
+use crate::family::{is_valid_family_name, split_family, DEFAULT_FAMILY};
 
 /// The families of the rows of `files`: the values of the top-level `family` column that
 /// can name a split ([`is_valid_family_name`]; others are row errors of the run), and
@@ -40,12 +40,12 @@ pub fn input_families(files: &[PathBuf]) -> BTreeSet<String> {
                 let Ok(batch) = batch else { break };
                 let column = batch.column(0);
                 for i in 0..batch.num_rows() {
-                    match get_string(column.as_ref(), i) {
-                        Ok(Some(f)) if is_valid_family_name(&f) => families.insert(f),
-                        Ok(None) => families.insert(DEFAULT_FAMILY.to_string()),
-                        Ok(Some(f)) if f.is_empty() => families.insert(DEFAULT_FAMILY.to_string()),
-                        _ => false,
-                    };
+                    if let Ok(f) = get_string(column.as_ref(), i) {
+                        let f = split_family(f.as_deref());
+                        if is_valid_family_name(&f) {
+                            families.insert(f);
+                        }
+                    }
                 }
             }
             Some(())

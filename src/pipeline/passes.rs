@@ -22,7 +22,6 @@ use crate::record::{InputRow, QaItem, RowError};
 use crate::report::Progress;
 use crate::settings::Settings;
 
-pub use crate::family::DEFAULT_FAMILY;
 /// Smallest number of requests handed to the engine at once. Chunks are
 /// `max(MIN_CHUNK, 8 × max_batch)` so the engine's continuous batching stays full while
 /// the input is streamed (only one chunk of images is held in memory, at most
@@ -111,8 +110,7 @@ pub(crate) fn plan_row(
     let family = settings
         .family
         .clone()
-        .or_else(|| row.family.clone().filter(|f| !f.is_empty()))
-        .unwrap_or_else(|| DEFAULT_FAMILY.to_string());
+        .unwrap_or_else(|| crate::family::split_family(row.family.as_deref()));
     if !crate::family::is_valid_family_name(&family) {
         let msg = format!("family {family:?} cannot name a split (ASCII letters, digits, '_')");
         return (fail("family", msg), None);

@@ -144,7 +144,7 @@ impl Summary {
         s.push('\n');
         if self.unread_rows > 0 || self.unread_files > 0 {
             s.push_str(&format!(
-                "not read: {} rows of damaged row groups (their questions are not counted), {} file(s) unreadable\n",
+                "not read: {} rows (damaged row groups, or a qa column of the wrong type; their questions are not counted, see errors.jsonl), {} file(s) unreadable\n",
                 self.unread_rows, self.unread_files
             ));
         }
