@@ -10,11 +10,12 @@
 //! identical to an unsharded run's. The input dataset must be readable (the path recorded
 //! in the shards' `run.json`, or `--data`); no model is loaded.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{read_records, JournalError};
-use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
+use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE, RUN_FILE};
 use crate::pipeline::{
     describe_changes, import_results, prepare, BackendError, GenRequest, GenResult, Generator,
     JournalEntry, PipelineError, Prepared, RunReport,
@@ -116,6 +117,26 @@ pub struct MergePlan {
     pub prepared: Prepared,
     /// The shards' engine version.
     pub engine_version: String,
+    /// The shards' `image.bytes` errors by stream position ([`shard_image_refusals`]).
+    pub refused_images: BTreeMap<u64, String>,
+}
+
+/// The `image.bytes` errors of a shard folder's `errors.jsonl`, by stream position: among them
+/// the images its engine refused for its vision memory budget before decoding (a decision
+/// of the shard's engine and machine, which the merge has not loaded) — the merge repeats
+/// them ([`JournalOnly`]) instead of asking for generations the journals cannot hold. An
+/// unreadable file or line adds nothing (the merge then names the missing generations).
+fn shard_image_refusals(dir: &Path, into: &mut BTreeMap<u64, String>) {
+    let Ok(text) = std::fs::read_to_string(dir.join(ERRORS_FILE)) else {
+        return;
+    };
+    for line in text.lines() {
+        if let Ok(e) = serde_json::from_str::<ErrorLine>(line) {
+            if e.field == "image.bytes" && e.qa.is_none() {
+                into.insert(e.position, e.message);
+            }
+        }
+    }
 }
 
 fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
@@ -262,7 +283,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
         }
         // A shard's last record of a request is its outcome, as its resume replays it (a
         // retried request that did not fit the KV cache may have a later record).
-        let mut results = std::collections::BTreeMap::new();
+        let mut results = BTreeMap::new();
         for r in replay.records {
             if let JournalEntry::Generated {
                 key, pass, outcome, ..
@@ -283,19 +304,27 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
                 .map(|((key, pass), outcome)| (key, pass, outcome)),
         )?;
     }
+    let mut refused_images = BTreeMap::new();
+    for (dir, _) in &reports {
+        shard_image_refusals(dir, &mut refused_images);
+    }
     Ok(MergePlan {
         settings,
         prepared,
         engine_version: first.engine_version.clone(),
+        refused_images,
     })
 }
 
 /// The engine stand-in of a merge: every generation must come from the shard journals, so
-/// any request is an error (the shards were incomplete or of another input).
+/// any request is an error (the shards were incomplete or of another input); an image is
+/// refused exactly where its shard refused it.
 #[derive(Debug, Clone)]
 pub struct JournalOnly {
     /// Reported as the engine version (the shards' engine).
     pub engine_version: String,
+    /// The shards' `image.bytes` errors by position ([`MergePlan::refused_images`]).
+    pub refused_images: BTreeMap<u64, String>,
 }
 
 impl Generator for JournalOnly {
@@ -316,6 +345,12 @@ impl Generator for JournalOnly {
             )
             .into()),
         }
+    }
+
+    fn check_image(&self, position: u64, _width: u32, _height: u32) -> Result<(), String> {
+        self.refused_images
+            .get(&position)
+            .map_or(Ok(()), |m| Err(m.clone()))
     }
 
     fn version(&self) -> String {

@@ -80,8 +80,8 @@ impl Generator for StopAfter {
         })
     }
 
-    fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
-        self.inner.check_image(width, height)
+    fn check_image(&self, position: u64, width: u32, height: u32) -> Result<(), String> {
+        self.inner.check_image(position, width, height)
     }
 
     fn version(&self) -> String {

@@ -234,6 +234,7 @@ fn val_images_through_parquet_resume_and_merge() {
     let mut sink = ParquetSink::new(&merged);
     let mut engine = JournalOnly {
         engine_version: plan.engine_version.clone(),
+        refused_images: plan.refused_images.clone(),
     };
     run(
         plan.prepared,

@@ -396,8 +396,24 @@ fn positions_in(out: &Path) -> Vec<u64> {
 
 #[test]
 fn shards_partition_exactly_and_merge_equals_unsharded() {
+    // The engine refuses two images for its vision memory budget (a decision of the shards'
+    // engine, which the merge does not load: it repeats the shards' refusals).
+    let model = || {
+        let mut m = ScriptedModel::new();
+        m.refused_images = [0, 4].into();
+        m
+    };
     let whole = tempfile::tempdir().unwrap();
-    let whole_report = run_job(whole.path(), Shard::WHOLE);
+    let whole_report = run_with(
+        &settings(whole.path(), Shard::WHOLE),
+        &mut model(),
+        &RunControl::default(),
+    )
+    .expect("run");
+    assert_eq!(
+        whole_report.stats.errors_by_field.get("image.bytes"),
+        Some(&4)
+    );
     // The in-memory rows stand for this file: the shards record its hash, the merge reads it.
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("mixed.parquet"), b"the mixed rows").unwrap();
@@ -410,7 +426,7 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     for (i, d) in dirs.iter().enumerate() {
         let r = run_hashing(
             &settings(d.path(), Shard { index: i, count: n }),
-            &mut ScriptedModel::new(),
+            &mut model(),
             &RunControl::default(),
             input_files.clone(),
         )
@@ -453,8 +469,10 @@ fn shards_partition_exactly_and_merge_equals_unsharded() {
     let imported = plan.prepared.replayed();
     let source = MemSource(mixed_rows());
     let mut sink = JsonlSink::new(merged.path());
+    assert_eq!(plan.refused_images.len(), 4, "{:?}", plan.refused_images);
     let mut engine = JournalOnly {
         engine_version: plan.engine_version.clone(),
+        refused_images: plan.refused_images.clone(),
     };
     let report = run(
         plan.prepared,

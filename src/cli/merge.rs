@@ -75,6 +75,7 @@ pub fn merge_command(args: MergeArgs, quiet: bool) -> anyhow::Result<RunReport> 
     install_ctrlc(&control).context("installing the Ctrl-C handler")?;
     let mut generator = JournalOnly {
         engine_version: plan.engine_version.clone(),
+        refused_images: plan.refused_images.clone(),
     };
     let report = run_parquet(plan.prepared, &plan.settings, &mut generator, &control)?;
     print_summary(&report, &plan.settings.out, options.quiet, false);

@@ -108,13 +108,30 @@ pub fn refusal(width: u32, height: u32, budget: u64, cost: &ImageCost<'_>) -> Op
     ))
 }
 
-/// `bytes` in GiB with 2 decimals.
+/// `bytes` in GiB (the unit of `--vision-memory-gib`) with 2 decimals, or 3 significant
+/// digits below 0.1 GiB (`0.00160 GiB`, not `0.00 GiB`).
 fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    let v = bytes as f64 / (1u64 << 30) as f64;
+    // Digits after the point for 3 significant ones: 1 + the zeros after it.
+    let decimals = if v > 0.0 && v < 0.1 {
+        (2.0 - v.log10().floor()) as usize
+    } else {
+        2
+    };
+    format!("{v:.decimals$} GiB")
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn small_budgets_keep_three_significant_digits() {
+        assert_eq!(gib(3 << 29), "1.50 GiB");
+        assert_eq!(gib(1 << 30), "1.00 GiB");
+        assert_eq!(gib(1_717_987), "0.00160 GiB"); // 0.0016 GiB
+        assert_eq!(gib(53_687_091), "0.0500 GiB");
+        assert_eq!(gib(0), "0.00 GiB");
+    }
     use super::*;
 
     #[test]

@@ -104,12 +104,13 @@ pub trait Generator {
         on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
     ) -> Result<(), BackendError>;
 
-    /// Whether an image of `width × height` pixels (its header size) can be encoded within
-    /// the engine's vision memory budget; checked before the image is decoded. Default: any.
+    /// Whether the image of the row at stream `position`, `width × height` pixels (its header
+    /// size), can be encoded within the engine's vision memory budget; checked before the
+    /// image is decoded. Default: any.
     ///
     /// Errors: a message naming the size, the estimate and the `--max-pixels` that would
     /// fit; the row goes to `errors.jsonl` under `image.bytes` and the run goes on.
-    fn check_image(&self, _width: u32, _height: u32) -> Result<(), String> {
+    fn check_image(&self, _position: u64, _width: u32, _height: u32) -> Result<(), String> {
         Ok(())
     }
 

@@ -143,7 +143,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
         }
     }
 
-    fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
+    fn check_image(&self, _position: u64, width: u32, height: u32) -> Result<(), String> {
         self.engine.check_image(width, height)
     }
 

@@ -99,7 +99,7 @@ pub(crate) fn plan_row(
         )
     };
     let rgb = match check_image(row.image.bytes.as_deref(), |w, h| {
-        generator.check_image(w, h)
+        generator.check_image(position, w, h)
     }) {
         Ok(rgb) => rgb,
         Err(p) => return (fail(&p.field, p.message), None),

@@ -191,6 +191,8 @@ pub struct ScriptedModel {
     /// As an engine whose KV cache pool is too small for the `[long]` questions' prompts:
     /// they fail with `exceeds_capacity`.
     pub small_kv_cache: bool,
+    /// Stream positions whose image the engine refuses for its vision memory budget.
+    pub refused_images: std::collections::BTreeSet<u64>,
 }
 
 impl ScriptedModel {
@@ -202,6 +204,7 @@ impl ScriptedModel {
             completed: 0,
             stop_after: None,
             small_kv_cache: false,
+            refused_images: Default::default(),
         }
     }
 }
@@ -298,6 +301,15 @@ impl Generator for ScriptedModel {
             if stop {
                 return Ok(());
             }
+        }
+        Ok(())
+    }
+
+    fn check_image(&self, position: u64, width: u32, height: u32) -> Result<(), String> {
+        if self.refused_images.contains(&position) {
+            return Err(format!(
+                "image of {width}x{height} pixels is over the vision budget"
+            ));
         }
         Ok(())
     }
