@@ -694,10 +694,12 @@ impl Settings {
     }
 
     /// The settings that determine the output bytes, in canonical form for the fingerprint.
-    /// Included: the pixel bounds (they change what the model sees) and a given
-    /// `vision_memory_gib` (it decides which images are refused). Excluded on purpose: `out`,
+    /// Included: the pixel bounds (they change what the model sees). Excluded on purpose: `out`,
     /// scheduling knobs (`max_batch`, `max_batch_tokens`, `kv_cache_gib`: greedy results do
-    /// not depend on them), display (`progress`, `quiet`),
+    /// not depend on them), the memory budgets (`kv_cache_gib`, `vision_memory_gib`: they decide
+    /// only which rows are refused or retried, and every run plans its rows afresh, so a rerun
+    /// with a larger budget resumes and generates only what it now lets in), display
+    /// (`progress`, `quiet`),
     /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
     pub fn canonical(&self) -> CanonicalSettings {
         CanonicalSettings {
@@ -716,7 +718,6 @@ impl Settings {
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
             read: self.read.clone(),
-            vision_memory_gib: self.vision_memory_gib.map(|g| g.to_string()),
             decoding: CanonicalDecoding::from(&self.decoding),
         }
     }

@@ -170,13 +170,15 @@ fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() 
     };
     assert_eq!(patches(50176), 224);
     let f = "data/train-00000.parquet";
-    let mut big = row(f, 1, 1, vec![qa("1", "1")]).unwrap();
-    big.image.bytes = Some(png(1000, 800));
-    let rows = vec![
-        row(f, 0, 0, vec![qa("1", "1")]),
-        Ok(big),
-        row(f, 2, 2, vec![qa("2", "2")]),
-    ];
+    let rows = || {
+        let mut big = row(f, 1, 1, vec![qa("1", "1")]).unwrap();
+        big.image.bytes = Some(png(1000, 800));
+        vec![
+            row(f, 0, 0, vec![qa("1", "1")]),
+            Ok(big),
+            row(f, 2, 2, vec![qa("2", "2")]),
+        ]
+    };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let mut s = settings(&out, Shard::WHOLE);
@@ -186,7 +188,7 @@ fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() 
     let report = run(
         prepared,
         Backends {
-            source: &MemSource(rows),
+            source: &MemSource(rows()),
             generator: generator.as_mut(),
             decisions: &StandardDecisions::default(),
             sink: &mut ParquetSink::new(&out),
@@ -228,4 +230,36 @@ fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() 
         .unwrap_or_else(|| panic!("no --max-pixels in {msg}"));
     assert!(pass(patches(suggested)) <= budget, "{msg}");
     assert!(pass(patches(suggested + 1)) > budget, "{msg}");
+
+    // The same run again with a budget that lets the image in resumes (the budget is not part
+    // of the run's identity): the two answers come from the journal, only the big row is
+    // generated, and nothing is an error any more.
+    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    assert_eq!(prepared.replayed(), 2, "the earlier answers are resumed");
+    let mut generator = generator_with(VisionMemory::Gib(pass(256) as f64 / (1u64 << 30) as f64));
+    let report = run(
+        prepared,
+        Backends {
+            source: &MemSource(rows()),
+            generator: generator.as_mut(),
+            decisions: &StandardDecisions::default(),
+            sink: &mut ParquetSink::new(&out),
+        },
+        &RunControl::default(),
+    )
+    .expect("the resumed run");
+    assert_eq!(
+        (
+            report.stats.accepted + report.stats.rejected,
+            report.stats.errors
+        ),
+        (3, 0),
+        "{:?}",
+        report.stats
+    );
+    assert_eq!(
+        report.stats.throughput.generated_items, 1,
+        "{:?}",
+        report.stats
+    );
 }

@@ -264,6 +264,16 @@ fn the_run_is_named_by_its_input_files_however_data_is_spelt() {
     ] {
         assert_eq!(identity(&spelt), want, "{spelt}");
     }
+    // The memory budgets only decide which rows are refused (each run plans afresh): a rerun
+    // with another --vision-memory-gib or --kv-cache-gib resumes the same run.
+    let ds_spec = ds.to_str().unwrap();
+    for budget in [["--vision-memory-gib", "0.5"], ["--kv-cache-gib", "2"]] {
+        let args = [&["--model", m, "--data", ds_spec][..], &budget[..]].concat();
+        let s = Settings::resolve(&parse(&args)).unwrap();
+        let files = hash_input_files(&ds).unwrap();
+        let with = fingerprint(s.canonical(), Default::default(), files).sha256;
+        assert_eq!(with, want, "{budget:?}");
+    }
     // Another set of files is another run: a subset, or a copy elsewhere.
     assert_ne!(identity(ds.join("data/sub").to_str().unwrap()), want);
     let copy = dir.path().join("copy");

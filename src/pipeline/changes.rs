@@ -123,7 +123,6 @@ mod tests {
             min_pixels: None,
             max_pixels: None,
             read: Default::default(),
-            vision_memory_gib: None,
             decoding: crate::settings::CanonicalDecoding::from(
                 &crate::settings::Decoding::default(),
             ),

@@ -50,10 +50,6 @@ pub struct CanonicalSettings {
     /// out when unset, so runs without them keep their fingerprint.
     #[serde(default, skip_serializing_if = "ReadOptions::is_default")]
     pub read: ReadOptions,
-    /// `--vision-memory-gib` as given (it decides which images become `image.bytes` errors
-    /// instead of answers); left out when unset, so runs without it keep their fingerprint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vision_memory_gib: Option<String>,
     /// Decoding switch and effective repetition penalty, each left out at the value runs had
     /// before the setting existed.
     #[serde(flatten)]

@@ -21,7 +21,6 @@ fn fingerprint_changes_with_settings_and_weights() {
         min_pixels: None,
         max_pixels: None,
         read: Default::default(),
-        vision_memory_gib: None,
         decoding: CanonicalDecoding::from(&Decoding::default()),
     };
     let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
@@ -32,19 +31,6 @@ fn fingerprint_changes_with_settings_and_weights() {
     let b = fingerprint(s2.clone(), w.clone(), Vec::new());
     assert_ne!(a.sha256, b.sha256);
     assert_eq!(s.diff(&s2), vec!["think: true -> false".to_string()]);
-    // A given vision memory budget decides which images are refused: another run.
-    let budget = CanonicalSettings {
-        vision_memory_gib: Some("0.5".into()),
-        ..s.clone()
-    };
-    assert_ne!(
-        a.sha256,
-        fingerprint(budget.clone(), w.clone(), Vec::new()).sha256
-    );
-    assert_eq!(
-        s.diff(&budget),
-        vec![r#"vision_memory_gib: null -> "0.5""#.to_string()]
-    );
     let w2 = BTreeMap::from([("model.safetensors".to_string(), "ab".to_string())]);
     assert_ne!(a.sha256, fingerprint(s.clone(), w2, Vec::new()).sha256);
     let no_dedup = CanonicalSettings {
@@ -94,7 +80,6 @@ fn column_flags_and_images_root_change_the_fingerprint() {
         min_pixels: None,
         max_pixels: None,
         read: ReadOptions::default(),
-        vision_memory_gib: None,
         decoding: CanonicalDecoding::from(&Decoding::default()),
     };
     // Unset, the key is left out: runs from before the flags keep their fingerprint.
