@@ -36,7 +36,8 @@ pub struct Refused {
 pub struct Scan {
     /// Matching files, each real file once, sorted by path.
     pub files: Vec<PathBuf>,
-    /// Links not followed (outside the root, or not resolvable), sorted by path.
+    /// Links not followed (outside the root, or not resolvable) and folders below the depth
+    /// limit, sorted by path.
     pub refused: Vec<Refused>,
 }
 
@@ -176,7 +177,9 @@ impl Walker<'_> {
                 let real_child = real.join(&name);
                 if file_type.is_dir() {
                     let id = file_id(&real_child).map_err(|e| DatasetError::io(&path, e))?;
-                    if depth < self.rules.max_depth && self.entered.insert(id) {
+                    if depth >= self.rules.max_depth {
+                        self.too_deep(path);
+                    } else if self.entered.insert(id) {
                         self.walk(&path, &real_child, depth + 1, direct)?;
                     }
                 } else if file_type.is_file() && (self.rules.keep)(&path) {
@@ -217,12 +220,25 @@ impl Walker<'_> {
             if is_dir {
                 if depth < self.rules.max_depth {
                     self.folder_links.push((path, target, depth + 1));
+                } else {
+                    self.too_deep(path);
                 }
             } else if target.is_file() && (self.rules.keep)(&path) {
                 self.add(&target, path, false)?;
             }
         }
         Ok(())
+    }
+
+    /// A folder below the walk's depth limit: reported (not silently passed over) when the
+    /// limit is [`MAX_DEPTH`] and the rules would descend into it — a glob's own depth bound
+    /// is its pattern's, below which nothing can match.
+    fn too_deep(&mut self, path: PathBuf) {
+        if self.rules.max_depth == MAX_DEPTH && (self.rules.descend)(&path) {
+            let message =
+                format!("a folder more than {MAX_DEPTH} levels below the dataset folder: not read");
+            self.refuse(path, message);
+        }
     }
 
     fn add(&mut self, real: &Path, shown: PathBuf, direct: bool) -> Result<(), DatasetError> {
@@ -526,6 +542,30 @@ mod tests {
             descend: &|_| true,
         };
         scan(dir, &dir.canonicalize().unwrap(), &rules).unwrap()
+    }
+
+    #[test]
+    fn folders_below_the_depth_limit_are_reported_not_passed_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = tmp.path().join("ds");
+        let mut deep = ds.clone();
+        for i in 0..=MAX_DEPTH {
+            deep.push(format!("d{i}"));
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("a.parquet"), b"a").unwrap();
+        std::fs::write(ds.join("top.parquet"), b"t").unwrap();
+        let rules = ScanRules {
+            skip_hidden: true,
+            max_depth: MAX_DEPTH,
+            keep: &is_parquet,
+            descend: &|_| true,
+        };
+        let s = scan(&ds, &ds.canonicalize().unwrap(), &rules).unwrap();
+        assert_eq!(s.files, vec![ds.join("top.parquet")]);
+        assert_eq!(s.refused.len(), 1, "{:?}", s.refused);
+        assert_eq!(s.refused[0].link, deep);
+        assert!(s.refused[0].message.contains("more than 32 levels"));
     }
 
     #[cfg(unix)]
