@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryArray, BooleanArray, ListArray, RecordBatch, StringArray, StructArray,
+    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, ListArray, RecordBatch, StringArray,
+    StructArray,
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Fields};
@@ -404,9 +405,9 @@ fn text_column(values: &[Option<&str>]) -> ArrayRef {
 /// Catches: `prepare --parquet` writing the true hash over a stored `image_sha256` that is
 /// not the image's, and a `source` neither hash nor path as `orig_source` (so `run` takes
 /// from the prepared data what it drops from the input); stopping (exit 1, nothing written)
-/// at a row the reader refuses (null image, null `qa`, answer not UTF-8 or a bool); writing a
-/// `family` that cannot name a split. Each is left out, named by file, row and field, and the
-/// other rows are written.
+/// at a row the reader refuses (null image, null `qa`, answer not UTF-8, a bool, a decimal
+/// or a struct); writing a `family` that cannot name a split. Each is left out, named by
+/// file, row and field, and the other rows are written.
 #[test]
 fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
     let tmp = tempfile::tempdir().unwrap();
@@ -481,6 +482,21 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
     };
     flat_typed("b_bool.parquet", Arc::new(BooleanArray::from(vec![true])));
     flat_typed(
+        "b_decimal.parquet",
+        Arc::new(
+            Decimal128Array::from(vec![150_i128])
+                .with_precision_and_scale(5, 2)
+                .unwrap(),
+        ),
+    );
+    flat_typed(
+        "b_struct.parquet",
+        Arc::new(StructArray::from(vec![(
+            Arc::new(Field::new("text", DataType::Utf8, true)),
+            text_column(&[Some("x")]),
+        )])),
+    );
+    flat_typed(
         "c_binary.parquet",
         Arc::new(BinaryArray::from(vec![b"\xff\xfe".as_ref()])),
     );
@@ -531,7 +547,9 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
         format!("{}: row 0: field answer: binary value is not valid UTF-8", file("c_binary.parquet")),
         format!("{}: row 0: field qa: qa is null", file("d_qa.parquet")),
         format!("{}: row 1: field qa[0].source: source \"other.png\" is neither the image's SHA-256 nor its path", file("d_qa.parquet")),
-        "8 row(s) or question(s) left out".to_string(),
+        format!("{}: row 0: field answer: expected a string, found Decimal128", file("b_decimal.parquet")),
+        format!("{}: row 0: field answer: expected a string, found Struct", file("b_struct.parquet")),
+        "10 row(s) or question(s) left out".to_string(),
     ] {
         assert!(err.contains(&want), "{want:?} in {err}");
     }
