@@ -178,3 +178,30 @@ pub(super) fn prepare_parquet(
         });
     write_rows(opts, &out_columns, rows, check)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches: a row group's refusal named as its first row only, or a file's as `row 0`.
+    #[test]
+    fn unread_rows_name_their_row_group_or_file() {
+        let error = |row, rows| RowError {
+            file: "in/a.parquet".into(),
+            row,
+            rows,
+            field: "qa".into(),
+            message: "m".into(),
+        };
+        for (row, rows, want) in [
+            (Some(3), None, "in/a.parquet: row 3"),
+            (Some(3), Some(1), "in/a.parquet: row 3"),
+            (Some(100), Some(50), "in/a.parquet: rows 100-149"),
+            (None, None, "in/a.parquet"),
+        ] {
+            let p = unread(&error(row, rows));
+            assert_eq!(p.origin, want);
+            assert_eq!(p.unread, Some(("qa".to_string(), "m".to_string())));
+        }
+    }
+}
