@@ -4,12 +4,20 @@ mod dataset_util;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
+use arrow::array::{
+    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, ListArray, RecordBatch, StringArray,
+    StructArray,
+};
+use arrow::buffer::{NullBuffer, OffsetBuffer};
+use arrow::datatypes::{DataType, Field, Fields};
+use parquet::arrow::ArrowWriter;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use verisample::dataset::reader::InputReader;
-use verisample::dataset::writer::sha256_hex;
+use verisample::dataset::writer::{image_array, sha256_hex};
 use verisample::family::ORAND_CAR_QUESTION;
-use verisample::record::InputRow;
+use verisample::record::{ImageRef, InputRow};
 
 use dataset_util::{bin, png, require_shared_data};
 
@@ -366,4 +374,201 @@ fn prepare_leaves_out_rows_run_would_refuse_naming_row_and_field() {
         .map(|r| r.qa.iter().map(|q| q.question.as_str()).collect())
         .collect();
     assert_eq!(questions, [vec!["Q1"], vec!["Q"]]);
+}
+
+/// A parquet file of the given columns.
+fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// An image column: each row's bytes (`None`: a null image), path `<i>.png`.
+fn image_column(images: &[Option<Vec<u8>>]) -> ArrayRef {
+    let refs: Vec<ImageRef> = images
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| ImageRef {
+            bytes: bytes.clone(),
+            path: bytes.as_ref().map(|_| format!("{i}.png")),
+        })
+        .collect();
+    Arc::new(image_array(refs.iter()))
+}
+
+fn text_column(values: &[Option<&str>]) -> ArrayRef {
+    Arc::new(StringArray::from(values.to_vec()))
+}
+
+/// Catches: `prepare --parquet` writing the true hash over a stored `image_sha256` that is
+/// not the image's, and a `source` neither hash nor path as `orig_source` (so `run` takes
+/// from the prepared data what it drops from the input); stopping (exit 1, nothing written)
+/// at a row the reader refuses (null image, null `qa`, answer not UTF-8, a bool, a decimal
+/// or a struct); writing a `family` that cannot name a split. Each is left out, named by
+/// file, row and field, and the other rows are written.
+#[test]
+fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let img: Vec<Vec<u8>> = (0..6).map(|i| png(3, 2, i)).collect();
+    let sha = |i: usize| sha256_hex(&img[i]);
+    let upper = sha(2).to_uppercase();
+    let some = |i: usize| Some(img[i].clone());
+    write_parquet(
+        &src.join("a_flat.parquet"),
+        vec![
+            (
+                "image",
+                image_column(&[some(0), some(1), some(2), some(3), some(4), None]),
+            ),
+            (
+                "question",
+                text_column(&[
+                    Some("q0"),
+                    Some("q1"),
+                    Some("q2"),
+                    Some("q3"),
+                    Some("q4"),
+                    Some("q5"),
+                ]),
+            ),
+            (
+                "answer",
+                text_column(&[
+                    Some("a0"),
+                    Some("a1"),
+                    Some("a2"),
+                    Some("a3"),
+                    Some("a4"),
+                    Some("a5"),
+                ]),
+            ),
+            (
+                "image_sha256",
+                text_column(&[
+                    Some(&sha(0)),
+                    Some("deadbeef"),
+                    Some(&upper),
+                    None,
+                    None,
+                    None,
+                ]),
+            ),
+            (
+                "family",
+                text_column(&[
+                    Some("Fam"),
+                    Some("Fam"),
+                    None,
+                    Some("Bad/../x"),
+                    Some("  "),
+                    Some("Fam"),
+                ]),
+            ),
+        ],
+    );
+    let flat_typed = |name: &str, answer: ArrayRef| {
+        write_parquet(
+            &src.join(name),
+            vec![
+                ("image", image_column(&[some(0)])),
+                ("question", text_column(&[Some("q")])),
+                ("answer", answer),
+            ],
+        )
+    };
+    flat_typed("b_bool.parquet", Arc::new(BooleanArray::from(vec![true])));
+    flat_typed(
+        "b_decimal.parquet",
+        Arc::new(
+            Decimal128Array::from(vec![150_i128])
+                .with_precision_and_scale(5, 2)
+                .unwrap(),
+        ),
+    );
+    flat_typed(
+        "b_struct.parquet",
+        Arc::new(StructArray::from(vec![(
+            Arc::new(Field::new("text", DataType::Utf8, true)),
+            text_column(&[Some("x")]),
+        )])),
+    );
+    flat_typed(
+        "c_binary.parquet",
+        Arc::new(BinaryArray::from(vec![b"\xff\xfe".as_ref()])),
+    );
+    // The `qa` layout with `source`: row 0's `qa` is null; row 1 has a question whose source
+    // is elsewhere and one whose source is its path.
+    let qa_fields = Fields::from(vec![
+        Field::new("question", DataType::Utf8, true),
+        Field::new("answer", DataType::Utf8, true),
+        Field::new("source", DataType::Utf8, true),
+    ]);
+    let items = StructArray::new(
+        qa_fields.clone(),
+        vec![
+            text_column(&[Some("elsewhere"), Some("by path")]),
+            text_column(&[Some("x"), Some("y")]),
+            text_column(&[Some("other.png"), Some("1.png")]),
+        ],
+        None,
+    );
+    let qa: ArrayRef = Arc::new(ListArray::new(
+        Arc::new(Field::new("item", DataType::Struct(qa_fields), true)),
+        OffsetBuffer::from_lengths([0, 2]),
+        Arc::new(items),
+        Some(NullBuffer::from(vec![false, true])),
+    ));
+    write_parquet(
+        &src.join("d_qa.parquet"),
+        vec![("image", image_column(&[some(5), some(5)])), ("qa", qa)],
+    );
+
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args(["-q", "prepare", "--parquet"])
+        .arg(&src)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(0), "{err}");
+    let file = |name: &str| src.join(name).display().to_string();
+    for want in [
+        format!("{}: row 1: field image_sha256: stored image_sha256 \"deadbeef\" is not the SHA-256 of the image bytes ({})", file("a_flat.parquet"), sha(1)),
+        format!("{}: row 3: field family: family \"Bad/../x\" cannot name a split", file("a_flat.parquet")),
+        format!("{}: row 4: field family: family \"  \" cannot name a split", file("a_flat.parquet")),
+        format!("{}: row 5: field image.bytes: null image", file("a_flat.parquet")),
+        format!("{}: row 0: field answer: expected a string, found Boolean", file("b_bool.parquet")),
+        format!("{}: row 0: field answer: binary value is not valid UTF-8", file("c_binary.parquet")),
+        format!("{}: row 0: field qa: qa is null", file("d_qa.parquet")),
+        format!("{}: row 1: field qa[0].source: source \"other.png\" is neither the image's SHA-256 nor its path", file("d_qa.parquet")),
+        format!("{}: row 0: field answer: expected a string, found Decimal128", file("b_decimal.parquet")),
+        format!("{}: row 0: field answer: expected a string, found Struct", file("b_struct.parquet")),
+        "10 row(s) or question(s) left out".to_string(),
+    ] {
+        assert!(err.contains(&want), "{want:?} in {err}");
+    }
+    let rows = read_all(&out);
+    let written: Vec<(Vec<&str>, Option<&str>)> = rows
+        .iter()
+        .map(|r| {
+            let questions = r.qa.iter().map(|q| q.question.as_str()).collect();
+            (questions, r.family.as_deref())
+        })
+        .collect();
+    assert_eq!(
+        written,
+        [
+            (vec!["q0"], Some("Fam")),
+            (vec!["q2"], None),
+            (vec!["by path"], None)
+        ]
+    );
+    assert_eq!(rows[1].image_sha256.as_deref(), Some(sha(2).as_str()));
+    assert_eq!(rows[2].qa[0].source.as_deref(), Some(sha(5).as_str()));
 }

@@ -33,7 +33,10 @@ row groups of at most 100 rows.\n\n\
 Each row passes `run`'s input check first: a row whose image does not decode is left out, and \
 so is a question whose text or answer is blank or null (the image's other questions are kept), \
 each named on stderr (file:line or file: row N, and the field) and counted; the exit status \
-stays 0 as long as some row is written.",
+stays 0 as long as some row is written. With --parquet, so is a row the reader refuses (a null \
+image or qa, an answer not UTF-8 or of another type than string), a family that cannot name a \
+split, a stored image_sha256 that is not the image's (`run` drops it), and a question whose \
+source is neither that hash nor the image's path.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
 verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input\n  \
@@ -282,7 +285,7 @@ pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
     }
     if !summary.left_out.is_empty() {
         eprintln!(
-            "prepare: {} row(s) or question(s) left out (listed above: `run` would report them as errors), {} row(s) written",
+            "prepare: {} row(s) or question(s) left out (listed above: `run` would report them as errors or drop them), {} row(s) written",
             summary.left_out.len(),
             summary.shards.num_rows
         );

@@ -104,6 +104,12 @@ struct PendingRow {
     image_rel: String,
     qa: Vec<PendingQa>,
     provenance: Map<String, Value>,
+    /// The reader's refusal of the row (`(field, message)`): it is left out without the
+    /// check, having no image to check.
+    unread: Option<(String, String)>,
+    /// A problem `run` finds once the image passed its check (a `family` that cannot name
+    /// a split, a stored `image_sha256` not the image's): the row is left out.
+    refused: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +122,9 @@ struct PendingQa {
     extra: Map<String, Value>,
     /// `file:line` of its JSONL line when the row groups several lines (else the row's).
     origin: Option<String>,
+    /// A problem `run`'s cleaning finds in the question once its text passed the check (a
+    /// `source` neither the image's hash nor its path): the question is left out.
+    refused: Option<(String, String)>,
 }
 
 impl PendingQa {
@@ -137,6 +146,7 @@ impl PendingQa {
             listed: false,
             extra,
             origin: None,
+            refused: None,
         }
     }
 }
@@ -284,6 +294,8 @@ fn labels_rows(
             image_rel: file,
             qa: vec![PendingQa::one(question.to_string(), answer, Map::new())],
             provenance: rename_reserved(m, &RESERVED),
+            unread: None,
+            refused: None,
         });
     }
     Ok(rows)
@@ -307,6 +319,7 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
             listed,
             extra: rename_reserved(m, &["source"]),
             origin: Some(format!("{}:{line}", jsonl.display())),
+            refused: None,
         };
         match index.get(&image) {
             Some(&i) => rows[i].qa.push(item),
@@ -317,6 +330,8 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
                     image_rel: image,
                     qa: vec![item],
                     provenance: Map::new(),
+                    unread: None,
+                    refused: None,
                 });
             }
         }
@@ -488,9 +503,11 @@ pub struct PrepareSummary {
 /// check) before it is written; a row that fails it (an image that does not decode, a
 /// blank or null answer, …) is left out and named in [`PrepareSummary::left_out`].
 ///
+/// A parquet row the reader refuses, or whose `family` or stored `image_sha256` `run`
+/// refuses, is left out the same way (see [`from_parquet`]).
+///
 /// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
-/// outside its folder (naming the path), a parquet row that cannot be read (naming file,
-/// row and field), [`DatasetError::Choice`] for an input that needs an option (`--split`,
+/// outside its folder (naming the path), [`DatasetError::Choice`] for an input that needs an option (`--split`,
 /// a column flag), no rows after filtering or after the check, or a write failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary, DatasetError> {
@@ -602,9 +619,14 @@ fn write_rows(
     let (mut qa_items, mut written, mut left_out) = (0u64, 0u64, Vec::new());
     for row in rows {
         let mut row = row?;
+        if let Some(problem) = row.pending.unread.take() {
+            left_out.push(left_out_message(&row.pending.origin, problem));
+            continue;
+        }
         let items: Vec<QaItem> = row.pending.qa.iter().map(PendingQa::to_item).collect();
         let bytes = row.image.bytes.as_deref().unwrap_or_default();
-        let problems = match check(bytes, &items) {
+        let refused = row.pending.refused.take();
+        let problems = match check(bytes, &items).and_then(|p| refused.map_or(Ok(p), Err)) {
             Ok(problems) => problems,
             Err(problem) => {
                 left_out.push(left_out_message(&row.pending.origin, problem));
@@ -613,8 +635,8 @@ fn write_rows(
         };
         let origin = row.pending.origin.clone();
         let mut kept = Vec::with_capacity(row.pending.qa.len());
-        for (i, qa) in std::mem::take(&mut row.pending.qa).into_iter().enumerate() {
-            match problems.get(i).cloned().flatten() {
+        for (i, mut qa) in std::mem::take(&mut row.pending.qa).into_iter().enumerate() {
+            match problems.get(i).cloned().flatten().or(qa.refused.take()) {
                 Some(problem) => {
                     let at = qa.origin.as_deref().unwrap_or(&origin);
                     left_out.push(left_out_message(at, problem));
