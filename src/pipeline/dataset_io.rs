@@ -130,7 +130,7 @@ impl SplitSink for ParquetSink {
         families.sort();
         families.dedup();
         let splits = if self.out.join("data").is_dir() {
-            remove_earlier_splits(&self.out, &written, true)?;
+            remove_earlier_splits(&self.out, &written, false)?;
             scan_output_dir(&self.out)?
         } else {
             Vec::new()
@@ -161,17 +161,19 @@ impl SplitSink for ParquetSink {
 /// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote and
 /// that are not in `keep` (another family, or a split this run left empty): they would
 /// otherwise stay in the card's configs and be loaded with this run's data. A split is an
-/// earlier run's when the folder's `run.json` counts its rows (`stats.split_rows`); `--restart`
-/// calls this with nothing to keep before it discards `run.json`. Any other file named like a
-/// split was not written by verisample: it stays and, with `warn_foreign`, is named in a
-/// warning, since the card and `load_dataset` read it as part of this dataset. Files not
-/// named like splits are not touched; without `OUT/data/` there is nothing to do.
+/// earlier run's when the folder's `run.json` counts its rows (`stats.split_rows`). Any other
+/// file named like a split was not written by verisample: it stays and is named in a
+/// warning, since the card and `load_dataset` read it as part of this dataset. `restart`
+/// (called before `--restart` discards `run.json`): no warning, and with no readable
+/// `run.json` every split-named file counts as the earlier run's, as the refusal of such a
+/// folder ([`super::PipelineError::UncheckedEarlierRun`]) says `--restart` discards them.
+/// Files not named like splits are not touched; without `OUT/data/` there is nothing to do.
 ///
 /// Errors: listing the folder or removing a file.
 pub(super) fn remove_earlier_splits(
     out: &Path,
     keep: &BTreeSet<String>,
-    warn_foreign: bool,
+    restart: bool,
 ) -> Result<(), BackendError> {
     if !out.join("data").is_dir() {
         return Ok(());
@@ -181,12 +183,14 @@ pub(super) fn remove_earlier_splits(
         if keep.contains(&split) {
             continue;
         }
-        let ours = recorded.contains(&split);
+        let ours = recorded
+            .as_ref()
+            .map_or(restart, |splits| splits.contains(&split));
         for f in files {
             if ours {
                 tracing::info!("removing {} (split {split} of an earlier run)", f.display());
                 std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
-            } else if warn_foreign {
+            } else if !restart {
                 tracing::warn!(
                     "keeping {}: verisample did not write it, but its split-like name makes it \
                      part of this dataset (split {split} in the card and in load_dataset); \
@@ -199,9 +203,9 @@ pub(super) fn remove_earlier_splits(
     Ok(())
 }
 
-/// The split names the `run.json` in `out` counts rows of (`stats.split_rows`); none when
+/// The split names the `run.json` in `out` counts rows of (`stats.split_rows`); `None` when
 /// there is no readable `run.json`.
-fn earlier_run_splits(out: &Path) -> BTreeSet<String> {
+fn earlier_run_splits(out: &Path) -> Option<BTreeSet<String>> {
     std::fs::read(out.join(crate::report::RUN_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
@@ -210,5 +214,4 @@ fn earlier_run_splits(out: &Path) -> BTreeSet<String> {
                 .as_object()
                 .map(|m| m.keys().cloned().collect())
         })
-        .unwrap_or_default()
 }

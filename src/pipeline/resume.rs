@@ -203,7 +203,7 @@ pub fn prepare_with<T, E: From<PipelineError>>(
         // The earlier run's splits go with the run.json that records them (a user's own
         // files in data/ stay).
         let none = std::collections::BTreeSet::new();
-        super::dataset_io::remove_earlier_splits(&settings.out, &none, false)
+        super::dataset_io::remove_earlier_splits(&settings.out, &none, true)
             .map_err(PipelineError::Sink)?;
         for name in outputs::OWNED_FILES {
             let p = settings.out.join(name);

@@ -145,7 +145,7 @@ pub fn check_out(out: &Path, data_root: Option<&Path>, force: bool) -> Result<()
             return Err(invalid(
                 out,
                 format!(
-                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes {WRITTEN_IN_OUT} there, replacing files of those names. Choose a new or empty folder, or add --force to write into it (with --restart as well when its data/ holds files named like splits)"
+                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes {WRITTEN_IN_OUT} there, replacing files of those names. Choose a new or empty folder, or add --force to write into it (with --restart as well when its data/ holds files named like splits, which are then replaced)"
                 ),
             ));
         }
