@@ -175,8 +175,10 @@ impl RecheckReport {
         out
     }
 
-    /// A human-readable summary and one line per disagreement.
-    pub fn to_human(&self) -> String {
+    /// A human-readable summary and one line per disagreement. `other_problems` counts the
+    /// disagreements found outside this report (row counts against `run.json`, printed
+    /// before it): with any, a clean report does not say `OK`.
+    pub fn to_human(&self, other_problems: usize) -> String {
         let mut s = String::new();
         for (split, n) in &self.entries {
             let _ = writeln!(
@@ -192,8 +194,13 @@ impl RecheckReport {
                 self.taken_as_stored
             );
         }
-        if self.is_clean() {
+        if self.is_clean() && other_problems == 0 {
             let _ = writeln!(s, "OK: every decision recomputes");
+        } else if self.is_clean() {
+            let _ = writeln!(
+                s,
+                "every decision recomputes, but {other_problems} row count(s) disagree with run.json (MISMATCH above)"
+            );
         } else {
             let _ = writeln!(s, "{} disagreements:", self.disagreements.len());
             for d in &self.disagreements {

@@ -211,6 +211,26 @@ fn a_users_own_folder_is_never_overwritten_without_force() {
         line.contains("(README.md, run.json)") && line.contains("--force"),
         "{line}"
     );
+    // The refusal and `--force`'s help name every file a run writes, not only three.
+    let help = text(
+        &Command::new(BIN)
+            .args(["run", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    for name in [
+        "errors.jsonl",
+        "cleaning.jsonl",
+        "generations.jsonl",
+        "chart.svg",
+        "journal.bin",
+        ".verisample.lock",
+        "data/",
+    ] {
+        assert!(line.contains(name), "{name} not in: {line}");
+        assert!(help.contains(name), "{name} not in run --help:\n{help}");
+    }
     assert_eq!(
         std::fs::read_to_string(mine.join("README.md")).unwrap(),
         "my notes"
@@ -537,4 +557,94 @@ fn merge_from_another_folder_reads_the_file_the_shards_read_not_its_folder() {
             .len(),
         1
     );
+}
+
+/// The split files in `out/data/`, sorted by name.
+fn data_files(out: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(out.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_resume_keeps_a_users_split_named_file_and_a_restart_removes_only_its_own_splits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fa");
+    ok(run(&out, &["--family", "Other", "-q"]), "first run");
+    let ours = data_files(&out);
+    assert!(
+        !ours.is_empty() && ours.iter().all(|n| n.starts_with("Other_")),
+        "{ours:?}"
+    );
+    // A file of the user's own, named like a split of a family this folder never held.
+    let mine = out.join("data/Mine_RS_think-00000-of-00001.parquet");
+    std::fs::copy(out.join("data").join(&ours[0]), &mine).unwrap();
+    let resumed = ok(run(&out, &["--family", "Other"]), "same command again");
+    assert!(mine.exists(), "the user's file was removed");
+    let stderr = text(&resumed.stderr);
+    assert!(
+        stderr.contains("Mine_RS_think-00000-of-00001.parquet")
+            && stderr.contains("did not write it")
+            && !stderr.contains("split Mine_RS_think of an earlier run"),
+        "{stderr}"
+    );
+    // A third run: the card now lists the user's file, which still is not ours to remove.
+    ok(run(&out, &["--family", "Other", "-q"]), "third run");
+    assert!(
+        mine.exists(),
+        "the user's file was removed by the third run"
+    );
+    // Another family with --restart: the earlier run's splits go, the user's file stays.
+    ok(
+        run(&out, &["--family", "Another", "--restart", "-q"]),
+        "restart as another family",
+    );
+    let now = data_files(&out);
+    assert!(!now.iter().any(|n| n.starts_with("Other_")), "{now:?}");
+    assert!(now.iter().any(|n| n.starts_with("Another_")), "{now:?}");
+    assert!(mine.exists(), "the user's file was removed by --restart");
+}
+
+#[test]
+fn verify_with_a_split_file_deleted_does_not_say_ok() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    ok(run(&out, &["-q"]), "run");
+    let files = data_files(&out);
+    assert!(files.len() >= 2, "{files:?}");
+    std::fs::remove_file(out.join("data").join(files.last().unwrap())).unwrap();
+    let verified = Command::new(BIN).arg("verify").arg(&out).output().unwrap();
+    assert_eq!(
+        verified.status.code(),
+        Some(1),
+        "{}",
+        text(&verified.stderr)
+    );
+    let stdout = text(&verified.stdout);
+    assert!(
+        stdout.contains("MISMATCH") && !stdout.contains("OK: every decision recomputes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("row count(s) disagree with run.json"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_empty_shard_does_not_name_splits_or_a_card_it_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o-48");
+    // The sample's 48 rows go to shards 0..47 of 49 (row i to shard i % 49): shard 48 is empty.
+    let empty = ok(run(&out, &["--shard", "48/49"]), "empty shard");
+    let stdout = text(&empty.stdout);
+    assert!(
+        stdout.contains("no split written") && !stdout.contains("dataset card o-48"),
+        "{stdout}"
+    );
+    assert!(!out.join("README.md").exists());
+    assert!(!out.join("data").exists() || data_files(&out).is_empty());
 }

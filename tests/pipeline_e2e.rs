@@ -331,12 +331,18 @@ fn a_reused_output_folder_keeps_no_stale_split_and_verify_refuses_an_unfinished_
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     check(run_cmd(&bin, &model, &data, &out).output().unwrap(), "run");
-    // Plant a split of an earlier run (another family) and a file that is no split.
+    // Plant a split of an earlier run (another family: run.json records its rows, as a run
+    // that wrote it would) and a file that is no split.
     let rejected = out.join("data/OrandCar_rejected-00000-of-00001.parquet");
     let stale = out.join("data/Old_rejected-00000-of-00001.parquet");
     let foreign = out.join("data/notes-00000-of-00001.parquet");
     std::fs::copy(&rejected, &stale).unwrap();
     std::fs::copy(&rejected, &foreign).unwrap();
+    let run_json = out.join("run.json");
+    let mut report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&run_json).unwrap()).unwrap();
+    report["stats"]["split_rows"]["Old_rejected"] = serde_json::json!(1);
+    std::fs::write(&run_json, serde_json::to_vec(&report).unwrap()).unwrap();
     check(
         run_cmd(&bin, &model, &data, &out)
             .arg("--restart")

@@ -160,7 +160,7 @@ fn assert_found(
             .iter()
             .any(|d| d.split == split && d.row == row && d.qa == qa && d.problem == problem),
         "{problem:?} at {split} row {row} qa {qa:?} not found in:\n{}",
-        report.to_human()
+        report.to_human(0)
     );
 }
 
@@ -188,7 +188,7 @@ fn routed_run_verifies_clean() {
     assert_eq!(guard_on(), RecheckSettings::default());
     assert!(RecheckSettings::default().number_guard);
     let report = verify(&s, &guard_on());
-    assert!(report.is_clean(), "{}", report.to_human());
+    assert!(report.is_clean(), "{}", report.to_human(0));
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("json");
     assert_eq!(json["disagreements"].as_array().map(Vec::len), Some(0));
     assert_eq!(report.entries.get(THINK), Some(&3));
@@ -370,7 +370,7 @@ fn a_run_with_reasoning_off_has_no_think_split_to_pair() {
         ..guard_on()
     };
     let report = verify(&s, &off);
-    assert!(report.is_clean(), "{}", report.to_human());
+    assert!(report.is_clean(), "{}", report.to_human(0));
     // Read as a reasoning-on output, every nothink entry lacks its think twin.
     assert_found(
         &s,

@@ -30,8 +30,9 @@ pub struct MergeArgs {
     /// Input dataset, when not at the path recorded in the shards' run.json.
     #[arg(long, value_name = "INPUT")]
     pub data: Option<PathBuf>,
-    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
-    /// README.md, run.json and data/ are overwritten).
+    /// Write into an existing non-empty OUT that holds no earlier verisample output: its
+    /// README.md, the split files in data/, run.json, errors.jsonl, cleaning.jsonl,
+    /// generations.jsonl, chart.svg, journal.bin and .verisample.lock are overwritten.
     #[arg(long)]
     pub force: bool,
     /// Replace the output of another run (or merge) in OUT instead of refusing it.

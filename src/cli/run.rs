@@ -156,8 +156,9 @@ pub struct RunArgs {
     /// Discard an existing journal and outputs in OUT instead of resuming.
     #[arg(long)]
     pub restart: bool,
-    /// Write into an existing non-empty OUT that holds no earlier verisample output (its
-    /// README.md, run.json and data/ are overwritten).
+    /// Write into an existing non-empty OUT that holds no earlier verisample output: its
+    /// README.md, the split files in data/, run.json, errors.jsonl, cleaning.jsonl,
+    /// generations.jsonl, chart.svg, journal.bin and .verisample.lock are overwritten.
     #[arg(long)]
     pub force: bool,
     /// Print the end-of-run summary as one JSON object on stdout instead of text.

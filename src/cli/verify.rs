@@ -166,6 +166,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let row_problems = problems;
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;
         let report: RecheckReport = recheck_family(
@@ -181,7 +182,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         if a.json {
             println!("{}", report.to_json());
         } else {
-            print!("{}", report.to_human());
+            print!("{}", report.to_human(row_problems));
         }
     }
     if problems > 0 {

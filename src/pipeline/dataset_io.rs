@@ -130,7 +130,7 @@ impl SplitSink for ParquetSink {
         families.sort();
         families.dedup();
         let splits = if self.out.join("data").is_dir() {
-            remove_stale_splits(&self.out, &written)?;
+            remove_earlier_splits(&self.out, &written, false)?;
             scan_output_dir(&self.out)?
         } else {
             Vec::new()
@@ -158,21 +158,60 @@ impl SplitSink for ParquetSink {
     }
 }
 
-/// Remove the split shards under `OUT/data/` that this run did not write: splits of an
-/// earlier run in the same folder (another family, or a split this run left empty). They
-/// would otherwise stay in the card's configs and be loaded with this run's data. Only files
-/// named like output splits are touched; anything else is left where it is.
+/// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote and
+/// that are not in `keep` (another family, or a split this run left empty): they would
+/// otherwise stay in the card's configs and be loaded with this run's data. A split is an
+/// earlier run's when the folder's `run.json` counts its rows (`stats.split_rows`). Any other
+/// file named like a split was not written by verisample: it stays and is named in a
+/// warning, since the card and `load_dataset` read it as part of this dataset. `restart`
+/// (called before `--restart` discards `run.json`): no warning, and with no readable
+/// `run.json` every split-named file counts as the earlier run's, as the refusal of such a
+/// folder ([`super::PipelineError::UncheckedEarlierRun`]) says `--restart` discards them.
+/// Files not named like splits are not touched; without `OUT/data/` there is nothing to do.
 ///
 /// Errors: listing the folder or removing a file.
-fn remove_stale_splits(out: &Path, written: &BTreeSet<String>) -> Result<(), BackendError> {
+pub(super) fn remove_earlier_splits(
+    out: &Path,
+    keep: &BTreeSet<String>,
+    restart: bool,
+) -> Result<(), BackendError> {
+    if !out.join("data").is_dir() {
+        return Ok(());
+    }
+    let recorded = earlier_run_splits(out);
     for (split, files) in output_split_files(out)? {
-        if written.contains(&split) {
+        if keep.contains(&split) {
             continue;
         }
+        let ours = recorded
+            .as_ref()
+            .map_or(restart, |splits| splits.contains(&split));
         for f in files {
-            tracing::info!("removing {} (split {split} of an earlier run)", f.display());
-            std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
+            if ours {
+                tracing::info!("removing {} (split {split} of an earlier run)", f.display());
+                std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
+            } else if !restart {
+                tracing::warn!(
+                    "keeping {}: verisample did not write it, but its split-like name makes it \
+                     part of this dataset (split {split} in the card and in load_dataset); \
+                     move it out of data/ if it does not belong there",
+                    f.display()
+                );
+            }
         }
     }
     Ok(())
+}
+
+/// The split names the `run.json` in `out` counts rows of (`stats.split_rows`); `None` when
+/// there is no readable `run.json`.
+fn earlier_run_splits(out: &Path) -> Option<BTreeSet<String>> {
+    std::fs::read(out.join(crate::report::RUN_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            v["stats"]["split_rows"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+        })
 }

@@ -169,3 +169,17 @@ pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_refusal_of_a_foreign_out_names_every_file_a_run_writes() {
+        let listed = crate::settings::WRITTEN_IN_OUT;
+        for name in super::OWNED_FILES
+            .iter()
+            .chain(&[super::LOCK_FILE, "README.md"])
+        {
+            assert!(listed.contains(name), "{name} missing from {listed:?}");
+        }
+    }
+}

@@ -175,7 +175,8 @@ pub fn prepare(settings: &Settings, fingerprint: Fingerprint) -> Result<Prepared
 ///   setting or model is refused before any weight is loaded; if `start` fails, a journal
 ///   without a generation is removed again ([`Prepared::abandon`]);
 /// - with `settings.restart`, or when OUT holds nothing a rerun could lose: `start` runs
-///   before the pipeline's files in OUT ([`outputs::OWNED_FILES`]) are discarded, so a
+///   before the pipeline's files in OUT ([`outputs::OWNED_FILES`]) and the splits its
+///   `run.json` records are discarded, so a
 ///   restart whose model does not load leaves the earlier output exactly as it was.
 ///
 /// Temporary files of killed runs are removed ([`outputs::remove_debris`]); without a
@@ -199,6 +200,11 @@ pub fn prepare_with<T, E: From<PipelineError>>(
                 return Err(e);
             }
         };
+        // The earlier run's splits go with the run.json that records them (a user's own
+        // files in data/ stay).
+        let none = std::collections::BTreeSet::new();
+        super::dataset_io::remove_earlier_splits(&settings.out, &none, true)
+            .map_err(PipelineError::Sink)?;
         for name in outputs::OWNED_FILES {
             let p = settings.out.join(name);
             match std::fs::remove_file(&p) {

@@ -109,8 +109,15 @@ impl Summary {
         }
     }
 
-    /// The line `-q` keeps: where the splits, the card and the report are.
+    /// The line `-q` keeps: where the splits, the card and the report are; a run that wrote
+    /// no split (an empty shard) has neither splits nor card, and says so.
     pub fn where_line(&self) -> String {
+        if self.split_items.is_empty() {
+            return format!(
+                "no split written (no question of this run reached one), so no dataset card; run report {}",
+                self.run_report.display()
+            );
+        }
         format!(
             "splits in {}, dataset card {}, run report {}",
             self.splits_dir.display(),
@@ -247,6 +254,16 @@ mod tests {
         assert!(
             merged.contains("resumed: 75 of 75 generations replayed"),
             "{merged}"
+        );
+        assert_eq!(
+            s.where_line(),
+            "splits in o/data, dataset card o/README.md, run report o/run.json"
+        );
+        // An empty shard wrote no split and so no card: the line does not name them.
+        let empty = Summary::new(&RunStats::default(), Path::new("o-1")).where_line();
+        assert_eq!(
+            empty,
+            "no split written (no question of this run reached one), so no dataset card; run report o-1/run.json"
         );
         let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
         assert_eq!(json["accepted_by_judge"], 2);

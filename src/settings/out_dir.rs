@@ -7,6 +7,13 @@ use std::path::{Path, PathBuf};
 
 use super::{canonical_lenient, SettingsError};
 
+/// Every file a run (or a merge) writes in OUT, as the refusal of a foreign folder and the
+/// `--force` help name them: the card and the splits ([`crate::dataset`]) and the pipeline's
+/// own files (`pipeline::outputs::OWNED_FILES` and its lock file; a test there checks that
+/// each is listed).
+pub const WRITTEN_IN_OUT: &str = "README.md, data/<split>-*.parquet, run.json, errors.jsonl, \
+     cleaning.jsonl, generations.jsonl, chart.svg, journal.bin and .verisample.lock";
+
 /// Files whose presence marks a folder as an output of verisample: the journal, the lock and
 /// a `run.json` written by a run (see [`is_our_run_json`]).
 const MARKERS: [&str; 2] = ["journal.bin", ".verisample.lock"];
@@ -138,7 +145,7 @@ pub fn check_out(out: &Path, data_root: Option<&Path>, force: bool) -> Result<()
             return Err(invalid(
                 out,
                 format!(
-                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes README.md, run.json and data/ there. Choose a new or empty folder, or add --force to write into it (with --restart as well when its data/ holds files named like splits, which are then replaced)"
+                    "is a folder with files of its own ({shown}{more}) and no earlier verisample output; a run writes {WRITTEN_IN_OUT} there, replacing files of those names. Choose a new or empty folder, or add --force to write into it (with --restart as well when its data/ holds files named like splits, which are then replaced)"
                 ),
             ));
         }
