@@ -1,71 +1,23 @@
 //! `run` with test doubles (scripted model, in-memory input, JSON-lines writer): routing and
 //! accounting, order independence, resume after interruption (byte-identical), refusal of
-//! changed settings, shards and merge. The same properties with the real model and the
-//! real parquet writer are checked at integration by tests/pipeline_e2e.rs.
+//! changed settings (shards and merge: tests/pipeline_shards.rs). The same properties with
+//! the real model and the real parquet writer are checked at integration by
+//! tests/pipeline_e2e.rs.
 
 mod pipeline_support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use pipeline_support::*;
-use verisample::merge::{prepare_merge, JournalOnly, MergeError, MergeOptions};
 use verisample::pipeline::{
     import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
     RunControl, RunReport, StandardDecisions,
 };
-use verisample::settings::{fingerprint, hash_input_files, Settings};
+use verisample::settings::{fingerprint, Settings};
 use verisample::shard::Shard;
-
-/// Generations the mixed input needs: 47 answers + 15 rescue judgements + 3 calibrations.
-const TOTAL_GENERATIONS: usize = 65;
-
-fn run_with(
-    s: &Settings,
-    model: &mut dyn verisample::pipeline::Generator,
-    control: &RunControl,
-) -> Result<RunReport, PipelineError> {
-    run_hashing(s, model, control, Vec::new())
-}
-
-/// [`run_with`], recording `input_files` as the input's hashes in the fingerprint (as `run`
-/// does for its parquet files), for a merge that checks them.
-fn run_hashing(
-    s: &Settings,
-    model: &mut dyn verisample::pipeline::Generator,
-    control: &RunControl,
-    input_files: Vec<(String, String)>,
-) -> Result<RunReport, PipelineError> {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), input_files))?;
-    let source = MemSource(mixed_rows());
-    let mut sink = JsonlSink::new(&s.out);
-    run(
-        prepared,
-        Backends {
-            source: &source,
-            generator: model,
-            decisions: &StandardDecisions::default(),
-            sink: &mut sink,
-        },
-        control,
-    )
-}
-
-fn run_job(out: &Path, shard: Shard) -> RunReport {
-    let mut model = ScriptedModel::new();
-    run_with(&settings(out, shard), &mut model, &RunControl::default()).expect("run")
-}
-
-fn lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
 
 #[test]
 fn full_run_routes_every_item_and_accounts_for_it() {
@@ -383,247 +335,6 @@ fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     assert_eq!(finished("run.json"), run_before);
 }
 
-fn positions_in(out: &Path) -> Vec<u64> {
-    let mut p: Vec<u64> = ["errors.jsonl", "cleaning.jsonl", "generations.jsonl"]
-        .iter()
-        .flat_map(|f| lines(&out.join(f)))
-        .map(|l| l["position"].as_u64().unwrap())
-        .collect();
-    p.sort_unstable();
-    p.dedup();
-    p
-}
-
-#[test]
-fn shards_partition_exactly_and_merge_equals_unsharded() {
-    // The engine refuses two images for its vision memory budget (a decision of the shards'
-    // engine, which the merge does not load: it repeats the shards' refusals).
-    let model = || {
-        let mut m = ScriptedModel::new();
-        m.refused_images = [0, 4].into();
-        m
-    };
-    let whole = tempfile::tempdir().unwrap();
-    let whole_report = run_with(
-        &settings(whole.path(), Shard::WHOLE),
-        &mut model(),
-        &RunControl::default(),
-    )
-    .expect("run");
-    assert_eq!(
-        whole_report.stats.errors_by_field.get("image.bytes"),
-        Some(&4)
-    );
-    // The in-memory rows stand for this file: the shards record its hash, the merge reads it.
-    let data = tempfile::tempdir().unwrap();
-    std::fs::write(data.path().join("mixed.parquet"), b"the mixed rows").unwrap();
-    let input_files = hash_input_files(data.path()).unwrap();
-    let n = 3;
-    let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut rows = 0;
-    let mut accepted = 0;
-    let mut all_positions = Vec::new();
-    for (i, d) in dirs.iter().enumerate() {
-        let r = run_hashing(
-            &settings(d.path(), Shard { index: i, count: n }),
-            &mut model(),
-            &RunControl::default(),
-            input_files.clone(),
-        )
-        .expect("shard run");
-        rows += r.stats.input_rows;
-        accepted += r.stats.accepted;
-        let p = positions_in(d.path());
-        assert!(
-            p.iter().all(|x| x % n as u64 == i as u64),
-            "shard {i}: {p:?}"
-        );
-        all_positions.extend(p);
-    }
-    all_positions.sort_unstable();
-    assert_eq!(
-        all_positions,
-        positions_in(whole.path()),
-        "shards cover each position once"
-    );
-    assert_eq!(
-        (rows, accepted),
-        (whole_report.stats.input_rows, whole_report.stats.accepted)
-    );
-
-    let merged = tempfile::tempdir().unwrap();
-    let args = MergeOptions {
-        shards: vec![
-            dirs[2].path().into(),
-            dirs[0].path().into(),
-            dirs[1].path().into(),
-        ],
-        out: merged.path().into(),
-        data: Some(data.path().into()),
-        force: false,
-        restart: false,
-        progress: None,
-        quiet: true,
-    };
-    let plan = prepare_merge(&args).expect("merge plan");
-    let imported = plan.prepared.replayed();
-    let source = MemSource(mixed_rows());
-    let mut sink = JsonlSink::new(merged.path());
-    assert_eq!(plan.refused_images.len(), 4, "{:?}", plan.refused_images);
-    let mut engine = JournalOnly {
-        engine_version: plan.engine_version.clone(),
-        refused_images: plan.refused_images.clone(),
-    };
-    let report = run(
-        plan.prepared,
-        Backends {
-            source: &source,
-            generator: &mut engine,
-            decisions: &StandardDecisions::default(),
-            sink: &mut sink,
-        },
-        &RunControl::default(),
-    )
-    .expect("merge run");
-    assert_eq!(report.stats.accepted, whole_report.stats.accepted);
-    assert_eq!(report.stats.calibration, whole_report.stats.calibration);
-    assert_same_outputs(
-        &deterministic_outputs(whole.path()),
-        &deterministic_outputs(merged.path()),
-    );
-    // An input that is not, byte for byte, the shards' is refused, naming what differs, and
-    // nothing is written.
-    let changed = tempfile::tempdir().unwrap();
-    std::fs::write(changed.path().join("mixed.parquet"), b"other rows").unwrap();
-    std::fs::write(changed.path().join("more.parquet"), b"more rows").unwrap();
-    let fresh = tempfile::tempdir().unwrap();
-    let over_changed = MergeOptions {
-        data: Some(changed.path().into()),
-        out: fresh.path().into(),
-        ..args.clone()
-    };
-    let err = prepare_merge(&over_changed).unwrap_err();
-    let message = err.to_string();
-    assert!(matches!(err, MergeError::InputChanged { .. }), "{message}");
-    assert!(
-        message.contains("mixed.parquet changed content, more.parquet was added"),
-        "{message}"
-    );
-    assert_eq!(
-        verisample::cli::error_exit_code(&anyhow::Error::new(err)),
-        1
-    );
-    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
-    // A shard whose journal is damaged (one byte flipped mid-file) is refused by name: its
-    // generations after the damage would be missing.
-    let damaged = tempfile::tempdir().unwrap();
-    for f in ["run.json", "journal.bin"] {
-        std::fs::copy(dirs[1].path().join(f), damaged.path().join(f)).unwrap();
-    }
-    let journal = damaged.path().join("journal.bin");
-    let mut bytes = std::fs::read(&journal).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x20;
-    std::fs::write(&journal, bytes).unwrap();
-    let over_damaged = MergeOptions {
-        shards: vec![
-            dirs[0].path().into(),
-            damaged.path().into(),
-            dirs[2].path().into(),
-        ],
-        out: fresh.path().into(),
-        ..args.clone()
-    };
-    let err = prepare_merge(&over_damaged).unwrap_err();
-    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
-    assert!(
-        matches!(&err, MergeError::DamagedJournal { path, torn_bytes } if *path == journal && *torn_bytes > 0),
-        "{err}"
-    );
-    // The same merge again resumes; the output of another run is not replaced unless --restart.
-    let again = prepare_merge(&args).expect("the same merge again");
-    assert_eq!(again.prepared.replayed(), imported);
-    drop(again);
-    let other = tempfile::tempdir().unwrap();
-    let mut other_settings = settings(other.path(), Shard::WHOLE);
-    other_settings.max_new_tokens = 32;
-    run_with(
-        &other_settings,
-        &mut ScriptedModel::new(),
-        &RunControl::default(),
-    )
-    .expect("another run");
-    let over_other = MergeOptions {
-        out: other.path().into(),
-        ..args.clone()
-    };
-    match prepare_merge(&over_other).unwrap_err() {
-        MergeError::Pipeline(e @ PipelineError::FingerprintMismatch { .. }) => {
-            assert!(e.to_string().contains("--restart"), "{e}")
-        }
-        other => panic!("{other}"),
-    }
-    let replaced = MergeOptions {
-        restart: true,
-        ..over_other
-    };
-    // Only the shards' generations: the other run's journal is gone.
-    let restarted = prepare_merge(&replaced).expect("restart");
-    assert_eq!(restarted.prepared.replayed(), imported);
-
-    let missing = MergeOptions {
-        shards: vec![dirs[0].path().into(), dirs[2].path().into()],
-        ..args.clone()
-    };
-    let err = prepare_merge(&missing).unwrap_err();
-    assert!(
-        matches!(&err, MergeError::Coverage(m) if m == "missing 1/3"),
-        "{err}"
-    );
-    // Shards that do not cover the input are a usage error.
-    assert_eq!(
-        verisample::cli::error_exit_code(&anyhow::Error::new(err)),
-        2
-    );
-    let twice = MergeOptions {
-        shards: vec![
-            dirs[0].path().into(),
-            dirs[1].path().into(),
-            dirs[1].path().into(),
-        ],
-        ..args.clone()
-    };
-    assert!(matches!(
-        prepare_merge(&twice).unwrap_err(),
-        MergeError::Coverage(_)
-    ));
-    // A user's own non-empty folder is not overwritten by a merge unless --force.
-    let foreign = tempfile::tempdir().unwrap();
-    std::fs::write(foreign.path().join("README.md"), "my notes").unwrap();
-    let into_foreign = MergeOptions {
-        out: foreign.path().into(),
-        ..args.clone()
-    };
-    match prepare_merge(&into_foreign).unwrap_err() {
-        MergeError::Out(e) => assert!(e.to_string().contains("README.md"), "{e}"),
-        other => panic!("{other}"),
-    }
-    let forced = MergeOptions {
-        force: true,
-        ..into_foreign
-    };
-    assert!(prepare_merge(&forced).is_ok());
-    // Nor may the merged output sit inside the input dataset folder.
-    let inside = MergeOptions {
-        out: data.path().join("merged"),
-        ..args
-    };
-    match prepare_merge(&inside).unwrap_err() {
-        MergeError::Out(e) => assert!(e.to_string().contains("inside the input"), "{e}"),
-        other => panic!("{other}"),
-    }
-}
-
 #[test]
 fn prompts_larger_than_the_kv_cache_are_errors_then_generated_on_resume() {
     let dir = tempfile::tempdir().unwrap();
@@ -707,31 +418,6 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     restart.restart = true;
     let fp = fingerprint(restart.canonical(), model_files(), inputs("cc"));
     assert_eq!(prepare(&restart, fp).unwrap().replayed(), 0);
-}
-
-#[test]
-fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    for (i, d) in dirs.iter().enumerate() {
-        run_job(d.path(), Shard { index: i, count: 2 });
-    }
-    let journal = dirs[1].path().join("journal.bin");
-    let before = std::fs::read(&journal).unwrap();
-    let args = MergeOptions {
-        shards: vec![dirs[0].path().into(), dirs[1].path().into()],
-        // Same folder, spelled differently.
-        out: dirs[1].path().join("."),
-        data: None,
-        force: false,
-        restart: false,
-        progress: None,
-        quiet: true,
-    };
-    let err = prepare_merge(&args).unwrap_err();
-    assert!(matches!(err, MergeError::OutIsShard(_)), "{err}");
-    let code = verisample::cli::error_exit_code(&anyhow::Error::new(err));
-    assert_eq!(code, 2);
-    assert_eq!(std::fs::read(&journal).unwrap(), before);
 }
 
 #[test]

@@ -23,11 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use verisample::pipeline::{
-    BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, Pass, RowSource,
-    SplitRow, SplitSink,
+    prepare, run, BackendError, Backends, FinishReason, GenRequest, GenResult, Generation,
+    Generator, Pass, PipelineError, RowSource, RunControl, RunReport, SplitRow, SplitSink,
+    StandardDecisions,
 };
 use verisample::record::{ImageRef, InputRow, QaItem, RowError, SplitKind};
-use verisample::settings::{DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings};
+use verisample::settings::{
+    fingerprint, DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings,
+};
 use verisample::shard::Shard;
 
 /// A tiny PNG whose pixel value depends on `seed` (so image hashes differ per row).
@@ -439,4 +442,62 @@ pub fn assert_same_outputs(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, V
             String::from_utf8_lossy(&b[name])
         );
     }
+}
+
+/// Generations the mixed input needs: 47 answers + 15 rescue judgements + 3 calibrations.
+pub const TOTAL_GENERATIONS: usize = 65;
+
+pub fn run_with(
+    s: &Settings,
+    model: &mut dyn verisample::pipeline::Generator,
+    control: &RunControl,
+) -> Result<RunReport, PipelineError> {
+    run_hashing(s, model, control, Vec::new())
+}
+
+/// [`run_with`], recording `input_files` as the input's hashes in the fingerprint (as `run`
+/// does for its parquet files), for a merge that checks them.
+pub fn run_hashing(
+    s: &Settings,
+    model: &mut dyn verisample::pipeline::Generator,
+    control: &RunControl,
+    input_files: Vec<(String, String)>,
+) -> Result<RunReport, PipelineError> {
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), input_files))?;
+    let source = MemSource(mixed_rows());
+    let mut sink = JsonlSink::new(&s.out);
+    run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: model,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        control,
+    )
+}
+
+pub fn run_job(out: &Path, shard: Shard) -> RunReport {
+    let mut model = ScriptedModel::new();
+    run_with(&settings(out, shard), &mut model, &RunControl::default()).expect("run")
+}
+
+pub fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+pub fn positions_in(out: &Path) -> Vec<u64> {
+    let mut p: Vec<u64> = ["errors.jsonl", "cleaning.jsonl", "generations.jsonl"]
+        .iter()
+        .flat_map(|f| lines(&out.join(f)))
+        .map(|l| l["position"].as_u64().unwrap())
+        .collect();
+    p.sort_unstable();
+    p.dedup();
+    p
 }
