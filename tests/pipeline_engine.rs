@@ -183,19 +183,26 @@ fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() 
     let out = tmp.path().join("out");
     let mut s = settings(&out, Shard::WHOLE);
     s.max_new_tokens = MAX_NEW;
-    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
-    let mut generator = generator_with(VisionMemory::Gib(budget as f64 / (1u64 << 30) as f64));
-    let report = run(
-        prepared,
-        Backends {
-            source: &MemSource(rows()),
-            generator: generator.as_mut(),
-            decisions: &StandardDecisions::default(),
-            sink: &mut ParquetSink::new(&out),
-        },
-        &RunControl::default(),
-    )
-    .expect("the run goes on");
+    // A run (or a resume) of the rows with a vision budget of `bytes`; how many answers the
+    // journal held.
+    let run_with_budget = |bytes: u64| {
+        let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+        let replayed = prepared.replayed();
+        let mut generator = generator_with(VisionMemory::Gib(bytes as f64 / (1u64 << 30) as f64));
+        let report = run(
+            prepared,
+            Backends {
+                source: &MemSource(rows()),
+                generator: generator.as_mut(),
+                decisions: &StandardDecisions::default(),
+                sink: &mut ParquetSink::new(&out),
+            },
+            &RunControl::default(),
+        )
+        .expect("the run goes on");
+        (report, replayed)
+    };
+    let (report, _) = run_with_budget(budget);
     // The two small rows were answered; the big one is the only error.
     assert_eq!(
         report.stats.accepted + report.stats.rejected,
@@ -234,20 +241,8 @@ fn an_image_over_the_vision_memory_budget_is_an_error_row_and_the_run_goes_on() 
     // The same run again with a budget that lets the image in resumes (the budget is not part
     // of the run's identity): the two answers come from the journal, only the big row is
     // generated, and nothing is an error any more.
-    let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
-    assert_eq!(prepared.replayed(), 2, "the earlier answers are resumed");
-    let mut generator = generator_with(VisionMemory::Gib(pass(256) as f64 / (1u64 << 30) as f64));
-    let report = run(
-        prepared,
-        Backends {
-            source: &MemSource(rows()),
-            generator: generator.as_mut(),
-            decisions: &StandardDecisions::default(),
-            sink: &mut ParquetSink::new(&out),
-        },
-        &RunControl::default(),
-    )
-    .expect("the resumed run");
+    let (report, replayed) = run_with_budget(pass(256));
+    assert_eq!(replayed, 2, "the earlier answers are resumed");
     assert_eq!(
         (
             report.stats.accepted + report.stats.rejected,

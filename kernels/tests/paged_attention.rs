@@ -306,6 +306,12 @@ fn tiled_prefill_chunks_match_dense_reference() {
     assert!(d <= 1.6e-2, "bf16: max |Δ| = {d}");
 }
 
+/// `t` widened to f32 and flattened.
+fn f32s(t: &candle_core::Tensor) -> Vec<f32> {
+    let t = t.to_dtype(DType::F32).unwrap();
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
 /// Batch invariance: every query of a step with tiled prefill chunks gives the same bits as
 /// that query alone in a step of its own (one new token at its position: the decode path), so
 /// a token's output does not depend on how the scheduler cut the prompt into chunks or what
@@ -336,23 +342,9 @@ fn each_query_of_a_tiled_chunk_equals_the_query_alone_bitwise() {
                     block_tables: std::slice::from_ref(&tables[s]),
                     scale,
                 };
-                let one = paged_attention(&q.narrow(0, row, 1).unwrap(), &kc, &vc, &alone)
-                    .unwrap()
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap();
-                let got = step
-                    .narrow(0, row, 1)
-                    .unwrap()
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap();
+                let alone = paged_attention(&q.narrow(0, row, 1).unwrap(), &kc, &vc, &alone);
+                let one = f32s(&alone.unwrap());
+                let got = f32s(&step.narrow(0, row, 1).unwrap());
                 assert_eq!(got.len(), nh * hd);
                 let same = got
                     .iter()
