@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 use super::layout::ColumnFlags;
 use super::reader::resolve_inside;
 use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
+use super::values::integral_text;
 use super::writer::{image_array, image_fields, sha256_hex};
 use super::DatasetError;
 use crate::record::{ImageRef, QaItem};
@@ -237,14 +238,17 @@ fn value_text(
 ) -> Result<String, DatasetError> {
     match v {
         Some(Value::String(s)) => Ok(s),
-        // An integer's text survives parsing; a decimal or an out-of-range number does not
-        // (`1.50` would become `1.5`, `1e3` `1000.0`): those must be quoted.
+        // An integer's text survives parsing, and an integral float is read as the integer
+        // (`1500.0` → `1500`, as a parquet float answer is); a fraction's text does not
+        // survive (`1.50` would become `1.5`): it must be quoted.
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        Some(v @ Value::Number(_)) => Err(DatasetError::Invalid(format!(
-            "{}:{line}: `{key}` is the number {v}, whose exact text JSON does not keep: \
-             write it as a string (e.g. \"1.50\")",
-            path.display()
-        ))),
+        Some(v @ Value::Number(_)) => v.as_f64().and_then(integral_text).ok_or_else(|| {
+            DatasetError::Invalid(format!(
+                "{}:{line}: `{key}` is the number {v}, whose exact text JSON does not keep: \
+                 write it as a string (e.g. \"1.50\")",
+                path.display()
+            ))
+        }),
         Some(other) => Err(DatasetError::Invalid(format!(
             "{}:{line}: `{key}` must be a string, got {other}",
             path.display()
@@ -727,7 +731,17 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains(":1: invalid JSON"));
-        for lossy in ["1.50", "1e3", "12345678901234567890123"] {
+        // An integral float is the integer (as a parquet float answer); `1e3` means 1000.
+        for (integral, want) in [("1500.0", "1500"), ("1e3", "1000"), ("-0.0", "0")] {
+            std::fs::write(
+                &p,
+                format!("{{\"file\": \"a.jpg\", \"label\": {integral}}}\n"),
+            )
+            .unwrap();
+            let rows = labels_rows(&p, "Q", None).unwrap();
+            assert_eq!(rows[0].qa[0].answers, [want], "{integral}");
+        }
+        for lossy in ["1.50", "12345678901234567890123"] {
             std::fs::write(&p, format!("{{\"file\": \"a.jpg\", \"label\": {lossy}}}\n")).unwrap();
             let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
             assert!(e.contains("labels.jsonl:1: `label` is the number"), "{e}");

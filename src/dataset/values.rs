@@ -87,13 +87,16 @@ pub fn get_answer_text(arr: &dyn Array, i: usize) -> Result<Option<String>, Stri
 /// `x` as an integer's text when it is integral and exactly representable (|x| < 2^53, so
 /// every integer up to there round-trips), else [`python_float_str`]. `-0.0` is `0`.
 fn integral_or_python_float_str(x: f64) -> String {
+    integral_text(x).unwrap_or_else(|| python_float_str(x))
+}
+
+/// The integer's text of an integral `x` below 2^53 in magnitude (`1500.0` → `1500`, `-0.0`
+/// → `0`); `None` for a fraction, a larger magnitude, or a non-finite value. The reading of a
+/// numeric reference answer, from parquet floats and JSON numbers alike.
+pub fn integral_text(x: f64) -> Option<String> {
     const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
-    if x.fract() == 0.0 && x.abs() < EXACT {
-        // Exact: an integral f64 below 2^53 converts to i64 without rounding.
-        (x as i64).to_string()
-    } else {
-        python_float_str(x)
-    }
+                                                // Exact: an integral f64 below 2^53 converts to i64 without rounding.
+    (x.fract() == 0.0 && x.abs() < EXACT).then(|| (x as i64).to_string())
 }
 
 /// `x` as Python's `str(float)` (`repr`, the shortest text that reads back as `x`): fixed
