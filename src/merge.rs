@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use crate::journal::{read_records, JournalError};
 use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE, RUN_FILE};
 use crate::pipeline::{
-    describe_changes, import_results, prepare, BackendError, GenRequest, GenResult, Generator,
-    JournalEntry, PipelineError, Prepared, RunReport,
+    describe_changes, fold_generated, import_results, prepare, BackendError, GenRequest, GenResult,
+    Generator, JournalEntry, PipelineError, Prepared, RunReport,
 };
 use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
@@ -283,26 +283,12 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
         }
         // A shard's last record of a request is its outcome, as its resume replays it (a
         // retried request that did not fit the KV cache may have a later record).
-        let mut results = BTreeMap::new();
-        for r in replay.records {
-            if let JournalEntry::Generated {
-                key, pass, outcome, ..
-            } = r
-            {
-                results.insert((key, pass), outcome);
-            }
-        }
-        shard_results.push(results);
+        shard_results.push(fold_generated(replay.records, false));
     }
     let mut prepared = prepare(&settings, fp)?;
     settings.restart = false;
-    for results in shard_results {
-        import_results(
-            &mut prepared,
-            results
-                .into_iter()
-                .map(|((key, pass), outcome)| (key, pass, outcome)),
-        )?;
+    for replayed in shard_results {
+        import_results(&mut prepared, replayed)?;
     }
     let mut refused_images = BTreeMap::new();
     for (dir, _) in &reports {

@@ -8,12 +8,15 @@ mod pipeline_support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use sha2::Digest;
+
 use pipeline_support::*;
 use verisample::pipeline::{
-    import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError,
+    import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError, Replayed,
     RunControl, RunReport, StandardDecisions,
 };
 use verisample::settings::{fingerprint, Settings};
@@ -400,7 +403,9 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     // One generation journaled: from now on the folder holds work a changed run would lose.
     let key = ItemKey { position: 0, qa: 0 };
     let failed = JournalOutcome::Failed("x".into());
-    import_results(&mut first, [(key, Pass::Answer, failed)]).unwrap();
+    let mut journaled = Replayed::default();
+    journaled.results.insert((key, Pass::Answer), failed);
+    import_results(&mut first, journaled).unwrap();
     drop(first);
     // Same path, same content: accepted as the same run (its one generation is replayed).
     let same = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
@@ -664,4 +669,48 @@ fn a_start_that_generated_nothing_does_not_block_the_corrected_rerun() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("notes.txt")]);
+}
+
+#[test]
+fn a_resume_answers_again_a_row_whose_image_changed() {
+    // The OrandCar row is answered from the image (its question has no `[say:…]`): the
+    // scripted model reads 1990 from the old image and 7777 from the new one.
+    let new_image = png(151);
+    let new_sha = hex::encode(sha2::Sha256::digest(&new_image));
+    let changed_rows = || {
+        let mut rows = mixed_rows();
+        let last = rows.last_mut().unwrap().as_mut().unwrap();
+        last.image.bytes = Some(new_image.clone());
+        rows
+    };
+    let go = |out: &Path, rows: Vec<Result<verisample::record::InputRow, _>>| {
+        let s = settings(out, Shard::WHOLE);
+        let prepared = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+        let mut model = ScriptedModel::new();
+        model.oracle.insert(new_sha.clone(), "7777".into());
+        let report = run(
+            prepared,
+            Backends {
+                source: &MemSource(rows),
+                generator: &mut model,
+                decisions: &StandardDecisions::default(),
+                sink: &mut JsonlSink::new(out),
+            },
+            &RunControl::default(),
+        )
+        .expect("run");
+        report.stats.throughput.generated_items
+    };
+    let resumed = tempfile::tempdir().unwrap();
+    assert_eq!(go(resumed.path(), mixed_rows()), TOTAL_GENERATIONS as u64);
+    // The same run again over the changed image (given by path, its file is not among the
+    // input's hashes): only that row is generated again — its answer, and its judge pass
+    // (7777 is not the reference 1990: a reject the judge now looks at).
+    assert_eq!(go(resumed.path(), changed_rows()), 2);
+    let fresh = tempfile::tempdir().unwrap();
+    go(fresh.path(), changed_rows());
+    assert_same_outputs(
+        &deterministic_outputs(fresh.path()),
+        &deterministic_outputs(resumed.path()),
+    );
 }

@@ -55,7 +55,8 @@ pub use decisions::StandardDecisions;
 pub use engine_io::EngineGenerator;
 pub use error::PipelineError;
 pub use resume::{
-    import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared, JOURNAL_FORMAT,
+    fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,
+    Replayed, JOURNAL_FORMAT,
 };
 
 use crate::report::RunStats;
@@ -126,6 +127,7 @@ pub fn run(
         control,
         journal: &mut prepared.journal,
         results: &mut prepared.results,
+        answer_images: &mut prepared.answer_images,
         progress: &mut progress,
         prompt_tokens: 0,
         replayed: 0,

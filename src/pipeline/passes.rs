@@ -39,6 +39,8 @@ pub(crate) struct PassContext<'a> {
     pub control: &'a RunControl,
     pub journal: &'a mut Journal<JournalEntry>,
     pub results: &'a mut BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    /// The image each journaled answer was generated from (hex SHA-256), where recorded.
+    pub answer_images: &'a mut BTreeMap<ItemKey, String>,
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
@@ -212,9 +214,16 @@ fn run_requests(
     let mut new_errors = 0u64;
     let mut capacity_failures = 0u64;
     let mut prompt_tokens = 0u64;
+    // The image of each answer request, recorded with its answer.
+    let images: HashMap<ItemKey, String> = requests
+        .iter()
+        .filter(|r| r.pass == Pass::Answer)
+        .filter_map(|r| Some((r.key, hex::encode(r.image.as_ref()?.sha256))))
+        .collect();
     {
         let journal = &mut *ctx.journal;
         let results = &mut *ctx.results;
+        let answer_images = &mut *ctx.answer_images;
         let progress = &mut *ctx.progress;
         let mut on_done = |r: GenResult| -> ControlFlow<()> {
             let outcome = match r.outcome {
@@ -222,11 +231,19 @@ fn run_requests(
                 Err(m) => JournalOutcome::Failed(m),
             };
             capacity_failures += u64::from(r.exceeds_capacity);
+            let image_sha256 = images
+                .get(&r.key)
+                .filter(|_| r.pass == Pass::Answer)
+                .cloned();
+            if let Some(sha) = &image_sha256 {
+                answer_images.insert(r.key, sha.clone());
+            }
             let entry = JournalEntry::Generated {
                 key: r.key,
                 pass: r.pass,
                 outcome,
                 exceeds_capacity: r.exceeds_capacity,
+                image_sha256,
             };
             *appended += 1;
             control.kill_point_journaled(stage, *appended, journal, &entry);
@@ -378,6 +395,16 @@ fn generate_answers_into(
                 position,
                 qa: qa as u32,
             };
+            // An answer journaled for another image (one given by path and changed since, which
+            // the input's hashes do not cover) is answered again, and judged again.
+            if ctx
+                .answer_images
+                .get(&key)
+                .is_some_and(|sha| *sha != body.image_sha256)
+            {
+                ctx.results.remove(&(key, Pass::Answer));
+                ctx.results.remove(&(key, Pass::Judge));
+            }
             match ctx.results.get(&(key, Pass::Answer)) {
                 Some(JournalOutcome::Done(g)) => {
                     let ok = ctx.decisions.assess(&body.family, q, g);

@@ -43,7 +43,57 @@ pub enum JournalEntry {
         /// a resumed run, which tries the request again. Absent (false) in the JSON otherwise.
         #[serde(default, skip_serializing_if = "is_false")]
         exceeds_capacity: bool,
+        /// Hex SHA-256 of the image an answer was generated from (absent for judge passes and
+        /// in journals of earlier versions): a resume or merge whose row now holds another
+        /// image (one given by path, which the input's hashes do not cover) answers again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image_sha256: Option<String>,
     },
+}
+
+/// What a journal's generation records leave ([`fold_generated`]).
+#[derive(Debug, Default)]
+pub struct Replayed {
+    /// Each request's last recorded outcome.
+    pub results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    /// The image each answer was generated from (hex SHA-256), where recorded.
+    pub answer_images: BTreeMap<ItemKey, String>,
+}
+
+/// Fold generation `records` in journal order: a request's last record is its outcome; an
+/// answer recorded after a judge pass of its question drops that judge pass (it graded the
+/// earlier answer); with `retry_capacity`, an outcome of the engine's resource limits is
+/// dropped so that a resumed run tries the request again (a merge keeps a shard's).
+pub fn fold_generated(
+    records: impl IntoIterator<Item = JournalEntry>,
+    retry_capacity: bool,
+) -> Replayed {
+    let mut r = Replayed::default();
+    for rec in records {
+        let JournalEntry::Generated {
+            key,
+            pass,
+            outcome,
+            exceeds_capacity,
+            image_sha256,
+        } = rec
+        else {
+            continue;
+        };
+        if pass == Pass::Answer {
+            r.results.remove(&(key, Pass::Judge));
+            match image_sha256 {
+                Some(sha) => r.answer_images.insert(key, sha),
+                None => r.answer_images.remove(&key),
+            };
+        }
+        if retry_capacity && exceeds_capacity {
+            r.results.remove(&(key, pass));
+            continue;
+        }
+        r.results.insert((key, pass), outcome);
+    }
+    r
 }
 
 fn is_false(b: &bool) -> bool {
@@ -72,6 +122,8 @@ pub struct Prepared {
     lock: lock::OutLock,
     pub(super) journal: Journal<JournalEntry>,
     pub(super) results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    /// The image each replayed answer was generated from ([`Replayed::answer_images`]).
+    pub(super) answer_images: BTreeMap<ItemKey, String>,
     /// Bytes of a torn last record dropped on open.
     pub torn_bytes: u64,
 }
@@ -281,53 +333,47 @@ fn open_journal(
         }
         Some(JournalEntry::Generated { .. }) => return Err(PipelineError::NoHeader(path)),
     }
-    let mut results = BTreeMap::new();
-    for rec in records {
-        if let JournalEntry::Generated {
-            key,
-            pass,
-            outcome,
-            exceeds_capacity,
-        } = rec
-        {
-            // A request that did not fit the engine's KV cache is tried again (a later record,
-            // should it fit now, replaces an earlier one).
-            if exceeds_capacity {
-                results.remove(&(key, pass));
-                continue;
-            }
-            results.insert((key, pass), outcome);
-        }
-    }
+    // A request that did not fit the engine's KV cache is tried again (a later record, should
+    // it fit now, replaces an earlier one).
+    let Replayed {
+        results,
+        answer_images,
+    } = fold_generated(records, true);
     Ok(Prepared {
         settings: settings.clone(),
         fingerprint,
         lock,
         journal,
         results,
+        answer_images,
         torn_bytes: replay.torn_bytes,
     })
 }
 
-/// Append pre-existing generation results (from shard journals) to a freshly prepared
-/// journal: used by `verisample merge`. Existing keys are kept.
+/// Append pre-existing generation results (a shard journal's, [`fold_generated`]) to a
+/// freshly prepared journal: used by `verisample merge`. Existing keys are kept.
 ///
 /// Errors: journal I/O.
-pub fn import_results(
-    prepared: &mut Prepared,
-    results: impl IntoIterator<Item = (ItemKey, Pass, JournalOutcome)>,
-) -> Result<(), PipelineError> {
-    for (key, pass, outcome) in results {
+pub fn import_results(prepared: &mut Prepared, replayed: Replayed) -> Result<(), PipelineError> {
+    for ((key, pass), outcome) in replayed.results {
         if prepared.results.contains_key(&(key, pass)) {
             continue;
         }
+        let image_sha256 = match pass {
+            Pass::Answer => replayed.answer_images.get(&key).cloned(),
+            Pass::Judge => None,
+        };
         prepared.journal.append(&JournalEntry::Generated {
             exceeds_capacity: false,
             key,
             pass,
             outcome: outcome.clone(),
+            image_sha256: image_sha256.clone(),
         })?;
         prepared.results.insert((key, pass), outcome);
+        if let Some(sha) = image_sha256 {
+            prepared.answer_images.insert(key, sha);
+        }
     }
     Ok(())
 }

@@ -352,6 +352,13 @@ impl SplitSink for JsonlSink {
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
         let data = self.out.join("data");
         std::fs::create_dir_all(&data)?;
+        // This run's splits replace an earlier run's, as the parquet writer's do.
+        for e in std::fs::read_dir(&data)? {
+            let path = e?.path();
+            if path.extension().is_some_and(|x| x == "jsonl") {
+                std::fs::remove_file(path)?;
+            }
+        }
         for (name, bytes) in &self.staged {
             verisample::atomic::write_atomic(data.join(format!("{name}.jsonl")), bytes)?;
         }
