@@ -43,15 +43,37 @@ pub fn family_spec(name: &str) -> Option<&'static FamilySpec> {
     KNOWN_FAMILIES.iter().find(|f| f.name == name)
 }
 
-/// Whether `name` can be used as a family: one or more ASCII word characters
-/// (`[A-Za-z0-9_]+`), so that the split names built from it match the Hugging Face rule
-/// `^\w+(\.\w+)*$`.
+/// Most characters of a family name: its split files (`<Family>_RS_nothink-00000-of-00001.parquet`)
+/// must stay well inside the 255-byte file-name limit of common file systems.
+pub const MAX_FAMILY_LEN: usize = 128;
+
+/// The rule [`is_valid_family_name`] checks, for messages.
+pub const FAMILY_NAME_RULE: &str = "1 to 128 ASCII letters, digits or '_'";
+
+/// Whether `name` can be used as a family: 1 to [`MAX_FAMILY_LEN`] ASCII word characters
+/// (`[A-Za-z0-9_]`), so that the split names built from it match the Hugging Face rule
+/// `^\w+(\.\w+)*$` and their files can be created.
 pub fn is_valid_family_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    (1..=MAX_FAMILY_LEN).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_family_name_must_fit_in_split_file_names() {
+        assert!(is_valid_family_name(&"F".repeat(MAX_FAMILY_LEN)));
+        assert!(!is_valid_family_name(&"F".repeat(MAX_FAMILY_LEN + 1)));
+        assert!(!is_valid_family_name(""));
+        assert!(!is_valid_family_name("a-b"));
+        // The longest family's longest split file name stays well inside 255 bytes.
+        let file = format!(
+            "{}_RS_nothink-00000-of-00001.parquet",
+            "F".repeat(MAX_FAMILY_LEN)
+        );
+        assert!(file.len() < 200, "{}", file.len());
+    }
     use super::*;
 
     #[test]

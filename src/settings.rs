@@ -581,7 +581,10 @@ impl Settings {
                 return Err(SettingsError::Invalid {
                     key: "family",
                     value: f.clone(),
-                    why: "must be ASCII letters, digits or '_' (it names the splits)".into(),
+                    why: format!(
+                        "must be {} (it names the splits)",
+                        crate::family::FAMILY_NAME_RULE
+                    ),
                 });
             }
         }

@@ -561,3 +561,26 @@ fn decoding_settings_come_from_generation_config_flags_and_toml() {
     assert!(err.to_string().contains("`suppress_tokens` = [3]"), "{err}");
     assert!(resolve(&["--generation-config", "off"]).is_ok());
 }
+
+#[test]
+fn a_family_too_long_for_split_file_names_is_refused_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let long = "F".repeat(verisample::family::MAX_FAMILY_LEN + 1);
+    let args = [
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--family",
+        &long,
+    ];
+    let err = Settings::resolve(&parse(&args)).unwrap_err().to_string();
+    assert!(err.contains("1 to 128 ASCII letters"), "{err}");
+    let ok = "F".repeat(verisample::family::MAX_FAMILY_LEN);
+    let args = [&args[..5], &[ok.as_str()][..]].concat();
+    let err = Settings::resolve(&parse(&args))
+        .err()
+        .map(|e| e.to_string());
+    assert!(!err.unwrap_or_default().contains("ASCII letters"));
+}

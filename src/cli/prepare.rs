@@ -138,7 +138,8 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     if let Some(f) = &a.family {
         if !is_valid_family_name(f) {
             return Err(usage(format!(
-                "--family {f:?}: use letters, digits and _ only (it becomes part of split names)"
+                "--family {f:?}: use {} (it becomes part of split names)",
+                crate::family::FAMILY_NAME_RULE
             )));
         }
     }

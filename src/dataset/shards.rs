@@ -310,9 +310,10 @@ impl ShardedWriter {
     }
 }
 
-/// Whether `name` is a valid Hugging Face split name: `^\w+(\.\w+)*$` (ASCII word chars).
+/// Whether `name` is a valid Hugging Face split name: `^\w+(\.\w+)*$` (ASCII word chars), of at
+/// most [`crate::family::MAX_FAMILY_LEN`] characters so that its shard files can be created.
 pub fn is_valid_split_name(name: &str) -> bool {
-    !name.is_empty()
+    (1..=crate::family::MAX_FAMILY_LEN).contains(&name.len())
         && name.split('.').all(|part| {
             !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         })

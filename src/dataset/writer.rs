@@ -268,7 +268,8 @@ impl<Q: QaRecord> SplitWriter<Q> {
         }
         if !crate::family::is_valid_family_name(family) {
             return Err(DatasetError::Invalid(format!(
-                "family {family:?} must be [A-Za-z0-9_]+"
+                "family {family:?} must be {}",
+                crate::family::FAMILY_NAME_RULE
             )));
         }
         let inner = ShardedWriter::create(

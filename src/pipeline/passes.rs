@@ -114,7 +114,8 @@ pub(crate) fn plan_row(
         .clone()
         .unwrap_or_else(|| crate::family::split_family(row.family.as_deref()));
     if !crate::family::is_valid_family_name(&family) {
-        let msg = format!("family {family:?} cannot name a split (ASCII letters, digits, '_')");
+        let rule = crate::family::FAMILY_NAME_RULE;
+        let msg = format!("family {family:?} cannot name a split ({rule})");
         return (fail("family", msg), None);
     }
     // `--family` says which benchmark the rows belong to: cleaning (task purity) and the

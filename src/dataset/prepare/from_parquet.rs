@@ -53,7 +53,8 @@ fn unread(e: &RowError) -> PendingRow {
 fn refusals(row: &InputRow, family: Option<&str>, pending: &mut PendingRow) {
     let split = split_family(family);
     if !is_valid_family_name(&split) {
-        let message = format!("family {split:?} cannot name a split (ASCII letters, digits, '_')");
+        let rule = crate::family::FAMILY_NAME_RULE;
+        let message = format!("family {split:?} cannot name a split ({rule})");
         pending.refused = Some(("family".into(), message));
         return;
     }
