@@ -223,18 +223,22 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     settings.quiet = args.quiet;
     match &args.data {
         Some(d) => settings.data = d.clone(),
-        // run.json holds `--data` as typed, relative to where the shards ran: from another
-        // folder, the absolute spec the shards' fingerprint recorded finds the same input
-        // (runs of earlier versions recorded only the canonical folder of their input).
-        None if crate::settings::input_root(&settings.data).is_err() => {
+        // run.json holds `--data` as typed, relative to where the shards ran: the absolute
+        // spec the shards' fingerprint recorded finds the same input from any folder (a
+        // relative spec could name another folder's input here); runs of earlier versions
+        // recorded only the canonical folder of their input, tried when `--data` as typed
+        // does not resolve.
+        None => {
             let fp = &first.fingerprint;
-            let recorded = fp.data_spec.as_ref().unwrap_or(&fp.settings.data);
-            let recorded = PathBuf::from(recorded);
-            if crate::settings::input_root(&recorded).is_ok() {
-                settings.data = recorded;
+            let resolves = |p: &Path| crate::settings::input_root(p).is_ok();
+            match &fp.data_spec {
+                Some(spec) if resolves(Path::new(spec)) => settings.data = PathBuf::from(spec),
+                None if !resolves(&settings.data) && resolves(Path::new(&fp.settings.data)) => {
+                    settings.data = PathBuf::from(&fp.settings.data);
+                }
+                _ => {}
             }
         }
-        None => {}
     }
     // A glob (`--data DIR/*.parquet`, or the snapshot pattern `--data OWNER/NAME` resolved
     // to) is not a path that exists: `input_root` resolves it as the reader does.
