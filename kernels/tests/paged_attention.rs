@@ -285,25 +285,28 @@ fn bad_metadata_is_a_typed_error() {
 /// tile of positions 58..74 straddles the key block boundary at 64: some of its queries end
 /// before the last key block), a 20-token chunk starting at position 130, a 2-token chunk, and
 /// two decodes; GQA 6:2, block size 16 with interleaved blocks.
-fn chunked_prefill_case() -> Case {
+fn chunked_prefill_case(head_dim: usize) -> Case {
     Case {
         query_lens: vec![37, 1, 70, 20, 2, 1],
         context_lens: vec![37, 90, 80, 150, 20, 1],
         n_heads: 6,
         kv_heads: 2,
-        head_dim: 32,
+        head_dim,
         block_size: 16,
     }
 }
 
 #[test]
 fn tiled_prefill_chunks_match_dense_reference() {
-    let (out, reference) = run(&chunked_prefill_case(), DType::F32);
-    let d = max_abs_diff(&out, &reference);
-    assert!(d <= 1e-5, "max |Δ| = {d}");
-    let (out, reference) = run(&chunked_prefill_case(), DType::BF16);
-    let d = max_abs_diff(&out, &reference);
-    assert!(d <= 1.6e-2, "bf16: max |Δ| = {d}");
+    // head_dim 36: the dot products' tail past the last whole 8 lanes.
+    for hd in [32, 36] {
+        let (out, reference) = run(&chunked_prefill_case(hd), DType::F32);
+        let d = max_abs_diff(&out, &reference);
+        assert!(d <= 1e-5, "head_dim {hd}: max |Δ| = {d}");
+        let (out, reference) = run(&chunked_prefill_case(hd), DType::BF16);
+        let d = max_abs_diff(&out, &reference);
+        assert!(d <= 1.6e-2, "head_dim {hd}, bf16: max |Δ| = {d}");
+    }
 }
 
 /// `t` widened to f32 and flattened.
@@ -319,8 +322,9 @@ fn f32s(t: &candle_core::Tensor) -> Vec<f32> {
 /// tile, an online softmax over key blocks).
 #[test]
 fn each_query_of_a_tiled_chunk_equals_the_query_alone_bitwise() {
-    let case = chunked_prefill_case();
-    for dtype in [DType::F32, DType::BF16] {
+    let cases = [32, 36].map(|hd| [DType::F32, DType::BF16].map(|d| (hd, d)));
+    for (head_dim, dtype) in cases.into_iter().flatten() {
+        let case = chunked_prefill_case(head_dim);
         let Prepared {
             q, kc, vc, tables, ..
         } = prepare(&case, dtype);
