@@ -632,6 +632,18 @@ fn verify_with_a_split_file_deleted_does_not_say_ok() {
         stdout.contains("row count(s) disagree with run.json"),
         "{stdout}"
     );
+    // The final count names both kinds, as the report above lists them.
+    let mismatches = stdout
+        .lines()
+        .filter(|l| l.starts_with("MISMATCH "))
+        .count();
+    assert!(
+        error_line(&verified).ends_with(&format!(
+            "decision disagreement(s) and {mismatches} row count mismatch(es)"
+        )),
+        "{}",
+        text(&verified.stderr)
+    );
 }
 
 #[test]

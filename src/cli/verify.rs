@@ -35,10 +35,18 @@ pub struct VerifyArgs {
     pub verifiers: Vec<String>,
 }
 
-/// A `verify` that found disagreements (exit code 1, report already printed).
+/// A `verify` that found disagreements (exit code 1, report already printed): decisions that
+/// do not recompute, and split row counts that differ from `run.json` (the `MISMATCH` lines).
 #[derive(Debug, thiserror::Error)]
-#[error("verify found {0} disagreement(s)")]
-pub struct VerifyFailed(pub usize);
+#[error(
+    "verify found {decisions} decision disagreement(s) and {row_counts} row count mismatch(es)"
+)]
+pub struct VerifyFailed {
+    /// Decisions that do not recompute.
+    pub decisions: usize,
+    /// Split row counts that differ from `run.json`.
+    pub row_counts: usize,
+}
 
 /// `OUT/run.json` as JSON, or `Null` when the output has none (e.g. hand-made).
 ///
@@ -186,7 +194,11 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         }
     }
     if problems > 0 {
-        return Err(VerifyFailed(problems).into());
+        return Err(VerifyFailed {
+            decisions: problems - row_problems,
+            row_counts: row_problems,
+        }
+        .into());
     }
     Ok(())
 }
