@@ -203,6 +203,20 @@ fn take_text(
     value_text(m.remove(key), key, path, line)
 }
 
+/// [`take_text`], with a null value read as blank (`""`): the row check then leaves out the
+/// question, naming its line, instead of the whole input failing.
+fn take_text_or_blank(
+    m: &mut Map<String, Value>,
+    key: &str,
+    path: &Path,
+    line: usize,
+) -> Result<String, DatasetError> {
+    match m.remove(key) {
+        Some(Value::Null) => Ok(String::new()),
+        other => value_text(other, key, path, line),
+    }
+}
+
 /// `answer` of a QA line: a string (or integer), or a list of them (several references; a
 /// null in the list is dropped, as the reader does). Returns the references and whether
 /// they came as a list.
@@ -287,11 +301,7 @@ fn labels_rows(
         }
         let file = take_text(&mut m, "file", labels, line)?;
         // A null label is a blank reference: the row check leaves the row out.
-        let answer = match m.get("label") {
-            Some(Value::Null) => String::new(),
-            _ => take_text(&mut m, "label", labels, line)?,
-        };
-        m.remove("label");
+        let answer = take_text_or_blank(&mut m, "label", labels, line)?;
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
             origin: format!("{}:{line}", labels.display()),
@@ -312,10 +322,7 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     for (line, mut m) in read_jsonl(jsonl)? {
         let image = take_text(&mut m, "image", jsonl, line)?;
         // A null question is blank: the row check leaves it out, naming this line.
-        let question = match m.remove("question") {
-            Some(Value::Null) => String::new(),
-            other => value_text(other, "question", jsonl, line)?,
-        };
+        let question = take_text_or_blank(&mut m, "question", jsonl, line)?;
         let (answers, listed) = take_answers(&mut m, jsonl, line)?;
         let item = PendingQa {
             question,
@@ -511,8 +518,9 @@ pub struct PrepareSummary {
 /// refuses, is left out the same way (see [`from_parquet`]).
 ///
 /// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
-/// outside its folder (naming the path), [`DatasetError::Choice`] for an input that needs an option (`--split`,
-/// a column flag), no rows after filtering or after the check, or a write failure.
+/// outside its folder (naming the path), [`DatasetError::Choice`] for an input that needs an
+/// option (`--split`, a column flag), no rows after filtering or after the check, or a write
+/// failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {

@@ -50,7 +50,7 @@ fn unread(e: &RowError) -> PendingRow {
 /// `source` neither the image's hash nor its path (`provenance_mismatch`). `prepare` writes
 /// the true hash and keeps `source` as `orig_source`, so without this `run` would take from
 /// the prepared data what it drops from the input.
-fn refusals(row: &InputRow, family: Option<&str>, pending: &mut PendingRow) {
+fn refusals(row: &InputRow, ctx: &RowContext<'_>, family: Option<&str>, pending: &mut PendingRow) {
     let split = split_family(family);
     if !is_valid_family_name(&split) {
         let rule = crate::family::FAMILY_NAME_RULE;
@@ -58,9 +58,9 @@ fn refusals(row: &InputRow, family: Option<&str>, pending: &mut PendingRow) {
         pending.refused = Some(("family".into(), message));
         return;
     }
-    let (policy, ctx) = (CleanPolicy::default(), RowContext::new(row));
+    let policy = CleanPolicy::default();
     for (i, (item, q)) in row.qa.iter().zip(&mut pending.qa).enumerate() {
-        match Pass::Provenance.apply(&policy, &ctx, item) {
+        match Pass::Provenance.apply(&policy, ctx, item) {
             Action::Drop(DropReason::ImageSha256Mismatch) => {
                 let message = format!(
                     "stored image_sha256 {:?} is not the SHA-256 of the image bytes ({}): \
@@ -160,7 +160,10 @@ pub(super) fn prepare_parquet(
                 }
             };
             let family = opts.family.clone().or_else(|| row.family.clone());
-            refusals(&row, family.as_deref(), &mut pending);
+            // The image is hashed once: for cleaning's provenance check and the output.
+            let ctx = RowContext::new(&row);
+            refusals(&row, &ctx, family.as_deref(), &mut pending);
+            let sha = ctx.sha256.unwrap_or_else(|| sha256_hex(&[]));
             let bytes = row.image.bytes.unwrap_or_default();
             let name = row.image.path.as_deref().and_then(|p| {
                 std::path::Path::new(p)
@@ -168,7 +171,7 @@ pub(super) fn prepare_parquet(
                     .map(|n| n.to_string_lossy().into_owned())
             });
             Ok(ReadyRow {
-                sha: sha256_hex(&bytes),
+                sha,
                 image: ImageRef {
                     bytes: Some(bytes),
                     path: name,
