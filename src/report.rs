@@ -136,7 +136,9 @@ pub struct RunStats {
     /// not followed): one `errors.jsonl` line each, `file unreadable` in the summary.
     #[serde(default)]
     pub unread_files: u64,
-    /// `qa` entries of readable rows in this shard.
+    /// `qa` entries of the rows of this shard that were not refused whole (unreadable, or an
+    /// image or family that fails its check: one `errors.jsonl` line each): the headline's
+    /// "of M questions".
     pub input_items: u64,
     /// Split name → rows written.
     pub split_rows: BTreeMap<String, u64>,

@@ -151,7 +151,7 @@ pub struct RunOptions {
     pub number_guard: Option<Switch>,
     /// `--verifier [FAMILY=]NAME`, in the order given.
     pub verifiers: Vec<String>,
-    /// `--dedup`: sample a repeated (image, question, reference) once.
+    /// `--dedup`: sample a repeated (image, question, reference) of one family once.
     pub dedup: Option<Switch>,
     /// `--device`.
     pub device: Option<DeviceSpec>,

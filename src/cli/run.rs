@@ -102,7 +102,8 @@ pub struct RunArgs {
     /// relaxed (numeric, ChartQA's 0.05), anls[:tau]. [default: alnum]
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     pub verifiers: Vec<String>,
-    /// Sample a repeated (image, question, reference) once; `off` keeps the repeats. [default: on]
+    /// Sample a repeated (image, question, reference) of one family once; `off` keeps the
+    /// repeats. [default: on]
     #[arg(long, value_enum)]
     pub dedup: Option<Switch>,
     /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]

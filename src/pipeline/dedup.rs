@@ -1,13 +1,16 @@
 //! Duplicate questions (SPEC §3): the same image (by content hash) with the same question and
-//! the same reference is sampled once. The first occurrence in input order is kept; every
-//! later one becomes [`ItemPlan::Duplicate`] naming it, and lands in `cleaning.jsonl` with
-//! reason [`DUPLICATE`]. Only questions that cleaning kept take part (a question dropped or
-//! invalid is accounted for on its own). Two different questions about one image, or one
-//! question about two different images, are not duplicates.
+//! the same reference in the same family is sampled once. The first occurrence in input order
+//! is kept; every later one becomes [`ItemPlan::Duplicate`] naming it, and lands in
+//! `cleaning.jsonl` with reason [`DUPLICATE`]. Only questions that cleaning kept take part (a
+//! question dropped or invalid is accounted for on its own). Two different questions about one
+//! image, or one question about two different images, are not duplicates; nor is a repeat in
+//! another family: each family is a dataset of its own (its own splits), which would lose the
+//! row otherwise.
 //!
-//! The key is the cleaned question and reference (what would be sampled). The decision
-//! depends only on the input, never on the shard: every shard marks duplicates over the whole
-//! input stream, so shards and their merge agree with an unsharded run.
+//! The key is the row's family (as the plan decided it: `--family`, else the row's) and the
+//! cleaned question and reference (what would be sampled). The decision depends only on the
+//! input, never on the shard: every shard marks duplicates over the whole input stream, so
+//! shards and their merge agree with an unsharded run.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,11 +40,11 @@ pub(crate) struct Dedup {
     file: Option<Arc<str>>,
 }
 
-/// The digest of (image sha256, question, reference), each length-prefixed so no two
-/// different triples share an encoding.
-fn key(image_sha256: &str, question: &str, reference: &str) -> [u8; 32] {
+/// The digest of (family, image sha256, question, reference), each length-prefixed so no two
+/// different tuples share an encoding.
+fn key(family: &str, image_sha256: &str, question: &str, reference: &str) -> [u8; 32] {
     let mut h = Sha256::new();
-    for part in [image_sha256, question, reference] {
+    for part in [family, image_sha256, question, reference] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -77,7 +80,7 @@ impl Dedup {
         };
         for (qa, item) in body.items.iter_mut().enumerate() {
             let ItemPlan::Keep(q) = item else { continue };
-            let k = key(&body.image_sha256, &q.question, &q.answer);
+            let k = key(&body.family, &body.image_sha256, &q.question, &q.answer);
             match self.seen.get(&k) {
                 Some(kept) => {
                     *item = ItemPlan::Duplicate(DuplicateOf {
@@ -110,13 +113,17 @@ mod tests {
     use crate::record::QaItem;
 
     fn plan(position: u64, sha: &str, items: &[(&str, &str)]) -> RowPlan {
+        in_family("F", position, sha, items)
+    }
+
+    fn in_family(family: &str, position: u64, sha: &str, items: &[(&str, &str)]) -> RowPlan {
         RowPlan {
             position,
             file: "f.parquet".into(),
             row: Some(position as usize),
             rows: None,
             body: Ok(RowOk {
-                family: "F".into(),
+                family: family.into(),
                 clean_meta: "{}".into(),
                 image_sha256: sha.into(),
                 items: items
@@ -166,8 +173,22 @@ mod tests {
     }
 
     #[test]
+    fn a_repeat_in_another_family_is_kept_and_one_in_the_same_family_is_not() {
+        let mut d = Dedup::new(true);
+        let mut a = in_family("A", 0, "aa", &[("q", "1")]);
+        let mut b = in_family("B", 1, "aa", &[("q", "1")]);
+        let mut a_again = in_family("A", 2, "aa", &[("q", "1")]);
+        for p in [&mut a, &mut b, &mut a_again] {
+            d.mark(p);
+        }
+        assert_eq!(kinds(&b), vec![None], "family B's split keeps its row");
+        assert_eq!(kinds(&a_again), vec![Some((0, 0))]);
+    }
+
+    #[test]
     fn the_key_separates_its_parts() {
-        assert_ne!(key("a", "bc", "d"), key("a", "b", "cd"));
-        assert_eq!(key("a", "b", "c"), key("a", "b", "c"));
+        assert_ne!(key("f", "a", "bc", "d"), key("f", "a", "b", "cd"));
+        assert_ne!(key("fa", "b", "c", "d"), key("f", "ab", "c", "d"));
+        assert_eq!(key("f", "a", "b", "c"), key("f", "a", "b", "c"));
     }
 }

@@ -19,7 +19,8 @@ pub(crate) enum ItemPlan {
         /// What exactly failed, for `cleaning.jsonl` (see [`super::backend::CleanedItem::Drop`]).
         detail: Option<String>,
     },
-    /// A repeat of an earlier kept question ([`super::dedup`]), dropped as a duplicate.
+    /// A repeat of an earlier kept question of the same family ([`super::dedup`]), dropped as
+    /// a duplicate.
     Duplicate(DuplicateOf),
     /// Blank question or reference.
     Invalid(FieldProblem),

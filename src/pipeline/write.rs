@@ -379,9 +379,6 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         if plan.position != position {
             return Err(input_changed(position, "row order differs"));
         }
-        if let Ok(row) = &element {
-            c.stats.input_items += row.qa.len() as u64;
-        }
         match (&plan.body, element) {
             (Err(p), _) => {
                 let unit = (position, None);
@@ -394,6 +391,9 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
                 if sha != body.image_sha256 || row.qa.len() != body.items.len() {
                     return Err(input_changed(position, "image bytes or questions differ"));
                 }
+                // The headline's questions: those of rows not refused whole (a row whose image
+                // or family fails its check is one errors.jsonl line, its questions uncounted).
+                c.stats.input_items += body.items.len() as u64;
                 let mut splits = RowSplits::default();
                 route_row(&w, &mut c, plan, &body.family, &body.items, &mut splits)?;
                 write_row_splits(
