@@ -40,7 +40,8 @@ pub struct MergeOptions {
     /// `--progress`, `None` = a bar when stderr is a terminal, else none (as `run`; not the
     /// shards' setting, which says where the shards ran).
     pub progress: Option<ProgressMode>,
-    /// The CLI's global `-q`: no progress and no summary table.
+    /// The CLI's global `-q`: no progress bar (an explicit `--progress jsonl` stays) and no
+    /// summary table.
     pub quiet: bool,
 }
 
@@ -250,11 +251,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     };
     crate::settings::check_out(&args.out, data_root.as_deref(), args.force)
         .map_err(MergeError::Out)?;
-    settings.progress = if args.quiet {
-        ProgressMode::None
-    } else {
-        args.progress.unwrap_or_else(ProgressMode::for_stderr)
-    };
+    settings.progress = ProgressMode::chosen(args.progress, args.quiet);
     // The shards' answers belong to the rows of the input they hashed: the input read now must
     // be the same files, byte for byte (named alike however `--data` is spelt).
     let input_files = hash_input_files(&settings.data).map_err(MergeError::Out)?;

@@ -92,6 +92,18 @@ impl ProgressMode {
     }
 }
 
+    /// The progress of `run` and `merge`: `requested` (`--progress`, or the config file's),
+    /// else [`ProgressMode::for_stderr`]. With `quiet` (the CLI's `-q`, which silences what is
+    /// meant for people) only an explicitly requested [`ProgressMode::Jsonl`] stays: it is
+    /// meant for a program, which asked for it.
+    pub fn chosen(requested: Option<ProgressMode>, quiet: bool) -> Self {
+        match requested {
+            Some(ProgressMode::Jsonl) => ProgressMode::Jsonl,
+            _ if quiet => ProgressMode::None,
+            requested => requested.unwrap_or_else(ProgressMode::for_stderr),
+        }
+    }
+
 /// Floating-point type of the weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -187,7 +199,8 @@ pub struct RunOptions {
     pub force: bool,
     /// `--config FILE.toml`.
     pub config: Option<PathBuf>,
-    /// The CLI's global `-q`: no progress and no summary table.
+    /// The CLI's global `-q`: no progress bar (an explicit `--progress jsonl` stays) and no
+    /// summary table.
     pub quiet: bool,
 }
 
@@ -319,7 +332,7 @@ pub struct Settings {
     pub max_errors: Option<usize>,
     /// Discard an existing journal instead of resuming.
     pub restart: bool,
-    /// Silence progress and the summary table.
+    /// Silence the progress bar and the summary table.
     pub quiet: bool,
 }
 
@@ -501,11 +514,7 @@ impl Settings {
         let vision_memory_gib = args.vision_memory_gib.or(file.vision_memory_gib);
         let progress_default = ProgressMode::for_stderr();
         let quiet = args.quiet;
-        let progress = if quiet {
-            ProgressMode::None
-        } else {
-            pick(args.progress, file.progress, progress_default)
-        };
+        let progress = ProgressMode::chosen(args.progress.or(file.progress), quiet);
 
         let positive = |key: &'static str, v: usize| {
             if v == 0 {

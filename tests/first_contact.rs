@@ -660,3 +660,55 @@ fn an_empty_shard_does_not_name_splits_or_a_card_it_did_not_write() {
     assert!(!out.join("README.md").exists());
     assert!(!out.join("data").exists() || data_files(&out).is_empty());
 }
+
+/// The stderr lines of `out` that are progress JSON objects (`{"phase": …}`).
+fn progress_lines(out: &Output) -> Vec<usize> {
+    text(&out.stderr)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.get("phase").is_some())
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[test]
+fn quiet_keeps_an_explicit_jsonl_progress_stream_and_silences_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let asked = ok(
+        Command::new(BIN)
+            .arg("-q")
+            .args(["run", "--progress", "jsonl"])
+            .args(["--model", &repo().join("assets/model").to_string_lossy()])
+            .args([
+                "--data",
+                &repo().join("assets/sample/data").to_string_lossy(),
+            ])
+            .args(["--out", &out.to_string_lossy()])
+            .args(["--device", "cpu", "--max-new-tokens", "64"])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap(),
+        "run -q --progress jsonl",
+    );
+    assert!(
+        !progress_lines(&asked).is_empty(),
+        "stderr:\n{}",
+        text(&asked.stderr)
+    );
+    // stdout stays quiet: only where the splits are.
+    assert_eq!(
+        text(&asked.stdout).lines().count(),
+        1,
+        "{}",
+        text(&asked.stdout)
+    );
+    let silent = ok(run(&out, &["-q"]), "rerun -q");
+    assert!(
+        progress_lines(&silent).is_empty(),
+        "{}",
+        text(&silent.stderr)
+    );
+}

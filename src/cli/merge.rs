@@ -38,7 +38,8 @@ pub struct MergeArgs {
     /// Replace the output of another run (or merge) in OUT instead of refusing it.
     #[arg(long)]
     pub restart: bool,
-    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
+    /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
+    /// [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
 }

@@ -148,7 +148,8 @@ pub struct RunArgs {
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
     pub shard: Option<Shard>,
-    /// Progress on stderr: a bar, JSON lines or none. [default: bar on a terminal, else none]
+    /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
+    /// [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
     /// Abort when more than N input errors were recorded. [default: unlimited]
@@ -281,7 +282,8 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
     }
 }
 
-/// `verisample run`. `quiet` is the CLI's global `-q` (it also silences progress).
+/// `verisample run`. `quiet` is the CLI's global `-q` (it also silences the progress bar, not an
+/// explicit `--progress jsonl`).
 ///
 /// Errors: settings, model lookup, a refused resume, model loading, the run itself.
 pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {

@@ -1,4 +1,4 @@
-//! Unit tests of [`super`]: the fingerprint.
+//! Unit tests of [`super`]: the fingerprint, the progress under `-q`.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -96,4 +96,14 @@ fn column_flags_and_images_root_change_the_fingerprint() {
     let a = fingerprint(s, w.clone(), Vec::new()).sha256;
     assert_ne!(a, fingerprint(mapped, w.clone(), Vec::new()).sha256);
     assert_ne!(a, fingerprint(rooted, w, Vec::new()).sha256);
+}
+
+#[test]
+fn quiet_keeps_only_an_explicit_jsonl_progress() {
+    use ProgressMode::{Bar, Jsonl, None as Off};
+    assert_eq!(ProgressMode::chosen(Some(Jsonl), true), Jsonl);
+    assert_eq!(ProgressMode::chosen(Some(Bar), true), Off);
+    assert_eq!(ProgressMode::chosen(Option::None, true), Off);
+    assert_eq!(ProgressMode::chosen(Some(Bar), false), Bar);
+    assert_eq!(ProgressMode::chosen(Some(Off), false), Off);
 }
