@@ -66,8 +66,12 @@ pub enum MergeError {
         /// What differs.
         what: String,
     },
-    /// `--out` is one of the shard folders (merging there would destroy its journal).
-    #[error("--out {0} is one of the shard folders being merged; choose another --out")]
+    /// `--out` is one of the shard folders, or lies inside one (`--out SHARD/data`): merging
+    /// there would overwrite that shard's journal or splits, an input of the merge.
+    #[error(
+        "--out {0} is one of the shard folders being merged or lies inside one; writing there \
+         would overwrite that shard's output; choose an --out outside every shard folder"
+    )]
     OutIsShard(PathBuf),
     /// `--out` is not a folder this merge may write: a file, read-only, inside or around the
     /// input, or a non-empty folder of someone else's without `--force`.
@@ -162,7 +166,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     if args
         .shards
         .iter()
-        .any(|d| crate::settings::canonical_lenient(d) == out)
+        .any(|d| out.starts_with(crate::settings::canonical_lenient(d)))
     {
         return Err(MergeError::OutIsShard(args.out.clone()));
     }

@@ -264,4 +264,23 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
     let code = verisample::cli::error_exit_code(&anyhow::Error::new(err));
     assert_eq!(code, 2);
     assert_eq!(std::fs::read(&journal).unwrap(), before);
+    // Nor inside one: its split folder (which the merge would fill with the merged splits), or
+    // a folder not made yet below it.
+    let splits = dirs[0].path().join("data");
+    let split_files = std::fs::read_dir(&splits).unwrap().count();
+    assert!(split_files > 0);
+    for out in [splits.clone(), dirs[1].path().join("merged/deeper")] {
+        let inside = MergeOptions {
+            out: out.clone(),
+            ..args.clone()
+        };
+        let err = prepare_merge(&inside).unwrap_err();
+        assert!(matches!(err, MergeError::OutIsShard(_)), "{out:?}: {err}");
+        assert!(err.to_string().contains("inside one"), "{err}");
+        let code = verisample::cli::error_exit_code(&anyhow::Error::new(err));
+        assert_eq!(code, 2);
+    }
+    assert_eq!(std::fs::read_dir(&splits).unwrap().count(), split_files);
+    assert!(!dirs[1].path().join("merged").exists());
+    assert_eq!(std::fs::read(&journal).unwrap(), before);
 }
