@@ -29,6 +29,7 @@ pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 mod out_dir;
 mod switch;
+mod verifiers;
 pub use fingerprint::{data_spec, fingerprint, hash_input_files, input_identity, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
 pub use out_dir::{check_out, input_root, is_verisample_output, WRITTEN_IN_OUT};
@@ -631,8 +632,9 @@ impl Settings {
             skip_family_column: false,
         };
         data::check_read_options(&data, &read)?;
-        if settings_family.is_none() {
-            data::check_family_case(&data)?;
+        let families = data::input_families(&data, settings_family.as_deref());
+        if let (None, Some(families)) = (&settings_family, &families) {
+            data::check_family_case(&data, families)?;
         }
         let model = match (&args.model, &file.model) {
             (Some(m), _) => resolve_model(m, Path::new("."))?,
@@ -673,6 +675,10 @@ impl Settings {
                     ),
                 });
             }
+        }
+        // Before anything loads: a `--verifier` that would decide nothing (a misspelt family).
+        for warning in verifiers::idle_verifiers(&verifiers, families.as_ref()) {
+            tracing::warn!("{warning}");
         }
 
         Ok(Settings {
@@ -725,7 +731,7 @@ impl Settings {
             dtype: self.dtype,
             max_new_tokens: self.max_new_tokens,
             shard: self.shard.to_string(),
-            verifiers: self.verifiers.clone(),
+            verifiers: verifiers::effective_verifiers(&self.verifiers),
             dedup: self.dedup,
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,

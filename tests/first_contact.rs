@@ -712,3 +712,28 @@ fn quiet_keeps_an_explicit_jsonl_progress_stream_and_silences_the_rest() {
         text(&silent.stderr)
     );
 }
+
+#[test]
+fn a_verifier_for_a_family_the_input_lacks_is_warned_about_before_generating() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let done = ok(
+        run(&out, &["--verifier", "Orand=exact", "--progress", "jsonl"]),
+        "run",
+    );
+    let stderr = text(&done.stderr);
+    let warning = stderr
+        .lines()
+        .position(|l| l.contains("--verifier Orand=exact: no row of the input is of family Orand"))
+        .unwrap_or_else(|| panic!("no warning:\n{stderr}"));
+    let line = stderr.lines().nth(warning).unwrap();
+    assert!(line.contains("its families: OrandCar"), "{line}");
+    // Before the first progress line of the generate phase: nothing was generated yet.
+    let first_progress = progress_lines(&done)[0];
+    assert!(warning < first_progress, "{stderr}");
+    assert_eq!(
+        stderr.matches("--verifier Orand=exact").count(),
+        1,
+        "{stderr}"
+    );
+}

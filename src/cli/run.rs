@@ -312,67 +312,8 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let (prepared, mut generator) =
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
     let report = run_parquet(prepared, &settings, &mut generator, &control)?;
-    let registry = settings.verifier_registry();
-    for warning in idle_verifiers(&settings.verifiers, &registry, &report.stats.split_items) {
-        tracing::warn!("{warning}");
-    }
     print_summary(&report, &settings.out, settings.quiet, json);
     Ok(report)
-}
-
-/// The families of the splits written, from their names (`OrandCar_RS_think` → `OrandCar`).
-fn written_families(split_items: &std::collections::BTreeMap<String, u64>) -> Vec<String> {
-    let mut families: Vec<String> = split_items
-        .keys()
-        .filter_map(|name| {
-            ["_RS_think", "_RS_nothink", "_rejected"]
-                .iter()
-                .find_map(|suffix| name.strip_suffix(suffix))
-        })
-        .map(str::to_string)
-        .collect();
-    families.sort();
-    families.dedup();
-    families
-}
-
-/// A warning for each `--verifier` that decided nothing although some split was written: a
-/// `FAMILY=NAME` whose family has no split (most likely misspelt), or a bare `NAME` when every
-/// family written has a verifier of its own in `registry` (a bare one only sets the default).
-fn idle_verifiers(
-    verifiers: &[String],
-    registry: &crate::verify::VerifierRegistry,
-    split_items: &std::collections::BTreeMap<String, u64>,
-) -> Vec<String> {
-    let families = written_families(split_items);
-    if families.is_empty() {
-        return Vec::new();
-    }
-    let listed = families.join(", ");
-    verifiers
-        .iter()
-        .filter_map(|v| match v.split_once('=') {
-            Some((f, _)) if !families.iter().any(|w| w == f) => Some(format!(
-                "--verifier {v}: no split of family {f} was written (the families written: \
-                 {listed}); is the family name right?"
-            )),
-            Some(_) => None,
-            None if families.iter().all(|f| registry.by_family.contains_key(f)) => {
-                let own: Vec<String> = families
-                    .iter()
-                    .map(|f| format!("{f}: {}", registry.for_family(Some(f))))
-                    .collect();
-                Some(format!(
-                    "--verifier {v}: a verifier without FAMILY= is the default of families that \
-                     have none of their own, and every family written has one ({}); to replace \
-                     it, give --verifier {}={v}",
-                    own.join(", "),
-                    families[0]
-                ))
-            }
-            None => None,
-        })
-        .collect()
 }
 
 /// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
@@ -445,45 +386,5 @@ pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bo
         print!("{}", summary.text());
     } else if !report.stats.split_rows.is_empty() {
         println!("{}", summary.where_line());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_verifier_that_decided_nothing_is_reported() {
-        let splits = std::collections::BTreeMap::from(
-            [
-                "OrandCar_RS_think",
-                "OrandCar_RS_nothink",
-                "OrandCar_rejected",
-                "My_Bench_rejected",
-            ]
-            .map(|s| (s.to_string(), 1)),
-        );
-        assert_eq!(written_families(&splits), ["My_Bench", "OrandCar"]);
-        let registry = crate::verify::VerifierRegistry::default();
-        let given =
-            ["Orand=exact", "OrandCar=alnum", "numeric", "My_Bench=exact"].map(String::from);
-        let warnings = idle_verifiers(&given, &registry, &splits);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].starts_with("--verifier Orand=exact: no split of family Orand"));
-        // A bare verifier reaches My_Bench (no verifier of its own) above; with OrandCar alone
-        // it decides nothing.
-        let orand = std::collections::BTreeMap::from([("OrandCar_rejected".to_string(), 1)]);
-        let bare = ["numeric:0.05".to_string()];
-        let warnings = idle_verifiers(&bare, &registry, &orand);
-        assert_eq!(
-            warnings,
-            [
-                "--verifier numeric:0.05: a verifier without FAMILY= is the default of families \
-              that have none of their own, and every family written has one (OrandCar: alnum); \
-              to replace it, give --verifier OrandCar=numeric:0.05"
-            ]
-        );
-        // No split at all: nothing to compare with (the run's own error says why).
-        assert!(idle_verifiers(&given, &registry, &Default::default()).is_empty());
     }
 }

@@ -32,8 +32,10 @@ pub struct CanonicalSettings {
     pub max_new_tokens: usize,
     /// Shard `I/N`.
     pub shard: String,
-    /// Verifier overrides (they decide accept/reject); left out when empty, so runs without
-    /// any keep the fingerprint they had before the setting existed.
+    /// Verifier overrides (they decide accept/reject), as given, less those that change no
+    /// family's verifier (a default stated explicitly: `alnum`, `OrandCar=alnum`), so stating
+    /// one is no change on resume; left out when empty, so runs without any keep the
+    /// fingerprint they had before the setting existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifiers: Vec<String>,
     /// Duplicate questions dropped; left out when on (the default), as `verifiers`.

@@ -2,6 +2,7 @@
 //! Face hub cache) and the early checks of the input: its columns, and families that differ
 //! only in case.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::model::{hf_cache_dir, looks_like_hub_id};
@@ -104,17 +105,27 @@ pub(super) fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), 
     }
 }
 
-/// Without `--family`, the families the input names must not differ only in case
+/// The families of the input's rows: `--family` when given, else those its `family` column
+/// names ([`crate::dataset::families::input_families`]); `None` when the input cannot be
+/// listed (the reader reports it).
+pub(super) fn input_families(data: &Path, family: Option<&str>) -> Option<BTreeSet<String>> {
+    if let Some(f) = family {
+        return Some(BTreeSet::from([f.to_string()]));
+    }
+    let inputs = crate::dataset::reader::resolve_inputs(&data.to_string_lossy()).ok()?;
+    Some(crate::dataset::families::input_families(&inputs.files))
+}
+
+/// Without `--family`, the `families` the input at `data` names must not differ only in case
 /// ([`crate::dataset::families`]): their split files (`Cheque_RS_think-…`,
 /// `cheque_RS_think-…`) would overwrite each other on a case-insensitive file system.
 ///
 /// Errors: [`SettingsError::Invalid`] on `--data`, naming the families.
-pub(super) fn check_family_case(data: &Path) -> Result<(), SettingsError> {
-    let Ok(inputs) = crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) else {
-        return Ok(()); // the reader reports an input it cannot list
-    };
-    let families = crate::dataset::families::input_families(&inputs.files);
-    let Some(group) = crate::dataset::families::case_clashes(&families)
+pub(super) fn check_family_case(
+    data: &Path,
+    families: &BTreeSet<String>,
+) -> Result<(), SettingsError> {
+    let Some(group) = crate::dataset::families::case_clashes(families)
         .into_iter()
         .next()
     else {

@@ -1,0 +1,36 @@
+//! Reruns into a finished output with the test doubles: settings that state a default
+//! explicitly are the same run (it resumes, generating nothing), a real change is refused
+//! naming it.
+
+mod pipeline_support;
+
+use pipeline_support::*;
+use verisample::pipeline::{prepare, PipelineError, RunControl};
+use verisample::settings::fingerprint;
+use verisample::shard::Shard;
+
+#[test]
+fn a_default_verifier_stated_explicitly_resumes_and_another_one_is_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path(), Shard::WHOLE);
+    run_job(dir.path(), Shard::WHOLE);
+    // `alnum` is the default of every family and OrandCar's own: stating it changes nothing.
+    s.verifiers = vec![
+        "OrandCar=alnum".into(),
+        "alnum".into(),
+        "TestSet=alnum".into(),
+    ];
+    let mut model = ScriptedModel::new();
+    let rerun = run_with(&s, &mut model, &RunControl::default()).expect("same run: resumes");
+    assert_eq!(model.completed, 0, "nothing generated again");
+    assert_eq!(rerun.replayed_results, TOTAL_GENERATIONS);
+    // Another verifier for a family of the input is a change, named as such.
+    s.verifiers = vec!["OrandCar=alnum".into(), "TestSet=exact".into()];
+    let err = prepare(&s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap_err();
+    match err {
+        PipelineError::FingerprintMismatch { changed, .. } => {
+            assert_eq!(changed, ["--verifier changed: none → TestSet=exact"]);
+        }
+        other => panic!("{other}"),
+    }
+}
