@@ -226,6 +226,9 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     settings.out = args.out.clone();
     settings.restart = args.restart;
     settings.quiet = args.quiet;
+    // Every error a merge finds is a shard's, recorded by that shard under its own
+    // `--max-errors`: the merge finds no new one (nor must the shards' sum stop it).
+    settings.max_errors = None;
     match &args.data {
         Some(d) => settings.data = d.clone(),
         // run.json holds `--data` as typed, relative to where the shards ran: the absolute

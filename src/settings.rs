@@ -91,7 +91,6 @@ impl ProgressMode {
             ProgressMode::None
         }
     }
-}
 
     /// The progress of `run` and `merge`: `requested` (`--progress`, or the config file's),
     /// else [`ProgressMode::for_stderr`]. With `quiet` (the CLI's `-q`, which silences what is
@@ -104,6 +103,7 @@ impl ProgressMode {
             requested => requested.unwrap_or_else(ProgressMode::for_stderr),
         }
     }
+}
 
 /// Floating-point type of the weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,7 +192,8 @@ pub struct RunOptions {
     pub shard: Option<Shard>,
     /// `--progress`.
     pub progress: Option<ProgressMode>,
-    /// `--max-errors`: abort when more input errors than this were recorded.
+    /// `--max-errors`: abort past this many input errors, not counting, on a rerun of a
+    /// finished run, those its `errors.jsonl` lists.
     pub max_errors: Option<usize>,
     /// `--restart`: discard an existing journal and outputs in OUT instead of resuming.
     pub restart: bool,
@@ -329,7 +330,7 @@ pub struct Settings {
     pub shard: Shard,
     /// Progress display.
     pub progress: ProgressMode,
-    /// Abort when more input errors than this were recorded.
+    /// Abort past this many input errors (see [`RunOptions::max_errors`]).
     pub max_errors: Option<usize>,
     /// Discard an existing journal instead of resuming.
     pub restart: bool,
@@ -513,7 +514,6 @@ impl Settings {
         let settings_family = args.family.clone().or(file.family.clone());
         let kv_cache_gib = args.kv_cache_gib.or(file.kv_cache_gib);
         let vision_memory_gib = args.vision_memory_gib.or(file.vision_memory_gib);
-        let progress_default = ProgressMode::for_stderr();
         let quiet = args.quiet;
         let progress = ProgressMode::chosen(args.progress.or(file.progress), quiet);
 

@@ -327,15 +327,24 @@ fn max_errors_aborts_the_run_after_writing_errors_jsonl() {
     // The input's 8 errors are within `--max-errors 8`: the run completes and counts them all.
     let report = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap();
     assert_eq!(report.stats.errors, 8);
-    // Rerunning the finished output with a lower limit aborts, and leaves its files whole.
+    // Rerunning the finished output, even with `--max-errors 0`, finds no new error: the 8 its
+    // errors.jsonl lists do not count again, and the rerun completes with the same files.
     let finished = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
-    let (errors_before, run_before) = (finished("errors.jsonl"), finished("run.json"));
+    let errors_before = finished("errors.jsonl");
     s.restart = false;
-    s.max_errors = Some(2);
-    let err = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap_err();
-    assert!(matches!(err, PipelineError::TooManyErrors { .. }), "{err}");
+    s.max_errors = Some(0);
+    let rerun = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap();
+    assert_eq!(rerun.stats.errors, 8);
     assert_eq!(finished("errors.jsonl"), errors_before);
-    assert_eq!(finished("run.json"), run_before);
+    // An error that list lacks is new, and counts.
+    let listed = String::from_utf8(errors_before).unwrap();
+    let (all_but_last, _) = listed.trim_end().rsplit_once('\n').unwrap();
+    std::fs::write(dir.path().join("errors.jsonl"), format!("{all_but_last}\n")).unwrap();
+    let err = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::TooManyErrors { count: 1, max: 0 }),
+        "{err}"
+    );
 }
 
 #[test]

@@ -152,7 +152,8 @@ pub struct RunArgs {
     /// [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
     pub progress: Option<ProgressMode>,
-    /// Abort when more than N input errors were recorded. [default: unlimited]
+    /// Abort past N input errors; rerunning a finished run, past N new ones (those its
+    /// errors.jsonl lists do not count again). [default: unlimited]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_errors: Option<usize>,
     /// Discard an existing journal and outputs in OUT instead of resuming.

@@ -132,6 +132,7 @@ pub fn run(
         prompt_tokens: 0,
         replayed: 0,
         errors_seen: 0,
+        recorded_errors: passes::recorded_errors(&settings),
     };
     let plans = passes::generate_answers(&mut ctx, source, generator)?;
     let judged = passes::judge_answers(&mut ctx, &plans, generator)?;

@@ -2,12 +2,13 @@
 //! verify them and run the judge (rescue over rejects, calibration over accepts). Every
 //! finished generation is journaled before it counts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use super::accounting::Unit;
 use super::backend::{
     CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
 };
@@ -44,12 +45,40 @@ pub(crate) struct PassContext<'a> {
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
+    /// Errors found by this invocation that `recorded_errors` does not hold: what
+    /// `--max-errors` counts.
     pub errors_seen: u64,
+    /// The errors of the finished run in OUT ([`recorded_errors`]): a rerun finds them again,
+    /// and they do not count again.
+    pub recorded_errors: BTreeSet<Unit>,
+}
+
+/// The units (`(position, qa)`, `qa` `None` for a whole row) of `OUT/errors.jsonl` when OUT
+/// holds a finished run (`run.json`), read only when `--max-errors` is set: after
+/// [`super::prepare`] that run is this one (same fingerprint; a `--restart` or a fresh start
+/// removed any other's), and its list is complete. An interrupted or aborted run's errors count
+/// again on resume, so an abort holds until the limit is raised. Unreadable lines add nothing.
+pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
+    if settings.max_errors.is_none() || !settings.out.join(super::outputs::RUN_FILE).exists() {
+        return BTreeSet::new();
+    }
+    let path = settings.out.join(super::outputs::ERRORS_FILE);
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<super::outputs::ErrorLine>(l).ok())
+        .map(|e| (e.position, e.qa))
+        .collect()
 }
 
 impl PassContext<'_> {
-    fn count_errors(&mut self, n: u64) -> Result<(), PipelineError> {
-        self.errors_seen += n;
+    /// Count the error `units` this invocation found against `--max-errors`, less those an
+    /// earlier invocation recorded.
+    ///
+    /// Errors: [`PipelineError::TooManyErrors`] past the limit.
+    fn count_errors(&mut self, units: impl IntoIterator<Item = Unit>) -> Result<(), PipelineError> {
+        let recorded = &self.recorded_errors;
+        self.errors_seen += units.into_iter().filter(|u| !recorded.contains(u)).count() as u64;
         match self.settings.max_errors {
             Some(max) if self.errors_seen > max as u64 => Err(PipelineError::TooManyErrors {
                 count: self.errors_seen,
@@ -212,7 +241,7 @@ fn run_requests(
     let decisions = ctx.decisions;
     let control = ctx.control;
     let mut failure: Option<PipelineError> = None;
-    let mut new_errors = 0u64;
+    let mut new_errors: Vec<Unit> = Vec::new();
     let mut capacity_failures = 0u64;
     let mut prompt_tokens = 0u64;
     // The image of each answer request, recorded with its answer.
@@ -268,7 +297,7 @@ fn run_requests(
                 }
                 JournalOutcome::Failed(_) => {
                     if pass == Pass::Answer {
-                        new_errors += 1;
+                        new_errors.push((key.position, Some(key.qa)));
                     }
                     (0, None)
                 }
@@ -369,7 +398,7 @@ fn generate_answers_into(
             Ok(body) => body,
             Err(_) => {
                 plans.push(plan);
-                ctx.count_errors(1)?;
+                ctx.count_errors([(position, None)])?;
                 continue;
             }
         };
@@ -382,9 +411,10 @@ fn generate_answers_into(
         let invalid = body
             .items
             .iter()
-            .filter(|i| matches!(i, ItemPlan::Invalid(_)))
-            .count();
-        if let Err(e) = ctx.count_errors(invalid as u64) {
+            .enumerate()
+            .filter(|(_, i)| matches!(i, ItemPlan::Invalid(_)))
+            .map(|(qa, _)| (position, Some(qa as u32)));
+        if let Err(e) = ctx.count_errors(invalid) {
             plans.push(plan);
             return Err(e);
         }
@@ -415,7 +445,7 @@ fn generate_answers_into(
                 Some(JournalOutcome::Failed(_)) => {
                     ctx.progress.advance(0, false, None);
                     ctx.replayed += 1;
-                    if let Err(e) = ctx.count_errors(1) {
+                    if let Err(e) = ctx.count_errors([(position, Some(key.qa))]) {
                         abort = Some(e);
                         break;
                     }
