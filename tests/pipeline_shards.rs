@@ -1,7 +1,8 @@
 //! Shards and merge with test doubles (scripted model, in-memory input, JSON-lines writer):
 //! shards partition the input exactly, their merge equals the unsharded run byte for byte
-//! (images a shard's engine refused included), a changed input or a merge into a shard
-//! folder is refused. With the real parquet reader and writer: tests/pipeline_parquet.rs.
+//! (images a shard's engine refused included), a changed input or a merge into (or inside) a
+//! shard folder is refused, and the shards' errors do not count against a merge's
+//! `--max-errors`. With the real parquet reader and writer: tests/pipeline_parquet.rs.
 
 mod pipeline_support;
 
@@ -283,4 +284,53 @@ fn merge_into_one_of_the_shard_folders_is_refused_and_keeps_its_journal() {
     assert_eq!(std::fs::read_dir(&splits).unwrap().count(), split_files);
     assert!(!dirs[1].path().join("merged").exists());
     assert_eq!(std::fs::read(&journal).unwrap(), before);
+}
+
+#[test]
+fn a_merge_is_not_stopped_by_the_sum_of_its_shards_errors() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("mixed.parquet"), b"the mixed rows").unwrap();
+    let input_files = hash_input_files(data.path()).unwrap();
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut errors = 0;
+    for (index, d) in dirs.iter().enumerate() {
+        let mut s = settings(d.path(), Shard { index, count: 2 });
+        s.max_errors = Some(5);
+        let shard = run_hashing(
+            &s,
+            &mut ScriptedModel::new(),
+            &RunControl::default(),
+            input_files.clone(),
+        )
+        .expect("each shard within its --max-errors 5");
+        errors += shard.stats.errors;
+    }
+    assert!(errors > 5, "{errors}");
+    let merged = tempfile::tempdir().unwrap();
+    let plan = prepare_merge(&MergeOptions {
+        shards: dirs.iter().map(|d| d.path().into()).collect(),
+        out: merged.path().into(),
+        data: Some(data.path().into()),
+        force: false,
+        restart: false,
+        progress: None,
+        quiet: true,
+    })
+    .expect("merge plan");
+    let mut engine = JournalOnly {
+        engine_version: plan.engine_version.clone(),
+        refused_images: plan.refused_images.clone(),
+    };
+    let report = run(
+        plan.prepared,
+        Backends {
+            source: &MemSource(mixed_rows()),
+            generator: &mut engine,
+            decisions: &StandardDecisions::default(),
+            sink: &mut JsonlSink::new(merged.path()),
+        },
+        &RunControl::default(),
+    )
+    .expect("the merge finds no new error: the shards' are theirs");
+    assert_eq!(report.stats.errors, errors);
 }
