@@ -34,22 +34,21 @@ fn behaviour(registry: VerifierRegistry) -> (Verifier, BTreeMap<String, Verifier
 /// so that stating a default does not count as a change of settings on resume, and a run that
 /// states none keeps the fingerprint it had.
 pub(super) fn effective_verifiers(verifiers: &[String]) -> Vec<String> {
-    let all: Vec<&String> = verifiers.iter().collect();
-    let decided = behaviour(registry(&all));
-    verifiers
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| {
-            let others: Vec<&String> = all
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| j != i)
-                .map(|(_, v)| *v)
-                .collect();
-            behaviour(registry(&others)) != decided
-        })
-        .map(|(_, v)| v.clone())
-        .collect()
+    // One entry left out at a time, against what remains: two entries that repeat each other
+    // (`X=exact` twice) each decide nothing beside the other, yet one of them must stay.
+    let mut kept: Vec<&String> = verifiers.iter().collect();
+    let decided = behaviour(registry(&kept));
+    let mut i = 0;
+    while i < kept.len() {
+        let mut without = kept.clone();
+        without.remove(i);
+        if behaviour(registry(&without)) == decided {
+            kept = without;
+        } else {
+            i += 1;
+        }
+    }
+    kept.into_iter().cloned().collect()
 }
 
 /// A warning for each of `verifiers` that would decide nothing over an input whose rows
@@ -120,6 +119,15 @@ mod tests {
         assert_eq!(
             effective_verifiers(&strings(&["exact", "MyBench=alnum", "Other=exact"])),
             ["exact", "MyBench=alnum"]
+        );
+        // An override given twice is one choice: one of the two stays in the identity.
+        assert_eq!(
+            effective_verifiers(&strings(&["MyBench=exact", "MyBench=exact"])),
+            ["MyBench=exact"]
+        );
+        assert_eq!(
+            effective_verifiers(&strings(&["exact", "exact"])),
+            ["exact"]
         );
         // OrandCar keeps its own alnum under any default: stating it changes nothing.
         assert_eq!(
