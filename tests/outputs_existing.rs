@@ -139,7 +139,7 @@ fn a_split_named_file_that_is_not_parquet_is_refused_before_any_work() {
     restart.restart = true;
     let err = run_with(&restart).expect_err("a folder named like a shard");
     assert!(
-        matches!(&err, PipelineError::UnusableSplitFile { path, problem } if path == &folder && problem == "not a file"),
+        matches!(&err, PipelineError::UnusableSplitFile { path, problem } if path == &folder && problem == "is not a file"),
         "{err}"
     );
     assert!(

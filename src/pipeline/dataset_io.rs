@@ -12,6 +12,7 @@ use crate::dataset::layout::ReadOptions;
 use crate::dataset::reader::{resolve_inputs, InputReader};
 use crate::dataset::shards::{ShardOptions, ShardSummary};
 use crate::dataset::writer::SplitWriter;
+use crate::dataset::DatasetError;
 use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
 
 /// The input dataset as a parquet file, folder or glob, read with [`InputReader`] (a fresh
@@ -172,7 +173,7 @@ impl SplitSink for ParquetSink {
             // earlier run in this folder would describe data that is gone.
             return match std::fs::remove_file(&readme) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(crate::dataset::DatasetError::io(&readme, e).into())
+                    Err(DatasetError::io(&readme, e).into())
                 }
                 _ => Ok(()),
             };
@@ -199,11 +200,10 @@ impl SplitSink for ParquetSink {
 enum EarlierSplits {
     /// No readable `run.json`.
     Unknown,
-    /// Split name → the shard file names it wrote (`stats.split_files`).
-    Files(BTreeMap<String, BTreeSet<String>>),
-    /// A `run.json` of a version that recorded only the split names (`stats.split_rows`):
-    /// every shard of these splits counts as the earlier run's.
-    Splits(BTreeSet<String>),
+    /// Split name → the shard file names the run wrote (`stats.split_files`), or `None` for
+    /// a split it counts rows of (`stats.split_rows`) without naming its files, as a
+    /// `run.json` of a version before `split_files` does: every shard of that split is its.
+    Recorded(BTreeMap<String, Option<BTreeSet<String>>>),
 }
 
 impl EarlierSplits {
@@ -216,22 +216,22 @@ impl EarlierSplits {
         else {
             return EarlierSplits::Unknown;
         };
-        if let Some(files) = stats["split_files"].as_object() {
-            let names = |v: &serde_json::Value| {
-                v.as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|n| n.as_str().map(str::to_string))
-                    .collect()
-            };
-            return EarlierSplits::Files(
-                files.iter().map(|(k, v)| (k.clone(), names(v))).collect(),
-            );
+        let mut recorded: BTreeMap<String, Option<BTreeSet<String>>> = stats["split_rows"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(split, _)| (split.clone(), None))
+            .collect();
+        for (split, names) in stats["split_files"].as_object().into_iter().flatten() {
+            let names = names
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect();
+            recorded.insert(split.clone(), Some(names));
         }
-        match stats["split_rows"].as_object() {
-            Some(rows) => EarlierSplits::Splits(rows.keys().cloned().collect()),
-            None => EarlierSplits::Unknown,
-        }
+        EarlierSplits::Recorded(recorded)
     }
 
     /// Whether the earlier run wrote `file`, a shard of `split`. `restart` (discarding the
@@ -241,11 +241,14 @@ impl EarlierSplits {
     fn wrote(&self, split: &str, file: &Path, restart: bool) -> bool {
         match self {
             EarlierSplits::Unknown => restart,
-            EarlierSplits::Splits(splits) => splits.contains(split),
-            EarlierSplits::Files(files) => file
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| files.get(split).is_some_and(|names| names.contains(n))),
+            EarlierSplits::Recorded(splits) => match splits.get(split) {
+                None => false,
+                Some(None) => true,
+                Some(Some(names)) => file
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| names.contains(n)),
+            },
         }
     }
 }
@@ -277,7 +280,7 @@ pub(super) fn remove_earlier_splits(
         for f in files {
             if earlier.wrote(&split, &f, restart) {
                 tracing::info!("removing {} (split {split} of an earlier run)", f.display());
-                std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
+                std::fs::remove_file(&f).map_err(|e| DatasetError::io(&f, e))?;
             } else if !restart {
                 tracing::warn!(
                     "keeping {}: verisample did not write it, but its split-like name makes it \
@@ -315,11 +318,19 @@ pub(super) fn check_kept_split_files(
     for (split, files) in by_split {
         for f in files.iter().filter(|f| !earlier.wrote(&split, f, restart)) {
             if !f.is_file() {
-                return Err(unusable(f, "not a file".into()));
+                return Err(unusable(f, "is not a file".into()));
             }
-            if let Err(e) = crate::dataset::card::shard_row_count(f) {
-                return Err(unusable(f, e.to_string()));
-            }
+            let cause = match crate::dataset::card::shard_row_count(f) {
+                Ok(_) => continue,
+                Err(DatasetError::Parquet { source, .. }) => source.to_string(),
+                Err(DatasetError::Io { source, .. }) => source.to_string(),
+                Err(DatasetError::Corrupt { message, .. }) => message,
+                Err(e) => e.to_string(),
+            };
+            return Err(unusable(
+                f,
+                format!("is not a readable parquet file ({cause})"),
+            ));
         }
     }
     Ok(())

@@ -65,7 +65,7 @@ pub enum PipelineError {
     UnusableSplitFile {
         /// The file or folder.
         path: PathBuf,
-        /// What is wrong with it (`not a file`, the parquet error).
+        /// What is wrong with it (`is not a file`, `is not a readable parquet file (…)`).
         problem: String,
     },
     /// The journal does not start with a header.
