@@ -144,6 +144,10 @@ pub struct RunStats {
     pub split_rows: BTreeMap<String, u64>,
     /// Split name → `qa` entries written.
     pub split_items: BTreeMap<String, u64>,
+    /// Split name → the names of the shard files under `data/` that the run wrote: a later
+    /// run in this folder replaces these and keeps any other file named like a shard.
+    #[serde(default)]
+    pub split_files: BTreeMap<String, Vec<String>>,
     /// Items accepted (each lands in `_RS_nothink`, and in `_RS_think` with reasoning on).
     pub accepted: u64,
     /// Items rejected.

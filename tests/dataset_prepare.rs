@@ -543,12 +543,12 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
         format!("{}: row 3: field family: family \"Bad/../x\" cannot name a split", file("a_flat.parquet")),
         format!("{}: row 4: field family: family \"  \" cannot name a split", file("a_flat.parquet")),
         format!("{}: row 5: field image.bytes: null image", file("a_flat.parquet")),
-        format!("{}: row 0: field answer: expected a string, found Boolean", file("b_bool.parquet")),
+        format!("{}: row 0: field answer: column `answer` is Boolean, want a string or a list of strings: none of the file's 1 rows can be read", file("b_bool.parquet")),
         format!("{}: row 0: field answer: binary value is not valid UTF-8", file("c_binary.parquet")),
         format!("{}: row 0: field qa: qa is null", file("d_qa.parquet")),
         format!("{}: row 1: field qa[0].source: source \"other.png\" is neither the image's SHA-256 nor its path", file("d_qa.parquet")),
-        format!("{}: row 0: field answer: expected a string, found Decimal128", file("b_decimal.parquet")),
-        format!("{}: row 0: field answer: expected a string, found Struct", file("b_struct.parquet")),
+        format!("{}: row 0: field answer: column `answer` is Decimal128(5, 2), want a string or a list of strings", file("b_decimal.parquet")),
+        format!("{}: row 0: field answer: column `answer` is Struct(\"text\": Utf8), want a string or a list of strings", file("b_struct.parquet")),
         "10 row(s) or question(s) left out".to_string(),
     ] {
         assert!(err.contains(&want), "{want:?} in {err}");

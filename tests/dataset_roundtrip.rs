@@ -26,7 +26,7 @@ fn write<Q: verisample::dataset::writer::QaRecord>(
     for r in rows {
         w.write_row(r).unwrap();
     }
-    w.finish().unwrap()
+    w.finish(|_| true).unwrap()
 }
 
 fn glob(out: &Path, split: &str) -> std::path::PathBuf {

@@ -116,7 +116,8 @@ fn links_out_of_the_folder_are_refused_and_loops_read_each_file_once() {
     assert!(errors
         .iter()
         .all(|e| e.field == "file" && e.message.contains("outside")));
-    let shown = verisample::dataset::inspect::inspect(&ds.to_string_lossy(), 0).unwrap();
+    let shown =
+        verisample::dataset::inspect::inspect(&ds.to_string_lossy(), 0, &|_| Ok((1, 1))).unwrap();
     assert!(shown.text.contains("1 parquet file(s)"), "{}", shown.text);
     assert_eq!(shown.text.matches("NOT READ").count(), 2, "{}", shown.text);
     let stream: Vec<_> = InputReader::open(&ds.to_string_lossy()).unwrap().collect();

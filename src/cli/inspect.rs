@@ -9,7 +9,9 @@ use super::usage;
 #[command(
     long_about = "Show what a dataset holds: per split, the Arrow schema, whether the `huggingface` \
 feature metadata is present, the row count, and the first rows (image size in bytes, decoded \
-width x height, SHA-256 check, qa entries).\n\nPATH is a parquet file, a folder (an input \
+width x height once the image passes run's own check, a full decode within its limits, else \
+why run would refuse it; SHA-256 check, qa entries). Every row group is decoded: one that fails \
+is named with its rows, as run reports it, and the others are still read.\n\nPATH is a parquet file, a folder (an input \
 dataset or an output directory) or a quoted glob.",
     after_help = "Example:\n  verisample inspect verisample-out --rows 2"
 )]
@@ -25,17 +27,36 @@ pub struct InspectArgs {
 ///
 /// Errors: an unusable path (usage), unreadable parquet files (after printing the rest).
 pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
-    let found = crate::dataset::inspect::inspect(&a.path, a.rows).map_err(|e| match e {
-        crate::dataset::DatasetError::Invalid(m) => usage(m),
-        other => anyhow::Error::new(other),
-    })?;
+    let found = crate::dataset::inspect::inspect(&a.path, a.rows, &run_image_check).map_err(
+        |e| match e {
+            crate::dataset::DatasetError::Invalid(m) => usage(m),
+            other => anyhow::Error::new(other),
+        },
+    )?;
     print!("{}", found.text);
-    match found.unreadable.as_slice() {
-        [] => Ok(()),
-        bad => anyhow::bail!(
+    if let [first, ..] = found.unreadable.as_slice() {
+        anyhow::bail!(
             "{} parquet file(s) unreadable, first {} (details above)",
-            bad.len(),
-            bad[0].display()
-        ),
+            found.unreadable.len(),
+            first.display()
+        );
     }
+    if let [(file, group), ..] = found.damaged.as_slice() {
+        anyhow::bail!(
+            "{} row group(s) cannot be decoded, first row group {group} of {} (details above); \
+             run reports the rows of each as one errors.jsonl line and reads the rest",
+            found.damaged.len(),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// `run`'s input check of an image ([`crate::pipeline::inspect::check_image`]: a full decode
+/// within the pipeline's image limits; the model's own limits are not known here): its
+/// `(width, height)`, or `field: message` as `errors.jsonl` would name it.
+fn run_image_check(bytes: &[u8]) -> Result<(usize, usize), String> {
+    crate::pipeline::inspect::check_image(Some(bytes), |_, _| Ok(()))
+        .map(|rgb| (rgb.width, rgb.height))
+        .map_err(|p| format!("{}: {}", p.field, p.message))
 }

@@ -127,6 +127,48 @@ pub fn output_split_files(out_dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf
     Ok(by_split)
 }
 
+/// The files under `<out_dir>/data/` that the card's `data/<split>-*` pattern for `split`
+/// matches although they are not shards of it (`<split>-mine.parquet`,
+/// `<split>-00000-of-00001.parquet.bak`): `load_dataset` reads them as part of the split.
+/// Folders are left out (`datasets` resolves the pattern to files only), sorted by name.
+///
+/// Errors: the folder cannot be listed (a missing folder gives an empty list).
+pub fn pattern_strays(out_dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError> {
+    let data = out_dir.join("data");
+    let rd = match std::fs::read_dir(&data) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(DatasetError::io(&data, e)),
+    };
+    let prefix = format!("{split}-");
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| DatasetError::io(&data, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix)
+            && !super::shards::is_shard_of(&name, split)
+            && !entry.path().is_dir()
+        {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The row count of a shard file, from its parquet footer.
+///
+/// Errors: the file cannot be opened, or has no readable parquet footer.
+pub fn shard_row_count(f: &Path) -> Result<u64, DatasetError> {
+    let file = std::fs::File::open(f).map_err(|e| DatasetError::io(f, e))?;
+    let meta = DatasetError::isolated(f, || {
+        parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .map_err(|e| DatasetError::parquet(f, e))
+    })?;
+    Ok(u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0))
+}
+
 /// Describe every output split found in `<out_dir>/data/` (names ending in `_RS_think`,
 /// `_RS_nothink`, `_rejected`), reading row counts and sizes from the files. Used to rebuild
 /// the card after a merge.

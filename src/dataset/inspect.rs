@@ -1,7 +1,10 @@
 //! `verisample inspect`: a human-readable summary of an input or output dataset — per split
 //! (or per file when names do not follow the shard convention): schema, whether the
 //! `huggingface` feature metadata is present, row count, and the first rows with image
-//! size in bytes, decoded width×height, SHA-256 check and `qa` entries.
+//! size in bytes, width×height once the image passed `run`'s own image check (an
+//! [`ImageCheck`] given by the caller: a full decode within the pipeline's limits), SHA-256
+//! check and `qa` entries. Every row group is decoded, as `run` reads it: one that fails is
+//! named with its rows, as `run` reports it, and the file's other row groups are still read.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,8 +12,9 @@ use std::io::Cursor;
 use std::path::PathBuf;
 
 use arrow::array::{Array, RecordBatch};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use serde_json::Value;
 
 use super::reader::resolve_inputs;
@@ -53,8 +57,12 @@ fn cut_json(v: Value) -> Value {
     }
 }
 
+/// `run`'s check of one image's bytes: its `(width, height)` when `run` would use it, else
+/// what `run` would report (field and message).
+pub type ImageCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(usize, usize), String>;
+
 /// Describe the image at row `i` of an `image` struct column.
-fn describe_image(col: &dyn Array, i: usize) -> (String, Option<String>) {
+fn describe_image(col: &dyn Array, i: usize, check: ImageCheck<'_>) -> (String, Option<String>) {
     let Ok(s) = as_struct(col) else {
         return (format!("not a struct ({})", col.data_type()), None);
     };
@@ -71,16 +79,15 @@ fn describe_image(col: &dyn Array, i: usize) -> (String, Option<String>) {
     match bytes {
         None => (format!("no bytes, path {path_txt}"), None),
         Some(b) => {
-            let dims = image::ImageReader::new(Cursor::new(&b))
+            let format = image::ImageReader::new(Cursor::new(&b))
                 .with_guessed_format()
                 .ok()
-                .and_then(|r| r.format().map(|f| (f, r)))
-                .and_then(|(f, r)| {
-                    r.into_dimensions()
-                        .ok()
-                        .map(|(w, h)| format!("{w}x{h} {f:?}"))
-                })
-                .unwrap_or_else(|| "undecodable".to_string());
+                .and_then(|r| r.format())
+                .map_or_else(|| "unknown format".to_string(), |f| format!("{f:?}"));
+            let dims = match check(&b) {
+                Ok((w, h)) => format!("{w}x{h} {format}"),
+                Err(m) => format!("{format}, NOT USABLE: {m}"),
+            };
             (
                 format!("{} bytes, {dims}, path {path_txt}", b.len()),
                 Some(sha256_hex(&b)),
@@ -89,13 +96,13 @@ fn describe_image(col: &dyn Array, i: usize) -> (String, Option<String>) {
     }
 }
 
-fn describe_row(batch: &RecordBatch, i: usize, out: &mut String) {
+fn describe_row(batch: &RecordBatch, i: usize, check: ImageCheck<'_>, out: &mut String) {
     let mut computed_sha = None;
     for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
         let name = f.name();
         match name.as_str() {
             "image" => {
-                let (text, sha) = describe_image(col.as_ref(), i);
+                let (text, sha) = describe_image(col.as_ref(), i, check);
                 computed_sha = sha;
                 let _ = writeln!(out, "    image: {text}");
             }
@@ -135,9 +142,13 @@ fn describe_row(batch: &RecordBatch, i: usize, out: &mut String) {
 pub struct Inspection {
     /// The human-readable summary (schema, row counts, the first rows), ends with a newline.
     pub text: String,
-    /// Files that could not be opened as parquet or whose rows could not be decoded; each is
-    /// also described in `text`. A caller should fail when this is not empty.
+    /// Files that could not be opened as parquet (no readable footer); each is also
+    /// described in `text`. A caller should fail when this is not empty.
     pub unreadable: Vec<PathBuf>,
+    /// Row groups that could not be decoded, as (file, row group index): `run` reports each
+    /// as one `errors.jsonl` line for its rows and reads the file's other row groups. Each is
+    /// also described in `text`.
+    pub damaged: Vec<(PathBuf, usize)>,
 }
 
 /// What [`inspect`] has seen of one split so far.
@@ -151,75 +162,120 @@ struct SplitState {
     schema_done: bool,
 }
 
-/// Describe one file of a split into `out`, showing rows while fewer than `rows` are shown.
+/// Describe one file of a split into `out`, showing rows while fewer than `show.rows` are
+/// shown, and decoding every row group (each isolated: a decoder panic fails that row group only).
+/// Returns the row groups that could not be decoded, each described in `out` with its rows.
 ///
-/// Errors: the file cannot be opened or decoded (`UNREADABLE: …` or `cannot decode rows: …`);
-/// what was written to `out` before the failure stays.
+/// Errors: the file cannot be opened or its footer read (`UNREADABLE: …`); what was written
+/// to `out` before the failure stays.
 fn inspect_file(
     file: &std::path::Path,
-    rows: usize,
+    show: &Show<'_>,
     state: &mut SplitState,
     out: &mut String,
-) -> Result<(), String> {
+) -> Result<Vec<usize>, String> {
     let unreadable = |e: &dyn std::fmt::Display| format!("UNREADABLE: {e}");
     let f = std::fs::File::open(file).map_err(|e| unreadable(&e))?;
-    let meta_reader = SerializedFileReader::new(f.try_clone().map_err(|e| unreadable(&e))?)
+    let meta = super::isolate::isolate(|| ArrowReaderMetadata::load(&f, ArrowReaderOptions::new()))
+        .map_err(|panic| unreadable(&panic))?
         .map_err(|e| unreadable(&e))?;
-    let meta = meta_reader.metadata();
-    state.total += u64::try_from(meta.file_metadata().num_rows()).unwrap_or(0);
-    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| unreadable(&e))?;
+    let footer = meta.metadata().clone();
+    state.total += u64::try_from(footer.file_metadata().num_rows()).unwrap_or(0);
     if !state.schema_done {
         state.schema_done = true;
-        let hf = meta
+        let hf = footer
             .file_metadata()
             .key_value_metadata()
             .is_some_and(|kv| kv.iter().any(|k| k.key == "huggingface"));
         let _ = writeln!(
             out,
             "  row groups in first file: {}, created_by: {}, huggingface metadata: {}",
-            meta.num_row_groups(),
-            meta.file_metadata().created_by().unwrap_or("?"),
+            footer.num_row_groups(),
+            footer.file_metadata().created_by().unwrap_or("?"),
             if hf { "yes" } else { "no" }
         );
         let _ = writeln!(out, "  schema:");
-        for field in builder.schema().fields() {
+        for field in meta.schema().fields() {
             let _ = writeln!(out, "    {}: {}", field.name(), field.data_type());
         }
     }
-    if state.shown >= rows {
-        return Ok(());
-    }
-    let reader = builder
-        .with_batch_size(rows - state.shown)
-        .build()
-        .map_err(|e| unreadable(&e))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| format!("cannot decode rows: {e}"))?;
-        for i in 0..batch.num_rows().min(rows - state.shown) {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut damaged = Vec::new();
+    let mut first_row = 0usize;
+    for g in 0..footer.num_row_groups() {
+        let group_rows = usize::try_from(footer.row_group(g).num_rows()).unwrap_or(0);
+        if let Err(e) = inspect_row_group((&f, &meta), g, first_row, &name, show, state, out) {
             let _ = writeln!(
                 out,
-                "  row {} ({}, row {i}):",
-                state.shown,
-                file.file_name()
-                    .map(|n| n.to_string_lossy())
-                    .unwrap_or_default()
+                "  {}: rows {first_row}..{} (row group {g}): UNREADABLE: {e}; run reports these \
+                 rows as one errors.jsonl line and reads the file's other row groups",
+                file.display(),
+                first_row + group_rows
             );
-            describe_row(&batch, i, out);
-            state.shown += 1;
+            damaged.push(g);
         }
-        if state.shown >= rows {
-            break;
-        }
+        first_row += group_rows;
     }
-    Ok(())
+    Ok(damaged)
+}
+
+/// Which rows [`inspect`] shows, and how it checks their images.
+struct Show<'a> {
+    /// Rows shown per split.
+    rows: usize,
+    /// `run`'s image check.
+    check: ImageCheck<'a>,
+}
+
+/// Decode row group `g` of `file` (with its footer `meta`; the group's first row is row
+/// `first_row` of the file, named `name`), showing its rows in `out` while fewer than
+/// `show.rows` are shown. Each batch is decoded isolated, so a decoder panic is this row
+/// group's error.
+///
+/// Errors: the row group cannot be decoded (the parquet error or the panic).
+fn inspect_row_group(
+    (file, meta): (&std::fs::File, &ArrowReaderMetadata),
+    g: usize,
+    first_row: usize,
+    name: &str,
+    show: &Show<'_>,
+    state: &mut SplitState,
+    out: &mut String,
+) -> Result<(), String> {
+    let file = file.try_clone().map_err(|e| e.to_string())?;
+    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+        .with_row_groups(vec![g])
+        .with_batch_size(super::reader::BATCH_ROWS)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut at = first_row;
+    loop {
+        let next = super::isolate::isolate(|| reader.next())?;
+        let Some(batch) = next else {
+            return Ok(());
+        };
+        let batch = batch.map_err(|e| e.to_string())?;
+        for i in 0..batch.num_rows() {
+            if state.shown < show.rows {
+                let _ = writeln!(out, "  row {} ({name}, row {}):", state.shown, at + i);
+                describe_row(&batch, i, show.check, out);
+                state.shown += 1;
+            }
+        }
+        at += batch.num_rows();
+    }
 }
 
 /// Summarise the dataset at `spec` (file, folder, output dir or glob), showing up to `rows`
-/// rows per split.
+/// rows per split, each image described after `check` (`run`'s own image check).
 ///
-/// Errors: no such input. Unreadable files are reported in the text and listed in
-/// [`Inspection::unreadable`], so one bad file does not hide the others.
-pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
+/// Errors: no such input. Unreadable files and row groups are reported in the text and
+/// listed in [`Inspection::unreadable`] and [`Inspection::damaged`], so one bad file does not
+/// hide the others.
+pub fn inspect(spec: &str, rows: usize, check: ImageCheck<'_>) -> Result<Inspection, DatasetError> {
     let inputs = resolve_inputs(spec)?;
     let mut groups: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for f in &inputs.files {
@@ -227,6 +283,8 @@ pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
     }
     let mut out = String::new();
     let mut unreadable = Vec::new();
+    let mut damaged = Vec::new();
+    let show = Show { rows, check };
     let _ = writeln!(
         out,
         "{}: {} parquet file(s), {} split(s)",
@@ -241,19 +299,12 @@ pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
         let _ = writeln!(out, "\n== {split} ({} file(s))", files.len());
         let mut split_state = SplitState::default();
         for file in files {
-            let mut text = String::new();
-            let before = split_state.clone();
-            let read =
-                super::isolate::isolate(|| inspect_file(file, rows, &mut split_state, &mut text))
-                    .unwrap_or_else(|panic| {
-                        // A panic may leave the split's counts half-updated: take them back.
-                        split_state = before;
-                        Err(format!("UNREADABLE: {panic}"))
-                    });
-            out.push_str(&text);
-            if let Err(e) = read {
-                let _ = writeln!(out, "  {}: {e}", file.display());
-                unreadable.push(file.clone());
+            match inspect_file(file, &show, &mut split_state, &mut out) {
+                Ok(groups) => damaged.extend(groups.into_iter().map(|g| (file.clone(), g))),
+                Err(e) => {
+                    let _ = writeln!(out, "  {}: {e}", file.display());
+                    unreadable.push(file.clone());
+                }
             }
         }
         let _ = writeln!(out, "  rows: {}", split_state.total);
@@ -261,6 +312,7 @@ pub fn inspect(spec: &str, rows: usize) -> Result<Inspection, DatasetError> {
     Ok(Inspection {
         text: out,
         unreadable,
+        damaged,
     })
 }
 

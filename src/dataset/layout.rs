@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
+use arrow::datatypes::{DataType, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::record::SourceColumns;
@@ -183,33 +184,169 @@ impl Layout {
     }
 }
 
+/// A column that cannot hold its values in any row, from the file's types alone: the reader
+/// then reports the file once (naming `field`), not each of its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnProblem {
+    /// The field the per-row errors would name (`qa`, `image.bytes`, `question`, …).
+    pub field: String,
+    /// The type found and the types wanted.
+    pub message: String,
+}
+
+/// Whether a value of type `t` reads as bytes (`values::get_bytes`); a column of type `Null`
+/// reads as null in every row, which is no type error.
+fn reads_as_bytes(t: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        t,
+        Null | Binary | LargeBinary | BinaryView | FixedSizeBinary(_)
+    )
+}
+
+/// Whether a value of type `t` reads as a string (`values::get_string`: string types,
+/// binary holding UTF-8, a dictionary of these).
+fn reads_as_text(t: &DataType) -> bool {
+    use DataType::*;
+    match t {
+        Utf8 | LargeUtf8 | Utf8View => true,
+        Dictionary(_, values) => reads_as_text(values),
+        t => reads_as_bytes(t),
+    }
+}
+
+/// Whether a value of type `t` reads as a reference answer (`reader::decode_answer`: a string,
+/// an integer or a float, or a list of these).
+fn reads_as_answer(t: &DataType) -> bool {
+    let one = |t: &DataType| t.is_integer() || t.is_floating() || reads_as_text(t);
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            one(f.data_type())
+        }
+        t => one(t),
+    }
+}
+
+/// Want-texts of the checks, as the per-row errors word them.
+const WANT_TEXT: &str = "want a string";
+const WANT_ANSWER: &str = "want a string or a list of strings";
+
+fn problem(field: &str, message: String) -> Option<ColumnProblem> {
+    Some(ColumnProblem {
+        field: field.to_string(),
+        message,
+    })
+}
+
+/// Why the image column `name` of type `t` cannot hold an image: not a struct with `bytes`
+/// (binary) and/or `path` (string).
+fn image_problem(name: &str, t: &DataType) -> Option<ColumnProblem> {
+    let DataType::Struct(fields) = t else {
+        return (t != &DataType::Null).then(|| ColumnProblem {
+            field: name.to_string(),
+            message: format!("column `{name}` is {t}, want struct{{bytes, path}}"),
+        });
+    };
+    let bytes = fields.find("bytes").map(|(_, f)| f.data_type());
+    let path = fields.find("path").map(|(_, f)| f.data_type());
+    match (bytes, path) {
+        (None, None) => problem(
+            name,
+            format!("column `{name}` is a struct with neither `bytes` nor `path` ({t})"),
+        ),
+        (Some(b), _) if !reads_as_bytes(b) => problem(
+            &format!("{name}.bytes"),
+            format!("column `{name}`: its `bytes` are {b}, want binary"),
+        ),
+        (_, Some(p)) if !reads_as_text(p) => problem(
+            &format!("{name}.path"),
+            format!("column `{name}`: its `path` is {p}, {WANT_TEXT}"),
+        ),
+        _ => None,
+    }
+}
+
+/// Why a column of the file (`schema`) that `layout` reads cannot hold its values, from its
+/// type alone (see [`ColumnProblem`]): the image column, not a struct{bytes: binary, path:
+/// string}; in SPEC §2's layout the `qa` column, not a list of structs with a string
+/// `question` and an `answer`; in a flat layout the question column, not a string, or the
+/// answer column, not a string, number or list of them. The types accepted are those the
+/// row decoders read ([`super::values`]); a column of type `Null` (every value null) passes,
+/// its rows are reported as blank.
+pub fn column_type_problem(schema: &Schema, layout: &Layout) -> Option<ColumnProblem> {
+    let type_of = |name: &str| schema.field_with_name(name).ok().map(|f| f.data_type());
+    let (image, texts): (&str, Vec<(&str, &str, bool)>) = match layout {
+        Layout::Nested => ("image", Vec::new()),
+        Layout::Flat(c) => (
+            c.image.as_str(),
+            vec![
+                (c.question.as_str(), WANT_TEXT, false),
+                (c.answer.as_str(), WANT_ANSWER, true),
+            ],
+        ),
+    };
+    if let Some(p) = type_of(image).and_then(|t| image_problem(image, t)) {
+        return Some(p);
+    }
+    if matches!(layout, Layout::Nested) {
+        return qa_shape_problem(schema);
+    }
+    for (name, want, answer) in texts {
+        let Some(t) = type_of(name) else { continue };
+        let ok = if answer {
+            reads_as_answer(t)
+        } else {
+            reads_as_text(t)
+        };
+        if !ok {
+            return problem(name, format!("column `{name}` is {t}, {want}"));
+        }
+    }
+    None
+}
+
 /// Why the `qa` column of a file in SPEC §2's layout cannot hold questions, from its type
-/// alone: not a list (`list`, `large_list`, `fixed_size_list`) of structs with `question`
-/// and `answer` fields. The reader then reports the file once, not each of its rows.
-pub fn qa_shape_problem(schema: &arrow::datatypes::Schema) -> Option<String> {
-    use arrow::datatypes::DataType;
+/// alone: not a list (`list`, `large_list`, `fixed_size_list`) of structs with a `question`
+/// (string) and an `answer` (string, number or list of them).
+fn qa_shape_problem(schema: &Schema) -> Option<ColumnProblem> {
     const WANT: &str = "want list<struct{question, answer, …}>";
     let field = schema.field_with_name("qa").ok()?;
     let item = match field.data_type() {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f,
-        other => return Some(format!("column `qa` is {other}, {WANT}")),
+        DataType::Null => return None,
+        other => return problem("qa", format!("column `qa` is {other}, {WANT}")),
     };
     let DataType::Struct(fields) = item.data_type() else {
-        return Some(format!(
-            "column `qa` is a list of {}, {WANT}",
-            item.data_type()
-        ));
+        return problem(
+            "qa",
+            format!("column `qa` is a list of {}, {WANT}", item.data_type()),
+        );
     };
     let missing: Vec<&str> = ["question", "answer"]
         .into_iter()
         .filter(|n| fields.find(n).is_none())
         .collect();
-    (!missing.is_empty()).then(|| {
-        format!(
-            "column `qa`: its items have no field `{}`, {WANT}",
-            missing.join("`, `")
-        )
-    })
+    if !missing.is_empty() {
+        return problem(
+            "qa",
+            format!(
+                "column `qa`: its items have no field `{}`, {WANT}",
+                missing.join("`, `")
+            ),
+        );
+    }
+    let of = |n: &str| fields.find(n).map(|(_, f)| f.data_type().clone());
+    match (of("question"), of("answer")) {
+        (Some(q), _) if !reads_as_text(&q) => problem(
+            "qa",
+            format!("column `qa`: its `question` is {q}, {WANT_TEXT}"),
+        ),
+        (_, Some(a)) if !reads_as_answer(&a) => problem(
+            "qa",
+            format!("column `qa`: its `answer` is {a}, {WANT_ANSWER}"),
+        ),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -218,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_qa_column_of_the_wrong_shape_is_named_from_its_type() {
-        use arrow::datatypes::{DataType, Field, Fields, Schema};
+        use arrow::datatypes::{Field, Fields};
         use std::sync::Arc;
         let schema = |qa: DataType| Schema::new(vec![Field::new("qa", qa, true)]);
         let list_of = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
@@ -230,20 +367,21 @@ mod tests {
                     .collect::<Vec<_>>(),
             ))
         };
+        let message = |s: &Schema| qa_shape_problem(s).map(|p| p.message);
         assert_eq!(
             qa_shape_problem(&schema(list_of(text(&["question", "answer", "x"])))),
             None
         );
         assert_eq!(
-            qa_shape_problem(&schema(DataType::Utf8)).as_deref(),
+            message(&schema(DataType::Utf8)).as_deref(),
             Some("column `qa` is Utf8, want list<struct{question, answer, …}>")
         );
         assert_eq!(
-            qa_shape_problem(&schema(list_of(DataType::Utf8))).as_deref(),
+            message(&schema(list_of(DataType::Utf8))).as_deref(),
             Some("column `qa` is a list of Utf8, want list<struct{question, answer, …}>")
         );
         assert_eq!(
-            qa_shape_problem(&schema(list_of(text(&["q", "a"])))).as_deref(),
+            message(&schema(list_of(text(&["q", "a"])))).as_deref(),
             Some("column `qa`: its items have no field `question`, `answer`, want list<struct{question, answer, …}>")
         );
         assert_eq!(

@@ -10,7 +10,9 @@
 //! one error for that row group; the remaining files and row groups still stream. When the
 //! failure is a string that is not UTF-8, the row group is re-read without the bad rows
 //! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`). A panic
-//! of the decoders on a corrupt file ([`super::isolate`]) is one of these errors too.
+//! of the decoders on a corrupt file ([`super::isolate`]) is one of these errors too. A
+//! column whose type cannot hold its values (the image, `qa`, a flat layout's question or
+//! answer: [`column_type_problem`]) is one error for the file's rows, counted by the footer.
 //!
 //! Column handling: each file's layout comes from its column names ([`Layout::resolve`]). In
 //! SPEC §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
@@ -46,7 +48,7 @@ use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
 use super::isolate::isolate;
-use super::layout::{qa_shape_problem, Layout, LayoutError, ReadOptions};
+use super::layout::{column_type_problem, Layout, LayoutError, ReadOptions};
 pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_answer_text, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
@@ -175,18 +177,23 @@ impl InputReader {
             (file, meta, Layout::resolve(&columns, &self.options.columns))
         });
         match opened {
-            // A `qa` column that cannot hold questions fails every row alike: one error for
-            // the file's rows (counted by the footer), not one per row.
-            Ok((_, meta, Ok(Layout::Nested))) if qa_shape_problem(meta.schema()).is_some() => {
+            // A column whose type cannot hold its values (`qa`, the image, a flat layout's
+            // question or answer) fails every row alike: one error for the file's rows
+            // (counted by the footer), not one per row.
+            Ok((_, meta, Ok(layout))) if column_type_problem(meta.schema(), &layout).is_some() => {
                 let rows = meta.metadata().file_metadata().num_rows();
-                let problem = qa_shape_problem(meta.schema()).unwrap_or_default();
-                self.pending.push_back(Err(RowError {
-                    file: path.display().to_string(),
-                    row: Some(0),
-                    rows: Some(u64::try_from(rows).unwrap_or(0)),
-                    field: "qa".into(),
-                    message: format!("{problem}: none of the file's {rows} rows can be read"),
-                }));
+                if let Some(problem) = column_type_problem(meta.schema(), &layout) {
+                    self.pending.push_back(Err(RowError {
+                        file: path.display().to_string(),
+                        row: Some(0),
+                        rows: Some(u64::try_from(rows).unwrap_or(0)),
+                        field: problem.field,
+                        message: format!(
+                            "{}: none of the file's {rows} rows can be read",
+                            problem.message
+                        ),
+                    }));
+                }
             }
             Ok((file, meta, layout)) => {
                 if let Some(layout) = layout

@@ -275,25 +275,64 @@ impl ShardedWriter {
         Ok(())
     }
 
-    /// Close the last shard, remove older shards of this split, and rename the new shards to
-    /// their final names. A split with no rows still gets one (empty) shard, so that the
+    /// Close the last shard, remove every older shard of this split, and rename the new shards
+    /// to their final names: [`ShardedWriter::finish_replacing`] with every older shard
+    /// replaceable.
+    ///
+    /// Errors: a write, remove or rename fails.
+    pub fn finish(self) -> Result<ShardSummary, DatasetError> {
+        self.finish_replacing(|_| true)
+    }
+
+    /// Close the last shard, remove the older shards of this split that `replaceable` accepts
+    /// (given each shard's path), and rename the new shards to their final names. An older
+    /// shard it refuses stays and is named in a warning, since the card's `data/<split>-*`
+    /// pattern loads it with this split (one with the name of a new shard is replaced, and
+    /// named in a warning too). A split with no rows still gets one (empty) shard, so that the
     /// card's `data_files` pattern matches a file.
     ///
     /// Errors: a write, remove or rename fails.
-    pub fn finish(mut self) -> Result<ShardSummary, DatasetError> {
+    pub fn finish_replacing(
+        mut self,
+        replaceable: impl Fn(&Path) -> bool,
+    ) -> Result<ShardSummary, DatasetError> {
         if self.staged.is_empty() && self.current.is_none() {
             self.current_writer()?;
         }
         self.close_current()?;
+        let count = self.staged.len();
+        let new_names: Vec<String> = (0..count)
+            .map(|i| shard_file_name(&self.split, i, count))
+            .collect();
         for old in list_shards(&self.dir, &self.split)? {
-            std::fs::remove_file(&old).map_err(|e| DatasetError::io(&old, e))?;
+            let overwritten = old
+                .file_name()
+                .is_some_and(|n| new_names.iter().any(|new| n == new.as_str()));
+            if replaceable(&old) {
+                std::fs::remove_file(&old).map_err(|e| DatasetError::io(&old, e))?;
+            } else if overwritten {
+                tracing::warn!(
+                    "replacing {}: no earlier run in this folder wrote it, but this run writes \
+                     a shard of split {} under that name",
+                    old.display(),
+                    self.split
+                );
+            } else {
+                tracing::warn!(
+                    "keeping {}: no earlier run in this folder wrote it, but its name makes it \
+                     part of split {} (the card's data/{}-* pattern and load_dataset read it \
+                     with this run's shards); move it out of data/ if it does not belong there",
+                    old.display(),
+                    self.split,
+                    self.split
+                );
+            }
         }
         let staged = std::mem::take(&mut self.staged);
-        let count = staged.len();
         let mut files = Vec::with_capacity(count);
         let mut file_bytes = 0;
-        for (i, path) in staged.iter().enumerate() {
-            let dest = self.dir.join(shard_file_name(&self.split, i, count));
+        for (path, name) in staged.iter().zip(&new_names) {
+            let dest = self.dir.join(name);
             rename_durable(path, &dest)?;
             file_bytes += std::fs::metadata(&dest)
                 .map_err(|e| DatasetError::io(&dest, e))?

@@ -334,12 +334,16 @@ impl<Q: QaRecord> SplitWriter<Q> {
         Ok(())
     }
 
-    /// Write the remaining rows and publish the shards (see [`ShardedWriter::finish`]).
+    /// Write the remaining rows and publish the shards, replacing the older shards of the
+    /// split that `replaceable` accepts (see [`ShardedWriter::finish_replacing`]).
     ///
-    /// Errors: a write or rename fails.
-    pub fn finish(mut self) -> Result<ShardSummary, DatasetError> {
+    /// Errors: a write, remove or rename fails.
+    pub fn finish(
+        mut self,
+        replaceable: impl Fn(&Path) -> bool,
+    ) -> Result<ShardSummary, DatasetError> {
         self.flush()?;
-        self.inner.finish()
+        self.inner.finish_replacing(replaceable)
     }
 }
 

@@ -353,16 +353,25 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         result
     }
 
-    /// Whether an image of `width × height` pixels (its header size) can be encoded within
-    /// the vision memory budget ([`EngineConfig::vision_memory`]), before anything decodes it.
+    /// Whether an image of `width × height` pixels (its header size) can be encoded: the
+    /// model's image processor resizes it (its `smart_resize` refuses an aspect ratio over
+    /// 200, as transformers' does), and its vision pass fits the vision memory budget
+    /// ([`EngineConfig::vision_memory`]) — checked before anything decodes it.
     ///
-    /// Errors: a message naming the size, the patches once resized, the estimated bytes of
-    /// its vision pass ([`EngineModel::vision_pass_bytes`]), the budget, and the largest
+    /// Errors: the processor's refusal (`absolute aspect ratio must be smaller than 200, …`);
+    /// or a message naming the size, the patches once resized, the estimated bytes of its
+    /// vision pass ([`EngineModel::vision_pass_bytes`]), the budget, and the largest
     /// `--max-pixels` that would fit ([`vision_budget::refusal`]).
     pub fn check_image(&self, width: u32, height: u32) -> Result<(), String> {
-        let (Some(budget), Some(pixel_bounds)) =
-            (self.core.vision_budget, self.processor.pixel_bounds())
-        else {
+        let Some(pixel_bounds) = self.processor.pixel_bounds() else {
+            return Ok(());
+        };
+        // The processor's own resize, for its refusal only: which shapes it refuses does not
+        // depend on the patch factor (1 here) or the pixel bounds.
+        let (min_pixels, max_pixels) = pixel_bounds;
+        verisample_models::smart_resize(height as usize, width as usize, 1, min_pixels, max_pixels)
+            .map_err(|e| format!("the model's image processor refuses this image: {e}"))?;
+        let Some(budget) = self.core.vision_budget else {
             return Ok(());
         };
         let patches = |m: Option<usize>| self.processor.image_patches(width, height, m);

@@ -3,6 +3,7 @@
 //! `judge` / `route` / `clean`) plug in through thin adapters; tests use deterministic
 //! doubles.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use serde::{Deserialize, Serialize};
@@ -163,6 +164,13 @@ pub trait SplitSink {
     ///
     /// Errors: I/O or encoding.
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError>;
+
+    /// After [`SplitSink::finish`]: split name → the names of the files it published for that
+    /// split (recorded in `run.json`, so that a later run replaces only these). A sink whose
+    /// files need no such record returns none (the default).
+    fn published(&self) -> BTreeMap<String, Vec<String>> {
+        BTreeMap::new()
+    }
 }
 
 /// The cleaning decision for one `qa` entry (SPEC §3).

@@ -5,11 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::backend::{BackendError, RowSource, SplitRow, SplitSink};
-use crate::dataset::card::{output_configs, output_split_files, render_card, scan_output_dir};
+use crate::dataset::card::{
+    output_configs, output_split_files, pattern_strays, render_card, scan_output_dir,
+};
 use crate::dataset::layout::ReadOptions;
 use crate::dataset::reader::{resolve_inputs, InputReader};
-use crate::dataset::shards::ShardOptions;
+use crate::dataset::shards::{ShardOptions, ShardSummary};
 use crate::dataset::writer::SplitWriter;
+use crate::dataset::DatasetError;
 use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
 
 /// The input dataset as a parquet file, folder or glob, read with [`InputReader`] (a fresh
@@ -75,6 +78,7 @@ pub struct ParquetSink {
     opts: ShardOptions,
     accepted: BTreeMap<(String, SplitKind), SplitWriter<AcceptedQa>>,
     rejected: BTreeMap<String, SplitWriter<RejectedQa>>,
+    published: BTreeMap<String, Vec<String>>,
 }
 
 impl ParquetSink {
@@ -85,7 +89,19 @@ impl ParquetSink {
             opts: ShardOptions::default(),
             accepted: BTreeMap::new(),
             rejected: BTreeMap::new(),
+            published: BTreeMap::new(),
         }
+    }
+
+    /// Record the file names of a finished split.
+    fn publish(&mut self, summary: ShardSummary) {
+        let names = summary
+            .files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        self.published.insert(summary.split, names);
     }
 }
 
@@ -116,32 +132,48 @@ impl SplitSink for ParquetSink {
     }
 
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
+        // Read before anything is replaced: this run's run.json is written after the splits.
+        let earlier = EarlierSplits::read(&self.out);
         let mut families: Vec<String> = self.rejected.keys().cloned().collect();
-        let mut written: BTreeSet<String> = BTreeSet::new();
         for ((family, kind), w) in std::mem::take(&mut self.accepted) {
-            written.insert(kind.split_name(&family));
+            let split = kind.split_name(&family);
             families.push(family);
-            w.finish()?;
+            let summary = w.finish(|f| earlier.wrote(&split, f, false))?;
+            self.publish(summary);
         }
         for (family, w) in std::mem::take(&mut self.rejected) {
-            written.insert(SplitKind::Rejected.split_name(&family));
-            w.finish()?;
+            let split = SplitKind::Rejected.split_name(&family);
+            let summary = w.finish(|f| earlier.wrote(&split, f, false))?;
+            self.publish(summary);
         }
         families.sort();
         families.dedup();
+        let written: BTreeSet<String> = self.published.keys().cloned().collect();
         let splits = if self.out.join("data").is_dir() {
             remove_earlier_splits(&self.out, &written, false)?;
             scan_output_dir(&self.out)?
         } else {
             Vec::new()
         };
+        for split in &splits {
+            for f in pattern_strays(&self.out, &split.name)? {
+                tracing::warn!(
+                    "{} is not a shard of split {} but matches the card's data/{}-* pattern: \
+                     load_dataset reads it as part of that split (and fails on a file that is \
+                     not parquet of the split's columns); move it out of data/",
+                    f.display(),
+                    split.name,
+                    split.name
+                );
+            }
+        }
         let readme = self.out.join("README.md");
         if splits.is_empty() {
             // No split: no dataset to describe (`datasets` loads none), so no card; one of an
             // earlier run in this folder would describe data that is gone.
             return match std::fs::remove_file(&readme) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(crate::dataset::DatasetError::io(&readme, e).into())
+                    Err(DatasetError::io(&readme, e).into())
                 }
                 _ => Ok(()),
             };
@@ -156,18 +188,80 @@ impl SplitSink for ParquetSink {
         crate::atomic::write_atomic(readme, card.as_bytes())?;
         Ok(())
     }
+
+    fn published(&self) -> BTreeMap<String, Vec<String>> {
+        self.published.clone()
+    }
 }
 
-/// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote and
-/// that are not in `keep` (another family, or a split this run left empty): they would
-/// otherwise stay in the card's configs and be loaded with this run's data. A split is an
-/// earlier run's when the folder's `run.json` counts its rows (`stats.split_rows`). Any other
-/// file named like a split was not written by verisample: it stays and is named in a
-/// warning, since the card and `load_dataset` read it as part of this dataset. `restart`
-/// (called before `--restart` discards `run.json`): no warning, and with no readable
-/// `run.json` every split-named file counts as the earlier run's, as the refusal of such a
-/// folder ([`super::PipelineError::UncheckedEarlierRun`]) says `--restart` discards them.
-/// Files not named like splits are not touched; without `OUT/data/` there is nothing to do.
+/// What the `run.json` in OUT records of the split shards an earlier run wrote under
+/// `OUT/data/`: only these may be replaced or removed by a later run.
+#[derive(Debug)]
+enum EarlierSplits {
+    /// No readable `run.json`.
+    Unknown,
+    /// Split name → the shard file names the run wrote (`stats.split_files`), or `None` for
+    /// a split it counts rows of (`stats.split_rows`) without naming its files, as a
+    /// `run.json` of a version before `split_files` does: every shard of that split is its.
+    Recorded(BTreeMap<String, Option<BTreeSet<String>>>),
+}
+
+impl EarlierSplits {
+    /// Read `out/run.json`.
+    fn read(out: &Path) -> EarlierSplits {
+        let Some(stats) = std::fs::read(out.join(crate::report::RUN_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map(|mut v| v["stats"].take())
+        else {
+            return EarlierSplits::Unknown;
+        };
+        let mut recorded: BTreeMap<String, Option<BTreeSet<String>>> = stats["split_rows"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(split, _)| (split.clone(), None))
+            .collect();
+        for (split, names) in stats["split_files"].as_object().into_iter().flatten() {
+            let names = names
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect();
+            recorded.insert(split.clone(), Some(names));
+        }
+        EarlierSplits::Recorded(recorded)
+    }
+
+    /// Whether the earlier run wrote `file`, a shard of `split`. `restart` (discarding the
+    /// earlier output): with no readable `run.json` every shard counts as the earlier run's,
+    /// as the refusal of such a folder ([`super::PipelineError::UncheckedEarlierRun`]) says
+    /// `--restart` discards them.
+    fn wrote(&self, split: &str, file: &Path, restart: bool) -> bool {
+        match self {
+            EarlierSplits::Unknown => restart,
+            EarlierSplits::Recorded(splits) => match splits.get(split) {
+                None => false,
+                Some(None) => true,
+                Some(Some(names)) => file
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| names.contains(n)),
+            },
+        }
+    }
+}
+
+/// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote
+/// ([`EarlierSplits`]: the files its `run.json` records) and whose split is not in `keep`
+/// (another family, or a split this run left empty): they would otherwise stay in the card's
+/// configs and be loaded with this run's data. Any other file named like a shard was not
+/// written by verisample: it stays and is named in a warning, since the card and
+/// `load_dataset` read it as part of this dataset. `restart` (called before `--restart`
+/// discards `run.json`): no warning, and with no readable `run.json` every split-named file
+/// counts as the earlier run's. Files not named like shards are not touched; without
+/// `OUT/data/` there is nothing to do.
 ///
 /// Errors: listing the folder or removing a file.
 pub(super) fn remove_earlier_splits(
@@ -178,18 +272,15 @@ pub(super) fn remove_earlier_splits(
     if !out.join("data").is_dir() {
         return Ok(());
     }
-    let recorded = earlier_run_splits(out);
+    let earlier = EarlierSplits::read(out);
     for (split, files) in output_split_files(out)? {
         if keep.contains(&split) {
             continue;
         }
-        let ours = recorded
-            .as_ref()
-            .map_or(restart, |splits| splits.contains(&split));
         for f in files {
-            if ours {
+            if earlier.wrote(&split, &f, restart) {
                 tracing::info!("removing {} (split {split} of an earlier run)", f.display());
-                std::fs::remove_file(&f).map_err(|e| crate::dataset::DatasetError::io(&f, e))?;
+                std::fs::remove_file(&f).map_err(|e| DatasetError::io(&f, e))?;
             } else if !restart {
                 tracing::warn!(
                     "keeping {}: verisample did not write it, but its split-like name makes it \
@@ -203,15 +294,44 @@ pub(super) fn remove_earlier_splits(
     Ok(())
 }
 
-/// The split names the `run.json` in `out` counts rows of (`stats.split_rows`); `None` when
-/// there is no readable `run.json`.
-fn earlier_run_splits(out: &Path) -> Option<BTreeSet<String>> {
-    std::fs::read(out.join(crate::report::RUN_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| {
-            v["stats"]["split_rows"]
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-        })
+/// Refuse, before any work, an OUT whose `data/` holds a file or folder named like a split
+/// shard that the run would keep ([`EarlierSplits`]: no earlier run here wrote it) and that
+/// is not a readable parquet file: the card's statistics (and `load_dataset`) read every
+/// shard of a split, so it would fail the run only after all its generations. `restart`: as
+/// in [`remove_earlier_splits`].
+///
+/// Errors: [`super::PipelineError::UnusableSplitFile`] naming the first such path.
+pub(super) fn check_kept_split_files(
+    out: &Path,
+    restart: bool,
+) -> Result<(), super::PipelineError> {
+    if !out.join("data").is_dir() {
+        return Ok(());
+    }
+    let unusable = |path: &Path, problem: String| super::PipelineError::UnusableSplitFile {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let by_split =
+        output_split_files(out).map_err(|e| unusable(&out.join("data"), e.to_string()))?;
+    let earlier = EarlierSplits::read(out);
+    for (split, files) in by_split {
+        for f in files.iter().filter(|f| !earlier.wrote(&split, f, restart)) {
+            if !f.is_file() {
+                return Err(unusable(f, "is not a file".into()));
+            }
+            let cause = match crate::dataset::card::shard_row_count(f) {
+                Ok(_) => continue,
+                Err(DatasetError::Parquet { source, .. }) => source.to_string(),
+                Err(DatasetError::Io { source, .. }) => source.to_string(),
+                Err(DatasetError::Corrupt { message, .. }) => message,
+                Err(e) => e.to_string(),
+            };
+            return Err(unusable(
+                f,
+                format!("is not a readable parquet file ({cause})"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -58,6 +58,16 @@ pub enum PipelineError {
     /// with which settings they were made.
     #[error("{} holds the splits of an earlier run but no journal or run.json to check its settings against (journal.bin missing or unreadable); use --restart to discard them (with --force as well when the folder is otherwise not a verisample output), or another --out", .0.display())]
     UncheckedEarlierRun(PathBuf),
+    /// `OUT/data/` holds a file or folder named like a split shard that the run would keep
+    /// (no earlier run in OUT wrote it) and that is not a readable parquet file: found before
+    /// the model loads, since the card (and `load_dataset`) would fail on it after the run.
+    #[error("{} is named like a split shard but {problem}: verisample did not write it, and the dataset card and load_dataset would read it as part of that split; move it out of {}, or choose another --out", path.display(), path.parent().map_or_else(|| "data/".into(), |p| p.display().to_string()))]
+    UnusableSplitFile {
+        /// The file or folder.
+        path: PathBuf,
+        /// What is wrong with it (`is not a file`, `is not a readable parquet file (…)`).
+        problem: String,
+    },
     /// The journal does not start with a header.
     #[error("journal {0} has no header record; remove it or use --restart")]
     NoHeader(PathBuf),
@@ -109,10 +119,12 @@ pub enum PipelineError {
 
 impl PipelineError {
     /// Process exit status for this error: 128 + the stop signal for a stopped run (130 for
-    /// Ctrl-C, 143 for SIGTERM), 1 otherwise.
+    /// Ctrl-C, 143 for SIGTERM), 2 for an OUT the run refuses before any work
+    /// ([`PipelineError::UnusableSplitFile`]), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             PipelineError::Interrupted => interrupted_exit_code(),
+            PipelineError::UnusableSplitFile { .. } => 2,
             _ => 1,
         }
     }

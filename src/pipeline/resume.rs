@@ -243,6 +243,7 @@ pub fn prepare_with<T, E: From<PipelineError>>(
     start: impl FnOnce() -> Result<T, E>,
 ) -> Result<(Prepared, T), E> {
     let lock = lock::OutLock::take(&settings.out)?;
+    super::dataset_io::check_kept_split_files(&settings.out, settings.restart)?;
     let path = settings.out.join(outputs::JOURNAL_FILE);
     if settings.restart || nothing_to_lose(&settings.out, &path) {
         let started = match start() {

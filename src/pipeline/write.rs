@@ -448,6 +448,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     w.sink
         .finish(&card_markdown(&c.stats, CHART_FILE, w.settings.judge))
         .map_err(PipelineError::Sink)?;
+    c.stats.split_files = w.sink.published();
     Ok(c.stats)
 }
 
