@@ -269,3 +269,36 @@ fn f32_weights_on_the_bf16_grid_pack_as_bf16_with_bitwise_the_same_products() {
         }
     }
 }
+
+/// A long `x` is regrouped a chunk of row blocks at a time (2^20 floats): at a depth over
+/// 2^20 / ROW_BLOCK a chunk is one row block, so 2 ROW_BLOCK + 7 rows span three chunks. Rows
+/// in every chunk must be bitwise the rows computed alone, and the f64 product's up to f32
+/// rounding.
+#[test]
+fn rows_in_every_chunk_of_a_long_input_are_the_rows_alone() {
+    let (k, n, m) = (11_000, PANEL_COLS + 3, 2 * ROW_BLOCK + 7);
+    assert!(k * ROW_BLOCK > 1 << 20, "one row block per chunk");
+    let w = lcg(9, n * k);
+    let lin = PackedLinear::pack(&[(
+        Tensor::from_vec(w.clone(), (n, k), &Device::Cpu).expect("w"),
+        None,
+    )])
+    .expect("pack");
+    let x = lcg(10, m * k);
+    let all = lin.matmul_f32(&x);
+    for r in [0, ROW_BLOCK - 1, ROW_BLOCK, 2 * ROW_BLOCK + 1, m - 1] {
+        let alone = lin.matmul_f32(&x[r * k..(r + 1) * k]);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&alone), bits(&all[r * n..(r + 1) * n]), "row {r}");
+        for (j, &got) in alone.iter().enumerate() {
+            let (mut want, mut mag) = (0f64, 0f64);
+            for kk in 0..k {
+                let p = x[r * k + kk] as f64 * w[j * k + kk] as f64;
+                want += p;
+                mag += p.abs();
+            }
+            let tol = (k + 1) as f64 * f32::EPSILON as f64 * mag;
+            assert!((got as f64 - want).abs() <= tol, "row {r}, column {j}");
+        }
+    }
+}

@@ -53,6 +53,9 @@ const PANEL_GROUP: usize = 8;
 /// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core): small
 /// `m` (decode) takes more panels per task.
 const TASK_MACS: usize = 1 << 18;
+/// Floats of `x` regrouped at a time (4 MiB; see [`tile_major`]): a whole decode step's `x`,
+/// a bounded copy of a prefill's.
+const X_CHUNK: usize = 1 << 20;
 /// Rows up to which a task walks its panels in storage order (see [`PackedLinear::run`]).
 const SEQUENTIAL_ROWS: usize = 4;
 
@@ -291,58 +294,70 @@ impl PackedLinear {
         // A few rows: nothing of `x` to keep in L2, only the weights to stream (see the doc
         // comment).
         let sequential = block <= SEQUENTIAL_ROWS;
-        let xt = tile_major(x, k, tile);
+        // `x` is regrouped a chunk of row blocks at a time, so that the copy stays small next
+        // to `x` (a prefill's thousands of rows).
+        let chunk = (X_CHUNK / k.max(1) / block).max(1) * block;
+        let mut xt = vec![0f32; chunk.min(m) * k];
         let out = OutPtr(y.as_mut_ptr());
-        (0..m.div_ceil(block) * groups)
-            .into_par_iter()
-            .for_each(|task| {
-                let (r0, p0) = ((task / groups) * block, (task % groups) * group);
-                let rows = block.min(m - r0);
-                let group = p0..(p0 + group).min(n_panels);
-                let steps = group.len() * depth_blocks;
-                // Step `s` of the task: (panel, first `k` of its depth block).
-                let at = |s: usize| {
-                    let (p, d) = if sequential {
-                        (s / depth_blocks, s % depth_blocks)
-                    } else {
-                        (s % group.len(), s / group.len())
+        for c0 in (0..m).step_by(chunk) {
+            let cm = chunk.min(m - c0);
+            let xt = &mut xt[..cm * k];
+            tile_major(&x[c0 * k..(c0 + cm) * k], k, tile, xt);
+            let xt = &*xt;
+            (0..cm.div_ceil(block) * groups)
+                .into_par_iter()
+                .for_each(|task| {
+                    // Rows r0..r0 + rows of the chunk: rows c0 + r0.. of `x` and `y`.
+                    let (r0, p0) = ((task / groups) * block, (task % groups) * group);
+                    let rows = block.min(cm - r0);
+                    let group = p0..(p0 + group).min(n_panels);
+                    let steps = group.len() * depth_blocks;
+                    // Step `s` of the task: (panel, first `k` of its depth block).
+                    let at = |s: usize| {
+                        let (p, d) = if sequential {
+                            (s / depth_blocks, s % depth_blocks)
+                        } else {
+                            (s % group.len(), s / group.len())
+                        };
+                        (group.start + p, d * DEPTH_BLOCK)
                     };
-                    (group.start + p, d * DEPTH_BLOCK)
-                };
-                for s in 0..steps {
-                    let (p, k0) = at(s);
-                    let kb = DEPTH_BLOCK.min(k - k0);
-                    let start = p * panel_len + k0 * PANEL_COLS;
-                    let w = &panels[start..start + kb * PANEL_COLS];
-                    // The block multiplied next, or this one again (nothing new fetched) at the
-                    // end, or when the next one is shorter.
-                    let (p1, k1) = at(s + 1);
-                    let next = p1 * panel_len + k1 * PANEL_COLS;
-                    let pf = match panels.get(next..next + kb * PANEL_COLS) {
-                        Some(pf) if s + 1 < steps && k1 + kb <= k => pf,
-                        _ => w,
-                    };
-                    for t0 in (r0..r0 + rows).step_by(tile) {
-                        let tr = tile.min(r0 + rows - t0);
-                        // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
-                        // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
-                        // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
-                        let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
-                        let xs = &xt[t0 * k + k0 * tr..];
-                        micro_rows(isa, tr, xs, (w, pf), acc, ldy);
-                    }
-                }
-                if let Some(b) = &self.bias {
-                    let (c0, c1) = (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
-                    for r in r0..r0 + rows {
-                        // SAFETY: as above, columns c0..c1 of the task's own row r.
-                        let dst = unsafe { out.slice(r * ldy + c0, c1 - c0) };
-                        for (d, b) in dst.iter_mut().zip(&b[c0..c1]) {
-                            *d += b;
+                    for s in 0..steps {
+                        let (p, k0) = at(s);
+                        let kb = DEPTH_BLOCK.min(k - k0);
+                        let start = p * panel_len + k0 * PANEL_COLS;
+                        let w = &panels[start..start + kb * PANEL_COLS];
+                        // The block multiplied next, or this one again (nothing new fetched)
+                        // at the end, or when the next one is shorter.
+                        let (p1, k1) = at(s + 1);
+                        let next = p1 * panel_len + k1 * PANEL_COLS;
+                        let pf = match panels.get(next..next + kb * PANEL_COLS) {
+                            Some(pf) if s + 1 < steps && k1 + kb <= k => pf,
+                            _ => w,
+                        };
+                        for t0 in (r0..r0 + rows).step_by(tile) {
+                            let tr = tile.min(r0 + rows - t0);
+                            // SAFETY: the task alone owns rows c0 + r0.. (`rows` of them) ×
+                            // the columns of its panels; `(c0 + t0) * ldy + p * PANEL_COLS`
+                            // plus `tr - 1` rows of `ldy` and PANEL_COLS columns lies inside
+                            // `y` (`m * ldy`).
+                            let acc = unsafe { out.at((c0 + t0) * ldy + p * PANEL_COLS) };
+                            let xs = &xt[t0 * k + k0 * tr..];
+                            micro_rows(isa, tr, xs, (w, pf), acc, ldy);
                         }
                     }
-                }
-            });
+                    if let Some(b) = &self.bias {
+                        let (c_lo, c_hi) =
+                            (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
+                        for r in c0 + r0..c0 + r0 + rows {
+                            // SAFETY: as above, columns c_lo..c_hi of the task's own row r.
+                            let dst = unsafe { out.slice(r * ldy + c_lo, c_hi - c_lo) };
+                            for (d, b) in dst.iter_mut().zip(&b[c_lo..c_hi]) {
+                                *d += b;
+                            }
+                        }
+                    }
+                });
+        }
         if ldy != n {
             for r in 1..m {
                 y.copy_within(r * ldy..r * ldy + n, r * n);
@@ -353,18 +368,28 @@ impl PackedLinear {
     }
 }
 
-/// Rows `x` `[rows, k]` regrouped into tiles of `tile` rows (the last one shorter), each tile
-/// `[k][tile rows]`: tile `t` starts at `t * tile * k`, so a micro-kernel's broadcasts of one
+/// Rows `x` `[rows, k]` regrouped into `out` (as long) by tiles of `tile` rows (the last one
+/// shorter), each tile `[k][tile rows]`: tile `t` starts at `t * tile * k`, so a micro-kernel's broadcasts of one
 /// step are adjacent floats. Reading `x` in place instead, the rows of a tile lie `k` floats
 /// apart, which for `k` a multiple of 1024 (the 100m decoder's `down`, `k` = 2048) puts all
 /// of them in one L1 set.
-fn tile_major(x: &[f32], k: usize, tile: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(x.len());
-    for rows in x.chunks(tile * k) {
+fn tile_major(x: &[f32], k: usize, tile: usize, out: &mut [f32]) {
+    let regroup = |(dst, rows): (&mut [f32], &[f32])| {
         let tr = rows.len() / k;
-        out.extend((0..k).flat_map(|kk| (0..tr).map(move |r| rows[r * k + kk])));
+        for (kk, step) in dst.chunks_exact_mut(tr).enumerate() {
+            for (r, v) in step.iter_mut().enumerate() {
+                *v = rows[r * k + kk];
+            }
+        }
+    };
+    if x.len() <= ROW_BLOCK * k {
+        out.chunks_mut(tile * k)
+            .zip(x.chunks(tile * k))
+            .for_each(regroup);
+    } else {
+        let tiles = out.par_chunks_mut(tile * k).zip(x.par_chunks(tile * k));
+        tiles.for_each(regroup);
     }
-    out
 }
 
 /// The output pointer shared by the panel tasks (each writes its own columns).
