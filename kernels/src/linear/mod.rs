@@ -376,9 +376,9 @@ impl PackedLinear {
 fn tile_major(x: &[f32], k: usize, tile: usize, out: &mut [f32]) {
     let regroup = |(dst, rows): (&mut [f32], &[f32])| {
         let tr = rows.len() / k;
-        for (kk, step) in dst.chunks_exact_mut(tr).enumerate() {
-            for (r, v) in step.iter_mut().enumerate() {
-                *v = rows[r * k + kk];
+        for (r, row) in rows.chunks_exact(k).enumerate() {
+            for (slot, &v) in dst[r..].iter_mut().step_by(tr).zip(row) {
+                *slot = v;
             }
         }
     };
