@@ -270,14 +270,14 @@ fn f32_weights_on_the_bf16_grid_pack_as_bf16_with_bitwise_the_same_products() {
     }
 }
 
-/// A long `x` is regrouped a chunk of row blocks at a time (2^20 floats): at a depth over
-/// 2^20 / ROW_BLOCK a chunk is one row block, so 2 ROW_BLOCK + 7 rows span three chunks. Rows
+/// A long `x` is regrouped a chunk of row blocks at a time (2^18 floats): at a depth over
+/// 2^18 / ROW_BLOCK a chunk is one row block, so 2 ROW_BLOCK + 7 rows span three chunks. Rows
 /// in every chunk must be bitwise the rows computed alone, and the f64 product's up to f32
 /// rounding.
 #[test]
 fn rows_in_every_chunk_of_a_long_input_are_the_rows_alone() {
-    let (k, n, m) = (11_000, PANEL_COLS + 3, 2 * ROW_BLOCK + 7);
-    assert!(k * ROW_BLOCK > 1 << 20, "one row block per chunk");
+    let (k, n, m) = (3_000, PANEL_COLS + 3, 2 * ROW_BLOCK + 7);
+    assert!(k * ROW_BLOCK > 1 << 18, "one row block per chunk");
     let w = lcg(9, n * k);
     let lin = PackedLinear::pack(&[(
         Tensor::from_vec(w.clone(), (n, k), &Device::Cpu).expect("w"),

@@ -53,9 +53,9 @@ const PANEL_GROUP: usize = 8;
 /// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core): small
 /// `m` (decode) takes more panels per task.
 const TASK_MACS: usize = 1 << 18;
-/// Floats of `x` regrouped at a time (4 MiB; see [`tile_major`]): a whole decode step's `x`,
+/// Floats of `x` regrouped at a time (1 MiB; see [`tile_major`]): a whole decode step's `x`,
 /// a bounded copy of a prefill's.
-const X_CHUNK: usize = 1 << 20;
+const X_CHUNK: usize = 1 << 18;
 /// Rows up to which a task walks its panels in storage order (see [`PackedLinear::run`]).
 const SEQUENTIAL_ROWS: usize = 4;
 
