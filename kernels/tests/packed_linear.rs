@@ -1,14 +1,18 @@
 //! [`PackedLinear`] against a naive f64 product, and its batch invariance: row `i` of the
-//! output is bitwise the same computed alone or among m = 2, 7, 16, 64, ROW_BLOCK + 1 and
+//! output is bitwise the same computed alone or among m = 2, 7, 16, 23, 64, ROW_BLOCK + 1 and
 //! 2 ROW_BLOCK + 7 rows (f32 and bf16 weights). Sizes straddle a partial last panel
 //! (`n % PANEL_COLS != 0`), a partial last depth block (`k % DEPTH_BLOCK != 0`), partial row
-//! tiles (`m % TILE_ROWS != 0`) and a partial last row block (`m % ROW_BLOCK != 0`).
+//! tiles (`m % PackedLinear::tile_rows() != 0`) and a partial last row block
+//! (`m % ROW_BLOCK != 0`).
 
 use candle_core::{DType, Device, Tensor};
 use half::bf16;
 use verisample_kernels::{
     KernelError, PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS,
 };
+
+/// Row counts of the batch-invariance test.
+const BATCHES: [usize; 8] = [1, 2, 7, 16, 23, 64, ROW_BLOCK + 1, 2 * ROW_BLOCK + 7];
 
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
@@ -88,10 +92,15 @@ fn matches_the_naive_product_in_f64() {
 
 #[test]
 fn rows_are_bitwise_the_same_at_every_batch_size() {
-    assert_ne!(64 % TILE_ROWS, 0, "64 rows must end in a partial tile");
-    let total = 2 * ROW_BLOCK + 7;
+    let tile = PackedLinear::tile_rows();
+    assert!((1..=TILE_ROWS).contains(&tile), "tile of {tile} rows");
+    assert!(
+        BATCHES.iter().any(|&m| m > tile && m % tile != 0),
+        "some batch must end in a partial tile after a full one"
+    );
+    let total = BATCHES[BATCHES.len() - 1];
     assert_ne!(
-        total % TILE_ROWS,
+        total % tile,
         0,
         "the last row block must end in a partial tile"
     );
@@ -99,7 +108,7 @@ fn rows_are_bitwise_the_same_at_every_batch_size() {
         let lin = PackedLinear::pack(&[(weight(dtype), Some(bias()))]).expect("pack");
         let x = lcg(4, total * K);
         let all = lin.matmul_f32(&x);
-        for m in [1, 2, 7, 16, 64, ROW_BLOCK + 1, total] {
+        for m in BATCHES {
             // Every window of m rows, at offsets that move rows between tile and block positions.
             for start in [0, total - m, (total - m) / 2, 1.min(total - m)] {
                 let part = lin.matmul_f32(&x[start * K..(start + m) * K]);
@@ -257,6 +266,39 @@ fn f32_weights_on_the_bf16_grid_pack_as_bf16_with_bitwise_the_same_products() {
                 b[i * N + N - 1],
                 "the off-grid row differs"
             );
+        }
+    }
+}
+
+/// A long `x` is regrouped a chunk of row blocks at a time (2^18 floats): at a depth over
+/// 2^18 / ROW_BLOCK a chunk is one row block, so 2 ROW_BLOCK + 7 rows span three chunks. Rows
+/// in every chunk must be bitwise the rows computed alone, and the f64 product's up to f32
+/// rounding.
+#[test]
+fn rows_in_every_chunk_of_a_long_input_are_the_rows_alone() {
+    let (k, n, m) = (3_000, PANEL_COLS + 3, 2 * ROW_BLOCK + 7);
+    assert!(k * ROW_BLOCK > 1 << 18, "one row block per chunk");
+    let w = lcg(9, n * k);
+    let lin = PackedLinear::pack(&[(
+        Tensor::from_vec(w.clone(), (n, k), &Device::Cpu).expect("w"),
+        None,
+    )])
+    .expect("pack");
+    let x = lcg(10, m * k);
+    let all = lin.matmul_f32(&x);
+    for r in [0, ROW_BLOCK - 1, ROW_BLOCK, 2 * ROW_BLOCK + 1, m - 1] {
+        let alone = lin.matmul_f32(&x[r * k..(r + 1) * k]);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&alone), bits(&all[r * n..(r + 1) * n]), "row {r}");
+        for (j, &got) in alone.iter().enumerate() {
+            let (mut want, mut mag) = (0f64, 0f64);
+            for kk in 0..k {
+                let p = x[r * k + kk] as f64 * w[j * k + kk] as f64;
+                want += p;
+                mag += p.abs();
+            }
+            let tol = (k + 1) as f64 * f32::EPSILON as f64 * mag;
+            assert!((got as f64 - want).abs() <= tol, "row {r}, column {j}");
         }
     }
 }

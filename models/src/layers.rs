@@ -303,15 +303,17 @@ impl candle_core::CustomOp1 for SiluMul {
                 self.inner
             );
         }
-        let out: Vec<f32> = h[start..end]
-            .chunks_exact(width)
-            .flat_map(|row| {
-                let (gate, up) = row.split_at(self.inner);
+        // Row by row into a buffer of the exact size (a `flat_map` collect grows its buffer
+        // as it goes).
+        let mut out = Vec::with_capacity((end - start) / 2);
+        for row in h[start..end].chunks_exact(width) {
+            let (gate, up) = row.split_at(self.inner);
+            out.extend(
                 gate.iter()
                     .zip(up)
-                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-            })
-            .collect();
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u),
+            );
+        }
         if let Some(last) = dims.last_mut() {
             *last = self.inner;
         }

@@ -16,12 +16,10 @@
 //! multiply then an add on the scalar one), plus the bias at the end. Partial sums leave the
 //! registers only as f32 stores and reloads, which are exact; no path splits `k` differently
 //! for a different row count. The SIMD path is chosen once per process (runtime detection:
-//! AVX2 + FMA on x86-64, NEON on AArch64 — both fused multiply-adds, so bitwise the same
-//! products; the scalar loop elsewhere), so two calls on one machine always use the same
-//! arithmetic. Work is split over blocks of rows and groups of output panels with
+//! AVX-512F, else AVX2 + FMA on x86-64, NEON on AArch64 — all fused multiply-adds, so bitwise
+//! the same products; the scalar loop elsewhere), so two calls on one machine always use the
+//! same arithmetic. Work is split over blocks of rows and groups of output panels with
 //! rayon, never over `k`.
-
-use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor};
@@ -30,13 +28,18 @@ use rayon::prelude::*;
 
 use crate::{require_cpu, KernelError};
 
+mod micro;
+
+pub(crate) use micro::Isa;
+use micro::{micro_rows, PanelElem};
+
 const NAME: &str = "packed_linear";
 
-/// Output columns per packed panel: two 8-lane f32 vectors (AVX2).
+/// Output columns per packed panel: one 16-lane f32 vector (AVX-512), two 8-lane (AVX2).
 pub const PANEL_COLS: usize = 16;
-/// Rows of `x` per micro-kernel call: 6 × 2 accumulator vectors + 2 weight vectors + 1
-/// broadcast fill 15 of the 16 AVX2 registers.
-pub const TILE_ROWS: usize = 6;
+/// Rows of `x` per micro-kernel call at most, over every instruction set (see
+/// [`PackedLinear::tile_rows`]).
+pub const TILE_ROWS: usize = 16;
 /// Depth (`k`) per block: a block of a panel (`DEPTH_BLOCK × PANEL_COLS` weights, 16 KiB in
 /// f32) stays in L1 while all rows pass over it.
 pub const DEPTH_BLOCK: usize = 256;
@@ -50,6 +53,11 @@ const PANEL_GROUP: usize = 8;
 /// Multiply-adds below which a rayon task is not split further (≈ 0.1 ms of one core): small
 /// `m` (decode) takes more panels per task.
 const TASK_MACS: usize = 1 << 18;
+/// Floats of `x` regrouped at a time (1 MiB; see [`tile_major`]): a whole decode step's `x`,
+/// a bounded copy of a prefill's.
+const X_CHUNK: usize = 1 << 18;
+/// Rows up to which a task walks its panels in storage order (see [`PackedLinear::run`]).
+const SEQUENTIAL_ROWS: usize = 4;
 
 /// Weights in panel layout, in their storage type.
 #[derive(Debug, Clone)]
@@ -134,6 +142,12 @@ impl PackedLinear {
         })
     }
 
+    /// Rows of `x` per micro-kernel call on this CPU (the detected instruction set's tile:
+    /// 16 with AVX-512, 6 otherwise; at most [`TILE_ROWS`]).
+    pub fn tile_rows() -> usize {
+        Isa::widest().tile_rows()
+    }
+
     /// Input features `k`.
     pub fn in_dim(&self) -> usize {
         self.in_dim
@@ -213,10 +227,15 @@ impl PackedLinear {
             "x is not [m, {}]",
             self.in_dim
         );
+        self.matmul_with(Isa::widest(), x)
+    }
+
+    /// [`Self::matmul_f32`] with the micro-kernel of `isa` (which the CPU must support).
+    fn matmul_with(&self, isa: Isa, x: &[f32]) -> Vec<f32> {
         let m = x.len() / self.in_dim.max(1);
         match &self.panels {
-            Panels::F32(p) => self.run(x, m, p),
-            Panels::Bf16(p) => self.run(x, m, p),
+            Panels::F32(p) => self.run(isa, x, m, p),
+            Panels::Bf16(p) => self.run(isa, x, m, p),
         }
     }
 
@@ -236,26 +255,26 @@ impl PackedLinear {
     /// from its caches. Within a task the depth blocks are the outer loop: the rows × depth
     /// block of `x` stays in L2 while every panel of the group passes over it. Accumulators
     /// live in `y` itself between depth blocks (f32 stores and reloads: exact), so the order
-    /// per element is the same for every `m` and every tiling.
+    /// per element is the same for every `m` and every tiling. `x` is first regrouped tile by
+    /// tile ([`tile_major`]).
     ///
     /// While the micro-kernel multiplies one depth block of a panel, it prefetches (into L2)
     /// the block the task multiplies next (the next panel of its group at the same depth, else
     /// the group's first panel one depth block on), so that the stream of weights from memory
     /// overlaps the arithmetic (decode: each weight serves a few rows only and comes from
-    /// DRAM). Measured with `kernels/examples/linear_rate.rs` on the panel-major order of an
-    /// earlier version (m = 16, 14 layers of the 100m decoder, 1 thread): 37 → 43–51 GFLOP/s
-    /// against no prefetch. Prefetching reads nothing into the result.
+    /// DRAM). Prefetching reads nothing into the result.
     ///
-    /// With at most [`TILE_ROWS`] rows (decode of a few sequences) a task walks its panels one
-    /// after the other instead, each whole, without software prefetch: the weights then stream
-    /// in storage order (the order of the first version, which run 4 of BENCHMARKS.md measured)
-    /// and the hardware prefetcher follows them. `linear_rate 1 14` (thread CPU time, 1
-    /// thread, alternated pairs, load average 5.4–7.1): 36.0 → 32.3 ms mean for the 14
-    /// layers (8 pairs), 39.0 → 37.8 ms (8 more); as whole processes (`verisample bench --max-batch 1`, 4 images, 32 new tokens,
-    /// 5 alternated pairs at load 7–8) the CPU time ratio was 1.01 (0.89–1.11), within that
-    /// machine's spread. The order per element is the same in both walks (increasing depth
+    /// With at most [`SEQUENTIAL_ROWS`] rows a task walks its panels one after the other
+    /// instead, each whole (still prefetching the next block): the weights then stream in
+    /// storage order. The order per element is the same in both walks (increasing depth
     /// blocks), so the bits are too.
-    fn run<W: PanelElem>(&self, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
+    ///
+    /// Measured with `kernels/examples/linear_rate.rs` (14 layers of the 100m decoder, thread
+    /// CPU time, 1 thread, AVX-512 machine at load average ~7, alternated runs): at m = 16 the
+    /// depth-major walk 131–134 GFLOP/s against 131–136 in storage order (but 152 against 116
+    /// with one layer's weights in L3); at m = 1 storage order 14.1–15.8 ms for the 14 layers
+    /// against 16.1–17.5 depth-major; at m = 8 about the same (72–78 GFLOP/s).
+    fn run<W: PanelElem>(&self, isa: Isa, x: &[f32], m: usize, panels: &[W]) -> Vec<f32> {
         let (k, n) = (self.in_dim, self.out_dim);
         let n_panels = n.div_ceil(PANEL_COLS);
         // Row stride of the accumulators: the padded width, so that a last partial panel
@@ -266,65 +285,79 @@ impl PackedLinear {
             y.truncate(m * n);
             return y;
         }
-        let isa = Isa::detected();
+        let tile = isa.tile_rows();
         let panel_len = k * PANEL_COLS;
         let block = ROW_BLOCK.min(m);
         let group = PANEL_GROUP.max(TASK_MACS / (block * k * PANEL_COLS).max(1));
         let groups = n_panels.div_ceil(group);
         let depth_blocks = k.div_ceil(DEPTH_BLOCK);
-        // At most one tile of rows: nothing of `x` to keep in L2, only the weights to stream
-        // (see the doc comment).
-        let sequential = block <= TILE_ROWS;
+        // A few rows: nothing of `x` to keep in L2, only the weights to stream (see the doc
+        // comment).
+        let sequential = block <= SEQUENTIAL_ROWS;
+        // `x` is regrouped a chunk of row blocks at a time, so that the copy stays small next
+        // to `x` (a prefill's thousands of rows).
+        let chunk = (X_CHUNK / k.max(1) / block).max(1) * block;
+        let mut xt = vec![0f32; chunk.min(m) * k];
         let out = OutPtr(y.as_mut_ptr());
-        (0..m.div_ceil(block) * groups)
-            .into_par_iter()
-            .for_each(|task| {
-                let (r0, p0) = ((task / groups) * block, (task % groups) * group);
-                let rows = block.min(m - r0);
-                let group = p0..(p0 + group).min(n_panels);
-                let steps = group.len() * depth_blocks;
-                // Step `s` of the task: (panel, first `k` of its depth block).
-                let at = |s: usize| {
-                    let (p, d) = if sequential {
-                        (s / depth_blocks, s % depth_blocks)
-                    } else {
-                        (s % group.len(), s / group.len())
+        for c0 in (0..m).step_by(chunk) {
+            let cm = chunk.min(m - c0);
+            let xt = &mut xt[..cm * k];
+            tile_major(&x[c0 * k..(c0 + cm) * k], k, tile, xt);
+            let xt = &*xt;
+            (0..cm.div_ceil(block) * groups)
+                .into_par_iter()
+                .for_each(|task| {
+                    // Rows r0..r0 + rows of the chunk: rows c0 + r0.. of `x` and `y`.
+                    let (r0, p0) = ((task / groups) * block, (task % groups) * group);
+                    let rows = block.min(cm - r0);
+                    let group = p0..(p0 + group).min(n_panels);
+                    let steps = group.len() * depth_blocks;
+                    // Step `s` of the task: (panel, first `k` of its depth block).
+                    let at = |s: usize| {
+                        let (p, d) = if sequential {
+                            (s / depth_blocks, s % depth_blocks)
+                        } else {
+                            (s % group.len(), s / group.len())
+                        };
+                        (group.start + p, d * DEPTH_BLOCK)
                     };
-                    (group.start + p, d * DEPTH_BLOCK)
-                };
-                for s in 0..steps {
-                    let (p, k0) = at(s);
-                    let kb = DEPTH_BLOCK.min(k - k0);
-                    let start = p * panel_len + k0 * PANEL_COLS;
-                    let w = &panels[start..start + kb * PANEL_COLS];
-                    // The block multiplied next, or this one again (nothing new fetched) when
-                    // streaming sequentially, at the end, or when the next one is shorter.
-                    let (p1, k1) = at(s + 1);
-                    let next = p1 * panel_len + k1 * PANEL_COLS;
-                    let pf = match panels.get(next..next + kb * PANEL_COLS) {
-                        Some(pf) if !sequential && s + 1 < steps && k1 + kb <= k => pf,
-                        _ => w,
-                    };
-                    for t0 in (r0..r0 + rows).step_by(TILE_ROWS) {
-                        let tr = TILE_ROWS.min(r0 + rows - t0);
-                        // SAFETY: the task alone owns rows r0..r0 + rows × the columns of
-                        // its panels; `t0 * ldy + p * PANEL_COLS` plus `tr - 1` rows of
-                        // `ldy` and PANEL_COLS columns lies inside `y` (`m * ldy`).
-                        let acc = unsafe { out.at(t0 * ldy + p * PANEL_COLS) };
-                        micro_rows(isa, tr, &x[t0 * k + k0..], k, (w, pf), acc, ldy);
-                    }
-                }
-                if let Some(b) = &self.bias {
-                    let (c0, c1) = (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
-                    for r in r0..r0 + rows {
-                        // SAFETY: as above, columns c0..c1 of the task's own row r.
-                        let dst = unsafe { out.slice(r * ldy + c0, c1 - c0) };
-                        for (d, b) in dst.iter_mut().zip(&b[c0..c1]) {
-                            *d += b;
+                    for s in 0..steps {
+                        let (p, k0) = at(s);
+                        let kb = DEPTH_BLOCK.min(k - k0);
+                        let start = p * panel_len + k0 * PANEL_COLS;
+                        let w = &panels[start..start + kb * PANEL_COLS];
+                        // The block multiplied next, or this one again (nothing new fetched)
+                        // at the end, or when the next one is shorter.
+                        let (p1, k1) = at(s + 1);
+                        let next = p1 * panel_len + k1 * PANEL_COLS;
+                        let pf = match panels.get(next..next + kb * PANEL_COLS) {
+                            Some(pf) if s + 1 < steps && k1 + kb <= k => pf,
+                            _ => w,
+                        };
+                        for t0 in (r0..r0 + rows).step_by(tile) {
+                            let tr = tile.min(r0 + rows - t0);
+                            // SAFETY: the task alone owns rows c0 + r0.. (`rows` of them) ×
+                            // the columns of its panels; `(c0 + t0) * ldy + p * PANEL_COLS`
+                            // plus `tr - 1` rows of `ldy` and PANEL_COLS columns lies inside
+                            // `y` (`m * ldy`).
+                            let acc = unsafe { out.at((c0 + t0) * ldy + p * PANEL_COLS) };
+                            let xs = &xt[t0 * k + k0 * tr..];
+                            micro_rows(isa, tr, xs, (w, pf), acc, ldy);
                         }
                     }
-                }
-            });
+                    if let Some(b) = &self.bias {
+                        let (c_lo, c_hi) =
+                            (group.start * PANEL_COLS, (group.end * PANEL_COLS).min(n));
+                        for r in c0 + r0..c0 + r0 + rows {
+                            // SAFETY: as above, columns c_lo..c_hi of the task's own row r.
+                            let dst = unsafe { out.slice(r * ldy + c_lo, c_hi - c_lo) };
+                            for (d, b) in dst.iter_mut().zip(&b[c_lo..c_hi]) {
+                                *d += b;
+                            }
+                        }
+                    }
+                });
+        }
         if ldy != n {
             for r in 1..m {
                 y.copy_within(r * ldy..r * ldy + n, r * n);
@@ -332,6 +365,30 @@ impl PackedLinear {
             y.truncate(m * n);
         }
         y
+    }
+}
+
+/// Rows `x` `[rows, k]` regrouped into `out` (as long) by tiles of `tile` rows (the last one
+/// shorter), each tile `[k][tile rows]`: tile `t` starts at `t * tile * k`, so a micro-kernel's broadcasts of one
+/// step are adjacent floats. Reading `x` in place instead, the rows of a tile lie `k` floats
+/// apart, which for `k` a multiple of 1024 (the 100m decoder's `down`, `k` = 2048) puts all
+/// of them in one L1 set.
+fn tile_major(x: &[f32], k: usize, tile: usize, out: &mut [f32]) {
+    let regroup = |(dst, rows): (&mut [f32], &[f32])| {
+        let tr = rows.len() / k;
+        for (r, row) in rows.chunks_exact(k).enumerate() {
+            for (slot, &v) in dst[r..].iter_mut().step_by(tr).zip(row) {
+                *slot = v;
+            }
+        }
+    };
+    if x.len() <= ROW_BLOCK * k {
+        out.chunks_mut(tile * k)
+            .zip(x.chunks(tile * k))
+            .for_each(regroup);
+    } else {
+        let tiles = out.par_chunks_mut(tile * k).zip(x.par_chunks(tile * k));
+        tiles.for_each(regroup);
     }
 }
 
@@ -467,260 +524,44 @@ fn to_panels<W: Copy + Default>(
     Ok(out)
 }
 
-/// Instruction set of the micro-kernel, detected once per process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Isa {
-    /// x86-64 AVX2 + FMA: 8-lane f32 vectors, fused multiply-add.
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma,
-    /// AArch64 NEON: 4-lane f32 vectors, fused multiply-add (the same rounding as AVX2's).
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-    /// Portable Rust: a multiply, then an add.
-    Scalar,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
 
-impl Isa {
-    /// The instruction set of this CPU (detected on the first call).
-    pub(crate) fn detected() -> Self {
-        static ISA: OnceLock<Isa> = OnceLock::new();
-        *ISA.get_or_init(Self::detect)
-    }
-
+    /// Every SIMD micro-kernel this CPU runs gives bitwise the AVX2 kernel's products (one
+    /// fused multiply-add per step, increasing `k`), at tile-straddling row counts, f32 and
+    /// bf16 weights; the scalar kernel (multiply, then add) is close but not bitwise.
     #[cfg(target_arch = "x86_64")]
-    fn detect() -> Self {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            Self::Avx2Fma
-        } else {
-            Self::Scalar
+    #[test]
+    fn avx512_and_avx2_kernels_agree_bitwise() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
         }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn detect() -> Self {
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            Self::Neon
-        } else {
-            Self::Scalar
-        }
-    }
-
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    fn detect() -> Self {
-        Self::Scalar
-    }
-}
-
-/// Storage types of packed weights, widened to f32 in the micro-kernel.
-trait PanelElem: Copy + Send + Sync {
-    fn to_f32(self) -> f32;
-
-    /// Loads 8 consecutive weights at `p` as f32 lanes.
-    ///
-    /// # Safety
-    /// `p..p + 8` must be readable; the CPU must support AVX2.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
-
-    /// Loads 4 consecutive weights at `p` as f32 lanes.
-    ///
-    /// # Safety
-    /// `p..p + 4` must be readable; the CPU must support NEON.
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t;
-}
-
-impl PanelElem for f32 {
-    fn to_f32(self) -> f32 {
-        self
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        std::arch::x86_64::_mm256_loadu_ps(p)
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    #[inline(always)]
-    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t {
-        std::arch::aarch64::vld1q_f32(p)
-    }
-}
-
-impl PanelElem for bf16 {
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-
-    /// bf16 is the high half of an f32: widen the 16-bit lanes and shift them up.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::*;
-        let h = _mm_loadu_si128(p.cast::<__m128i>());
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-    }
-
-    /// As `load8`: widen the 16-bit lanes and shift them up.
-    #[cfg(target_arch = "aarch64")]
-    #[inline(always)]
-    unsafe fn load4(p: *const Self) -> std::arch::aarch64::float32x4_t {
-        use std::arch::aarch64::*;
-        let h = vld1_u16(p.cast::<u16>());
-        vreinterpretq_f32_u32(vshlq_n_u32::<16>(vmovl_u16(h)))
-    }
-}
-
-/// Accumulators `acc` (`rows` rows of [`PANEL_COLS`], `ldc` apart) += rows `x[r * ldx ..][..kb]`
-/// × `w` `[kb][PANEL_COLS]`, for `rows` in `1..=TILE_ROWS`, prefetching the weights `pf` (as
-/// many as `w`); the order per element never depends on `rows`.
-///
-/// Panics if `x` is too short or `rows` is not in `1..=TILE_ROWS`; the caller guarantees that
-/// `acc` is writable at `r * ldc + c` for `r < rows`, `c < PANEL_COLS` (see [`PackedLinear::run`]).
-#[inline(always)]
-fn micro_rows<W: PanelElem>(
-    isa: Isa,
-    rows: usize,
-    x: &[f32],
-    ldx: usize,
-    (w, pf): (&[W], &[W]),
-    acc: *mut f32,
-    ldc: usize,
-) {
-    match rows {
-        1 => micro::<W, 1>(isa, x, ldx, w, pf, acc, ldc),
-        2 => micro::<W, 2>(isa, x, ldx, w, pf, acc, ldc),
-        3 => micro::<W, 3>(isa, x, ldx, w, pf, acc, ldc),
-        4 => micro::<W, 4>(isa, x, ldx, w, pf, acc, ldc),
-        5 => micro::<W, 5>(isa, x, ldx, w, pf, acc, ldc),
-        TILE_ROWS => micro::<W, TILE_ROWS>(isa, x, ldx, w, pf, acc, ldc),
-        _ => panic!("{rows} rows in a tile of {TILE_ROWS}"),
-    }
-}
-
-/// `R` accumulator rows at `acc` (`ldc` apart) += rows `x[r * ldx ..][..kb]` × `w` `[kb][PANEL_COLS]`,
-/// with the weights `pf` (as many as `w`) prefetched along the way.
-#[inline(always)]
-fn micro<W: PanelElem, const R: usize>(
-    isa: Isa,
-    x: &[f32],
-    ldx: usize,
-    w: &[W],
-    pf: &[W],
-    acc: *mut f32,
-    ldc: usize,
-) {
-    let kb = w.len() / PANEL_COLS;
-    assert!(x.len() >= (R - 1) * ldx + kb && pf.len() == w.len());
-    match isa {
-        // SAFETY: AVX2 and FMA were detected; the assert above bounds every read of `x` and
-        // `w`; `acc` is the caller's (see `micro_rows`).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe {
-            micro_avx2::<W, R>(x.as_ptr(), ldx, w.as_ptr(), pf.as_ptr(), kb, acc, ldc)
-        },
-        // SAFETY: NEON was detected; the assert above bounds every read; `acc` as above. (No
-        // prefetch: the intrinsic is not stable on AArch64.)
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon => unsafe { micro_neon::<W, R>(x.as_ptr(), ldx, w.as_ptr(), kb, acc, ldc) },
-        Isa::Scalar => {
-            for (kk, wk) in w.chunks_exact(PANEL_COLS).enumerate() {
-                for r in 0..R {
-                    let a = x[r * ldx + kk];
-                    // SAFETY: the caller's guarantee on `acc` (see `micro_rows`).
-                    let row =
-                        unsafe { std::slice::from_raw_parts_mut(acc.add(r * ldc), PANEL_COLS) };
-                    for (c, &wv) in row.iter_mut().zip(wk) {
-                        *c += a * wv.to_f32();
-                    }
+        let (n, k) = (3 * PANEL_COLS + 5, DEPTH_BLOCK + 45);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        for dtype in [DType::F32, DType::BF16] {
+            let w = Tensor::from_vec(crate::lcg_uniform(1, n * k, 2.0), (n, k), &Device::Cpu)
+                .and_then(|w| w.to_dtype(dtype))
+                .expect("weight");
+            let b = Tensor::from_vec(crate::lcg_uniform(2, n, 2.0), n, &Device::Cpu).ok();
+            let lin = PackedLinear::pack(&[(w, b)]).expect("pack");
+            for m in [1, 5, 16, 23, 40] {
+                let x = crate::lcg_uniform(3, m * k, 2.0);
+                let avx2 = lin.matmul_with(Isa::Avx2Fma, &x);
+                if is_x86_feature_detected!("avx512f") {
+                    let avx512 = lin.matmul_with(Isa::Avx512, &x);
+                    assert_eq!(bits(avx512), bits(avx2.clone()), "{dtype:?}, m = {m}");
                 }
+                let scalar = lin.matmul_with(Isa::Scalar, &x);
+                assert_ne!(
+                    bits(scalar.clone()),
+                    bits(avx2.clone()),
+                    "{dtype:?}, m = {m}"
+                );
+                let close = scalar.iter().zip(&avx2).all(|(s, a)| (s - a).abs() < 1e-3);
+                assert!(close, "{dtype:?}, m = {m}");
             }
-        }
-    }
-}
-
-/// The AVX2 + FMA micro-kernel: `R × 2` accumulator vectors in registers over `kb` steps.
-///
-/// # Safety
-/// AVX2 and FMA available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
-/// `kb * PANEL_COLS` weights; `acc` writable at `r * ldc + c` for `r < R`, `c < PANEL_COLS`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn micro_avx2<W: PanelElem, const R: usize>(
-    x: *const f32,
-    ldx: usize,
-    w: *const W,
-    pf: *const W,
-    kb: usize,
-    c: *mut f32,
-    ldc: usize,
-) {
-    use std::arch::x86_64::*;
-    let mut lo = [_mm256_setzero_ps(); R];
-    let mut hi = [_mm256_setzero_ps(); R];
-    for r in 0..R {
-        lo[r] = _mm256_loadu_ps(c.add(r * ldc));
-        hi[r] = _mm256_loadu_ps(c.add(r * ldc + 8));
-    }
-    for kk in 0..kb {
-        // Into L2 (not L1, which holds this block and the rows of `x`); a line per step is
-        // more than enough for bf16 panels too (two steps per line).
-        _mm_prefetch::<_MM_HINT_T1>(pf.add(kk * PANEL_COLS).cast::<i8>());
-        let b0 = W::load8(w.add(kk * PANEL_COLS));
-        let b1 = W::load8(w.add(kk * PANEL_COLS + 8));
-        for r in 0..R {
-            let a = _mm256_set1_ps(*x.add(r * ldx + kk));
-            lo[r] = _mm256_fmadd_ps(a, b0, lo[r]);
-            hi[r] = _mm256_fmadd_ps(a, b1, hi[r]);
-        }
-    }
-    for r in 0..R {
-        _mm256_storeu_ps(c.add(r * ldc), lo[r]);
-        _mm256_storeu_ps(c.add(r * ldc + 8), hi[r]);
-    }
-}
-
-/// The NEON micro-kernel: `R × 4` accumulator vectors (24 of the 32 registers at `R = 6`) over
-/// `kb` steps, each a fused multiply-add in increasing `k` as in [`micro_avx2`], so both give
-/// bitwise the same products. Type-checked for `aarch64-unknown-linux-gnu`; not yet run.
-///
-/// # Safety
-/// NEON available; `x` readable at `r * ldx + kk` for `r < R`, `kk < kb`; `w` holds
-/// `kb * PANEL_COLS` weights; `c` writable at `r * ldc + j` for `r < R`, `j < PANEL_COLS`.
-#[cfg(target_arch = "aarch64")]
-#[target_feature(enable = "neon")]
-unsafe fn micro_neon<W: PanelElem, const R: usize>(
-    x: *const f32,
-    ldx: usize,
-    w: *const W,
-    kb: usize,
-    c: *mut f32,
-    ldc: usize,
-) {
-    use std::arch::aarch64::*;
-    const V: usize = PANEL_COLS / 4;
-    let mut a = [[vdupq_n_f32(0.0); V]; R];
-    for (r, row) in a.iter_mut().enumerate() {
-        for (v, lane) in row.iter_mut().enumerate() {
-            *lane = vld1q_f32(c.add(r * ldc + 4 * v));
-        }
-    }
-    for kk in 0..kb {
-        let mut b = [vdupq_n_f32(0.0); V];
-        for (v, bv) in b.iter_mut().enumerate() {
-            *bv = W::load4(w.add(kk * PANEL_COLS + 4 * v));
-        }
-        for (r, row) in a.iter_mut().enumerate() {
-            let xr = vdupq_n_f32(*x.add(r * ldx + kk));
-            for (lane, &bv) in row.iter_mut().zip(&b) {
-                *lane = vfmaq_f32(*lane, xr, bv);
-            }
-        }
-    }
-    for (r, row) in a.iter().enumerate() {
-        for (v, &lane) in row.iter().enumerate() {
-            vst1q_f32(c.add(r * ldc + 4 * v), lane);
         }
     }
 }
