@@ -178,6 +178,29 @@ fn both_paths_agree_through_the_dispatch() {
     assert!(d <= 1e-5, "native vs portable max |Δ| {d}");
 }
 
+/// A narrowed view (its storage runs past its rows) is attended over its own rows only, the
+/// same bits as a contiguous copy of them.
+#[test]
+fn a_narrowed_view_is_its_own_rows() {
+    let segs = segments(&[40, 33]);
+    let big = |seed| Tensor::from_vec(lcg(seed, 300 * 2 * 80), (300, 2, 80), &Device::Cpu).unwrap();
+    let (q, k, v) = (big(7), big(8), big(9));
+    let view = |t: &Tensor| t.narrow(0, 0, 73).unwrap();
+    let params = SegmentAttentionParams {
+        segments: &segs,
+        scale: 0.11,
+    };
+    let narrowed = segment_attention(&view(&q), &view(&k), &view(&v), &params).unwrap();
+    let copy = |t: &Tensor| view(t).copy().unwrap();
+    let copied = segment_attention(&copy(&q), &copy(&k), &copy(&v), &params).unwrap();
+    assert_eq!(narrowed.dims(), [73, 2, 80]);
+    let (a, b): (Vec<f32>, Vec<f32>) = (
+        narrowed.flatten_all().unwrap().to_vec1().unwrap(),
+        copied.flatten_all().unwrap().to_vec1().unwrap(),
+    );
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+}
+
 #[test]
 fn segments_must_tile_the_rows() {
     let t = Tensor::zeros((10, 1, 4), DType::F32, &Device::Cpu).unwrap();

@@ -47,6 +47,9 @@ pub const DEPTH_BLOCK: usize = 256;
 /// in L2 while a group of panels passes over it, instead of every panel streaming all of `x`
 /// from memory (which made large `m` — a vision tower's thousands of patches — memory bound).
 pub const ROW_BLOCK: usize = 96;
+// A row block is whole tiles of every instruction set (16 rows AVX-512, 6 AVX2/NEON/scalar):
+// the tile-major copy of `x` is indexed by tile from each block's start.
+const _: () = assert!(ROW_BLOCK.is_multiple_of(TILE_ROWS) && ROW_BLOCK.is_multiple_of(6));
 /// Panels per rayon task at least (128 output columns; their depth blocks, 64 KiB in bf16,
 /// share L2 with the block of `x`).
 const PANEL_GROUP: usize = 8;
@@ -295,8 +298,10 @@ impl PackedLinear {
         // comment).
         let sequential = block <= SEQUENTIAL_ROWS;
         // `x` is regrouped a chunk of row blocks at a time, so that the copy stays small next
-        // to `x` (a prefill's thousands of rows).
-        let chunk = (X_CHUNK / k.max(1) / block).max(1) * block;
+        // to `x` (a prefill's thousands of rows); at least one row block per rayon thread, so
+        // that a large `k` (one block per `X_CHUNK`) does not leave all but one core idle.
+        let blocks = (X_CHUNK / k.max(1) / block).max(rayon::current_num_threads());
+        let chunk = blocks.max(1) * block;
         let mut xt = vec![0f32; chunk.min(m) * k];
         let out = OutPtr(y.as_mut_ptr());
         for c0 in (0..m).step_by(chunk) {

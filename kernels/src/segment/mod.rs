@@ -499,7 +499,10 @@ impl CustomOp3 for SegmentOp<'_> {
         let (a, b, c) = (l1.start_offset(), l2.start_offset(), l3.start_offset());
         match (s1, s2, s3) {
             (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
-                Ok((CpuStorage::F32(self.run(&q[a..], &k[b..], &v[c..])), shape))
+                // The view's own elements only: a narrowed view's storage runs past them.
+                let len = n * self.heads * self.head_dim;
+                let (q, k, v) = (&q[a..a + len], &k[b..b + len], &v[c..c + len]);
+                Ok((CpuStorage::F32(self.run(q, k, v)), shape))
             }
             (q, _, _) => candle_core::bail!("{NAME}: expects f32 storage, got {:?}", q.dtype()),
         }
