@@ -34,3 +34,25 @@ fn a_default_verifier_stated_explicitly_resumes_and_another_one_is_a_change() {
         other => panic!("{other}"),
     }
 }
+
+/// A `--restart` removes the earlier run's dataset card with its splits, before any work: a
+/// restart that stops early (here at `--max-errors`; a kill alike) leaves no card whose
+/// configs name split files that are gone (`load_dataset` would fail on it).
+#[test]
+fn a_restart_that_stops_early_leaves_no_card_of_the_earlier_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    run_job(dir.path(), Shard::WHOLE);
+    let card = dir.path().join("README.md");
+    std::fs::write(
+        &card,
+        "---\nconfigs:\n- config_name: OrandCar_RS_think\n---\n",
+    )
+    .unwrap();
+    let mut s = settings(dir.path(), Shard::WHOLE);
+    s.restart = true;
+    s.max_errors = Some(4);
+    let err = run_with(&s, &mut ScriptedModel::new(), &RunControl::default()).unwrap_err();
+    assert!(matches!(err, PipelineError::TooManyErrors { .. }), "{err}");
+    assert!(!card.exists(), "the earlier card outlived its splits");
+    assert!(dir.path().join("errors.jsonl").exists());
+}

@@ -15,6 +15,20 @@ pub struct ImageLimits {
     pub max_alloc: u64,
 }
 
+/// Largest `max(width, height) / min(width, height)` the Qwen-VL image processors accept:
+/// transformers' `smart_resize` (`models/qwen2_vl/image_processing_qwen2_vl.py`) raises
+/// "absolute aspect ratio must be smaller than 200" above it, whatever the checkpoint.
+pub const MAX_ASPECT_RATIO: f64 = 200.0;
+
+/// Whether a `width × height` image has both sides non-zero and an aspect ratio of at most
+/// [`MAX_ASPECT_RATIO`]: the shapes `smart_resize` accepts. The input check applies it before
+/// decoding, so `prepare`, `inspect` and `run` refuse such an image alike, up front.
+pub fn aspect_ratio_ok(width: usize, height: usize) -> bool {
+    width > 0
+        && height > 0
+        && width.max(height) as f64 / width.min(height) as f64 <= MAX_ASPECT_RATIO
+}
+
 /// Bytes per pixel of the widest layout the decoders produce (16-bit RGBA).
 const WIDEST_PIXEL_BYTES: u64 = 8;
 

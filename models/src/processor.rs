@@ -189,7 +189,7 @@ pub fn smart_resize(
     min_pixels: usize,
     max_pixels: usize,
 ) -> Result<(usize, usize), ProcessorError> {
-    if height == 0 || width == 0 || height.max(width) as f64 / height.min(width) as f64 > 200.0 {
+    if !crate::image_limits::aspect_ratio_ok(width, height) {
         return Err(ProcessorError::AspectRatio { height, width });
     }
     let (h, w, f) = (height as f64, width as f64, factor as f64);

@@ -23,12 +23,17 @@ pub struct CheckArgs {
     #[arg(long, default_value = crate::family::ORAND_CAR)]
     pub family: String,
     /// The model's output (a `<think>…</think>` block is split off first).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub pred: String,
     /// The reference answer; repeat for several references (a list-valued answer: accepted
     /// when any matches, `anls` scores the best; the number guard vetoes only when every
     /// reference's digits differ).
-    #[arg(long = "ref", required = true, value_name = "TEXT")]
+    #[arg(
+        long = "ref",
+        required = true,
+        value_name = "TEXT",
+        allow_hyphen_values = true
+    )]
     pub references: Vec<String>,
     /// Use this verifier instead of the family's (`alnum`, `exact`, `mc_letter`, `numeric[:tol]`,
     /// `relaxed`, `anls[:tau]`).

@@ -194,6 +194,22 @@ mod tests {
         assert_eq!(error_message(&plain), "writing o: disk full");
     }
 
+    /// A negative number is a prediction or reference like any other (`--ref -5`, not only
+    /// `--ref=-5`).
+    #[test]
+    fn check_takes_values_that_start_with_a_hyphen() {
+        use clap::Parser;
+        let cli =
+            Cli::try_parse_from(["verisample", "check", "--pred", "-5", "--ref", "-5"]).unwrap();
+        let Command::Check(a) = cli.command else {
+            panic!("not check")
+        };
+        assert_eq!(
+            (a.pred.as_str(), a.references),
+            ("-5", vec!["-5".to_string()])
+        );
+    }
+
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();

@@ -67,7 +67,10 @@ fn describe_image(col: &dyn Array, i: usize, check: ImageCheck<'_>) -> (String, 
         return (format!("not a struct ({})", col.data_type()), None);
     };
     if s.is_null(i) {
-        return ("null".into(), None);
+        return (
+            format!("null, NOT USABLE: image: {}", super::reader::IMAGE_NULL),
+            None,
+        );
     }
     let path = s
         .column_by_name("path")
@@ -75,8 +78,17 @@ fn describe_image(col: &dyn Array, i: usize, check: ImageCheck<'_>) -> (String, 
     let bytes = s
         .column_by_name("bytes")
         .and_then(|c| get_bytes(c.as_ref(), i).ok().flatten());
-    let path_txt = path.map_or_else(|| "null".to_string(), |p| format!("{p:?}"));
+    let path_txt = path
+        .as_ref()
+        .map_or_else(|| "null".to_string(), |p| format!("{p:?}"));
     match bytes {
+        None if path.is_none() => (
+            format!(
+                "no bytes, path null, NOT USABLE: image.bytes: {}",
+                super::reader::IMAGE_EMPTY
+            ),
+            None,
+        ),
         None => (format!("no bytes, path {path_txt}"), None),
         Some(b) => {
             let format = image::ImageReader::new(Cursor::new(&b))
@@ -332,6 +344,35 @@ mod tests {
         ] {
             assert_eq!(split_of(std::path::Path::new(file)), want);
         }
+    }
+
+    /// A null image struct and one with neither bytes nor path are named as `run`'s reader
+    /// names them (field and message), not shown as if usable.
+    #[test]
+    fn images_without_bytes_are_named_as_run_reports_them() {
+        use arrow::array::{BinaryArray, StringArray, StructArray};
+        use arrow::buffer::NullBuffer;
+        use arrow::datatypes::{DataType, Field, Fields};
+        use std::sync::Arc;
+        let fields = Fields::from(vec![
+            Field::new("bytes", DataType::Binary, true),
+            Field::new("path", DataType::Utf8, true),
+        ]);
+        let bytes = BinaryArray::from(vec![None::<&[u8]>, None, None]);
+        let paths = StringArray::from(vec![None, None, Some("a.png")]);
+        let col = StructArray::new(
+            fields,
+            vec![Arc::new(bytes), Arc::new(paths)],
+            Some(NullBuffer::from(vec![false, true, true])),
+        );
+        let check: ImageCheck<'_> = &|_| panic!("no bytes to check");
+        let shown = |i| describe_image(&col, i, check).0;
+        assert_eq!(shown(0), "null, NOT USABLE: image: image is null");
+        assert_eq!(
+            shown(1),
+            "no bytes, path null, NOT USABLE: image.bytes: null image: neither bytes nor path"
+        );
+        assert_eq!(shown(2), "no bytes, path \"a.png\"");
     }
 
     #[test]

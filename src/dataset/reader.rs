@@ -647,6 +647,11 @@ fn decode_answer(
     })
 }
 
+/// The error of a row whose image struct is null (field: the image column).
+pub(crate) const IMAGE_NULL: &str = "image is null";
+/// The error of a row whose image has neither bytes nor a path (field: `<column>.bytes`).
+pub(crate) const IMAGE_EMPTY: &str = "null image: neither bytes nor path";
+
 /// The image at row `i` of `col`, the column named `name` (used in the error fields).
 fn decode_image(
     col: &dyn Array,
@@ -657,7 +662,7 @@ fn decode_image(
     let err = |sub: &str, m: String| (format!("{name}{sub}"), m);
     let s = as_struct(col).map_err(|m| err("", format!("{m} (want struct{{bytes, path}})")))?;
     if s.is_null(i) {
-        return Err(err("", "image is null".into()));
+        return Err(err("", IMAGE_NULL.into()));
     }
     let bytes = match s.column_by_name("bytes") {
         Some(c) => get_bytes(c.as_ref(), i).map_err(|m| err(".bytes", m))?,
@@ -686,7 +691,7 @@ fn decode_image(
             .map_err(|m| err(".path", m))?;
             std::fs::read(&file).map_err(|e| err(".path", format!("{}: {e}", file.display())))?
         }
-        (None, None) => return Err(err(".bytes", "null image: neither bytes nor path".into())),
+        (None, None) => return Err(err(".bytes", IMAGE_EMPTY.into())),
     };
     Ok(ImageRef {
         bytes: Some(bytes),

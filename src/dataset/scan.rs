@@ -177,7 +177,9 @@ impl Walker<'_> {
                 let real_child = real.join(&name);
                 if file_type.is_dir() {
                     let id = file_id(&real_child).map_err(|e| DatasetError::io(&path, e))?;
-                    if depth >= self.rules.max_depth {
+                    if is_run_output(&real_child) {
+                        self.run_output(path);
+                    } else if depth >= self.rules.max_depth {
                         self.too_deep(path);
                     } else if self.entered.insert(id) {
                         self.walk(&path, &real_child, depth + 1, direct)?;
@@ -218,7 +220,9 @@ impl Walker<'_> {
                 continue;
             }
             if is_dir {
-                if depth < self.rules.max_depth {
+                if is_run_output(&target) {
+                    self.run_output(path);
+                } else if depth < self.rules.max_depth {
                     self.folder_links.push((path, target, depth + 1));
                 } else {
                     self.too_deep(path);
@@ -228,6 +232,18 @@ impl Walker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A folder below the start that holds an earlier run's output ([`is_run_output`]): not
+    /// read, and reported when the rules would descend into it.
+    fn run_output(&mut self, path: PathBuf) {
+        if (self.rules.descend)(&path) {
+            let message = "the output folder of an earlier verisample run (it holds run.json and \
+                           journal.bin): not read as input, as its accepted splits hold the model's \
+                           own answers as references; give its data folder as --data to read it"
+                .to_string();
+            self.refuse(path, message);
+        }
     }
 
     /// A folder below the walk's depth limit: reported (not silently passed over) when the
@@ -254,6 +270,19 @@ impl Walker<'_> {
         tracing::debug!("{}: {message}", link.display());
         self.refused.push(Refused { link, message });
     }
+}
+
+/// The files that mark a folder as a verisample run's output (`OUT`): `pipeline::outputs`'
+/// `RUN_FILE` and `JOURNAL_FILE` (a test there holds the two lists equal).
+pub const RUN_OUTPUT_MARKERS: [&str; 2] = ["run.json", "journal.bin"];
+
+/// Whether the folder `dir` is an earlier run's output ([`RUN_OUTPUT_MARKERS`] all present).
+/// A folder walk does not enter such a folder below its start: a run's `--out` kept inside
+/// the dataset folder would otherwise be read back as input on the next run (its accepted
+/// splits' `qa` answers are the model's own, which then pass their own check). Given as the
+/// start itself (`--data OUT` or `--data OUT/data`), it is read.
+fn is_run_output(dir: &Path) -> bool {
+    RUN_OUTPUT_MARKERS.iter().all(|m| dir.join(m).is_file())
 }
 
 /// Deepest folder level below the dataset folder that is searched for parquet files (bounds
@@ -542,6 +571,42 @@ mod tests {
             descend: &|_| true,
         };
         scan(dir, &dir.canonicalize().unwrap(), &rules).unwrap()
+    }
+
+    /// An earlier run's OUT kept inside the dataset folder is not read back as input (a
+    /// link to it neither); named as the start, it is read.
+    #[test]
+    fn an_earlier_runs_output_below_the_start_is_reported_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = tmp.path().join("ds");
+        let old = ds.join("old_out");
+        std::fs::create_dir_all(old.join("data")).unwrap();
+        std::fs::write(ds.join("a.parquet"), b"a").unwrap();
+        std::fs::write(old.join("data/OrandCar_RS_think.parquet"), b"x").unwrap();
+        std::fs::write(old.join("run.json"), b"{}").unwrap();
+        let rules = ScanRules {
+            skip_hidden: true,
+            max_depth: MAX_DEPTH,
+            keep: &is_parquet,
+            descend: &|_| true,
+        };
+        let walk = |start: &Path| scan(start, &start.canonicalize().unwrap(), &rules).unwrap();
+        // run.json alone (another tool's) is no run output: read.
+        assert_eq!(walk(&ds).files.len(), 2);
+        std::fs::write(old.join("journal.bin"), b"").unwrap();
+        #[cfg(unix)]
+        symlink(&old, ds.join("link_to_old")).unwrap();
+        let s = walk(&ds);
+        assert_eq!(s.files, vec![ds.join("a.parquet")]);
+        let refused: Vec<_> = s.refused.iter().map(|r| r.link.clone()).collect();
+        #[cfg(unix)]
+        assert_eq!(refused, [ds.join("link_to_old"), old.clone()]);
+        assert!(refused.contains(&old));
+        assert!(s.refused[0].message.contains("an earlier verisample run"));
+        assert_eq!(
+            walk(&old).files,
+            [old.join("data/OrandCar_RS_think.parquet")]
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub const GENERATIONS_FILE: &str = "generations.jsonl";
 pub use crate::report::RUN_FILE;
 /// The card's figures (SVG, text included).
 pub const CHART_FILE: &str = "chart.svg";
+/// The dataset card (`load_dataset` reads its configs), written last by a run.
+pub const CARD_FILE: &str = "README.md";
 
 /// The files this module owns, for `--restart`.
 pub const OWNED_FILES: [&str; 6] = [
@@ -172,12 +174,21 @@ pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    /// The input walk recognises an earlier run's output by these names.
+    #[test]
+    fn an_input_walk_knows_a_run_output_by_its_files() {
+        assert_eq!(
+            crate::dataset::scan::RUN_OUTPUT_MARKERS,
+            [super::RUN_FILE, super::JOURNAL_FILE]
+        );
+    }
+
     #[test]
     fn the_refusal_of_a_foreign_out_names_every_file_a_run_writes() {
         let listed = crate::settings::WRITTEN_IN_OUT;
         for name in super::OWNED_FILES
             .iter()
-            .chain(&[super::LOCK_FILE, "README.md"])
+            .chain(&[super::LOCK_FILE, super::CARD_FILE])
         {
             assert!(listed.contains(name), "{name} missing from {listed:?}");
         }

@@ -253,8 +253,17 @@ pub fn prepare_with<T, E: From<PipelineError>>(
                 return Err(e);
             }
         };
-        // The earlier run's splits go with the run.json that records them (a user's own
-        // files in data/ stay).
+        // The card first: it names the earlier splits, and a kill between removing them and
+        // writing the new card would leave a card whose configs point at no files (this run
+        // writes its own card at the end, or none without splits). Then the earlier run's
+        // splits, with the run.json that records them (a user's own files in data/ stay).
+        let card = settings.out.join(outputs::CARD_FILE);
+        match std::fs::remove_file(&card) {
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                return Err(PipelineError::from(JournalError::Io { path: card, source }).into());
+            }
+            _ => {}
+        }
         let none = std::collections::BTreeSet::new();
         super::dataset_io::remove_earlier_splits(&settings.out, &none, true)
             .map_err(PipelineError::Sink)?;
