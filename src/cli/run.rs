@@ -38,7 +38,8 @@ optionally calibrate the judge on accepted ones), and write OUT/data/<Family>_{R
 OUT/README.md, OUT/run.json, OUT/errors.jsonl, OUT/cleaning.jsonl and OUT/generations.jsonl.\n\n\
 Settings come from flags, then --config FILE.toml (same keys as the long flags), then defaults. \
 Finished work is journaled in OUT/journal.bin: rerunning the same command after a crash, kill or \
-Ctrl-C (exit 130; SIGTERM 143) resumes and writes byte-identical outputs; a changed setting or model is \
+Ctrl-C (exit 130; SIGTERM 143) resumes and writes byte-identical splits, card and JSONL files \
+(run.json and chart.svg hold timings); a changed setting or model is \
 refused unless --restart.",
     after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
 verisample run --config job.toml --shard 0/4 --out out-0"

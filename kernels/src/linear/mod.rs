@@ -529,7 +529,7 @@ fn to_panels<W: Copy + Default>(
     Ok(out)
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
     use candle_core::Device;
@@ -537,7 +537,6 @@ mod tests {
     /// Every SIMD micro-kernel this CPU runs gives bitwise the AVX2 kernel's products (one
     /// fused multiply-add per step, increasing `k`), at tile-straddling row counts, f32 and
     /// bf16 weights; the scalar kernel (multiply, then add) is close but not bitwise.
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx512_and_avx2_kernels_agree_bitwise() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
