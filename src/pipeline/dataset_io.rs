@@ -150,7 +150,7 @@ impl SplitSink for ParquetSink {
         families.dedup();
         let written: BTreeSet<String> = self.published.keys().cloned().collect();
         let splits = if self.out.join("data").is_dir() {
-            remove_earlier_splits(&self.out, &written, false)?;
+            remove_earlier_splits(&self.out, &earlier, &written, false)?;
             scan_output_dir(&self.out)?
         } else {
             Vec::new()
@@ -197,7 +197,7 @@ impl SplitSink for ParquetSink {
 /// What the `run.json` in OUT records of the split shards an earlier run wrote under
 /// `OUT/data/`: only these may be replaced or removed by a later run.
 #[derive(Debug)]
-enum EarlierSplits {
+pub(super) enum EarlierSplits {
     /// No readable `run.json`.
     Unknown,
     /// Split name → the shard file names the run wrote (`stats.split_files`), or `None` for
@@ -208,7 +208,7 @@ enum EarlierSplits {
 
 impl EarlierSplits {
     /// Read `out/run.json`.
-    fn read(out: &Path) -> EarlierSplits {
+    pub(super) fn read(out: &Path) -> EarlierSplits {
         let Some(stats) = std::fs::read(out.join(crate::report::RUN_FILE))
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
@@ -254,11 +254,11 @@ impl EarlierSplits {
 }
 
 /// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote
-/// ([`EarlierSplits`]: the files its `run.json` records) and whose split is not in `keep`
-/// (another family, or a split this run left empty): they would otherwise stay in the card's
-/// configs and be loaded with this run's data. Any other file named like a shard was not
-/// written by verisample: it stays and is named in a warning, since the card and
-/// `load_dataset` read it as part of this dataset. `restart` (called before `--restart`
+/// (`earlier`: the files its `run.json` records, read before this run replaced any) and
+/// whose split is not in `keep` (another family, or a split this run left empty): they would
+/// otherwise stay in the card's configs and be loaded with this run's data. Any other file
+/// named like a shard was not written by verisample: it stays and is named in a warning,
+/// since the card and `load_dataset` read it as part of this dataset. `restart` (called before `--restart`
 /// discards `run.json`): no warning, and with no readable `run.json` every split-named file
 /// counts as the earlier run's. Files not named like shards are not touched; without
 /// `OUT/data/` there is nothing to do.
@@ -266,13 +266,13 @@ impl EarlierSplits {
 /// Errors: listing the folder or removing a file.
 pub(super) fn remove_earlier_splits(
     out: &Path,
+    earlier: &EarlierSplits,
     keep: &BTreeSet<String>,
     restart: bool,
 ) -> Result<(), BackendError> {
     if !out.join("data").is_dir() {
         return Ok(());
     }
-    let earlier = EarlierSplits::read(out);
     for (split, files) in output_split_files(out)? {
         if keep.contains(&split) {
             continue;

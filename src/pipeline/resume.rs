@@ -265,7 +265,8 @@ pub fn prepare_with<T, E: From<PipelineError>>(
             _ => {}
         }
         let none = std::collections::BTreeSet::new();
-        super::dataset_io::remove_earlier_splits(&settings.out, &none, true)
+        let earlier = super::dataset_io::EarlierSplits::read(&settings.out);
+        super::dataset_io::remove_earlier_splits(&settings.out, &earlier, &none, true)
             .map_err(PipelineError::Sink)?;
         for name in outputs::OWNED_FILES {
             let p = settings.out.join(name);
