@@ -60,4 +60,10 @@ fn an_image_with_an_aspect_ratio_over_200_is_an_image_error() {
         message.contains("absolute aspect ratio must be smaller than 200, got a 2010x10 image"),
         "{message}"
     );
+    // `-q` keeps a warning that input could not be used (no silent loss in a quiet pipeline).
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("1 input errors, 0 rows and 0 file(s) not read: see errors.jsonl"),
+        "{stderr}"
+    );
 }

@@ -386,7 +386,12 @@ pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bo
         println!("{}", summary.json());
     } else if !quiet {
         print!("{}", summary.text());
-    } else if !report.stats.split_rows.is_empty() {
-        println!("{}", summary.where_line());
+    } else {
+        if let Some(warning) = summary.losses_warning() {
+            tracing::warn!("{warning}");
+        }
+        if !report.stats.split_rows.is_empty() {
+            println!("{}", summary.where_line());
+        }
     }
 }

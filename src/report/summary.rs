@@ -109,6 +109,21 @@ impl Summary {
         }
     }
 
+    /// What `-q` warns about besides [`Self::where_line`]: input the run could not use (rows
+    /// of `errors.jsonl`, rows and files not read), which its full summary shows; `None` when
+    /// there is none. A quiet run must not lose input without a word.
+    pub fn losses_warning(&self) -> Option<String> {
+        (self.errors > 0 || self.unread_rows > 0 || self.unread_files > 0).then(|| {
+            format!(
+                "{} input errors, {} rows and {} file(s) not read: see errors.jsonl next to {}",
+                self.errors,
+                self.unread_rows,
+                self.unread_files,
+                self.run_report.display()
+            )
+        })
+    }
+
     /// The line `-q` keeps: where the splits, the card and the report are; a run that wrote
     /// no split (an empty shard) has neither splits nor card, and says so.
     pub fn where_line(&self) -> String {
@@ -151,7 +166,7 @@ impl Summary {
         s.push('\n');
         if self.unread_rows > 0 || self.unread_files > 0 {
             s.push_str(&format!(
-                "not read: {} rows (damaged row groups, or a qa column of the wrong type; their questions are not counted, see errors.jsonl), {} file(s) unreadable\n",
+                "not read: {} rows (damaged row groups, or a column of the wrong type; their questions are not counted, see errors.jsonl), {} file(s) unreadable\n",
                 self.unread_rows, self.unread_files
             ));
         }
@@ -255,6 +270,12 @@ mod tests {
             merged.contains("resumed: 75 of 75 generations replayed"),
             "{merged}"
         );
+        assert_eq!(
+            s.losses_warning().as_deref(),
+            Some("2 input errors, 0 rows and 0 file(s) not read: see errors.jsonl next to o/run.json")
+        );
+        let clean = RunStats::default();
+        assert_eq!(Summary::new(&clean, Path::new("o")).losses_warning(), None);
         assert_eq!(
             s.where_line(),
             "splits in o/data, dataset card o/README.md, run report o/run.json"
