@@ -26,6 +26,15 @@ fn cfg(max_batch: usize, blocks: usize, prefix_caching: bool) -> EngineConfig {
     }
 }
 
+/// `c` with inputs prepared on the engine thread: the schedule, and so the counters of
+/// `stats()`, do not depend on the input threads' timing.
+fn inline(c: EngineConfig) -> EngineConfig {
+    EngineConfig {
+        inline_inputs: true,
+        ..c
+    }
+}
+
 fn engine(c: EngineConfig) -> Engine<MockModel, MockProcessor> {
     Engine::new(MockModel::default(), MockProcessor::default(), c).expect("engine")
 }
@@ -186,9 +195,9 @@ fn duplicate_image_prompt_rows_share_vision_and_prefix() {
 fn prefix_caching_on_and_off_give_identical_tokens() {
     let mut reqs = items(0);
     reqs.extend(items(100)); // every prompt twice, under other ids
-    let mut on = engine(cfg(8, 512, true));
+    let mut on = engine(inline(cfg(8, 512, true)));
     let got_on = run(&mut on, reqs.clone());
-    let mut off = engine(cfg(8, 512, false));
+    let mut off = engine(inline(cfg(8, 512, false)));
     let got_off = run(&mut off, reqs.clone());
     assert_matches_reference(&reqs, &got_on);
     assert_matches_reference(&reqs, &got_off);
@@ -215,7 +224,7 @@ fn a_small_pool_preempts_and_still_finishes_every_sequence_identically() {
     let reqs = items(0);
     // 40 blocks of 4 tokens: a judge prompt (~130 tokens) plus 24 new tokens needs up to 38
     // blocks, an image question up to 16: sequences must take turns.
-    let mut e = engine(cfg(24, 40, false));
+    let mut e = engine(inline(cfg(24, 40, false)));
     let got = run(&mut e, reqs.clone());
     assert_matches_reference(&reqs, &got);
     assert!(e.stats().preemptions > 0, "the pool forced preemption");

@@ -265,11 +265,14 @@ fn held_out_qwen3_vl_with_its_own_settings_matches_transformers() {
 fn prefix_cache_hits_and_preemption_do_not_change_the_seen_ids() {
     // Every image asked twice in a row: the second copy finds its prompt in the prefix cache
     // (its computed blocks are skipped, yet its prompt ids still count as seen); a pool of 48
-    // blocks for 64 sequences preempts and recomputes sequences with generated tokens.
+    // blocks for 64 sequences preempts and recomputes sequences with generated tokens. Inputs
+    // are prepared on the engine thread, so hits and preemptions do not depend on how fast the
+    // input threads deliver on a loaded machine.
     let f = load("qwen2_vl_published");
     let dir = checkpoint(&f);
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(48),
+        inline_inputs: true,
         ..config(&f, 64, true)
     };
     let (got, stats) = generate(dir.path(), &f, cfg, 2);

@@ -66,6 +66,13 @@ pub struct EngineConfig {
     /// Prepared requests buffered ahead of admission (0 = `2 · max_batch`): bounds the memory
     /// of preprocessed images waiting for a slot.
     pub lookahead: usize,
+    /// Prepare inputs on the engine thread, before the step that admits them, instead of on
+    /// the input pipeline's workers (false). Each step then finds every input up to the
+    /// lookahead prepared, so the schedule (which sequences share a step, encoder forwards,
+    /// preemptions, reuse of vision embeddings) depends only on the requests and the settings,
+    /// not on thread timing; tokens never depend on it. Slower: preparation no longer overlaps
+    /// the model's compute. For tests and profiling that count scheduling events.
+    pub inline_inputs: bool,
     /// Most images per vision-encoder forward (16).
     pub max_vision_batch: usize,
     /// Most patches per vision-encoder forward (16384, one 1792×1792 image at patch 14):
@@ -98,6 +105,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             prepare_threads: 0,
             lookahead: 0,
+            inline_inputs: false,
             max_vision_batch: 16,
             max_vision_patches: 16384,
             vision_memory: VisionMemory::FreeFraction(0.5),

@@ -121,6 +121,17 @@ pub struct EngineStats {
     pub generated_tokens: u64,
 }
 
+/// Prepare one request's input, a panic in the processor being that request's error; the
+/// request travels on without its encoded image (only its options are needed after this).
+fn prepare_one<P: InputProcessor>(
+    processor: &P,
+    req: Request,
+) -> (Request, Result<PreparedInput, InputError>) {
+    let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
+        .unwrap_or_else(|_| Err(InputError::Panicked));
+    (Request { image: None, ..req }, r)
+}
+
 /// The batch engine over a model `M` and its input processor `P`.
 pub struct Engine<M, P> {
     core: Core<M>,
@@ -282,11 +293,13 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     };
                     let (tx, idx) = (tx.clone(), submitted);
                     submitted += 1;
+                    if core.cfg.inline_inputs {
+                        let (req, r) = prepare_one(processor, req);
+                        ready.insert(idx, (idx, req, r));
+                        continue;
+                    }
                     scope.spawn(move |_| {
-                        let r = catch_unwind(AssertUnwindSafe(|| processor.prepare(&req)))
-                            .unwrap_or_else(|_| Err(InputError::Panicked));
-                        // The encoded image is no longer needed: only the options travel on.
-                        let req = Request { image: None, ..req };
+                        let (req, r) = prepare_one(processor, req);
                         // The receiver is gone only when generate is returning early.
                         let _ = tx.send((idx, req, r));
                     });
