@@ -15,8 +15,9 @@ use crate::verify::{Trial, Variant, Verifier};
 /// Everything `check` reports; its JSON is the `--json` output (one object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckReport {
-    /// The family.
-    pub family: String,
+    /// The family whose verifier was used; `None` when `--verifier` chose it (the family then
+    /// decides nothing).
+    pub family: Option<String>,
     /// The verifier used, as a specification (`alnum`, `numeric:0.05`, …).
     pub verifier: String,
     /// The prediction as given.
@@ -63,7 +64,7 @@ pub struct CheckReport {
 /// (one, or several: accepted when any matches, ANLS scored by the best, as
 /// [`Verifier::verify_any`]).
 pub fn check_with(
-    family: &str,
+    family: Option<&str>,
     pred: &str,
     references: &[&str],
     verifier: Verifier,
@@ -86,7 +87,7 @@ pub fn check_with(
         t.matched &= compared;
     }
     CheckReport {
-        family: family.to_string(),
+        family: family.map(str::to_string),
         verifier: verifier.to_string(),
         prediction: pred.to_string(),
         think: split.think,
@@ -123,7 +124,9 @@ impl CheckReport {
     /// show).
     pub fn to_human(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "family:     {}", self.family);
+        if let Some(family) = &self.family {
+            let _ = writeln!(s, "family:     {family}");
+        }
         let _ = writeln!(s, "verifier:   {}", self.verifier);
         let _ = writeln!(
             s,
@@ -202,7 +205,7 @@ mod tests {
     fn explains_first_line_match() {
         let verifier = VerifierRegistry::default().for_family(Some("OrandCar"));
         let r = check_with(
-            "OrandCar",
+            Some("OrandCar"),
             "\n\n11850\n\nThe amount is 11.850",
             &["11850"],
             verifier,
@@ -229,13 +232,18 @@ mod tests {
 
     #[test]
     fn explains_rejections() {
-        let r = check_with("OrandCar", "ll.850", &["11850"], Verifier::Alnum);
+        let r = check_with(Some("OrandCar"), "ll.850", &["11850"], Verifier::Alnum);
         assert!(!r.accepted && r.needs_judge && r.numbers_disagree);
         assert_eq!(r.digits, ["850", "11850"]);
         assert!(r.to_human().contains("number guard would veto"));
 
         // Both normalise to "": the verifier ignores that comparison, so nothing is matched.
-        let r = check_with("OrandCar", "!!", &["\u{4E2D}\u{6587}"], Verifier::Alnum);
+        let r = check_with(
+            Some("OrandCar"),
+            "!!",
+            &["\u{4E2D}\u{6587}"],
+            Verifier::Alnum,
+        );
         assert_eq!(r.matched_variant, None);
         assert!(r.candidates.iter().all(|t| !t.matched));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
@@ -253,7 +261,7 @@ mod tests {
         assert_eq!(json["candidates"][0]["matched"], false);
 
         let r = check_with(
-            "OrandCar",
+            Some("OrandCar"),
             "<think>faint</think>\u{200B}",
             &["1432"],
             Verifier::Alnum,
@@ -267,7 +275,7 @@ mod tests {
     fn a_blank_reference_is_what_run_refuses_not_a_judge_item() {
         // `run`'s input check: every reference blank → errors.jsonl, never generated.
         for refs in [&["   "][..], &["", "\t\n"][..]] {
-            let r = check_with("OrandCar", "12", refs, Verifier::Alnum);
+            let r = check_with(Some("OrandCar"), "12", refs, Verifier::Alnum);
             assert_eq!(r.input_error.as_deref(), Some(BLANK_REFERENCE), "{refs:?}");
             assert!(!r.accepted && !r.needs_judge && r.matched_variant.is_none());
             assert!(r.candidates.iter().all(|t| !t.matched), "{refs:?}");
@@ -278,7 +286,7 @@ mod tests {
             assert_eq!(json["needs_judge"], false);
         }
         // One usable reference among blanks: run generates and verifies it.
-        let r = check_with("OrandCar", "12", &[" ", "12"], Verifier::Alnum);
+        let r = check_with(Some("OrandCar"), "12", &[" ", "12"], Verifier::Alnum);
         assert_eq!(r.input_error, None);
         assert!(r.accepted, "{}", r.to_human());
     }
@@ -286,22 +294,22 @@ mod tests {
     #[test]
     fn several_references_any_match_and_the_best_anls() {
         // `Black.` against several `black`s: the second reference matches.
-        let r = check_with("X", "Black.", &["white", "black", "blak"], Verifier::Alnum);
+        let r = check_with(None, "Black.", &["white", "black", "blak"], Verifier::Alnum);
         assert_eq!(r.reference, r#"["white","black","blak"]"#);
         assert!(r.accepted, "{}", r.to_human());
-        let r = check_with("X", "Black.", &["white", "blak"], Verifier::Alnum);
+        let r = check_with(None, "Black.", &["white", "blak"], Verifier::Alnum);
         assert!(!r.accepted && r.needs_judge);
         // ANLS: the best reference is not the first; its score is the maximum.
         let anls = Verifier::Anls { threshold: 0.5 };
-        let r = check_with("X", "Main Stret", &["elm road", "main street"], anls);
+        let r = check_with(None, "Main Stret", &["elm road", "main street"], anls);
         assert!(r.accepted);
         let score = r.candidates[0].score.unwrap();
         assert_eq!(format!("{score:.4}"), "0.9091");
         // The number guard vetoes only when every reference's digits differ.
-        let r = check_with("X", "ll.850", &["11850", "850"], Verifier::Alnum);
+        let r = check_with(None, "ll.850", &["11850", "850"], Verifier::Alnum);
         assert!(!r.numbers_disagree);
         assert_eq!(r.digits, ["850", "11850", "850"]);
-        let r = check_with("X", "ll.850", &["11850", "1185"], Verifier::Alnum);
+        let r = check_with(None, "ll.850", &["11850", "1185"], Verifier::Alnum);
         assert!(r.numbers_disagree);
         assert!(
             r.to_human()

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use verisample::cli::{dispatch, error_message, exit_code, Cli, UsageError};
+use verisample::cli::{dispatch, error_message, exit_code, parse_error_hint, Cli, UsageError};
 
 /// Log to stderr. `RUST_LOG` wins when set; else -q → warn, default info, -v debug, -vv trace.
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -45,7 +45,17 @@ fn pin_cpu_threads() {
 
 fn main() -> ExitCode {
     pin_cpu_threads();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // As `Cli::parse` (help and version exit 0, errors 2), with a hint after the error.
+            let _ = e.print();
+            if let Some(hint) = parse_error_hint(&e) {
+                eprintln!("\n{hint}");
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     init_tracing(cli.verbose, cli.quiet);
     let result = dispatch(cli);
     if let Err(e) = &result {

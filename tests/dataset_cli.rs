@@ -110,6 +110,8 @@ fn check_names_the_default_verifier_for_an_unregistered_family() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("no verifier is registered"));
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("family:     OrandCar"), "{human}");
 }
 
 #[test]
@@ -132,6 +134,11 @@ fn check_takes_several_references() {
     assert_eq!(out.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["reference"], r#"["elm road","main street"]"#);
+    assert_eq!(report["verifier"], "anls:0.5");
+    assert!(
+        report["family"].is_null(),
+        "--verifier chose the verifier, not a family: {report}"
+    );
     assert_eq!(report["accepted"], true);
     let score = report["candidates"][0]["score"].as_f64().unwrap();
     assert_eq!(

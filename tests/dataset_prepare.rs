@@ -572,3 +572,60 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
     assert_eq!(rows[1].image_sha256.as_deref(), Some(sha(2).as_str()));
     assert_eq!(rows[2].qa[0].source.as_deref(), Some(sha(5).as_str()));
 }
+
+/// Families `default` and a null family (which `run` puts in `Default`) would write split
+/// files differing only in case: `prepare` writes them (the data is not wrong) but warns that
+/// `run` will refuse the dataset, as `run` then does. Catches: comparing raw column values
+/// (null vs `default` do not clash as values) or no warning at all.
+#[test]
+fn prepare_warns_of_families_that_differ_only_in_case() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.parquet");
+    write_parquet(
+        &src,
+        vec![
+            (
+                "image",
+                image_column(&[Some(png(3, 2, 0)), Some(png(3, 2, 1)), Some(png(3, 2, 2))]),
+            ),
+            (
+                "question",
+                text_column(&[Some("q0"), Some("q1"), Some("q2")]),
+            ),
+            ("answer", text_column(&[Some("a0"), Some("a1"), Some("a2")])),
+            (
+                "family",
+                text_column(&[Some("default"), None, Some("Other")]),
+            ),
+        ],
+    );
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args(["-q", "prepare", "--parquet"])
+        .arg(&src)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: families Default, default differ only in case"),
+        "{err}"
+    );
+    assert!(!err.contains("Other"), "{err}");
+    assert_eq!(read_all(&out).len(), 3);
+    let run = bin()
+        .args(["run", "--data"])
+        .arg(out.join("data"))
+        .arg("--out")
+        .arg(tmp.path().join("run"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}

@@ -19,9 +19,9 @@ matched. Output is text, or one JSON object with --json.",
 verisample check --verifier exact --pred Black. --ref white --ref black"
 )]
 pub struct CheckArgs {
-    /// Family whose verifier is used.
-    #[arg(long, default_value = crate::family::ORAND_CAR)]
-    pub family: String,
+    /// Family whose verifier is used [default: OrandCar]; ignored with `--verifier`.
+    #[arg(long)]
+    pub family: Option<String>,
     /// The model's output (a `<think>…</think>` block is split off first).
     #[arg(long, allow_hyphen_values = true)]
     pub pred: String,
@@ -48,24 +48,31 @@ pub struct CheckArgs {
 ///
 /// Errors: an unknown `--verifier` specification (usage error).
 pub(super) fn run(a: &CheckArgs) -> anyhow::Result<()> {
-    let verifier: Verifier = match &a.verifier {
-        Some(spec) => spec
-            .parse()
-            .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?,
+    let (family, verifier): (Option<&str>, Verifier) = match &a.verifier {
+        Some(spec) => {
+            if let Some(family) = &a.family {
+                eprintln!("note: --verifier {spec} is used, not family {family:?}'s verifier");
+            }
+            let v = spec
+                .parse()
+                .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?;
+            (None, v)
+        }
         None => {
+            let family = a.family.as_deref().unwrap_or(crate::family::ORAND_CAR);
             let registry = VerifierRegistry::default();
-            if !registry.by_family.contains_key(&a.family) {
+            if !registry.by_family.contains_key(family) {
                 eprintln!(
-                    "note: no verifier is registered for family {:?}: using the default ({}), \
-                     as `run` would; pass --verifier to choose one",
-                    a.family, registry.default
+                    "note: no verifier is registered for family {family:?}: using the default \
+                     ({}), as `run` would; pass --verifier to choose one",
+                    registry.default
                 );
             }
-            registry.for_family(Some(&a.family))
+            (Some(family), registry.for_family(Some(family)))
         }
     };
     let references: Vec<&str> = a.references.iter().map(String::as_str).collect();
-    let report: CheckReport = check_with(&a.family, &a.pred, &references, verifier);
+    let report: CheckReport = check_with(family, &a.pred, &references, verifier);
     if a.json {
         println!("{}", report.to_json());
     } else {

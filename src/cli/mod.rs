@@ -154,6 +154,26 @@ pub fn error_message(err: &anyhow::Error) -> String {
     line
 }
 
+/// A hint for a command line clap refused because a shell expanded an unquoted glob
+/// (`--data out/*.parquet` → `--data out/a.parquet out/b.parquet`): the unexpected argument
+/// is an existing path, not a flag. `None` for every other parse error.
+pub fn parse_error_hint(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    (!arg.starts_with('-') && std::path::Path::new(arg).exists()).then(|| {
+        format!(
+            "hint: {arg} is a file or folder given where no value was expected, as when the \
+             shell expands an unquoted glob into several paths: quote the pattern (--data \
+             'folder/*.parquet') so that verisample expands it, or give the folder"
+        )
+    })
+}
+
 pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
 }
@@ -208,6 +228,25 @@ mod tests {
             (a.pred.as_str(), a.references),
             ("-5", vec!["-5".to_string()])
         );
+    }
+
+    #[test]
+    fn an_unquoted_glob_gets_a_hint_other_parse_errors_do_not() {
+        use clap::Parser;
+        let tmp = tempfile::tempdir().unwrap();
+        let [a, b] = ["a.parquet", "b.parquet"].map(|n| {
+            let p = tmp.path().join(n);
+            std::fs::write(&p, b"x").unwrap();
+            p.display().to_string()
+        });
+        let err = Cli::try_parse_from(["verisample", "run", "--data", &a, &b]).unwrap_err();
+        let hint = parse_error_hint(&err).expect("a hint");
+        assert!(hint.starts_with(&format!("hint: {b} is a file")), "{hint}");
+        let missing = tmp.path().join("c.parquet").display().to_string();
+        let err = Cli::try_parse_from(["verisample", "run", "--data", &a, &missing]).unwrap_err();
+        assert_eq!(parse_error_hint(&err), None, "not an existing path");
+        let err = Cli::try_parse_from(["verisample", "run", "--nosuch"]).unwrap_err();
+        assert_eq!(parse_error_hint(&err), None, "a misspelt flag");
     }
 
     #[test]

@@ -291,6 +291,14 @@ pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
             summary.shards.num_rows
         );
     }
+    for clash in &summary.family_case_clashes {
+        eprintln!(
+            "warning: families {} differ only in case: `run` refuses this dataset (their split \
+             files would collide on a case-insensitive file system); rename all but one in the \
+             input, or pass `--family NAME` to `run` to put every row in one family",
+            clash.join(", ")
+        );
+    }
     for f in &summary.shards.files {
         println!("{}", f.display());
     }

@@ -523,6 +523,10 @@ pub struct PrepareSummary {
     /// out, in input order, each as `"<file:line or file: row N>: field <field>: <message>"`
     /// (a question's own JSONL line).
     pub left_out: Vec<String>,
+    /// Groups of written families whose names differ only in case
+    /// ([`crate::dataset::families::case_clashes`] of the rows' split families): `run`
+    /// refuses such a dataset unless `--family` puts every row in one family.
+    pub family_case_clashes: Vec<Vec<String>>,
 }
 
 /// Run `prepare` (see the module docs). Each row is checked with `check` (`run`'s input
@@ -644,6 +648,7 @@ fn write_rows(
     )?;
     let mut ready: Vec<ReadyRow> = Vec::with_capacity(opts.shard.rows_per_group);
     let (mut qa_items, mut written, mut left_out) = (0u64, 0u64, Vec::new());
+    let mut families = BTreeSet::new();
     for row in rows {
         let mut row = row?;
         if let Some(problem) = row.pending.unread.take() {
@@ -677,6 +682,7 @@ fn write_rows(
         row.pending.qa = kept;
         qa_items += row.pending.qa.len() as u64;
         written += 1;
+        families.insert(crate::family::split_family(row.family.as_deref()));
         ready.push(row);
         if ready.len() >= opts.shard.rows_per_group {
             writer.write(&ready_batch(&ready, &schema, columns)?)?;
@@ -696,6 +702,7 @@ fn write_rows(
         shards: writer.finish()?,
         qa_items,
         left_out,
+        family_case_clashes: crate::dataset::families::case_clashes(&families),
     })
 }
 
