@@ -201,6 +201,69 @@ fn a_narrowed_view_is_its_own_rows() {
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
 
+/// A segment's rows are bitwise the same whether it is attended alone or among other
+/// segments (images batched in one vision-encoder forward), on both paths, f32 and bf16.
+/// Catches: a blocking, a chunking or a reduction order that depends on the rows around a
+/// segment (which would make tokens depend on which images share an encoder forward).
+#[test]
+fn a_segment_alone_is_bitwise_its_rows_among_others() {
+    let lens = [5, BLOCK_Q + 3, 1, 2 * BLOCK_K + 7, 17];
+    let n: usize = lens.iter().sum();
+    let (heads, hd) = (3, 36);
+    let segs = segments(&lens);
+    for dtype in [DType::F32, DType::BF16] {
+        let make = |seed| {
+            Tensor::from_vec(lcg(seed, n * heads * hd), (n, heads, hd), &Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let (q, k, v) = (make(4), make(5), make(6));
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v: Vec<f32> = t
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            v.into_iter().map(f32::to_bits).collect()
+        };
+        type Path =
+            fn(&Tensor, &Tensor, &Tensor, &SegmentAttentionParams) -> Result<Tensor, KernelError>;
+        let paths: [(&str, Path); 2] = [
+            ("native", segment_attention),
+            ("portable", segment_attention_portable),
+        ];
+        for (name, path) in paths {
+            let params = SegmentAttentionParams {
+                segments: &segs,
+                scale: 0.17,
+            };
+            let together = path(&q, &k, &v, &params).unwrap();
+            for &(start, len) in &segs {
+                let alone_segs = [(0, len)];
+                let part = |t: &Tensor| t.narrow(0, start, len).unwrap().copy().unwrap();
+                let alone = path(
+                    &part(&q),
+                    &part(&k),
+                    &part(&v),
+                    &SegmentAttentionParams {
+                        segments: &alone_segs,
+                        scale: 0.17,
+                    },
+                )
+                .unwrap();
+                assert_eq!(
+                    bits(&alone),
+                    bits(&together.narrow(0, start, len).unwrap()),
+                    "{name}, {dtype:?}, segment at {start} of {len} rows"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn segments_must_tile_the_rows() {
     let t = Tensor::zeros((10, 1, 4), DType::F32, &Device::Cpu).unwrap();

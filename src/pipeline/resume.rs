@@ -350,6 +350,14 @@ fn open_journal(
         results,
         answer_images,
     } = fold_generated(records, true);
+    if replay.torn_bytes > 0 {
+        tracing::info!(
+            "{}: the last {} bytes are a record cut short by an interrupted write (a kill or a \
+             crash): truncated; that generation is done again",
+            path.display(),
+            replay.torn_bytes
+        );
+    }
     Ok(Prepared {
         settings: settings.clone(),
         fingerprint,

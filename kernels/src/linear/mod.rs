@@ -550,7 +550,7 @@ mod tests {
                 .expect("weight");
             let b = Tensor::from_vec(crate::lcg_uniform(2, n, 2.0), n, &Device::Cpu).ok();
             let lin = PackedLinear::pack(&[(w, b)]).expect("pack");
-            for m in [1, 5, 16, 23, 40] {
+            for m in [1, 5, 16, 23, 40, 64, ROW_BLOCK + 1, 2 * ROW_BLOCK + 7] {
                 let x = crate::lcg_uniform(3, m * k, 2.0);
                 let avx2 = lin.matmul_with(Isa::Avx2Fma, &x);
                 if is_x86_feature_detected!("avx512f") {
