@@ -280,3 +280,28 @@ fn a_merge_of_a_shard_that_left_rows_out_is_refused_until_it_is_rerun_without_th
     let plan = prepare_merge(&args).expect("merge after the rerun");
     assert_eq!(plan.settings.limit, None);
 }
+
+#[test]
+fn an_abort_after_a_limited_run_lists_the_errors_found_past_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = run_rows(&limited(dir.path(), Shard::WHOLE, Some(3)), mixed_rows()).unwrap();
+    assert_eq!(first.stats.errors, 0);
+    // Without the limit and with --max-errors 0, the first error past the three rows (the
+    // corrupt image at position 24) aborts: errors.jsonl then lists it, though OUT holds a
+    // finished run (whose errors.jsonl, of three rows, is no list of this input's errors).
+    let s = Settings {
+        max_errors: Some(0),
+        ..settings(dir.path(), Shard::WHOLE)
+    };
+    let err = run_rows(&s, mixed_rows()).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::TooManyErrors { count: 1, max: 0 }),
+        "{err}"
+    );
+    let errors = lines(&dir.path().join("errors.jsonl"));
+    let positions: Vec<u64> = errors
+        .iter()
+        .map(|e| e["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(positions, vec![24], "{errors:?}");
+}
