@@ -1,7 +1,8 @@
 //! `verisample run --limit N` with the real binary, the bundled tiny model and the bundled
 //! sample (48 rows): the splits hold only the first N rows' questions, the summary and
-//! run.json name the limit, a later run with a larger limit in the same OUT generates only the
-//! new rows and writes what a fresh run with that limit writes, and `--limit 0` is refused.
+//! run.json name the limit, a later run with a larger limit or none in the same OUT generates
+//! only the new rows and writes the splits and JSONL files of a fresh run with that limit or
+//! none, and `--limit 0` is refused.
 //! The pipeline's properties (prefix equality, shards, duplicates, merge): tests/run_limit.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -119,6 +120,14 @@ fn stable_files(out: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
+/// [`stable_files`] of `a` and `b` byte-identical; the message names the files that differ.
+fn assert_same_files(a: &Path, b: &Path) {
+    let (fa, fb) = (stable_files(a), stable_files(b));
+    assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
+    let differ: Vec<&String> = fa.keys().filter(|k| fa[*k] != fb[*k]).collect();
+    assert!(differ.is_empty(), "differ: {differ:?}");
+}
+
 #[test]
 fn limit_takes_the_first_rows_says_so_and_a_larger_limit_resumes() {
     let tmp = tempfile::tempdir().unwrap();
@@ -185,13 +194,37 @@ fn limit_takes_the_first_rows_says_so_and_a_larger_limit_resumes() {
         generated_first + generated(&resumed),
         generated(&fresh_report)
     );
-    assert_eq!(stable_files(&out), stable_files(&fresh));
+    assert_same_files(&out, &fresh);
     assert_eq!(resumed["stats"]["limit"]["left_out_rows"], 42);
     assert_eq!(
         logged_units(&out).iter().map(|u| u.0).max(),
         Some(5),
         "rows 0..6"
     );
+
+    // Then without --limit: the rest, and what a fresh full run writes.
+    let rest = ok(run(&out, &[]), "run without --limit");
+    assert!(
+        !text(&rest.stdout).contains("--limit"),
+        "{}",
+        text(&rest.stdout)
+    );
+    let finished = run_json(&out);
+    assert!(finished["settings"].get("limit").is_none(), "{finished}");
+    assert!(finished["stats"].get("limit").is_none(), "{finished}");
+    assert_eq!(finished["stats"]["input_rows"], 48);
+    let full = tmp.path().join("full");
+    ok(run(&full, &[]), "fresh full run");
+    let full_report = run_json(&full);
+    assert_eq!(
+        finished["replayed_results"].as_u64().unwrap() + generated(&finished),
+        generated(&full_report)
+    );
+    assert_eq!(
+        finished["replayed_results"].as_u64(),
+        Some(generated_first + generated(&resumed))
+    );
+    assert_same_files(&out, &full);
 }
 
 #[test]
