@@ -77,6 +77,24 @@ pub enum MergeError {
     /// input, or a non-empty folder of someone else's without `--force`.
     #[error(transparent)]
     Out(crate::settings::SettingsError),
+    /// A shard ran with `--limit`: the rows after its first N have no generations, and the
+    /// merge would be an incomplete dataset.
+    #[error(
+        "{path}: this shard ran with --limit {limit} (the first {limit} rows of shard {shard}; \
+         {left_out} rows left out), so the merge would miss the rest; rerun that shard's \
+         `verisample run` command without --limit (it resumes and generates only the rest), \
+         then merge again"
+    )]
+    Limited {
+        /// The shard folder.
+        path: PathBuf,
+        /// Its `--limit`.
+        limit: usize,
+        /// Its shard.
+        shard: Shard,
+        /// The rows of its shard it left out.
+        left_out: u64,
+    },
     /// Shards missing or given twice.
     #[error("shards do not cover the input exactly once: {0}")]
     Coverage(String),
@@ -172,7 +190,20 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     }
     let mut reports = Vec::new();
     for dir in &args.shards {
-        reports.push((dir.clone(), read_report(dir)?));
+        let report = read_report(dir)?;
+        // A limit that left no row of its shard out made a complete shard (and a generation
+        // missing all the same is the merge's own refusal, `JournalOnly`).
+        if let (Some(limit), Some(l)) = (report.settings.limit, report.stats.limit) {
+            if l.left_out_rows > 0 {
+                return Err(MergeError::Limited {
+                    path: dir.clone(),
+                    limit,
+                    shard: report.settings.shard,
+                    left_out: l.left_out_rows,
+                });
+            }
+        }
+        reports.push((dir.clone(), report));
     }
     let (first_dir, first) = &reports[0];
     let count = first.settings.shard.count;
@@ -229,6 +260,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     // Every error a merge finds is a shard's, recorded by that shard under its own
     // `--max-errors`: the merge finds no new one (nor must the shards' sum stop it).
     settings.max_errors = None;
+    settings.limit = None;
     match &args.data {
         Some(d) => settings.data = d.clone(),
         // run.json holds `--data` as typed, relative to where the shards ran: the absolute

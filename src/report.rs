@@ -121,13 +121,27 @@ impl AnswerLengths {
     }
 }
 
+/// What `--limit N` left out of a run: it took the first N stream elements (rows) of its shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowLimit {
+    /// N.
+    pub limit: u64,
+    /// Input rows of the shard after the first N (counted by the parquet footers), which the
+    /// run did not read: neither input errors nor rows not read (`unread_rows`); 0 when the
+    /// shard has no more than N.
+    pub left_out_rows: u64,
+}
+
 /// Counts of one run (one shard or a merge).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStats {
     /// Input rows in this shard, read or not: an unreadable row group counts its rows (from
     /// the parquet footer); a file whose rows cannot be counted counts none
-    /// (`unread_files`).
+    /// (`unread_files`). With `--limit N`, of the first N only (see `limit`).
     pub input_rows: u64,
+    /// `--limit N` of the run and the rows it left out; absent without `--limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<RowLimit>,
     /// Rows of row groups that could not be read (counted by the footer): their questions are
     /// not in `input_items`; each row group is one `errors.jsonl` line.
     #[serde(default)]
@@ -381,8 +395,17 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
     s.push_str(&format!(
         "![questions per split, accept rate per family, reject reasons, judge verdicts, throughput and answer lengths]({chart_file})\n\n"
     ));
+    // A dataset made with `--limit` says it covers only the first rows of its input.
+    let limited = stats.limit.map_or(String::new(), |l| {
+        format!(
+            " (the first {} of {}: `--limit {}`)",
+            stats.input_rows,
+            stats.input_rows + l.left_out_rows,
+            l.limit
+        )
+    });
     s.push_str(&format!(
-        "Input: {} rows, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
+        "Input: {} rows{limited}, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
         stats.input_rows,
         stats.input_items,
         stats.accepted,

@@ -190,6 +190,8 @@ pub struct RunOptions {
     pub max_pixels: Option<usize>,
     /// `--shard I/N`.
     pub shard: Option<Shard>,
+    /// `--limit N`: take only the first N rows of this shard (a first try on a few rows).
+    pub limit: Option<usize>,
     /// `--progress`.
     pub progress: Option<ProgressMode>,
     /// `--max-errors`: abort past this many input errors, not counting, on a rerun of a
@@ -268,6 +270,8 @@ pub struct ConfigFile {
     pub max_pixels: Option<usize>,
     /// See [`RunOptions::shard`], written `"I/N"`.
     pub shard: Option<String>,
+    /// See [`RunOptions::limit`].
+    pub limit: Option<usize>,
     /// See [`RunOptions::progress`].
     pub progress: Option<ProgressMode>,
     /// See [`RunOptions::max_errors`].
@@ -328,6 +332,11 @@ pub struct Settings {
     pub max_pixels: Option<usize>,
     /// Which part of the input this process takes.
     pub shard: Shard,
+    /// Only the first N stream elements (rows) of this shard are taken (`--limit N`); not part
+    /// of the run's identity, so a later run without it (or with a larger one) resumes. Left
+    /// out of `run.json` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
     /// Progress display.
     pub progress: ProgressMode,
     /// Abort past this many input errors (see [`RunOptions::max_errors`]).
@@ -559,6 +568,10 @@ impl Settings {
         )?;
         let min_pixels = args.min_pixels.or(file.min_pixels);
         let max_pixels = args.max_pixels.or(file.max_pixels);
+        let limit = args.limit.or(file.limit);
+        if let Some(v) = limit {
+            positive("limit", v)?;
+        }
         if let Some(v) = min_pixels {
             positive("min-pixels", v)?;
         }
@@ -704,6 +717,7 @@ impl Settings {
             min_pixels,
             max_pixels,
             shard: pick(args.shard, file_shard, Shard::WHOLE),
+            limit,
             progress,
             max_errors: args.max_errors.or(file.max_errors),
             restart: args.restart,
@@ -718,7 +732,9 @@ impl Settings {
     /// only which rows are refused or retried, and every run plans its rows afresh, so a rerun
     /// with a larger budget resumes and generates only what it now lets in), display
     /// (`progress`, `quiet`),
-    /// `max_errors`, `restart` and the device ordinal (only the device kind can change numerics).
+    /// `max_errors`, `restart`, the device ordinal (only the device kind can change numerics)
+    /// and `limit` (it decides only how many rows this invocation takes: a later run with a
+    /// larger limit or none resumes and generates only the rows not generated yet).
     pub fn canonical(&self) -> CanonicalSettings {
         CanonicalSettings {
             data: fingerprint::input_identity(&self.data),

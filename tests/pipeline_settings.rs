@@ -58,6 +58,7 @@ fn flags_win_over_config_file_over_defaults() {
     assert_eq!(s.max_new_tokens, 99, "flag wins");
     assert_eq!(s.shard, Shard { index: 1, count: 4 });
     assert_eq!(s.judge_calibrate, 60);
+    assert_eq!(s.limit, None, "every row by default");
     // Defaults.
     assert!(s.judge && s.number_guard);
     assert_eq!((s.device, s.dtype), (DeviceSpec::Cpu, DTypeSpec::F32));
@@ -83,6 +84,10 @@ fn bad_values_fail_before_anything_loads() {
             "--max-batch 99999999999: must be at most 65536",
         ),
         (vec!["--kv-cache-gib=0"], "--kv-cache-gib 0"),
+        (
+            vec!["--limit", "0"],
+            "invalid --limit 0: must be at least 1",
+        ),
         (vec!["--family", "Orand Car"], "--family Orand Car"),
         (
             vec!["--data", "/nonexistent/verisample"],
@@ -583,4 +588,30 @@ fn a_family_too_long_for_split_file_names_is_refused_before_anything_loads() {
         .err()
         .map(|e| e.to_string());
     assert!(!err.unwrap_or_default().contains("ASCII letters"));
+}
+
+#[test]
+fn limit_comes_from_the_flag_or_the_config_file_and_is_not_part_of_the_run_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = fixture(dir.path());
+    let (m, d) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let config = dir.path().join("job.toml");
+    std::fs::write(&config, "limit = 20\n").unwrap();
+    let cfg = config.to_str().unwrap();
+    let resolve = |extra: &[&str]| {
+        let mut args = vec!["--model", m, "--data", d];
+        args.extend(extra);
+        Settings::resolve(&parse(&args)).unwrap()
+    };
+    assert_eq!(resolve(&["--config", cfg]).limit, Some(20));
+    assert_eq!(resolve(&["--config", cfg, "--limit", "5"]).limit, Some(5));
+    let plain = resolve(&[]);
+    let limited = resolve(&["--limit", "5"]);
+    assert_eq!(plain.canonical(), limited.canonical());
+    let fp = |s: &Settings| fingerprint(s.canonical(), Default::default(), Vec::new()).sha256;
+    assert_eq!(fp(&plain), fp(&limited));
+    // run.json of a run without it has no `limit` key, as before the flag existed.
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json.get("limit").is_none(), "{json}");
+    assert_eq!(serde_json::to_value(&limited).unwrap()["limit"], 5);
 }

@@ -97,7 +97,8 @@ pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
 /// image size, a `--model` folder that cannot be loaded — a file missing, unreadable, not
 /// valid JSON or not valid safetensors — an OUT holding a split-named file or folder that is
 /// not parquet, and a merge whose `--out` is, or lies inside, a shard folder or is not
-/// writable, whose shard folders are not finished runs or do not cover the input once, or
+/// writable, whose shard folders are not finished runs (or left rows out with `--limit`) or do
+/// not cover the input once, or
 /// whose input is missing), 1 otherwise (a merge of shards of different jobs or over a changed
 /// input among them).
 pub fn error_exit_code(err: &anyhow::Error) -> u8 {
@@ -116,6 +117,7 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
                 crate::merge::MergeError::OutIsShard(_)
                     | crate::merge::MergeError::Out(_)
                     | crate::merge::MergeError::Report { .. }
+                    | crate::merge::MergeError::Limited { .. }
                     | crate::merge::MergeError::Coverage(_)
                     | crate::merge::MergeError::DataNotFound(_)
             )

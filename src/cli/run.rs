@@ -42,6 +42,7 @@ Ctrl-C (exit 130; SIGTERM 143) resumes and writes byte-identical splits, card an
 (run.json and chart.svg hold timings); a changed setting or model is \
 refused unless --restart.",
     after_help = "Examples:\n  verisample run --model Qwen/Qwen3-VL-2B-Thinking --data orand --out out --device cuda:0\n  \
+verisample run --data orand --out out --limit 20   (a first try on 20 rows; the same command without --limit then does the rest)\n  \
 verisample run --config job.toml --shard 0/4 --out out-0"
 )]
 pub struct RunArgs {
@@ -149,6 +150,12 @@ pub struct RunArgs {
     /// Process shard I of N (0-based I): input positions p with p % N == I.
     #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
     pub shard: Option<Shard>,
+    /// Take only the first N input rows (of this shard, with --shard), to try the whole job
+    /// on a few rows first; the rows after them are not decoded, generated or written. A
+    /// later run in the same --out without --limit (or with a larger one) resumes: it
+    /// generates only the rows not generated yet. [default: every row]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub limit: Option<usize>,
     /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
     /// [default: bar on a terminal, else none]
     #[arg(long, value_enum)]
@@ -206,6 +213,7 @@ impl From<RunArgs> for RunOptions {
             min_pixels,
             max_pixels,
             shard,
+            limit,
             progress,
             max_errors,
             restart,
@@ -242,6 +250,7 @@ impl From<RunArgs> for RunOptions {
             min_pixels,
             max_pixels,
             shard,
+            limit,
             progress,
             max_errors,
             restart,

@@ -71,6 +71,19 @@ pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
         .collect()
 }
 
+/// `true` when OUT holds a finished run (`run.json`) that left no input row out with
+/// `--limit` (an unreadable `run.json` counts as such a run, as before the flag existed).
+fn finished_whole_run(out: &std::path::Path) -> bool {
+    let Ok(bytes) = std::fs::read(out.join(super::outputs::RUN_FILE)) else {
+        return false;
+    };
+    let left_out = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["stats"]["limit"]["left_out_rows"].as_u64())
+        .unwrap_or(0);
+    left_out == 0
+}
+
 impl PassContext<'_> {
     /// Count the error `units` this invocation found against `--max-errors`, less those an
     /// earlier invocation recorded.
@@ -347,8 +360,9 @@ pub(crate) fn generate_answers(
         Ok(()) => Ok(plans),
         Err(e @ PipelineError::TooManyErrors { .. }) => {
             // A finished output's errors.jsonl already lists every error of this input and
-            // these settings (the fingerprint matched): a rerun that aborts leaves it whole.
-            if !ctx.settings.out.join(super::outputs::RUN_FILE).exists() {
+            // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
+            // unless that run left rows out with `--limit`, whose errors it does not list.
+            if !finished_whole_run(&ctx.settings.out) {
                 super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)
@@ -366,8 +380,10 @@ fn generate_answers_into(
     let settings = ctx.settings;
     let shard = settings.shard;
     let rows_est = source.len_hint().map(|n| {
-        n.saturating_sub(shard.index as u64)
-            .div_ceil(shard.count as u64)
+        let rows = n
+            .saturating_sub(shard.index as u64)
+            .div_ceil(shard.count as u64);
+        settings.limit.map_or(rows, |l| rows.min(l as u64))
     });
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let chunk = chunk_size(settings);
@@ -382,6 +398,12 @@ fn generate_answers_into(
     let stream = source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
+        // `--limit N`: the stream ends after this shard's Nth element; the rows after it are
+        // neither decoded nor seen by the duplicate marker (whose decisions over a prefix are
+        // those over the whole input, as it keeps first occurrences).
+        if settings.limit.is_some_and(|n| plans.len() >= n) {
+            break;
+        }
         let mine = shard.contains(position);
         if !mine && !settings.dedup {
             continue;

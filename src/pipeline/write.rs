@@ -21,8 +21,9 @@ use super::plan::{ItemPlan, JudgeRole, RowPlan};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
-use crate::report::{card_markdown, chart, Calibration, Progress, RunStats};
+use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};
 use crate::settings::Settings;
+use crate::shard::Shard;
 
 /// Inputs of [`write_outputs`].
 pub(crate) struct WriteInput<'a> {
@@ -342,6 +343,20 @@ fn write_row_splits(
     Ok(())
 }
 
+/// The input rows of `shard` that `--limit` left out: those the footers count
+/// ([`RowSource::len_hint`]) past the `taken` rows of its planned elements; none when the
+/// stream ended before the limit was `reached`.
+fn left_out_rows(source: &dyn RowSource, shard: Shard, reached: bool, taken: u64) -> u64 {
+    let in_shard = |n: u64| {
+        n.saturating_sub(shard.index as u64)
+            .div_ceil(shard.count as u64)
+    };
+    match source.len_hint() {
+        Some(n) if reached => in_shard(n).saturating_sub(taken),
+        _ => 0,
+    }
+}
+
 /// Phase 3. Returns the run's statistics.
 pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineError> {
     let shard = w.settings.shard;
@@ -364,12 +379,18 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         c.stats.unread_rows += plan.rows.unwrap_or(0);
     }
     let mut plans = w.plans.iter();
+    let mut taken = 0usize;
     let stream = w.source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
+        // `--limit N`: as the generate phase, stop after this shard's Nth element.
+        if w.settings.limit.is_some_and(|n| taken >= n) {
+            break;
+        }
         if !shard.contains(position) {
             continue;
         }
+        taken += 1;
         if w.control.stopped() {
             return Err(PipelineError::Interrupted);
         }
@@ -415,6 +436,12 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             u64::MAX,
             "fewer rows than in the generate phase",
         ));
+    }
+    if let Some(n) = w.settings.limit {
+        c.stats.limit = Some(RowLimit {
+            limit: n as u64,
+            left_out_rows: left_out_rows(w.source, shard, w.plans.len() >= n, c.stats.input_rows),
+        });
     }
     c.ledger.check().map_err(PipelineError::Accounting)?;
     c.stats.errors = c.errors.len() as u64;

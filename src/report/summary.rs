@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{Calibration, RunStats};
+use super::{Calibration, RowLimit, RunStats};
 use crate::route::ACCEPTED_BY_JUDGE;
 
 /// The summary of one run or merge (what `run --json` prints).
@@ -25,6 +25,11 @@ pub struct Summary {
     pub run_report: PathBuf,
     /// Questions (`qa` entries) of readable input rows in this shard.
     pub questions: u64,
+    /// Input rows of this shard the run took ([`RunStats::input_rows`]).
+    pub input_rows: u64,
+    /// `--limit N` and the rows it left out ([`RunStats::limit`]); absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<RowLimit>,
     /// Questions accepted into the training splits.
     pub accepted: u64,
     /// `accepted / questions`, in percent (0 without questions).
@@ -85,6 +90,8 @@ impl Summary {
             card: out.join("README.md"),
             run_report: out.join(super::RUN_FILE),
             questions: stats.input_items,
+            input_rows: stats.input_rows,
+            limit: stats.limit,
             accepted: stats.accepted,
             accepted_percent: if stats.input_items == 0 {
                 0.0
@@ -141,6 +148,22 @@ impl Summary {
         )
     }
 
+    /// The line under the headline of a run with `--limit`: which rows it took, and how the
+    /// rest is done.
+    fn limit_line(&self, l: RowLimit) -> String {
+        let rows = self.input_rows;
+        if l.left_out_rows == 0 {
+            return format!("--limit {}: every input row taken ({rows})\n", l.limit);
+        }
+        format!(
+            "--limit {}: the first {rows} of {} input rows; {} left out (not read, not errors): \
+             the same command without --limit resumes and does them\n",
+            l.limit,
+            rows + l.left_out_rows,
+            l.left_out_rows
+        )
+    }
+
     /// The summary as text lines, headline first.
     pub fn text(&self) -> String {
         let mut s = format!(
@@ -151,6 +174,9 @@ impl Summary {
             self.accepted_by_verifier,
             self.accepted_by_judge
         );
+        if let Some(l) = self.limit {
+            s.push_str(&self.limit_line(l));
+        }
         s.push_str(&format!("rejected {}", self.rejected));
         if !self.reject_reasons.is_empty() {
             s.push_str(&format!(": {}", counts(&self.reject_reasons)));
@@ -289,5 +315,49 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
         assert_eq!(json["accepted_by_judge"], 2);
         assert_eq!(json["accepted_percent"], 77.5);
+    }
+
+    #[test]
+    fn a_limited_run_says_which_rows_it_took_under_the_headline() {
+        let stats = RunStats {
+            input_rows: 3,
+            input_items: 4,
+            limit: Some(RowLimit {
+                limit: 3,
+                left_out_rows: 45,
+            }),
+            ..Default::default()
+        };
+        let s = Summary::new(&stats, Path::new("o"));
+        let text = s.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("accepted 0 of 4 questions"), "{text}");
+        assert_eq!(
+            lines[1],
+            "--limit 3: the first 3 of 48 input rows; 45 left out (not read, not errors): the \
+             same command without --limit resumes and does them"
+        );
+        // Left out is not lost: -q has nothing to warn about.
+        assert_eq!(s.losses_warning(), None);
+        let json: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
+        assert_eq!(json["limit"]["left_out_rows"], 45);
+        // A limit the input did not reach.
+        let all = RunStats {
+            input_rows: 7,
+            limit: Some(RowLimit {
+                limit: 10,
+                left_out_rows: 0,
+            }),
+            ..Default::default()
+        };
+        let text = Summary::new(&all, Path::new("o")).text();
+        assert_eq!(
+            text.lines().nth(1),
+            Some("--limit 10: every input row taken (7)")
+        );
+        // Without --limit: no such line, no key.
+        let plain = Summary::new(&RunStats::default(), Path::new("o"));
+        assert!(plain.text().lines().nth(1).unwrap().starts_with("rejected"));
+        assert!(!plain.json().contains("\"limit\""));
     }
 }

@@ -400,6 +400,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         max_pixels: None,
         vision_memory_gib: None,
         shard,
+        limit: None,
         progress: ProgressMode::None,
         max_errors: None,
         restart: false,
