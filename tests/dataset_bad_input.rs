@@ -530,7 +530,7 @@ fn null_qa_entries_fail_only_themselves() {
         .qa
         .iter()
         .enumerate()
-        .map(|(i, q)| check_qa(i, q).map_err(|p| p.field))
+        .map(|(i, q)| check_qa(i, q, row.columns.as_ref()).map_err(|p| p.field))
         .collect();
     assert_eq!(
         checks,

@@ -612,3 +612,42 @@ fn layouts_written_by_datasets_give_the_splits_of_the_rust_built_ones() {
     run(&made.join("paths"), &out, &["--images-root", &root]);
     assert_eq!(split_shas(&out), want, "paths");
 }
+
+/// A blank question or reference in a flat layout is an error naming the input's own column
+/// (`query`, `label`), not `qa[0].…`, a field the user's file does not have; the other rows
+/// are generated.
+#[test]
+fn errors_of_a_flat_layout_name_its_columns() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let s = samples(&data);
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("flat/test.parquet");
+    let mut qs: Vec<String> = s.iter().map(|_| ORAND_CAR_QUESTION.to_string()).collect();
+    let mut ls: Vec<String> = s.iter().map(|x| x.label.clone()).collect();
+    ls[0] = "  ".into();
+    qs[1] = String::new();
+    write_parquet(
+        &input,
+        vec![
+            ("img", images(&s)),
+            ("query", strings(qs)),
+            ("label", strings(ls)),
+        ],
+    );
+    let out = tmp.path().join("out");
+    run(&input, &out, &[]);
+    let errors: Vec<(u64, String)> = std::fs::read_to_string(out.join("errors.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["row"].as_u64().unwrap(),
+                v["field"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(errors, [(0, "label".to_string()), (1, "query".to_string())]);
+}

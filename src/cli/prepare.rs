@@ -259,7 +259,7 @@ fn run_input_check(image: &[u8], qa: &[QaItem]) -> Result<ItemProblems, (String,
     Ok(qa
         .iter()
         .enumerate()
-        .map(|(i, item)| check_qa(i, item).err().map(|p| (p.field, p.message)))
+        .map(|(i, item)| check_qa(i, item, None).err().map(|p| (p.field, p.message)))
         .collect())
 }
 

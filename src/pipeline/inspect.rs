@@ -6,7 +6,7 @@ use std::io::Cursor;
 
 use verisample_models::{ImageLimits, RgbImage};
 
-use crate::record::QaItem;
+use crate::record::{QaItem, SourceColumns};
 
 /// A problem with one field of an input row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,17 +92,26 @@ pub fn jpeg_has_end(bytes: &[u8]) -> bool {
 /// Check one `qa` entry: question and reference must be present and not blank (of several
 /// references, at least one).
 ///
-/// Errors: a [`FieldProblem`] on `qa[i].question` or `qa[i].answer`.
-pub fn check_qa(index: usize, item: &QaItem) -> Result<(), FieldProblem> {
+/// Errors: a [`FieldProblem`] on `qa[i].question` or `qa[i].answer`; for a flat-layout row
+/// (`columns`, one item per row), on the input's own question or answer column (`query`,
+/// `label`, …), the field the user's file has.
+pub fn check_qa(
+    index: usize,
+    item: &QaItem,
+    columns: Option<&SourceColumns>,
+) -> Result<(), FieldProblem> {
+    let field = |name: &str, flat: fn(&SourceColumns) -> &String| {
+        columns.map_or_else(|| format!("qa[{index}].{name}"), |c| flat(c).clone())
+    };
     if item.question.trim().is_empty() {
         return Err(problem(
-            format!("qa[{index}].question"),
+            field("question", |c| &c.question),
             "question is missing or blank",
         ));
     }
     if crate::record::references_blank(&item.references()) {
         return Err(problem(
-            format!("qa[{index}].answer"),
+            field("answer", |c| &c.answer),
             crate::record::BLANK_REFERENCE,
         ));
     }
@@ -298,14 +307,30 @@ mod tests {
             answer: a.into(),
             ..Default::default()
         };
-        assert_eq!(check_qa(0, &qa("What?", "1")), Ok(()));
+        assert_eq!(check_qa(0, &qa("What?", "1"), None), Ok(()));
         assert_eq!(
-            check_qa(2, &qa(" \n", "1")).unwrap_err().field,
+            check_qa(2, &qa(" \n", "1"), None).unwrap_err().field,
             "qa[2].question"
         );
         assert_eq!(
-            check_qa(1, &qa("What?", "")).unwrap_err().field,
+            check_qa(1, &qa("What?", ""), None).unwrap_err().field,
             "qa[1].answer"
+        );
+        // A flat-layout row names the input's own columns.
+        let flat = SourceColumns {
+            image: "img".into(),
+            question: "query".into(),
+            answer: "label".into(),
+        };
+        assert_eq!(
+            check_qa(0, &qa(" ", "1"), Some(&flat)).unwrap_err().field,
+            "query"
+        );
+        assert_eq!(
+            check_qa(0, &qa("What?", " "), Some(&flat))
+                .unwrap_err()
+                .field,
+            "label"
         );
     }
 }

@@ -177,11 +177,15 @@ pub(crate) fn plan_row(
         .iter()
         .zip(cleaned.items)
         .enumerate()
-        .map(|(i, (qa, c))| match (check_qa(i, qa), c) {
-            (Err(p), _) => ItemPlan::Invalid(p),
-            (Ok(()), CleanedItem::Keep(q)) => ItemPlan::Keep(q),
-            (Ok(()), CleanedItem::Drop { reason, detail }) => ItemPlan::Dropped { reason, detail },
-        })
+        .map(
+            |(i, (qa, c))| match (check_qa(i, qa, row.columns.as_ref()), c) {
+                (Err(p), _) => ItemPlan::Invalid(p),
+                (Ok(()), CleanedItem::Keep(q)) => ItemPlan::Keep(q),
+                (Ok(()), CleanedItem::Drop { reason, detail }) => {
+                    ItemPlan::Dropped { reason, detail }
+                }
+            },
+        )
         .collect();
     let sha256: [u8; 32] = Sha256::digest(row.image.bytes.as_deref().unwrap_or_default()).into();
     // Only the file name: the path as typed on the command line (often absolute and local)
