@@ -16,8 +16,15 @@ command -v slurmctld >/dev/null || { echo "skipped: no slurm-wlm (apt-get instal
 work=$(mktemp -d)
 started=()
 cleanup() {
+    local status=$?
     for pid in "${started[@]}"; do kill "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
+    # The daemons save their state on SIGTERM (slurmctld into $work/state): wait until they
+    # are gone before removing their folder, or rm races their last writes.
+    for pid in "${started[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    done
+    rm -rf "$work" 2>/dev/null || { sleep 2; rm -rf "$work" || echo "note: could not remove $work"; }
+    exit "$status"
 }
 trap cleanup EXIT
 host=$(hostname)

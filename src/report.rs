@@ -396,14 +396,17 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
         "![questions per split, accept rate per family, reject reasons, judge verdicts, throughput and answer lengths]({chart_file})\n\n"
     ));
     // A dataset made with `--limit` says it covers only the first rows of its input.
-    let limited = stats.limit.map_or(String::new(), |l| {
-        format!(
-            " (the first {} of {}: `--limit {}`)",
-            stats.input_rows,
-            stats.input_rows + l.left_out_rows,
-            l.limit
-        )
-    });
+    let limited = stats
+        .limit
+        .filter(|l| l.left_out_rows > 0)
+        .map_or(String::new(), |l| {
+            format!(
+                " (the first {} of {}: `--limit {}`)",
+                stats.input_rows,
+                stats.input_rows + l.left_out_rows,
+                l.limit
+            )
+        });
     s.push_str(&format!(
         "Input: {} rows{limited}, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
         stats.input_rows,

@@ -45,6 +45,17 @@ impl Shard {
         position % self.count as u64 == self.index as u64
     }
 
+    /// The stream elements of this shard among the first `n` (its share of an input of `n`).
+    pub fn share_of(self, n: u64) -> u64 {
+        n.saturating_sub(self.index as u64)
+            .div_ceil(self.count as u64)
+    }
+
+    /// The stream position of this shard's `k`-th element (0-based).
+    pub fn position_of(self, k: u64) -> u64 {
+        self.index as u64 + k * self.count as u64
+    }
+
     /// `true` for `0/1`.
     pub fn is_whole(self) -> bool {
         self.count == 1

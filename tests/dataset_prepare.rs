@@ -622,10 +622,7 @@ fn prepare_warns_of_families_that_differ_only_in_case() {
         .arg(tmp.path().join("run"))
         .output()
         .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run_err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{run_err}");
+    assert!(run_err.contains("differ only in case"), "{run_err}");
 }

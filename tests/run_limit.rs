@@ -304,4 +304,53 @@ fn an_abort_after_a_limited_run_lists_the_errors_found_past_its_rows() {
         .map(|e| e["position"].as_u64().unwrap())
         .collect();
     assert_eq!(positions, vec![24], "{errors:?}");
+    // The abort holds: the same command again finds the same first error and stops there
+    // (the limited run's run.json does not make the aborted run's list count as recorded).
+    for _ in 0..2 {
+        let err = run_rows(&s, mixed_rows()).unwrap_err();
+        assert!(
+            matches!(err, PipelineError::TooManyErrors { count: 1, max: 0 }),
+            "{err}"
+        );
+        let again: Vec<u64> = lines(&dir.path().join("errors.jsonl"))
+            .iter()
+            .map(|e| e["position"].as_u64().unwrap())
+            .collect();
+        assert_eq!(again, vec![24]);
+    }
+}
+
+/// Under `--shard`, an unreadable row group is one stream element of many rows: whether the
+/// limit left rows out is decided by the elements of the shard that follow it, not by the
+/// footers' row count. Catches: a complete shard reported as leaving rows out (its merge
+/// refused) and a shard that left an element out reported as complete.
+#[test]
+fn whether_a_limit_left_rows_out_follows_the_shard_s_elements() {
+    // Element 0: a row group of 5 rows that cannot be read; then 5 readable rows.
+    let f = "data/train-00000.parquet";
+    let rows = || -> Rows {
+        let mut v: Rows = vec![Err(RowError {
+            file: f.into(),
+            row: Some(0),
+            rows: Some(5),
+            field: "row_group".into(),
+            message: "rows 0..5 (row group 0): corrupt".into(),
+        })];
+        v.extend((1..6).map(|i| {
+            let n = (100 + i).to_string();
+            row(f, i + 4, i as u8, vec![qa(&n, &n)])
+        }));
+        v
+    };
+    // Shard 0/2 holds elements 0, 2, 4 (3 elements, 7 rows by the footers).
+    let check = |limit: usize, want_left_out: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let s = limited(dir.path(), "0/2".parse().unwrap(), Some(limit));
+        let (report, _) = run_rows(&s, rows()).unwrap();
+        let l = report.stats.limit.expect("limit recorded");
+        assert_eq!(l.left_out_rows > 0, want_left_out, "--limit {limit}: {l:?}");
+    };
+    check(2, true);
+    check(3, false);
+    check(4, false);
 }

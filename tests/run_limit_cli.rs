@@ -133,13 +133,14 @@ fn limit_takes_the_first_rows_says_so_and_a_larger_limit_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let first = ok(run(&out, &["--limit", "3"]), "run --limit 3");
+    assert!(!text(&first.stderr).contains("took more rows"));
     let stdout = text(&first.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines[0].starts_with("accepted "), "{stdout}");
     assert_eq!(
         lines[1],
         "--limit 3: the first 3 of 48 input rows; 45 left out (not read, not errors): the same \
-         command without --limit resumes and does them",
+         command without the limit resumes and does them",
         "{stdout}"
     );
     let report = run_json(&out);
@@ -225,6 +226,21 @@ fn limit_takes_the_first_rows_says_so_and_a_larger_limit_resumes() {
         Some(generated_first + generated(&resumed))
     );
     assert_same_files(&out, &full);
+
+    // A smaller limit over the finished full run writes only the first rows, generating
+    // nothing, and warns that the splits shrink.
+    let shrunk = ok(
+        run(&out, &["--limit", "2"]),
+        "run --limit 2 over a full run",
+    );
+    let err = text(&shrunk.stderr);
+    assert!(
+        err.contains("holds a finished run that took more rows than --limit 2"),
+        "{err}"
+    );
+    let shrunk_report = run_json(&out);
+    assert_eq!(generated(&shrunk_report), 0);
+    assert_eq!(shrunk_report["stats"]["input_rows"], 2);
 }
 
 #[test]

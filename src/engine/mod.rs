@@ -291,13 +291,14 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                         exhausted = true;
                         break;
                     };
-                    let (tx, idx) = (tx.clone(), submitted);
+                    let idx = submitted;
                     submitted += 1;
                     if core.cfg.inline_inputs {
                         let (req, r) = prepare_one(processor, req);
                         ready.insert(idx, (idx, req, r));
                         continue;
                     }
+                    let tx = tx.clone();
                     scope.spawn(move |_| {
                         let (req, r) = prepare_one(processor, req);
                         // The receiver is gone only when generate is returning early.

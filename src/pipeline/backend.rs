@@ -137,7 +137,9 @@ pub trait RowSource {
         &self,
     ) -> Result<Box<dyn Iterator<Item = Result<InputRow, RowError>> + '_>, BackendError>;
 
-    /// Number of stream elements, when known cheaply (parquet metadata); for progress only.
+    /// Number of input rows, when known cheaply (parquet footers; equal to the stream
+    /// elements when every row group is readable): for progress, and for the estimate of
+    /// the rows `--limit` left out.
     fn len_hint(&self) -> Option<u64>;
 }
 

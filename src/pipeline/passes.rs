@@ -56,32 +56,39 @@ pub(crate) struct PassContext<'a> {
 /// The units (`(position, qa)`, `qa` `None` for a whole row) of `OUT/errors.jsonl` when OUT
 /// holds a finished run (`run.json`), read only when `--max-errors` is set: after
 /// [`super::prepare`] that run is this one (same fingerprint; a `--restart` or a fresh start
-/// removed any other's), and its list is complete. An interrupted or aborted run's errors count
-/// again on resume, so an abort holds until the limit is raised. Unreadable lines add nothing.
+/// removed any other's), and its list is complete for the rows it took: every row, or with a
+/// `--limit` that left rows out, its shard's first N (errors past them, which an abort after
+/// it may have listed, count again). An interrupted or aborted run's errors count again on
+/// resume, so an abort holds until the limit is raised. Unreadable lines add nothing.
 pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
-    if settings.max_errors.is_none() || !settings.out.join(super::outputs::RUN_FILE).exists() {
+    let Some(earlier) = settings.max_errors.and(finished_run(&settings.out)) else {
         return BTreeSet::new();
-    }
+    };
+    let last = earlier.map_or(u64::MAX, |n| {
+        settings.shard.position_of(n.saturating_sub(1))
+    });
     let path = settings.out.join(super::outputs::ERRORS_FILE);
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<super::outputs::ErrorLine>(l).ok())
+        .filter(|e| e.position <= last)
         .map(|e| (e.position, e.qa))
         .collect()
 }
 
-/// `true` when OUT holds a finished run (`run.json`) that left no input row out with
-/// `--limit` (an unreadable `run.json` counts as such a run, as before the flag existed).
-fn finished_whole_run(out: &std::path::Path) -> bool {
-    let Ok(bytes) = std::fs::read(out.join(super::outputs::RUN_FILE)) else {
-        return false;
-    };
-    let left_out = serde_json::from_slice::<serde_json::Value>(&bytes)
+/// The finished run in OUT, by its `run.json`: `None` when there is none, `Some(None)` when it
+/// took every row of its shard (or its `run.json` cannot be parsed: as before `--limit`
+/// existed), `Some(Some(n))` when its `--limit n` left rows out.
+pub(crate) fn finished_run(out: &std::path::Path) -> Option<Option<u64>> {
+    let bytes = std::fs::read(out.join(super::outputs::RUN_FILE)).ok()?;
+    let limit = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
-        .and_then(|v| v["stats"]["limit"]["left_out_rows"].as_u64())
-        .unwrap_or(0);
-    left_out == 0
+        .and_then(|v| {
+            let l = &v["stats"]["limit"];
+            (l["left_out_rows"].as_u64()? > 0).then(|| l["limit"].as_u64())?
+        });
+    Some(limit)
 }
 
 impl PassContext<'_> {
@@ -353,12 +360,28 @@ fn run_requests(
 /// Phase 1: plan every element of the shard and generate the missing answers.
 /// On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
 /// before the error is returned, so the message's pointer to it holds — unless OUT holds a
-/// finished run (`run.json`), whose complete `errors.jsonl` is kept.
+/// finished run (`run.json`) that took every row, whose complete `errors.jsonl` is kept.
 pub(crate) fn generate_answers(
     ctx: &mut PassContext<'_>,
     source: &dyn RowSource,
     generator: &mut dyn Generator,
 ) -> Result<Vec<RowPlan>, PipelineError> {
+    if let Some(n) = ctx.settings.limit {
+        let took_more = match finished_run(&ctx.settings.out) {
+            Some(None) => true,
+            Some(Some(m)) => m > n as u64,
+            None => false,
+        };
+        if took_more {
+            tracing::warn!(
+                "{} holds a finished run that took more rows than --limit {n}: this run's \
+                 splits, card and reports hold only the first {n} rows of the shard (nothing \
+                 generated is lost: a run without the limit writes them all again, generating \
+                 nothing anew)",
+                ctx.settings.out.display()
+            );
+        }
+    }
     let mut plans = Vec::new();
     match generate_answers_into(ctx, source, generator, &mut plans) {
         Ok(()) => Ok(plans),
@@ -366,7 +389,7 @@ pub(crate) fn generate_answers(
             // A finished output's errors.jsonl already lists every error of this input and
             // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
             // unless that run left rows out with `--limit`, whose errors it does not list.
-            if !finished_whole_run(&ctx.settings.out) {
+            if finished_run(&ctx.settings.out) != Some(None) {
                 super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)
@@ -384,9 +407,7 @@ fn generate_answers_into(
     let settings = ctx.settings;
     let shard = settings.shard;
     let rows_est = source.len_hint().map(|n| {
-        let rows = n
-            .saturating_sub(shard.index as u64)
-            .div_ceil(shard.count as u64);
+        let rows = shard.share_of(n);
         settings.limit.map_or(rows, |l| rows.min(l as u64))
     });
     ctx.progress.phase("generate", rows_est.unwrap_or(0));

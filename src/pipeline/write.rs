@@ -343,18 +343,17 @@ fn write_row_splits(
     Ok(())
 }
 
-/// The input rows of `shard` that `--limit` left out: those the footers count
-/// ([`RowSource::len_hint`]) past the `taken` rows of its planned elements; none when the
-/// stream ended before the limit was `reached`.
-fn left_out_rows(source: &dyn RowSource, shard: Shard, reached: bool, taken: u64) -> u64 {
-    let in_shard = |n: u64| {
-        n.saturating_sub(shard.index as u64)
-            .div_ceil(shard.count as u64)
-    };
-    match source.len_hint() {
-        Some(n) if reached => in_shard(n).saturating_sub(taken),
-        _ => 0,
+/// The input rows of `shard` that `--limit` left out, when `more` (an element of the shard
+/// follows the limit): those the footers count ([`RowSource::len_hint`]) past the `taken`
+/// rows, at least 1 (an unreadable row group is one element of many rows, so the footer
+/// count is an estimate under `--shard`); 0 when nothing of the shard follows the limit.
+fn left_out_rows(source: &dyn RowSource, shard: Shard, more: bool, taken: u64) -> u64 {
+    if !more {
+        return 0;
     }
+    source
+        .len_hint()
+        .map_or(1, |n| shard.share_of(n).saturating_sub(taken).max(1))
 }
 
 /// Phase 3. Returns the run's statistics.
@@ -379,16 +378,18 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         c.stats.unread_rows += plan.rows.unwrap_or(0);
     }
     let mut plans = w.plans.iter();
-    let mut taken = 0usize;
+    let (mut taken, mut more) = (0usize, false);
     let stream = w.source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
-        // `--limit N`: as the generate phase, stop after this shard's Nth element.
-        if w.settings.limit.is_some_and(|n| taken >= n) {
-            break;
-        }
         if !shard.contains(position) {
             continue;
+        }
+        // `--limit N`: as the generate phase, stop after this shard's Nth element; whether
+        // another element of the shard follows decides if rows were left out.
+        if w.settings.limit.is_some_and(|n| taken >= n) {
+            more = true;
+            break;
         }
         taken += 1;
         if w.control.stopped() {
@@ -440,7 +441,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     if let Some(n) = w.settings.limit {
         c.stats.limit = Some(RowLimit {
             limit: n as u64,
-            left_out_rows: left_out_rows(w.source, shard, w.plans.len() >= n, c.stats.input_rows),
+            left_out_rows: left_out_rows(w.source, shard, more, c.stats.input_rows),
         });
     }
     c.ledger.check().map_err(PipelineError::Accounting)?;

@@ -157,7 +157,7 @@ impl Summary {
         }
         format!(
             "--limit {}: the first {rows} of {} input rows; {} left out (not read, not errors): \
-             the same command without --limit resumes and does them\n",
+             the same command without the limit resumes and does them\n",
             l.limit,
             rows + l.left_out_rows,
             l.left_out_rows
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(
             lines[1],
             "--limit 3: the first 3 of 48 input rows; 45 left out (not read, not errors): the \
-             same command without --limit resumes and does them"
+             same command without the limit resumes and does them"
         );
         // Left out is not lost: -q has nothing to warn about.
         assert_eq!(s.losses_warning(), None);
