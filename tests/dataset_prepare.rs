@@ -500,7 +500,7 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
         "c_binary.parquet",
         Arc::new(BinaryArray::from(vec![b"\xff\xfe".as_ref()])),
     );
-    // The `qa` layout with `source`: row 0's `qa` is null; row 1 has a question whose source
+    // The `qa` layout with `source`: row 0's `qa` is null, row 2's empty; row 1 has a question whose source
     // is elsewhere and one whose source is its path.
     let qa_fields = Fields::from(vec![
         Field::new("question", DataType::Utf8, true),
@@ -518,13 +518,16 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
     );
     let qa: ArrayRef = Arc::new(ListArray::new(
         Arc::new(Field::new("item", DataType::Struct(qa_fields), true)),
-        OffsetBuffer::from_lengths([0, 2]),
+        OffsetBuffer::from_lengths([0, 2, 0]),
         Arc::new(items),
-        Some(NullBuffer::from(vec![false, true])),
+        Some(NullBuffer::from(vec![false, true, true])),
     ));
     write_parquet(
         &src.join("d_qa.parquet"),
-        vec![("image", image_column(&[some(5), some(5)])), ("qa", qa)],
+        vec![
+            ("image", image_column(&[some(5), some(5), some(4)])),
+            ("qa", qa),
+        ],
     );
 
     let out = tmp.path().join("out");
@@ -549,7 +552,8 @@ fn prepare_parquet_leaves_out_rows_run_refuses_or_drops_naming_row_and_field() {
         format!("{}: row 1: field qa[0].source: source \"other.png\" is neither the image's SHA-256 nor its path", file("d_qa.parquet")),
         format!("{}: row 0: field answer: column `answer` is Decimal128(5, 2), want a string or a list of strings", file("b_decimal.parquet")),
         format!("{}: row 0: field answer: column `answer` is Struct(\"text\": Utf8), want a string or a list of strings", file("b_struct.parquet")),
-        "10 row(s) or question(s) left out".to_string(),
+        format!("{}: row 2: field qa: row has no questions", file("d_qa.parquet")),
+        "11 row(s) or question(s) left out".to_string(),
     ] {
         assert!(err.contains(&want), "{want:?} in {err}");
     }
@@ -625,4 +629,44 @@ fn prepare_warns_of_families_that_differ_only_in_case() {
     let run_err = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(2), "{run_err}");
     assert!(run_err.contains("differ only in case"), "{run_err}");
+}
+
+/// A `--question` other than the family's fixed one is written (the user may mean it) with a
+/// warning that `run` drops every such item as `off_task`; the fixed question itself, given
+/// explicitly, warns of nothing.
+#[test]
+fn prepare_warns_of_a_question_the_family_does_not_ask() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let src = data.join("orand-car-a");
+    let tmp = tempfile::tempdir().unwrap();
+    let prepare = |question: &str, out: &str| {
+        bin()
+            .args(["-q", "prepare", "--labels"])
+            .arg(src.join("labels.jsonl"))
+            .args([
+                "--family",
+                "OrandCar",
+                "--split",
+                "val",
+                "--question",
+                question,
+            ])
+            .arg("--out")
+            .arg(tmp.path().join(out))
+            .output()
+            .unwrap()
+    };
+    let other = prepare("Different question?", "other");
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: family OrandCar asks its own fixed question")
+            && err.contains("off_task"),
+        "{err}"
+    );
+    let same = prepare(ORAND_CAR_QUESTION, "same");
+    assert_eq!(same.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&same.stderr).contains("warning"));
 }

@@ -177,6 +177,14 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
             };
             let question = match (a.question, family_spec(family).and_then(|f| f.question)) {
                 (Some(q), _) if q.trim().is_empty() => return Err(usage("--question is empty")),
+                (Some(q), Some(fixed)) if q != fixed => {
+                    eprintln!(
+                        "warning: family {family} asks its own fixed question (SPEC §4); `run` \
+                         drops every item with another question as off_task: leave out \
+                         --question, or choose another --family"
+                    );
+                    q
+                }
                 (Some(q), _) => q,
                 (None, Some(q)) => q.to_string(),
                 (None, None) => {

@@ -655,6 +655,12 @@ fn write_rows(
             left_out.push(left_out_message(&row.pending.origin, problem));
             continue;
         }
+        if row.pending.qa.is_empty() {
+            // `run` reports such a row as an error of field `qa`.
+            let problem = ("qa".to_string(), "row has no questions".to_string());
+            left_out.push(left_out_message(&row.pending.origin, problem));
+            continue;
+        }
         let items: Vec<QaItem> = row.pending.qa.iter().map(PendingQa::to_item).collect();
         let bytes = row.image.bytes.as_deref().unwrap_or_default();
         let refused = row.pending.refused.take();

@@ -402,7 +402,7 @@ pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
         };
         let refused = match found.refused.len() {
             0 => String::new(),
-            n => format!(" ({n} link(s) not followed: {})", found.refused[0].message),
+            n => format!(" ({n} path(s) not read: {})", found.refused[0].message),
         };
         return Err(DatasetError::Invalid(format!("{spec}: {what}{refused}")));
     }

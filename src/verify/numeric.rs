@@ -7,7 +7,9 @@
 //! either side is not a number the two texts are compared case-insensitively. Differences,
 //! made for free-text model answers: thousands separators (`1,234`), a leading `+`, `-` or
 //! U+2212 `−` sign, and a number embedded in text (`The answer is 42.`, when it is the only
-//! number in the text) are understood; a zero reference is compared exactly.
+//! number in the text) are understood; a zero reference is compared exactly. Scientific
+//! notation (`1e-05`, `1e+16`: Python's `str()` of small and large floats, which ChartQA's
+//! `float(text)` reads) is a number too.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -31,7 +33,9 @@ pub struct NumericValue {
 fn number_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"[+\-\u{2212}]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)%?")
+        Regex::new(
+            r"[+\-\u{2212}]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][+\-]?\d+)?%?",
+        )
             .expect("static regex")
     })
 }
@@ -126,6 +130,10 @@ mod tests {
             ("between 3 and 5", None),
             ("x5", None),
             ("1,2345", None),
+            ("1e-05", Some(1e-5)),
+            ("1E+16", Some(1e16)),
+            ("2.5e3%", Some(25.0)),
+            ("2each", None),
             ("twelve", None),
             ("", None),
         ];
@@ -147,6 +155,10 @@ mod tests {
             ("45%", "45", CHARTQA_RELAXED_TOL, false),
             ("45%", "0.45", 0.0, true),
             ("Yes", "yes", 0.0, true),
+            ("0.00001", "1e-05", 0.0, true),
+            ("10000000000000000", "1e+16", 0.0, true),
+            ("1e3", "1000", 0.0, true),
+            ("1e3", "1001", 0.0, false),
             ("", "", 0.0, false),
         ];
         for (pred, reference, tol, want) in cases {
