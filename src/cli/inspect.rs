@@ -36,7 +36,7 @@ pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
     print!("{}", found.text);
     if let [first, ..] = found.unreadable.as_slice() {
         anyhow::bail!(
-            "{} parquet file(s) unreadable, first {} (details above)",
+            "{} parquet file(s) unreadable or not usable, first {} (details above)",
             found.unreadable.len(),
             first.display()
         );

@@ -154,8 +154,9 @@ fn describe_row(batch: &RecordBatch, i: usize, check: ImageCheck<'_>, out: &mut 
 pub struct Inspection {
     /// The human-readable summary (schema, row counts, the first rows), ends with a newline.
     pub text: String,
-    /// Files that could not be opened as parquet (no readable footer); each is also
-    /// described in `text`. A caller should fail when this is not empty.
+    /// Files that could not be opened as parquet (no readable footer) or have a column of a
+    /// type `run` cannot read (NOT USABLE); each is also described in `text`. A caller
+    /// should fail when this is not empty.
     pub unreadable: Vec<PathBuf>,
     /// Row groups that could not be decoded, as (file, row group index): `run` reports each
     /// as one `errors.jsonl` line for its rows and reads the file's other row groups. Each is
@@ -209,6 +210,25 @@ fn inspect_file(
         let _ = writeln!(out, "  schema:");
         for field in meta.schema().fields() {
             let _ = writeln!(out, "    {}: {}", field.name(), field.data_type());
+        }
+    }
+    // A column whose type cannot hold its values fails every row of the file in `run`: one
+    // errors.jsonl line for the file (the layout as `run` detects it without column flags).
+    let columns: Vec<String> = meta
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    if let Ok(layout) = super::layout::Layout::resolve(&columns, &Default::default()) {
+        if let Some(p) = super::layout::column_type_problem(meta.schema(), &layout) {
+            return Err(format!(
+                "NOT USABLE: field {}: {}: run reports the file's {} rows as one errors.jsonl \
+                 line",
+                p.field,
+                p.message,
+                footer.file_metadata().num_rows()
+            ));
         }
     }
     let name = file
@@ -373,6 +393,57 @@ mod tests {
             "no bytes, path null, NOT USABLE: image.bytes: null image: neither bytes nor path"
         );
         assert_eq!(shown(2), "no bytes, path \"a.png\"");
+    }
+
+    /// A file whose `qa` column is a string (or a flat answer column of booleans) is named
+    /// NOT USABLE with the field and types `run` reports, not shown as readable rows.
+    #[test]
+    fn a_column_of_the_wrong_type_makes_the_file_not_usable() {
+        use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
+        use std::sync::Arc;
+        let tmp = tempfile::tempdir().unwrap();
+        let image: ArrayRef = Arc::new(crate::dataset::writer::image_array(
+            [crate::record::ImageRef {
+                bytes: Some(vec![1, 2, 3]),
+                path: None,
+            }]
+            .iter(),
+        ));
+        let text = |v: &str| -> ArrayRef { Arc::new(StringArray::from(vec![v])) };
+        let write = |name: &str, columns: Vec<(&str, ArrayRef)>| {
+            let batch = RecordBatch::try_from_iter(columns).unwrap();
+            let path = tmp.path().join(name);
+            let mut w = parquet::arrow::ArrowWriter::try_new(
+                std::fs::File::create(&path).unwrap(),
+                batch.schema(),
+                None,
+            )
+            .unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            path
+        };
+        let qa = write(
+            "qa.parquet",
+            vec![("image", image.clone()), ("qa", text("x"))],
+        );
+        let flat = write(
+            "flat.parquet",
+            vec![
+                ("image", image),
+                ("question", text("q")),
+                ("answer", Arc::new(BooleanArray::from(vec![true]))),
+            ],
+        );
+        let check: ImageCheck<'_> = &|_| Ok((1, 1));
+        for (path, want) in [
+            (qa, "NOT USABLE: field qa: column `qa` is Utf8"),
+            (flat, "NOT USABLE: field answer: column `answer` is Boolean"),
+        ] {
+            let found = inspect(path.to_str().unwrap(), 2, check).unwrap();
+            assert!(found.text.contains(want), "{}", found.text);
+            assert_eq!(found.unreadable, [path]);
+        }
     }
 
     #[test]
