@@ -590,16 +590,24 @@ fn prepare_warns_of_families_that_differ_only_in_case() {
         vec![
             (
                 "image",
-                image_column(&[Some(png(3, 2, 0)), Some(png(3, 2, 1)), Some(png(3, 2, 2))]),
+                image_column(&[
+                    Some(png(3, 2, 0)),
+                    Some(png(3, 2, 1)),
+                    Some(png(3, 2, 2)),
+                    Some(png(3, 2, 3)),
+                ]),
             ),
             (
-                "question",
-                text_column(&[Some("q0"), Some("q1"), Some("q2")]),
+                "query",
+                text_column(&[Some("q0"), Some("q1"), Some("q2"), Some("q3")]),
             ),
-            ("answer", text_column(&[Some("a0"), Some("a1"), Some("a2")])),
+            (
+                "label",
+                text_column(&[Some("a0"), Some("a1"), Some("a2"), Some(" ")]),
+            ),
             (
                 "family",
-                text_column(&[Some("default"), None, Some("Other")]),
+                text_column(&[Some("default"), None, Some("Other"), Some("Other")]),
             ),
         ],
     );
@@ -617,7 +625,12 @@ fn prepare_warns_of_families_that_differ_only_in_case() {
         err.contains("warning: families Default, default differ only in case"),
         "{err}"
     );
-    assert!(!err.contains("Other"), "{err}");
+    assert!(!err.contains("family Other"), "{err}");
+    // A flat layout's blank reference is named by the input's own column, as `run` names it.
+    assert!(
+        err.contains("row 3: field label: reference answer is missing or blank"),
+        "{err}"
+    );
     assert_eq!(read_all(&out).len(), 3);
     let run = bin()
         .args(["run", "--data"])

@@ -28,18 +28,22 @@ fn an_image_with_an_aspect_ratio_over_200_is_an_image_error() {
         10,
     );
     let out = tmp.path().join("out");
-    let run = bin()
-        .arg("run")
-        .arg("--model")
-        .arg(repo().join("assets/model"))
-        .arg("--data")
-        .arg(&ds)
-        .arg("--out")
-        .arg(&out)
-        .args(["--device", "cpu", "--max-new-tokens", "4", "-q"])
-        .env_remove("VERISAMPLE_TEST_KILL_AT")
-        .output()
-        .unwrap();
+    let run_with = |extra: &[&str]| {
+        bin()
+            .arg("run")
+            .arg("--model")
+            .arg(repo().join("assets/model"))
+            .arg("--data")
+            .arg(&ds)
+            .arg("--out")
+            .arg(&out)
+            .args(["--device", "cpu", "--max-new-tokens", "4", "-q"])
+            .args(extra)
+            .env_remove("VERISAMPLE_TEST_KILL_AT")
+            .output()
+            .unwrap()
+    };
+    let run = run_with(&[]);
     let errors = std::fs::read_to_string(out.join("errors.jsonl")).unwrap_or_else(|e| {
         panic!(
             "no errors.jsonl ({e}): {:?}\n{}",
@@ -66,4 +70,13 @@ fn an_image_with_an_aspect_ratio_over_200_is_an_image_error() {
         stderr.contains("1 input errors, 0 rows and 0 file(s) not read: see errors.jsonl"),
         "{stderr}"
     );
+    // So does `-q --json` (the rerun replays the same outcome): stdout is the JSON alone.
+    let json = run_with(&["--json"]);
+    let stderr = String::from_utf8_lossy(&json.stderr);
+    assert!(
+        stderr.contains("1 input errors, 0 rows and 0 file(s) not read: see errors.jsonl"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(summary["errors"], 1, "{summary}");
 }

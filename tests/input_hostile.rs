@@ -163,7 +163,7 @@ fn prepare_images_refuses_a_link_out_of_the_images_folder() {
                 split: "train".into(),
                 shard: Default::default(),
             },
-            &|_, qa| Ok(vec![None; qa.len()]),
+            &|_, qa, _| Ok(vec![None; qa.len()]),
         )
     };
     let e =

@@ -52,7 +52,7 @@ fn val_input(dir: &Path, data: &Path) -> (PathBuf, BTreeMap<String, String>) {
                 ..ShardOptions::default()
             },
         },
-        &|_, qa| Ok(vec![None; qa.len()]),
+        &|_, qa, _| Ok(vec![None; qa.len()]),
     )
     .expect("prepare val");
     let mut oracle = BTreeMap::new();

@@ -316,7 +316,7 @@ fn families_differing_only_in_case_are_refused_before_anything_loads() {
                 split: format!("s{i}"),
                 shard: Default::default(),
             };
-            prepare(&opts, &|_, qa| Ok(vec![None; qa.len()])).unwrap();
+            prepare(&opts, &|_, qa, _| Ok(vec![None; qa.len()])).unwrap();
         }
         out.display().to_string()
     };

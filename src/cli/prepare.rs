@@ -10,7 +10,7 @@ use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GRO
 use crate::dataset::DatasetError;
 use crate::family::{family_spec, is_valid_family_name};
 use crate::pipeline::inspect::{check_image, check_qa};
-use crate::record::QaItem;
+use crate::record::{QaItem, SourceColumns};
 
 /// Build an input dataset (HF parquet) from images plus a labels JSONL.
 #[derive(Debug, Args)]
@@ -262,12 +262,20 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
 /// `run`'s input check of one row (the pipeline's own: the image decodes within its limits,
 /// the question and some reference of each `qa` item not blank), as `prepare` applies it:
 /// an image problem leaves the row out, an item's problem only that item.
-fn run_input_check(image: &[u8], qa: &[QaItem]) -> Result<ItemProblems, (String, String)> {
+fn run_input_check(
+    image: &[u8],
+    qa: &[QaItem],
+    columns: Option<&SourceColumns>,
+) -> Result<ItemProblems, (String, String)> {
     check_image(Some(image), |_, _| Ok(())).map_err(|p| (p.field, p.message))?;
     Ok(qa
         .iter()
         .enumerate()
-        .map(|(i, item)| check_qa(i, item, None).err().map(|p| (p.field, p.message)))
+        .map(|(i, item)| {
+            check_qa(i, item, columns)
+                .err()
+                .map(|p| (p.field, p.message))
+        })
         .collect())
 }
 

@@ -389,18 +389,20 @@ fn start_engine(
 
 /// Print the end-of-run summary on stdout: one JSON object with `json`, else the text
 /// summary, or with `quiet` only the line naming where the splits are (none without splits).
+/// With `quiet` (JSON or not), input that could not be used is also a warning on stderr,
+/// since no text summary says so.
 pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: bool) {
     let summary = crate::report::summary::Summary::new(&report.stats, out);
+    if quiet {
+        if let Some(warning) = summary.losses_warning() {
+            tracing::warn!("{warning}");
+        }
+    }
     if json {
         println!("{}", summary.json());
     } else if !quiet {
         print!("{}", summary.text());
-    } else {
-        if let Some(warning) = summary.losses_warning() {
-            tracing::warn!("{warning}");
-        }
-        if !report.stats.split_rows.is_empty() {
-            println!("{}", summary.where_line());
-        }
+    } else if !report.stats.split_rows.is_empty() {
+        println!("{}", summary.where_line());
     }
 }

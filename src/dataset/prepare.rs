@@ -37,7 +37,7 @@ use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
 use super::values::integral_text;
 use super::writer::{image_array, image_fields, sha256_hex};
 use super::DatasetError;
-use crate::record::{ImageRef, QaItem};
+use crate::record::{ImageRef, QaItem, SourceColumns};
 
 /// `run`'s input check of one row, as `prepare` applies it before writing: given the image
 /// bytes and the row's `qa` items, `Err((field, message))` when the image fails (the whole
@@ -45,8 +45,10 @@ use crate::record::{ImageRef, QaItem};
 /// `run` refuses only them). Fields as `errors.jsonl` names them: `image.bytes`,
 /// `qa[0].answer`, …. The CLI passes the pipeline's own checks
 /// (`pipeline::inspect::check_image` and `check_qa`), so every prepared item is one `run`
-/// takes.
-pub type RowCheck<'a> = &'a dyn Fn(&[u8], &[QaItem]) -> Result<ItemProblems, (String, String)>;
+/// takes. The third argument: the input columns of a flat-layout row (`--parquet`), whose
+/// item problems then name the input's own question or answer column, as `run` does.
+pub type RowCheck<'a> =
+    &'a dyn Fn(&[u8], &[QaItem], Option<&SourceColumns>) -> Result<ItemProblems, (String, String)>;
 
 /// Per `qa` item of a row, its `(field, message)` problem or `None` (see [`RowCheck`]).
 pub type ItemProblems = Vec<Option<(String, String)>>;
@@ -105,6 +107,8 @@ struct PendingRow {
     image_rel: String,
     qa: Vec<PendingQa>,
     provenance: Map<String, Value>,
+    /// The input columns of a flat-layout parquet row (`None` otherwise).
+    columns: Option<SourceColumns>,
     /// The reader's refusal of the row (`(field, message)`): it is left out without the
     /// check, having no image to check.
     unread: Option<(String, String)>,
@@ -312,6 +316,7 @@ fn labels_rows(
         let answer = take_text_or_blank(&mut m, "label", labels, line)?;
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
+            columns: None,
             origin: format!("{}:{line}", labels.display()),
             image_rel: file,
             qa: vec![PendingQa::one(question.to_string(), answer, Map::new())],
@@ -352,6 +357,7 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
             None => {
                 index.insert(image.clone(), rows.len());
                 rows.push(PendingRow {
+                    columns: None,
                     origin: format!("{}:{line}", jsonl.display()),
                     image_rel: image,
                     qa: vec![item],
@@ -664,7 +670,9 @@ fn write_rows(
         let items: Vec<QaItem> = row.pending.qa.iter().map(PendingQa::to_item).collect();
         let bytes = row.image.bytes.as_deref().unwrap_or_default();
         let refused = row.pending.refused.take();
-        let problems = match check(bytes, &items).and_then(|p| refused.map_or(Ok(p), Err)) {
+        let problems = match check(bytes, &items, row.pending.columns.as_ref())
+            .and_then(|p| refused.map_or(Ok(p), Err))
+        {
             Ok(problems) => problems,
             Err(problem) => {
                 left_out.push(left_out_message(&row.pending.origin, problem));

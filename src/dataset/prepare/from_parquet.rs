@@ -39,6 +39,7 @@ fn unread(e: &RowError) -> PendingRow {
         image_rel: String::new(),
         qa: Vec::new(),
         provenance: Map::new(),
+        columns: None,
         unread: Some((e.field.clone(), e.message.clone())),
         refused: None,
     }
@@ -110,6 +111,7 @@ fn pending(row: &InputRow) -> PendingRow {
         image_rel: String::new(),
         qa,
         provenance: rename_reserved(row.extra.clone(), &RESERVED),
+        columns: row.columns.clone(),
         unread: None,
         refused: None,
     }
