@@ -214,13 +214,7 @@ fn inspect_file(
     }
     // A column whose type cannot hold its values fails every row of the file in `run`: one
     // errors.jsonl line for the file (the layout as `run` detects it without column flags).
-    let columns: Vec<String> = meta
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    if let Ok(layout) = super::layout::Layout::resolve(&columns, &Default::default()) {
+    if let Ok(layout) = super::layout::Layout::of_schema(meta.schema(), &Default::default()) {
         if let Some(p) = super::layout::column_type_problem(meta.schema(), &layout) {
             return Err(format!(
                 "NOT USABLE: field {}: {}: run reports the file's {} rows as one errors.jsonl \

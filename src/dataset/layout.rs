@@ -124,6 +124,15 @@ pub struct LayoutError {
 }
 
 impl Layout {
+    /// The layout of a file with schema `schema` under `flags`: [`Layout::resolve`] of its
+    /// top-level column names.
+    ///
+    /// Errors: as [`Layout::resolve`].
+    pub fn of_schema(schema: &Schema, flags: &ColumnFlags) -> Result<Layout, LayoutError> {
+        let found: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        Layout::resolve(&found, flags)
+    }
+
     /// The layout of a file with columns `found` under `flags` (see the module docs).
     ///
     /// Errors: a named column that is absent; a role with no column among its common names,

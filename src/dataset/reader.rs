@@ -168,13 +168,8 @@ impl InputReader {
                     })
             });
         let opened = opened.map(|(file, meta)| {
-            let columns: Vec<String> = meta
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            (file, meta, Layout::resolve(&columns, &self.options.columns))
+            let layout = Layout::of_schema(meta.schema(), &self.options.columns);
+            (file, meta, layout)
         });
         match opened {
             // A column whose type cannot hold its values (`qa`, the image, a flat layout's
