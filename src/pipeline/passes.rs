@@ -366,8 +366,10 @@ pub(crate) fn generate_answers(
     source: &dyn RowSource,
     generator: &mut dyn Generator,
 ) -> Result<Vec<RowPlan>, PipelineError> {
+    // run.json is rewritten only when this run finishes: one reading serves both uses.
+    let earlier = finished_run(&ctx.settings.out);
     if let Some(n) = ctx.settings.limit {
-        let took_more = match finished_run(&ctx.settings.out) {
+        let took_more = match earlier {
             Some(None) => true,
             Some(Some(m)) => m > n as u64,
             None => false,
@@ -389,7 +391,7 @@ pub(crate) fn generate_answers(
             // A finished output's errors.jsonl already lists every error of this input and
             // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
             // unless that run left rows out with `--limit`, whose errors it does not list.
-            if finished_run(&ctx.settings.out) != Some(None) {
+            if earlier != Some(None) {
                 super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)
