@@ -227,6 +227,16 @@ fn limit_takes_the_first_rows_says_so_and_a_larger_limit_resumes() {
     );
     assert_same_files(&out, &full);
 
+    // A limit the input does not reach cuts nothing: no warning over the full run.
+    let same = ok(
+        run(&out, &["--limit", "48"]),
+        "run --limit 48 over a full run",
+    );
+    assert!(
+        !text(&same.stderr).contains("took more rows"),
+        "{}",
+        text(&same.stderr)
+    );
     // A smaller limit over the finished full run writes only the first rows, generating
     // nothing, and warns that the splits shrink.
     let shrunk = ok(

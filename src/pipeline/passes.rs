@@ -366,24 +366,6 @@ pub(crate) fn generate_answers(
     source: &dyn RowSource,
     generator: &mut dyn Generator,
 ) -> Result<Vec<RowPlan>, PipelineError> {
-    // run.json is rewritten only when this run finishes: one reading serves both uses.
-    let earlier = finished_run(&ctx.settings.out);
-    if let Some(n) = ctx.settings.limit {
-        let took_more = match earlier {
-            Some(None) => true,
-            Some(Some(m)) => m > n as u64,
-            None => false,
-        };
-        if took_more {
-            tracing::warn!(
-                "{} holds a finished run that took more rows than --limit {n}: this run's \
-                 splits, card and reports hold only the first {n} rows of the shard (nothing \
-                 generated is lost: a run without the limit writes them all again, generating \
-                 nothing anew)",
-                ctx.settings.out.display()
-            );
-        }
-    }
     let mut plans = Vec::new();
     match generate_answers_into(ctx, source, generator, &mut plans) {
         Ok(()) => Ok(plans),
@@ -391,7 +373,7 @@ pub(crate) fn generate_answers(
             // A finished output's errors.jsonl already lists every error of this input and
             // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
             // unless that run left rows out with `--limit`, whose errors it does not list.
-            if earlier != Some(None) {
+            if finished_run(&ctx.settings.out) != Some(None) {
                 super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)

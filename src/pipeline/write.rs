@@ -443,6 +443,21 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             limit: n as u64,
             left_out_rows: left_out_rows(w.source, shard, more, c.stats.input_rows),
         });
+        // OUT's run.json is still the earlier run's (this run's is written after the splits).
+        let took_more = match super::passes::finished_run(&w.settings.out) {
+            Some(None) => true,
+            Some(Some(m)) => m > n as u64,
+            None => false,
+        };
+        if more && took_more {
+            tracing::warn!(
+                "{} holds a finished run that took more rows than --limit {n}: this run's \
+                 splits, card and reports hold only the first {n} rows of the shard (nothing \
+                 generated is lost: a run without the limit writes them all again, generating \
+                 nothing anew)",
+                w.settings.out.display()
+            );
+        }
     }
     c.ledger.check().map_err(PipelineError::Accounting)?;
     c.stats.errors = c.errors.len() as u64;
