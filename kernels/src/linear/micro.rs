@@ -1,12 +1,24 @@
 //! The micro-kernels of [`super::PackedLinear`]: per instruction set, `R` rows of `x` × one
-//! panel of [`PANEL_COLS`] columns over a depth block, accumulators in registers, one fused
-//! multiply-add per step in increasing `k` (a multiply then an add on the scalar path).
+//! or two adjacent panels of [`PANEL_COLS`] columns over a depth block, accumulators in
+//! registers, one fused multiply-add per step in increasing `k` (a multiply then an add on
+//! the scalar path).
 
 use std::sync::OnceLock;
 
 use half::bf16;
 
-use super::{PANEL_COLS, TILE_ROWS};
+use super::PANEL_COLS;
+
+/// A micro-kernel call's register tile: up to `rows` rows of `x` × `panels` adjacent panels
+/// of [`PANEL_COLS`] columns. The tile changes which registers hold an output element, never
+/// the operations that compute it, so every tile gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tile {
+    /// Rows of `x` per call at most (the tile-major copy of `x` is grouped by as many).
+    pub(crate) rows: usize,
+    /// Adjacent panels per call at most.
+    pub(crate) panels: usize,
+}
 
 /// Instruction set of a kernel, detected once per process: [`Isa::detected`] for the 8-lane
 /// (4-lane) kernels of attention, [`Isa::widest`] for the linear's micro-kernel.
@@ -47,15 +59,26 @@ impl Isa {
         Self::detected()
     }
 
-    /// Rows of `x` per micro-kernel call: AVX-512, 16 accumulator registers + 1 weight
-    /// vector + 1 broadcast of the 32 (a decode step of 16 sequences reads each weight once);
-    /// AVX2, 6 × 2 accumulators + 2 weight vectors + 1 broadcast, 15 of the 16 registers (the
-    /// BLIS Haswell kernel's 6 × 16); NEON, 6 × 4 accumulators of the 32; scalar, as AVX2.
-    pub(crate) fn tile_rows(self) -> usize {
+    /// The micro-kernel's register tile.
+    ///
+    /// AVX-512: [`super::TILE_ROWS`] (12) rows × 2 panels, 24 accumulator registers + 2 weight
+    /// vectors of the 32, the broadcasts folded into the fused multiply-adds: 2 + 12 loads per
+    /// 24 multiply-adds. Its first version, 16 rows × 1 panel (1 + 16 loads per 16, each
+    /// weight read once by a decode step of 16 sequences), was bound by the loads: with `x` and
+    /// the weights in L1, one thread of an Ice Lake Xeon at 2.6 GHz reached 86 GFLOP/s with
+    /// it and 142 with 12 × 2 (14 × 2 and 9 × 3: no better); over the 100m decoder's 14
+    /// layers, weights from memory, 16 rows ran 3–8 % faster in 12 + 4 rows of 12 × 2
+    /// (`kernels/examples/linear_rate.rs`). AVX2: 6 × 2 accumulators + 2 weight vectors + 1
+    /// broadcast, 15 of the 16 registers (the BLIS Haswell kernel's 6 × 16), 1 panel; NEON:
+    /// 6 × 4 accumulators of the 32, 1 panel; scalar as AVX2.
+    pub(crate) fn tile(self) -> Tile {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Self::Avx512 => TILE_ROWS,
-            _ => 6,
+            Self::Avx512 => Tile {
+                rows: super::TILE_ROWS,
+                panels: 2,
+            },
+            _ => Tile { rows: 6, panels: 1 },
         }
     }
 
@@ -166,32 +189,77 @@ impl PanelElem for bf16 {
     }
 }
 
-/// Accumulators `acc` (`rows` rows of [`PANEL_COLS`], `ldc` apart) += `x` `[kb][rows]` (the
-/// rows' depth block, packed step-major: the broadcasts of a step are adjacent)
-/// × `w` `[kb][PANEL_COLS]`, for `rows` in `1..=TILE_ROWS` (at most the ISA's
-/// [`Isa::tile_rows`]: the AVX2 kernel's accumulators spill to memory beyond), prefetching the weights `pf` (as
-/// many as `w`); the order per element never depends on `rows`.
+/// The depth blocks of one micro-kernel call's panels, each with the block to prefetch (as
+/// long; the block the task multiplies next, or the same one).
+pub(super) type Blocks<'a, W> = [(&'a [W], &'a [W])];
+
+/// Accumulators `acc` (`rows` rows of `blocks.len()` adjacent panels, `ldc` apart) += `x`
+/// `[kb][rows]` (the rows' depth block, packed step-major: the broadcasts of a step are
+/// adjacent) × each block's `w` `[kb][PANEL_COLS]`, prefetching each block's `pf`, for `rows`
+/// and `blocks.len()` within the ISA's [`Isa::tile`] (the AVX2 kernel's accumulators spill to
+/// memory beyond); the order per element never depends on the tile.
 ///
-/// Panics if `x` is too short or `rows` is not in `1..=TILE_ROWS`; the caller guarantees that
-/// `acc` is writable at `r * ldc + c` for `r < rows`, `c < PANEL_COLS` (see [`PackedLinear::run`]).
+/// Panics if `x` is too short, a block's length differs from the first's, or `rows` or
+/// `blocks.len()` exceed the tile; the caller guarantees that `acc` is writable at
+/// `r * ldc + c` for `r < rows`, `c < blocks.len() * PANEL_COLS` (see
+/// [`super::PackedLinear::run`]).
 #[inline(always)]
 pub(super) fn micro_rows<W: PanelElem>(
     isa: Isa,
     rows: usize,
     x: &[f32],
-    (w, pf): (&[W], &[W]),
+    blocks: &Blocks<'_, W>,
     acc: *mut f32,
     ldc: usize,
 ) {
     macro_rules! tile {
-        ($($r:literal)*) => {
+        ($f:ident $args:tt, $($r:literal)*) => {
             match rows {
-                $($r => micro::<W, $r>(isa, x, w, pf, acc, ldc),)*
-                _ => panic!("{rows} rows in a tile of {TILE_ROWS}"),
+                $($r => $f::<W, $r> $args,)*
+                _ => panic!("{rows} rows in a tile of {:?}", isa.tile()),
             }
         };
     }
-    tile!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        return tile!(avx512(x, blocks, acc, ldc), 1 2 3 4 5 6 7 8 9 10 11 12);
+    }
+    for (i, &(w, pf)) in blocks.iter().enumerate() {
+        // SAFETY: panel `i`'s columns lie inside the caller's guarantee on `acc`.
+        let acc = unsafe { acc.add(i * PANEL_COLS) };
+        tile!(micro(isa, x, w, pf, acc, ldc), 1 2 3 4 5 6);
+    }
+}
+
+/// `R` accumulator rows at `acc` (`ldc` apart) += `x` `[kb][R]` × the 1 or 2 adjacent panels'
+/// blocks, with AVX-512 (see [`micro_rows`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn avx512<W: PanelElem, const R: usize>(
+    x: &[f32],
+    blocks: &Blocks<'_, W>,
+    acc: *mut f32,
+    ldc: usize,
+) {
+    let Some(&(w0, _)) = blocks.first() else {
+        return;
+    };
+    let kb = w0.len() / PANEL_COLS;
+    let same = blocks
+        .iter()
+        .all(|(w, pf)| w.len() == w0.len() && pf.len() == w0.len());
+    assert!(x.len() >= kb * R && same);
+    let w = |i: usize| blocks[i].0.as_ptr();
+    let pf = |i: usize| blocks[i].1.as_ptr();
+    // SAFETY: `micro_rows` runs this only under `Isa::Avx512` (AVX-512F detected); the assert
+    // above bounds every read of `x` and the blocks; `acc` is the caller's.
+    unsafe {
+        match blocks.len() {
+            1 => micro_avx512::<W, R, 1>(x.as_ptr(), [w(0)], [pf(0)], kb, acc, ldc),
+            2 => micro_avx512::<W, R, 2>(x.as_ptr(), [w(0), w(1)], [pf(0), pf(1)], kb, acc, ldc),
+            n => panic!("{n} panels in a tile of {:?}", Isa::Avx512.tile()),
+        }
+    }
 }
 
 /// `R` accumulator rows at `acc` (`ldc` apart) += `x` `[kb][R]` × `w` `[kb][PANEL_COLS]`,
@@ -208,17 +276,14 @@ fn micro<W: PanelElem, const R: usize>(
     let kb = w.len() / PANEL_COLS;
     assert!(x.len() >= kb * R && pf.len() == w.len());
     match isa {
-        // SAFETY: AVX-512F was detected; the assert above bounds every read of `x` and
+        // SAFETY: AVX2 and FMA were detected; the assert above bounds every read of `x` and
         // `w`; `acc` is the caller's (see `micro_rows`).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe {
-            micro_avx512::<W, R>(x.as_ptr(), w.as_ptr(), pf.as_ptr(), kb, acc, ldc)
-        },
-        // SAFETY: as above, with AVX2 and FMA detected.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => unsafe {
             micro_avx2::<W, R>(x.as_ptr(), w.as_ptr(), pf.as_ptr(), kb, acc, ldc)
         },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unreachable!("`micro_rows` runs AVX-512 tiles in `avx512`"),
         // SAFETY: NEON was detected; the assert above bounds every read; `acc` as above. (No
         // prefetch: the intrinsic is not stable on AArch64.)
         #[cfg(target_arch = "aarch64")]
@@ -279,37 +344,49 @@ unsafe fn micro_avx2<W: PanelElem, const R: usize>(
     }
 }
 
-/// The AVX-512F micro-kernel: `R` accumulator vectors (a panel row each) in registers over
-/// `kb` steps; per step one weight vector, `R` broadcasts and `R` fused multiply-adds, per
-/// lane the same operations in the same order as [`micro_avx2`].
+/// The AVX-512F micro-kernel: `R × P` accumulator vectors (a panel row each) in registers
+/// over `kb` steps; per step `P` weight vectors, `R` broadcasts and `R × P` fused
+/// multiply-adds, per lane the same operations in the same order as [`micro_avx2`].
 ///
 /// # Safety
-/// AVX-512F available; otherwise as [`micro_avx2`].
+/// AVX-512F available; `x` readable at `kk * R + r` for `r < R`, `kk < kb`; `w[j]` and
+/// `pf[j]` hold `kb * PANEL_COLS` weights each; `c` writable at `r * ldc + i` for `r < R`,
+/// `i < P * PANEL_COLS`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_avx512<W: PanelElem, const R: usize>(
+unsafe fn micro_avx512<W: PanelElem, const R: usize, const P: usize>(
     x: *const f32,
-    w: *const W,
-    pf: *const W,
+    w: [*const W; P],
+    pf: [*const W; P],
     kb: usize,
     c: *mut f32,
     ldc: usize,
 ) {
     use std::arch::x86_64::*;
-    let mut acc = [_mm512_setzero_ps(); R];
-    for (r, a) in acc.iter_mut().enumerate() {
-        *a = _mm512_loadu_ps(c.add(r * ldc));
-    }
-    for kk in 0..kb {
-        // Into L2, as in `micro_avx2`.
-        _mm_prefetch::<_MM_HINT_T1>(pf.add(kk * PANEL_COLS).cast::<i8>());
-        let b = W::load16(w.add(kk * PANEL_COLS));
-        for (r, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(_mm512_set1_ps(*x.add(kk * R + r)), b, *a);
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    for (r, row) in acc.iter_mut().enumerate() {
+        for (j, a) in row.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(c.add(r * ldc + j * PANEL_COLS));
         }
     }
-    for (r, a) in acc.iter().enumerate() {
-        _mm512_storeu_ps(c.add(r * ldc), *a);
+    for kk in 0..kb {
+        let mut b = [_mm512_setzero_ps(); P];
+        for (j, b) in b.iter_mut().enumerate() {
+            // Into L2, as in `micro_avx2`: the step's line of each panel to come.
+            _mm_prefetch::<_MM_HINT_T1>(pf[j].add(kk * PANEL_COLS).cast::<i8>());
+            *b = W::load16(w[j].add(kk * PANEL_COLS));
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_ps(*x.add(kk * R + r));
+            for (acc, &b) in row.iter_mut().zip(&b) {
+                *acc = _mm512_fmadd_ps(a, b, *acc);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (j, a) in row.iter().enumerate() {
+            _mm512_storeu_ps(c.add(r * ldc + j * PANEL_COLS), *a);
+        }
     }
 }
 

@@ -6,8 +6,8 @@
 //! Layout: `W` `[n, k]` (PyTorch `nn.Linear.weight`) is cut into panels of [`PANEL_COLS`]
 //! output columns; a panel is stored `[k][PANEL_COLS]`, the last one padded with zeros. The
 //! micro-kernel (BLIS's register blocking; Goto & van de Geijn, "Anatomy of high-performance
-//! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns of
-//! accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
+//! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns (two
+//! panels side by side with AVX-512) of accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
 //! staying in L1 while the rows of a block of [`ROW_BLOCK`] rows of `x` pass over it, and that
 //! block of `x` staying in L2 while a group of panels passes over it.
 //!
@@ -39,7 +39,7 @@ const NAME: &str = "packed_linear";
 pub const PANEL_COLS: usize = 16;
 /// Rows of `x` per micro-kernel call at most, over every instruction set (see
 /// [`PackedLinear::tile_rows`]).
-pub const TILE_ROWS: usize = 16;
+pub const TILE_ROWS: usize = 12;
 /// Depth (`k`) per block: a block of a panel (`DEPTH_BLOCK × PANEL_COLS` weights, 16 KiB in
 /// f32) stays in L1 while all rows pass over it.
 pub const DEPTH_BLOCK: usize = 256;
@@ -47,7 +47,7 @@ pub const DEPTH_BLOCK: usize = 256;
 /// in L2 while a group of panels passes over it, instead of every panel streaming all of `x`
 /// from memory (which made large `m` — a vision tower's thousands of patches — memory bound).
 pub const ROW_BLOCK: usize = 96;
-// A row block is whole tiles of every instruction set (16 rows AVX-512, 6 AVX2/NEON/scalar):
+// A row block is whole tiles of every instruction set (12 rows AVX-512, 6 AVX2/NEON/scalar):
 // the tile-major copy of `x` is indexed by tile from each block's start.
 const _: () = assert!(ROW_BLOCK.is_multiple_of(TILE_ROWS) && ROW_BLOCK.is_multiple_of(6));
 /// Panels per rayon task at least (128 output columns; their depth blocks, 64 KiB in bf16,
@@ -146,9 +146,10 @@ impl PackedLinear {
     }
 
     /// Rows of `x` per micro-kernel call on this CPU (the detected instruction set's tile:
-    /// 16 with AVX-512, 6 otherwise; at most [`TILE_ROWS`]).
+    /// 12 with AVX-512, 6 otherwise; at most [`TILE_ROWS`]). The bits of a row never depend
+    /// on it.
     pub fn tile_rows() -> usize {
-        Isa::widest().tile_rows()
+        Isa::widest().tile().rows
     }
 
     /// Input features `k`.
@@ -288,9 +289,9 @@ impl PackedLinear {
             y.truncate(m * n);
             return y;
         }
-        let tile = isa.tile_rows();
-        let panel_len = k * PANEL_COLS;
         let block = ROW_BLOCK.min(m);
+        let tile = isa.tile();
+        let panel_len = k * PANEL_COLS;
         let group = PANEL_GROUP.max(TASK_MACS / (block * k * PANEL_COLS).max(1));
         let groups = n_panels.div_ceil(group);
         let depth_blocks = k.div_ceil(DEPTH_BLOCK);
@@ -304,10 +305,15 @@ impl PackedLinear {
         let chunk = blocks.max(1) * block;
         let mut xt = vec![0f32; chunk.min(m) * k];
         let out = OutPtr(y.as_mut_ptr());
+        // The depth block `k0..k0 + kb` of panel `p`.
+        let depth_block = |p: usize, k0: usize, kb: usize| {
+            let start = p * panel_len + k0 * PANEL_COLS;
+            &panels[start..start + kb * PANEL_COLS]
+        };
         for c0 in (0..m).step_by(chunk) {
             let cm = chunk.min(m - c0);
             let xt = &mut xt[..cm * k];
-            tile_major(&x[c0 * k..(c0 + cm) * k], k, tile, xt);
+            tile_major(&x[c0 * k..(c0 + cm) * k], k, tile.rows, xt);
             let xt = &*xt;
             (0..cm.div_ceil(block) * groups)
                 .into_par_iter()
@@ -316,38 +322,46 @@ impl PackedLinear {
                     let (r0, p0) = ((task / groups) * block, (task % groups) * group);
                     let rows = block.min(cm - r0);
                     let group = p0..(p0 + group).min(n_panels);
-                    let steps = group.len() * depth_blocks;
-                    // Step `s` of the task: (panel, first `k` of its depth block).
+                    // Units of `tile.panels` adjacent panels (the last one may have fewer).
+                    let units = group.len().div_ceil(tile.panels);
+                    let steps = units * depth_blocks;
+                    // Step `s` of the task: (first panel of its unit, first `k` of its depth
+                    // block).
                     let at = |s: usize| {
-                        let (p, d) = if sequential {
+                        let (u, d) = if sequential {
                             (s / depth_blocks, s % depth_blocks)
                         } else {
-                            (s % group.len(), s / group.len())
+                            (s % units, s / units)
                         };
-                        (group.start + p, d * DEPTH_BLOCK)
+                        (group.start + u * tile.panels, d * DEPTH_BLOCK)
                     };
                     for s in 0..steps {
                         let (p, k0) = at(s);
                         let kb = DEPTH_BLOCK.min(k - k0);
-                        let start = p * panel_len + k0 * PANEL_COLS;
-                        let w = &panels[start..start + kb * PANEL_COLS];
-                        // The block multiplied next, or this one again (nothing new fetched)
+                        let width = tile.panels.min(group.end - p);
+                        // Each panel's block, with the block of the same place in the unit
+                        // multiplied next to prefetch, or this one again (nothing new fetched)
                         // at the end, or when the next one is shorter.
                         let (p1, k1) = at(s + 1);
-                        let next = p1 * panel_len + k1 * PANEL_COLS;
-                        let pf = match panels.get(next..next + kb * PANEL_COLS) {
-                            Some(pf) if s + 1 < steps && k1 + kb <= k => pf,
-                            _ => w,
-                        };
-                        for t0 in (r0..r0 + rows).step_by(tile) {
-                            let tr = tile.min(r0 + rows - t0);
+                        let next = s + 1 < steps && k1 + kb <= k;
+                        let mut unit = [(&panels[..0], &panels[..0]); 2];
+                        for (i, slot) in unit[..width].iter_mut().enumerate() {
+                            let w = depth_block(p + i, k0, kb);
+                            let pf = match next {
+                                true => depth_block((p1 + i).min(group.end - 1), k1, kb),
+                                false => w,
+                            };
+                            *slot = (w, pf);
+                        }
+                        for t0 in (r0..r0 + rows).step_by(tile.rows) {
+                            let tr = tile.rows.min(r0 + rows - t0);
                             // SAFETY: the task alone owns rows c0 + r0.. (`rows` of them) ×
                             // the columns of its panels; `(c0 + t0) * ldy + p * PANEL_COLS`
-                            // plus `tr - 1` rows of `ldy` and PANEL_COLS columns lies inside
-                            // `y` (`m * ldy`).
+                            // plus `tr - 1` rows of `ldy` and `width` panels of columns lies
+                            // inside `y` (`m * ldy`).
                             let acc = unsafe { out.at((c0 + t0) * ldy + p * PANEL_COLS) };
                             let xs = &xt[t0 * k + k0 * tr..];
-                            micro_rows(isa, tr, xs, (w, pf), acc, ldy);
+                            micro_rows(isa, tr, xs, &unit[..width], acc, ldy);
                         }
                     }
                     if let Some(b) = &self.bias {
@@ -536,26 +550,32 @@ mod tests {
 
     /// Every SIMD micro-kernel this CPU runs gives bitwise the AVX2 kernel's products (one
     /// fused multiply-add per step, increasing `k`), at tile-straddling row counts, f32 and
-    /// bf16 weights; the scalar kernel (multiply, then add) is close but not bitwise.
+    /// bf16 weights, over an even and an odd number of panels (AVX-512's two-panel tile then
+    /// ends in a one-panel unit: 5 panels in one group; 9 in a group of 8 and one of 1); the
+    /// scalar kernel (multiply, then add) is close but not bitwise.
     #[test]
     fn avx512_and_avx2_kernels_agree_bitwise() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
             return;
         }
-        let (n, k) = (3 * PANEL_COLS + 5, DEPTH_BLOCK + 45);
+        let k = DEPTH_BLOCK + 45;
         let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-        for dtype in [DType::F32, DType::BF16] {
+        for (dtype, n) in [DType::F32, DType::BF16]
+            .into_iter()
+            .flat_map(|d| [(d, 4 * PANEL_COLS + 5), (d, 8 * PANEL_COLS + 5)])
+        {
             let w = Tensor::from_vec(crate::lcg_uniform(1, n * k, 2.0), (n, k), &Device::Cpu)
                 .and_then(|w| w.to_dtype(dtype))
                 .expect("weight");
             let b = Tensor::from_vec(crate::lcg_uniform(2, n, 2.0), n, &Device::Cpu).ok();
             let lin = PackedLinear::pack(&[(w, b)]).expect("pack");
-            for m in [1, 5, 16, 23, 40, 64, ROW_BLOCK + 1, 2 * ROW_BLOCK + 7] {
+            for m in [1, 5, 16, 17, 23, 40, 64, ROW_BLOCK + 1, 2 * ROW_BLOCK + 7] {
                 let x = crate::lcg_uniform(3, m * k, 2.0);
                 let avx2 = lin.matmul_with(Isa::Avx2Fma, &x);
                 if is_x86_feature_detected!("avx512f") {
                     let avx512 = lin.matmul_with(Isa::Avx512, &x);
-                    assert_eq!(bits(avx512), bits(avx2.clone()), "{dtype:?}, m = {m}");
+                    let at = format!("{dtype:?}, n = {n}, m = {m}");
+                    assert_eq!(bits(avx512), bits(avx2.clone()), "{at}");
                 }
                 let scalar = lin.matmul_with(Isa::Scalar, &x);
                 assert_ne!(
