@@ -251,12 +251,8 @@ fn prepare_rerun_removes_what_a_killed_prepare_staged() {
     let jsonl = jsonl_with_values_that_are_no_text(tmp.path());
     let data = tmp.path().join("out/data");
     std::fs::create_dir_all(&data).unwrap();
-    let dead = {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        pid
-    };
+    // A pid above the kernel's largest pid_max (2^22): no live process has it.
+    let dead = 4_194_305 + std::process::id() % 1000;
     let stale = [
         format!(".train-00000.staged-{dead}"),
         format!("..train-00001.staged-{dead}.tmp-{dead}-0"),
