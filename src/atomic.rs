@@ -42,6 +42,20 @@ impl AtomicError {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Whether process `pid` is alive (Linux: `/proc/<pid>` exists; this process always). Elsewhere
+/// every other process counts as dead: a caller that removes the temporary files of dead
+/// processes must either hold a lock that keeps other writers out (the OUT lock of `run`) or
+/// act only where this is known ([`PROCESS_LIVENESS_KNOWN`]).
+pub fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    PROCESS_LIVENESS_KNOWN && Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Whether [`process_alive`] knows other processes (Linux).
+pub const PROCESS_LIVENESS_KNOWN: bool = cfg!(target_os = "linux");
+
 /// The id of the process that created the temporary file named `name`: a hidden name with
 /// `.tmp-<pid>` followed by nothing, `-<n>` ([`AtomicFile`]) or an extension (`.png`, for
 /// writers that need one); `None` for any other name. A crash can leave such a file behind.

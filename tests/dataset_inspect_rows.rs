@@ -110,3 +110,34 @@ fn inspect_names_unusable_images_and_damaged_row_groups_as_run_would() {
         "the file is not unreadable: {stdout}"
     );
 }
+
+/// The exit status reports files, not rows (README): a shown row whose image is NOT USABLE
+/// leaves it 0, whether or not the row is among those shown. Catches: the status changing
+/// with `--rows`, or a row `run` only reports in `errors.jsonl` failing `inspect`.
+#[test]
+fn a_row_not_usable_leaves_the_exit_status_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("in.parquet");
+    let whole = jpeg(16, 8);
+    let qa = [("What is written?", "1")];
+    let rows = [
+        InputSpec::new(png(3, 2, 1), &qa),
+        InputSpec::new(whole[..whole.len() - 2].to_vec(), &qa),
+    ];
+    write_input(&file, &rows, 2);
+    for (shown, not_usable) in [("2", true), ("1", false)] {
+        let out = bin()
+            .arg("inspect")
+            .arg(&file)
+            .args(["--rows", shown])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "--rows {shown}: {stdout}");
+        assert_eq!(
+            stdout.contains("Jpeg, NOT USABLE: image.bytes: truncated JPEG"),
+            not_usable,
+            "--rows {shown}: {stdout}"
+        );
+    }
+}

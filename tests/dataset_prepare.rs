@@ -188,6 +188,103 @@ fn prepare_generic_jsonl_groups_questions_per_image() {
     assert!(text.contains("\"question\":\"Q1\""), "{text}");
 }
 
+/// A QA JSONL in `tmp/src` of two images whose line 2 answers with a bool and line 3 with a
+/// fraction; returns the JSONL.
+fn jsonl_with_values_that_are_no_text(tmp: &Path) -> std::path::PathBuf {
+    let src = tmp.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.png"), png(5, 4, 1)).unwrap();
+    std::fs::write(src.join("b.png"), png(6, 2, 2)).unwrap();
+    std::fs::write(
+        src.join("qa.jsonl"),
+        "{\"image\": \"a.png\", \"question\": \"Q1\", \"answer\": \"A1\"}\n\
+         {\"image\": \"a.png\", \"question\": \"Q2\", \"answer\": true}\n\
+         {\"image\": \"b.png\", \"question\": \"Q3\", \"answer\": 2.5}\n",
+    )
+    .unwrap();
+    src.join("qa.jsonl")
+}
+
+/// Catches: `prepare --jsonl` stopping (exit 1, nothing written) at a bool or fractional
+/// answer where `--parquet` leaves out a row whose answer `run` cannot read: the question is
+/// left out, named by line and field, and the rest is written.
+#[test]
+fn prepare_jsonl_leaves_out_answers_that_are_no_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = jsonl_with_values_that_are_no_text(tmp.path());
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(&jsonl)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(0), "{err}");
+    let at = jsonl.display();
+    for want in [
+        format!("left out: {at}:2: field qa[1].answer: `answer` must be a string, got true"),
+        format!("left out: {at}:3: field qa[0].answer: `answer` is the number 2.5, whose exact text JSON does not keep"),
+        "prepare: 2 row(s) or question(s) left out".to_string(),
+    ] {
+        assert!(err.contains(&want), "{want:?} in {err}");
+    }
+    let rows = read_all(&out);
+    let written: Vec<Vec<(&str, &str)>> = rows
+        .iter()
+        .map(|r| {
+            r.qa.iter()
+                .map(|q| (q.question.as_str(), q.answer.as_str()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(written, [vec![("Q1", "A1")]]);
+}
+
+/// Catches: a rerun of a `prepare` killed mid-write leaving the killed run's staged shards
+/// in `OUT/data` (hidden files no later run removed), or removing files not its own.
+#[cfg(target_os = "linux")]
+#[test]
+fn prepare_rerun_removes_what_a_killed_prepare_staged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = jsonl_with_values_that_are_no_text(tmp.path());
+    let data = tmp.path().join("out/data");
+    std::fs::create_dir_all(&data).unwrap();
+    // A pid above the kernel's largest pid_max (2^22): no live process has it.
+    let dead = 4_194_305 + std::process::id() % 1000;
+    let stale = [
+        format!(".train-00000.staged-{dead}"),
+        format!("..train-00001.staged-{dead}.tmp-{dead}-0"),
+    ];
+    let kept = [format!(".val-00000.staged-{dead}"), ".notes".to_string()];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(data.join(name), b"PAR1").unwrap();
+    }
+    let st = bin()
+        .args(["-q", "prepare", "--jsonl"])
+        .arg(&jsonl)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        st.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut want = vec!["train-00000-of-00001.parquet".to_string()];
+    want.extend(kept);
+    want.sort();
+    assert_eq!(left, want);
+}
+
 #[test]
 fn prepare_refuses_images_outside_the_folder() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,7 +12,10 @@ feature metadata is present, the row count, and the first rows (image size in by
 width x height once the image passes run's own check, a full decode within its limits, else \
 why run would refuse it; SHA-256 check, qa entries). Every row group is decoded: one that fails \
 is named with its rows, as run reports it, and the others are still read.\n\nPATH is a parquet file, a folder (an input \
-dataset or an output directory) or a quoted glob.",
+dataset or an output directory) or a quoted glob.\n\nExit status: 1 when a file is unreadable or has a column \
+run cannot read, or a row group cannot be decoded; 2 when PATH does not exist or matches no parquet file; else 0. \
+A shown row whose image is NOT USABLE leaves it 0: only the first --rows rows are checked, and run records such a \
+row in errors.jsonl and goes on.",
     after_help = "Example:\n  verisample inspect verisample-out --rows 2"
 )]
 pub struct InspectArgs {
@@ -25,7 +28,9 @@ pub struct InspectArgs {
 
 /// Print what the dataset at `a.path` holds.
 ///
-/// Errors: an unusable path (usage), unreadable parquet files (after printing the rest).
+/// Errors: an unusable path (usage), unreadable or not usable parquet files, row groups that
+/// cannot be decoded (after printing the rest). A shown row whose image is NOT USABLE is no
+/// error: only the rows shown are checked, and `run` reports such a row and goes on.
 pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
     let found = crate::dataset::inspect::inspect(&a.path, a.rows, &run_image_check).map_err(
         |e| match e {

@@ -36,7 +36,9 @@ each named on stderr (file:line or file: row N, and the field) and counted; the 
 stays 0 as long as some row is written. With --parquet, so is a row the reader refuses (a null \
 image or qa, an answer not UTF-8 or of another type than string), a family that cannot name a \
 split, a stored image_sha256 that is not the image's (`run` drops it), and a question whose \
-source is neither that hash nor the image's path.",
+source is neither that hash nor the image's path. With --jsonl and --labels, so is a question whose \
+text or reference is no text (a bool, an object, a fraction such as 2.5, which JSON does not keep as written).\n\n\
+A prepare that was killed leaves hidden staged shards in OUT/data; the next prepare of that split removes them.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
 verisample prepare --jsonl my/qa.jsonl --family MyBench --out my-input\n  \

@@ -14,6 +14,11 @@
 //! - **parquet** ([`from_parquet`]): any parquet input the reader takes, flat layouts
 //!   included (column flags or detection), one row per input row, images as stored.
 //!
+//! In both JSONL sources a question or reference that is no text (a bool, an object, a
+//! fraction whose text JSON does not keep: `1.50`) leaves out its question, named with its
+//! line and field, as `--parquet` leaves out a row whose answer `run` cannot read; the other
+//! rows are written. A line without its image, question or reference is malformed.
+//!
 //! When any answer is a list, `qa[].answer` is written as `list<string>` (a single
 //! reference as a list of one, which reads back as that string).
 //!
@@ -127,6 +132,10 @@ struct PendingQa {
     extra: Map<String, Value>,
     /// `file:line` of its JSONL line when the row groups several lines (else the row's).
     origin: Option<String>,
+    /// A question or reference of its JSONL line that is no text (a bool, an object, a
+    /// fraction whose text JSON does not keep), as `(field, message)`: the question is left
+    /// out, as `prepare --parquet` leaves out a row whose answer `run` cannot read.
+    unread: Option<(String, String)>,
     /// A problem `run`'s cleaning finds in the question once its text passed the check (a
     /// `source` neither the image's hash nor its path): the question is left out.
     refused: Option<(String, String)>,
@@ -144,13 +153,19 @@ impl PendingQa {
         }
     }
 
-    fn one(question: String, answer: String, extra: Map<String, Value>) -> Self {
+    /// The item of a labels line: `question` and the `label` as read ([`take_item_text`]).
+    fn labelled(question: String, label: Result<String, String>) -> Self {
+        let (answer, unread) = match label {
+            Ok(a) => (a, None),
+            Err(e) => (String::new(), Some(("qa[0].answer".to_string(), e))),
+        };
         Self {
             question,
             answers: vec![answer],
             listed: false,
-            extra,
+            extra: Map::new(),
             origin: None,
+            unread,
             refused: None,
         }
     }
@@ -198,83 +213,89 @@ fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
     Ok(out)
 }
 
+/// `key` of a line, which must be there.
+fn missing(key: &str, path: &Path, line: usize) -> DatasetError {
+    DatasetError::Invalid(format!("{}:{line}: missing `{key}`", path.display()))
+}
+
+/// `key` of a line as text ([`json_text`]); a line without it, or with a value that is no
+/// text, is malformed (the image path of a row).
 fn take_text(
     m: &mut Map<String, Value>,
     key: &str,
     path: &Path,
     line: usize,
 ) -> Result<String, DatasetError> {
-    value_text(m.remove(key), key, path, line)
+    let v = m.remove(key).ok_or_else(|| missing(key, path, line))?;
+    json_text(v, key).map_err(|e| DatasetError::Invalid(format!("{}:{line}: {e}", path.display())))
 }
 
-/// [`take_text`], with a null value read as blank (`""`): the row check then leaves out the
-/// question, naming its line, instead of the whole input failing.
-fn take_text_or_blank(
+/// A question or reference of a line: its text, a null read as blank (`""`: the row check
+/// then leaves out the question, naming its line), or `Err` for a value that is no text
+/// ([`json_text`]; [`PendingQa::unread`] leaves the question out).
+///
+/// Errors: the line has no `key`.
+fn take_item_text(
     m: &mut Map<String, Value>,
     key: &str,
     path: &Path,
     line: usize,
-) -> Result<String, DatasetError> {
+) -> Result<Result<String, String>, DatasetError> {
     match m.remove(key) {
-        Some(Value::Null) => Ok(String::new()),
-        other => value_text(other, key, path, line),
+        None => Err(missing(key, path, line)),
+        Some(Value::Null) => Ok(Ok(String::new())),
+        Some(v) => Ok(json_text(v, key)),
     }
 }
 
 /// `answer` of a QA line: a string (or integer), or a list of them (several references; a
 /// null in the list is dropped, as the reader does). Returns the references and whether
-/// they came as a list.
+/// they came as a list, or `Err` for a value that is no text (as [`take_item_text`]).
+///
+/// Errors: the line has no `answer`.
 fn take_answers(
     m: &mut Map<String, Value>,
     path: &Path,
     line: usize,
-) -> Result<(Vec<String>, bool), DatasetError> {
-    match m.remove("answer") {
-        Some(Value::Array(items)) => {
-            let answers = items
-                .into_iter()
-                .filter(|v| !v.is_null())
-                .map(|v| value_text(Some(v), "answer[]", path, line))
-                .collect::<Result<Vec<_>, _>>()?;
+) -> Result<Result<(Vec<String>, bool), String>, DatasetError> {
+    Ok(match m.remove("answer") {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .map(|v| json_text(v, "answer[]"))
+            .collect::<Result<Vec<_>, _>>()
             // No reference left (`[]`, `[null]`): blank, the row check leaves the question out.
-            if answers.is_empty() {
-                return Ok((vec![String::new()], false));
-            }
-            Ok((answers, true))
-        }
+            .map(|a| {
+                if a.is_empty() {
+                    (vec![String::new()], false)
+                } else {
+                    (a, true)
+                }
+            }),
         // A blank reference: the row check leaves the row out.
         Some(Value::Null) => Ok((vec![String::new()], false)),
-        other => Ok((vec![value_text(other, "answer", path, line)?], false)),
-    }
+        Some(v) => json_text(v, "answer").map(|a| (vec![a], false)),
+        None => return Err(missing("answer", path, line)),
+    })
 }
 
-fn value_text(
-    v: Option<Value>,
-    key: &str,
-    path: &Path,
-    line: usize,
-) -> Result<String, DatasetError> {
+/// A JSON value as the text of a string field: a string as it is, an integer (or an
+/// integral float, as a parquet float answer is: `1500.0` → `1500`) as its digits.
+///
+/// Errors (as a message naming `key`): a fraction, whose text does not survive parsing
+/// (`1.50` would become `1.5`: it must be quoted), or any other value (bool, list, object,
+/// null).
+fn json_text(v: Value, key: &str) -> Result<String, String> {
     match v {
-        Some(Value::String(s)) => Ok(s),
-        // An integer's text survives parsing, and an integral float is read as the integer
-        // (`1500.0` → `1500`, as a parquet float answer is); a fraction's text does not
-        // survive (`1.50` would become `1.5`): it must be quoted.
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        Some(v @ Value::Number(_)) => v.as_f64().and_then(integral_text).ok_or_else(|| {
-            DatasetError::Invalid(format!(
-                "{}:{line}: `{key}` is the number {v}, whose exact text JSON does not keep: \
-                 write it as a string (e.g. \"1.50\")",
-                path.display()
-            ))
+        Value::String(s) => Ok(s),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        v @ Value::Number(_) => v.as_f64().and_then(integral_text).ok_or_else(|| {
+            format!(
+                "`{key}` is the number {v}, whose exact text JSON does not keep: write it as a \
+                 string (e.g. \"1.50\")"
+            )
         }),
-        Some(other) => Err(DatasetError::Invalid(format!(
-            "{}:{line}: `{key}` must be a string, got {other}",
-            path.display()
-        ))),
-        None => Err(DatasetError::Invalid(format!(
-            "{}:{line}: missing `{key}`",
-            path.display()
-        ))),
+        other => Err(format!("`{key}` must be a string, got {other}")),
     }
 }
 
@@ -313,13 +334,13 @@ fn labels_rows(
         }
         let file = take_text(&mut m, "file", labels, line)?;
         // A null label is a blank reference: the row check leaves the row out.
-        let answer = take_text_or_blank(&mut m, "label", labels, line)?;
+        let label = take_item_text(&mut m, "label", labels, line)?;
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
             columns: None,
             origin: format!("{}:{line}", labels.display()),
             image_rel: file,
-            qa: vec![PendingQa::one(question.to_string(), answer, Map::new())],
+            qa: vec![PendingQa::labelled(question.to_string(), label)],
             provenance: rename_reserved(m, &RESERVED),
             unread: None,
             refused: None,
@@ -342,14 +363,22 @@ fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     for (line, mut m) in read_jsonl(jsonl)? {
         let image = take_text(&mut m, "image", jsonl, line)?;
         // A null question is blank: the row check leaves it out, naming this line.
-        let question = take_text_or_blank(&mut m, "question", jsonl, line)?;
-        let (answers, listed) = take_answers(&mut m, jsonl, line)?;
+        let question = take_item_text(&mut m, "question", jsonl, line)?;
+        let answers = take_answers(&mut m, jsonl, line)?;
+        let at = index.get(&image).map_or(0, |&i| rows[i].qa.len());
+        let unread = match (&question, &answers) {
+            (Err(e), _) => Some((format!("qa[{at}].question"), e.clone())),
+            (_, Err(e)) => Some((format!("qa[{at}].answer"), e.clone())),
+            _ => None,
+        };
+        let (answers, listed) = answers.unwrap_or_else(|_| (vec![String::new()], false));
         let item = PendingQa {
-            question,
+            question: question.unwrap_or_default(),
             answers,
             listed,
             extra: rename_reserved(m, &["source"]),
             origin: Some(format!("{}:{line}", jsonl.display())),
+            unread,
             refused: None,
         };
         match index.get(&image) {
@@ -537,7 +566,8 @@ pub struct PrepareSummary {
 
 /// Run `prepare` (see the module docs). Each row is checked with `check` (`run`'s input
 /// check) before it is written; a row that fails it (an image that does not decode, a
-/// blank or null answer, …) is left out and named in [`PrepareSummary::left_out`].
+/// blank or null answer, …) is left out and named in [`PrepareSummary::left_out`], and so
+/// is a JSONL question whose text or reference is no text (a bool, a fraction).
 ///
 /// A parquet row the reader refuses, or whose `family` or stored `image_sha256` `run`
 /// refuses, is left out the same way (see [`from_parquet`]).
@@ -682,7 +712,11 @@ fn write_rows(
         let origin = row.pending.origin.clone();
         let mut kept = Vec::with_capacity(row.pending.qa.len());
         for (i, mut qa) in std::mem::take(&mut row.pending.qa).into_iter().enumerate() {
-            match problems.get(i).cloned().flatten().or(qa.refused.take()) {
+            let problem = qa
+                .unread
+                .take()
+                .or_else(|| problems.get(i).cloned().flatten());
+            match problem.or_else(|| qa.refused.take()) {
                 Some(problem) => {
                     let at = qa.origin.as_deref().unwrap_or(&origin);
                     left_out.push(left_out_message(at, problem));

@@ -16,11 +16,19 @@
 //! - The one exception to "inside the folder": in a Hugging Face hub cache snapshot
 //!   (`datasets--O--N/snapshots/<rev>/`), links into the same repo's `blobs/` are followed,
 //!   as that is where the cache keeps every file ([`hub_blobs`]).
+//!
+//! [`inputs`]: an input spec (file, folder or glob) resolved to its files by this walk.
+//! Here too: the containment rules of image paths ([`resolve_inside`],
+//! [`resolve_in_images_root`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
 use super::DatasetError;
+
+mod inputs;
+
+pub use inputs::{resolve_inputs, InputFiles};
 
 /// A link that was not followed, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,153 +297,9 @@ fn is_run_output(dir: &Path) -> bool {
 /// the walk of a folder or a `**` glob; HF layouts use two levels, `data/<config>/`).
 pub const MAX_DEPTH: usize = 32;
 
-/// The files of a dataset and the folder that path-only images must stay inside.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputFiles {
-    /// Parquet files in reading order.
-    pub files: Vec<PathBuf>,
-    /// The dataset's own folder (canonical).
-    pub root: PathBuf,
-    /// Links in the folder that were not followed (outside `root`, or not resolvable); the
-    /// reader reports each as a file error.
-    pub refused: Vec<Refused>,
-}
-
-/// Whether `s` contains glob metacharacters.
-fn is_glob(s: &str) -> bool {
-    s.contains(['*', '?', '['])
-}
-
 fn is_parquet(p: &Path) -> bool {
     p.file_name()
         .is_some_and(|n| n.to_string_lossy().ends_with(".parquet"))
-}
-
-fn canonical(p: &Path) -> Result<PathBuf, DatasetError> {
-    let listed = if p.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        p
-    };
-    listed
-        .canonicalize()
-        .map_err(|e| DatasetError::io(listed, e))
-}
-
-/// Resolve an input spec (file, folder or glob) to its parquet files, under the link rules of
-/// the module docs. The root is the folder given, the folder of the file given, or the glob's
-/// fixed prefix (the components before the first one with a wildcard).
-///
-/// Errors: [`DatasetError::Invalid`] when the path does not exist, a file given is a link out
-/// of its folder, the glob is malformed, or nothing matches; [`DatasetError::Io`] when a
-/// folder cannot be listed.
-pub fn resolve_inputs(spec: &str) -> Result<InputFiles, DatasetError> {
-    let path = Path::new(spec);
-    if path.is_file() {
-        let root = canonical(path.parent().unwrap_or(Path::new("")))?;
-        let real = canonical(path)?;
-        if !readable_from(&root, &real) {
-            return Err(DatasetError::Invalid(format!(
-                "{spec}: a link to a file outside its folder {}: not read (links are followed \
-                 only inside the dataset folder)",
-                root.display()
-            )));
-        }
-        return Ok(InputFiles {
-            files: vec![path.to_path_buf()],
-            root,
-            refused: Vec::new(),
-        });
-    }
-    // A folder: every `*.parquet` below it. A glob: the files under its fixed prefix that
-    // match it (`*` stops at `/`), no deeper than its last component unless it has `**`.
-    let (start, max_depth, pattern) = if path.is_dir() {
-        (path.to_path_buf(), MAX_DEPTH, None)
-    } else if is_glob(spec) {
-        let pattern = glob::Pattern::new(spec)
-            .map_err(|e| DatasetError::Invalid(format!("{spec}: bad glob: {e}")))?;
-        let mut prefix = PathBuf::new();
-        let mut below = 0usize;
-        for comp in path.components() {
-            if below > 0 || is_glob(&comp.as_os_str().to_string_lossy()) {
-                below += 1;
-            } else {
-                prefix.push(comp);
-            }
-        }
-        let depth = if spec.contains("**") {
-            MAX_DEPTH
-        } else {
-            below.saturating_sub(1)
-        };
-        (prefix, depth, Some(pattern))
-    } else {
-        return Err(DatasetError::Invalid(format!(
-            "{spec}: no such file or folder"
-        )));
-    };
-    let options = glob::MatchOptions {
-        require_literal_separator: true,
-        ..glob::MatchOptions::new()
-    };
-    let keep = |p: &Path| match &pattern {
-        Some(g) => g.matches_path_with(p, options),
-        None => is_parquet(p),
-    };
-    let descend = |p: &Path| pattern.is_none() || may_lead_to_match(spec, p);
-    let root = canonical(&start)?;
-    let found = scan(
-        &start,
-        &root,
-        &ScanRules {
-            skip_hidden: pattern.is_none(),
-            max_depth,
-            keep: &keep,
-            descend: &descend,
-        },
-    )?;
-    if found.files.is_empty() {
-        let what = if path.is_dir() {
-            "no .parquet files in this folder"
-        } else {
-            "the glob matches no file"
-        };
-        let refused = match found.refused.len() {
-            0 => String::new(),
-            n => format!(" ({n} path(s) not read: {})", found.refused[0].message),
-        };
-        return Err(DatasetError::Invalid(format!("{spec}: {what}{refused}")));
-    }
-    Ok(InputFiles {
-        files: found.files,
-        root,
-        refused: found.refused,
-    })
-}
-
-/// Whether files below the folder `dir` may match the glob `spec`: each of `dir`'s path
-/// components matches the glob's component at the same place (`*` stops at `/`), or the glob
-/// has `**` (which can span any folders) at or before it.
-fn may_lead_to_match(spec: &str, dir: &Path) -> bool {
-    let globbed: Vec<String> = Path::new(spec)
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    for (i, comp) in dir.components().enumerate() {
-        let Some(g) = globbed.get(i) else {
-            return false;
-        };
-        if g.contains("**") {
-            return true;
-        }
-        let name = comp.as_os_str().to_string_lossy();
-        match glob::Pattern::new(g) {
-            Ok(p) if p.matches(&name) => {}
-            Ok(_) => return false,
-            Err(_) => return true,
-        }
-    }
-    true
 }
 
 /// Whether `base/rel`, with `.` and `..` taken literally (no look-up), stays inside `root`.
@@ -726,52 +590,6 @@ mod tests {
         assert!(resolve_inside(&root, &root, "link.png")
             .unwrap_err()
             .contains("escapes"));
-    }
-
-    #[test]
-    fn resolve_inputs_file_folder_glob() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        for n in ["b.parquet", "a.parquet", ".hidden.parquet", "note.txt"] {
-            std::fs::write(data.join(n), b"").unwrap();
-        }
-        let by_dir = resolve_inputs(dir.path().to_str().unwrap()).unwrap();
-        assert_eq!(
-            by_dir.files,
-            vec![data.join("a.parquet"), data.join("b.parquet")]
-        );
-        assert_eq!(by_dir.root, dir.path().canonicalize().unwrap());
-        let by_glob = resolve_inputs(&format!("{}/data/b*.parquet", dir.path().display())).unwrap();
-        assert_eq!(by_glob.files, vec![data.join("b.parquet")]);
-        assert_eq!(by_glob.root, data.canonicalize().unwrap());
-        let by_file = resolve_inputs(data.join("a.parquet").to_str().unwrap()).unwrap();
-        assert_eq!(by_file.root, data.canonicalize().unwrap());
-        assert!(resolve_inputs(&format!("{}/nothing*", dir.path().display())).is_err());
-        assert!(resolve_inputs(&format!("{}/missing.parquet", dir.path().display())).is_err());
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_glob_reports_only_outside_links_it_could_match() {
-        let dir = tempfile::tempdir().unwrap();
-        let nest = dir.path().join("nest");
-        std::fs::create_dir_all(nest.join("x/b/c")).unwrap();
-        std::fs::create_dir_all(nest.join("d")).unwrap();
-        std::fs::create_dir_all(dir.path().join("elsewhere")).unwrap();
-        std::fs::write(nest.join("x/b/c/f.parquet"), b"").unwrap();
-        symlink(dir.path().join("elsewhere"), nest.join("d/outdir")).unwrap();
-        let glob = |tail: &str| resolve_inputs(&format!("{}/{tail}", nest.display())).unwrap();
-        // `d/outdir` cannot hold `*/b/c/*.parquet`: not followed, not reported.
-        let narrow = glob("*/b/c/*.parquet");
-        assert_eq!(narrow.files, vec![nest.join("x/b/c/f.parquet")]);
-        assert!(narrow.refused.is_empty(), "{:?}", narrow.refused);
-        // `**` may reach into it: reported.
-        let deep = glob("**/*.parquet");
-        let refused: Vec<&Path> = deep.refused.iter().map(|r| r.link.as_path()).collect();
-        assert_eq!(refused, [nest.join("d/outdir").as_path()]);
-        assert!(may_lead_to_match("a/*/c/*.parquet", Path::new("a/x")));
-        assert!(!may_lead_to_match("a/*/c/*.parquet", Path::new("a/x/d")));
     }
 
     #[cfg(unix)]

@@ -120,6 +120,55 @@ pub fn staged_file_pid(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
+/// The process that staged the file `name` as a shard of `split`: a staged shard
+/// (`.<split>-<i>.staged-<pid>`, [`staged_file_pid`]) or the temporary file it is written as
+/// until its shard is closed (`..<split>-<i>.staged-<pid>.tmp-<pid>-<n>`); `None` for any
+/// other name (another split's included).
+pub fn staged_shard_pid(name: &str, split: &str) -> Option<u32> {
+    let of_split = |staged: &str| {
+        let rest = staged
+            .strip_prefix('.')?
+            .strip_prefix(split)?
+            .strip_prefix('-')?;
+        let (index, _) = rest.split_once(".staged-")?;
+        let pid = staged_file_pid(staged)?;
+        (index.len() >= 5 && index.bytes().all(|b| b.is_ascii_digit())).then_some(pid)
+    };
+    of_split(name).or_else(|| {
+        let (staged, _) = name.rsplit_once(".tmp-")?;
+        let pid = crate::atomic::temp_file_pid(name)?;
+        (of_split(staged.strip_prefix('.')?)? == pid).then_some(pid)
+    })
+}
+
+/// Remove the files of `split` in `dir` that a writer killed before [`ShardedWriter::finish`]
+/// staged ([`staged_shard_pid`]), where its process is known to be gone (Linux; elsewhere
+/// nothing is removed, as no lock keeps a live writer of the same split out). Returns them.
+///
+/// Errors: `dir` cannot be listed or such a file cannot be removed.
+fn remove_stale_staged(dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError> {
+    let mut removed = Vec::new();
+    if !crate::atomic::PROCESS_LIVENESS_KNOWN {
+        return Ok(removed);
+    }
+    for entry in std::fs::read_dir(dir).map_err(|e| DatasetError::io(dir, e))? {
+        let entry = entry.map_err(|e| DatasetError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = staged_shard_pid(&name, split) else {
+            continue;
+        };
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file && !crate::atomic::process_alive(pid) {
+            let path = entry.path();
+            tracing::info!("removing {} (staged by a killed writer)", path.display());
+            std::fs::remove_file(&path).map_err(|e| DatasetError::io(&path, e))?;
+            removed.push(path);
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 /// Bytes of Arrow buffers behind `data` (values, offsets, validity, children).
 pub fn arrow_nbytes(data: &ArrayData) -> u64 {
     let own: usize = data.buffers().iter().map(|b| b.len()).sum();
@@ -142,7 +191,8 @@ pub struct ShardedWriter {
 }
 
 impl ShardedWriter {
-    /// Start writing `split` into `dir` (created if missing) with `schema`.
+    /// Start writing `split` into `dir` (created if missing) with `schema`, removing the
+    /// staged files of `split` that a killed writer left there (`remove_stale_staged`).
     ///
     /// `image.bytes` is stored uncompressed without dictionary or statistics (it is already
     /// compressed, and min/max of image bytes are useless); everything else is zstd level 3.
@@ -169,6 +219,7 @@ impl ShardedWriter {
             )));
         }
         std::fs::create_dir_all(dir).map_err(|e| DatasetError::io(dir, e))?;
+        remove_stale_staged(dir, split)?;
         let hf = features::huggingface_metadata(&schema)?;
         let mut meta = schema.metadata().clone();
         meta.insert("huggingface".to_string(), hf.clone());
@@ -426,6 +477,54 @@ mod tests {
         assert_eq!(w.staged.len(), 3, "one staged shard per row group");
         drop(w);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Catches: a rerun leaving the staged shards (closed, or still being written) of a
+    /// killed writer in the folder, or removing files that are not its own: another split's,
+    /// a live process's, or other hidden files.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_new_writer_removes_what_a_killed_writer_of_its_split_staged() {
+        // A pid above the kernel's largest pid_max (2^22): no live process has it.
+        let dead = 4_194_305 + std::process::id() % 1000;
+        let live = std::process::id();
+        let dir = tempfile::tempdir().unwrap();
+        let stale = [
+            format!(".train-00000.staged-{dead}"),
+            format!("..train-00001.staged-{dead}.tmp-{dead}-3"),
+        ];
+        let kept = [
+            format!(".train-00000.staged-{live}"),
+            format!(".val-00000.staged-{dead}"),
+            format!("..val-00000.staged-{dead}.tmp-{dead}-0"),
+            format!(".train.x-00000.staged-{dead}"),
+            format!(".train-00000.staged-{dead}.bak"),
+            ".train-notes".to_string(),
+        ];
+        for name in stale.iter().chain(&kept) {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, true),
+        ]));
+        let w = ShardedWriter::create(dir.path(), "train", schema, ShardOptions::default());
+        drop(w.unwrap());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = kept.to_vec();
+        want.sort();
+        assert_eq!(left, want);
+        assert_eq!(
+            staged_shard_pid(
+                &format!("..train-00001.staged-{dead}.tmp-{live}-3"),
+                "train"
+            ),
+            None,
+            "a temporary file of another process than the one that staged it"
+        );
     }
 
     #[test]

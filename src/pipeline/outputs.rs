@@ -37,15 +37,6 @@ pub const OWNED_FILES: [&str; 6] = [
     CHART_FILE,
 ];
 
-/// Whether process `pid` is alive (Linux: `/proc/<pid>` exists). Elsewhere every other
-/// process counts as dead: the caller holds the OUT lock, so no other run writes in OUT.
-fn process_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    cfg!(target_os = "linux") && Path::new("/proc").join(pid.to_string()).exists()
-}
-
 /// Remove the temporary files that killed runs left in `out` and `out/data`: hidden files of
 /// an atomic write ([`crate::atomic::temp_file_pid`]) or staged split shards
 /// ([`crate::dataset::shards::staged_file_pid`]) whose process is dead. Call it holding the
@@ -65,7 +56,8 @@ pub fn remove_debris(out: &Path) -> std::io::Result<Vec<PathBuf>> {
             let name = entry.file_name().to_string_lossy().into_owned();
             let pid = crate::atomic::temp_file_pid(&name)
                 .or_else(|| crate::dataset::shards::staged_file_pid(&name));
-            if pid.is_some_and(|p| !process_alive(p)) && entry.file_type()?.is_file() {
+            let dead = pid.is_some_and(|p| !crate::atomic::process_alive(p));
+            if dead && entry.file_type()?.is_file() {
                 tracing::info!("removing {} (left by a killed run)", entry.path().display());
                 std::fs::remove_file(entry.path())?;
                 removed.push(entry.path());

@@ -102,6 +102,7 @@ fn pending(row: &InputRow) -> PendingRow {
                 listed: q.answer_list.is_some(),
                 extra,
                 origin: None,
+                unread: None,
                 refused: None,
             }
         })

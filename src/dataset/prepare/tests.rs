@@ -69,11 +69,29 @@ fn bad_label_lines_name_the_line() {
         let rows = labels_rows(&p, "Q", None).unwrap();
         assert_eq!(rows[0].qa[0].answers, [want], "{integral}");
     }
-    for lossy in ["1.50", "12345678901234567890123"] {
-        std::fs::write(&p, format!("{{\"file\": \"a.jpg\", \"label\": {lossy}}}\n")).unwrap();
-        let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
-        assert!(e.contains("labels.jsonl:1: `label` is the number"), "{e}");
+    // A label that is no text leaves its row out (named), as a parquet answer of a type
+    // `run` cannot read does: not the whole prepare.
+    for (value, want) in [
+        (
+            "1.50",
+            "`label` is the number 1.5, whose exact text JSON does not keep",
+        ),
+        ("12345678901234567890123", "`label` is the number 1.23"),
+        ("true", "`label` must be a string, got true"),
+    ] {
+        std::fs::write(&p, format!("{{\"file\": \"a.jpg\", \"label\": {value}}}\n")).unwrap();
+        let rows = labels_rows(&p, "Q", None).unwrap();
+        let (field, message) = rows[0].qa[0].unread.clone().expect(value);
+        assert_eq!(field, "qa[0].answer");
+        assert!(message.starts_with(want), "{value}: {message}");
     }
+    // A file path that is no text is a malformed line.
+    std::fs::write(&p, "{\"file\": 7.5, \"label\": \"1\"}\n").unwrap();
+    let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
+    assert!(
+        e.contains("labels.jsonl:1: `file` is the number 7.5"),
+        "{e}"
+    );
     std::fs::write(&p, b"{\"file\": \"a.jpg\", \"label\": \"1\"}\n\xff\n").unwrap();
     let e = labels_rows(&p, "Q", None).unwrap_err().to_string();
     assert!(e.contains("labels.jsonl:2: "), "{e}");
@@ -108,4 +126,56 @@ fn qa_jsonl_groups_by_image() {
         Some(&Value::from("s"))
     );
     assert_eq!(rows[0].qa[1].extra.get("lang"), Some(&Value::from("en")));
+}
+
+/// Catches: a bool or fractional `answer` (or `question`) of one line aborting the whole
+/// `prepare --jsonl`; the question is left out, named by its field in its row.
+#[test]
+fn qa_jsonl_values_that_are_no_text_leave_their_question_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("qa.jsonl");
+    std::fs::write(
+        &p,
+        "{\"image\": \"x.png\", \"question\": \"q1\", \"answer\": \"a1\"}\n\
+         {\"image\": \"x.png\", \"question\": \"q2\", \"answer\": true}\n\
+         {\"image\": \"y.png\", \"question\": \"q3\", \"answer\": 2.5}\n\
+         {\"image\": \"y.png\", \"question\": \"q4\", \"answer\": [\"b\", false]}\n\
+         {\"image\": \"y.png\", \"question\": {\"t\": 1}, \"answer\": \"a5\"}\n\
+         {\"image\": \"y.png\", \"question\": \"q6\", \"answer\": 3.0}\n",
+    )
+    .unwrap();
+    let rows = qa_jsonl_rows(&p).unwrap();
+    let unread: Vec<Vec<Option<(&str, &str)>>> = rows
+        .iter()
+        .map(|r| {
+            r.qa.iter()
+                .map(|q| q.unread.as_ref().map(|(f, m)| (f.as_str(), m.as_str())))
+                .collect()
+        })
+        .collect();
+    let fraction = "`answer` is the number 2.5, whose exact text JSON does not keep: write it as \
+                    a string (e.g. \"1.50\")";
+    assert_eq!(
+        unread,
+        [
+            vec![
+                None,
+                Some(("qa[1].answer", "`answer` must be a string, got true"))
+            ],
+            vec![
+                Some(("qa[0].answer", fraction)),
+                Some(("qa[1].answer", "`answer[]` must be a string, got false")),
+                Some((
+                    "qa[2].question",
+                    "`question` must be a string, got {\"t\":1}"
+                )),
+                None,
+            ],
+        ]
+    );
+    assert_eq!(rows[1].qa[3].answers, ["3"]);
+    // A line without its answer is malformed, as before.
+    std::fs::write(&p, "{\"image\": \"x.png\", \"question\": \"q\"}\n").unwrap();
+    let e = qa_jsonl_rows(&p).unwrap_err().to_string();
+    assert!(e.ends_with("qa.jsonl:1: missing `answer`"), "{e}");
 }
