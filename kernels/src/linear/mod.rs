@@ -517,12 +517,13 @@ fn with_values<R>(w: &Tensor, f: impl FnOnce(Values<'_>) -> R) -> Result<R, Kern
 }
 
 /// Weights `parts[i]` `[n_i, k]` (contiguous) stacked as `[n, k]` → panels
-/// `[⌈n / PANEL_COLS⌉][k][PANEL_COLS]`, zero-padded, each value read with `get`.
+/// `[⌈n / PANEL_COLS⌉][k][PANEL_COLS]`, zero-padded, each value read with `get` (a closure,
+/// inlined: through a function pointer, one call per weight was most of a model's load time).
 fn to_panels<W: Copy + Default>(
     parts: &[Tensor],
     n: usize,
     k: usize,
-    get: fn(Values<'_>, usize) -> W,
+    get: impl Fn(Values<'_>, usize) -> W + Copy,
 ) -> Result<Vec<W>, KernelError> {
     let mut out = vec![W::default(); n.div_ceil(PANEL_COLS) * k * PANEL_COLS];
     let mut row0 = 0;
