@@ -117,6 +117,7 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
                 crate::merge::MergeError::OutIsShard(_)
                     | crate::merge::MergeError::Out(_)
                     | crate::merge::MergeError::Report { .. }
+                    | crate::merge::MergeError::Unfinished(_)
                     | crate::merge::MergeError::Limited { .. }
                     | crate::merge::MergeError::Coverage(_)
                     | crate::merge::MergeError::DataNotFound(_)

@@ -11,6 +11,7 @@ use super::backend::{
     Verdict,
 };
 use super::control::{KillStage, RunControl};
+use super::dataset_io::EarlierSplits;
 use super::dedup::DUPLICATE;
 use super::errors::error_line;
 use super::outputs::{
@@ -38,6 +39,11 @@ pub(crate) struct WriteInput<'a> {
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
+    /// Called once every split is sealed and before the first output in OUT is replaced
+    /// (the JSONL files, the chart, the splits, the card), with the run's statistics whose
+    /// `split_files` name every shard file an earlier run or this one may leave in OUT: it
+    /// writes the `run.json` that says the outputs are being replaced (status `writing`).
+    pub mark_writing: &'a mut dyn FnMut(&RunStats) -> Result<(), PipelineError>,
 }
 
 fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
@@ -467,6 +473,13 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
 
     let out = &w.settings.out;
+    // From the first replaced file to the final run.json, OUT mixes two runs' outputs should
+    // the run fail or be killed: run.json says so first, naming every split file either run
+    // may leave (read before anything is replaced), so that a rerun replaces them all.
+    let sealed = w.sink.seal().map_err(PipelineError::Sink)?;
+    let mut marked = c.stats.clone();
+    marked.split_files = EarlierSplits::read(out).with_new(out, &sealed);
+    (w.mark_writing)(&marked)?;
     write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
     write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
     write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
