@@ -480,9 +480,15 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     let mut marked = c.stats.clone();
     marked.split_files = EarlierSplits::read(out).with_new(out, &sealed);
     (w.mark_writing)(&marked)?;
-    write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
-    write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
-    write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
+    let logs = [
+        (ERRORS_FILE, jsonl(&c.errors)),
+        (CLEANING_FILE, jsonl(&c.cleaning)),
+        (GENERATIONS_FILE, jsonl(&c.generations)),
+    ];
+    for (n, (name, bytes)) in (1..).zip(logs) {
+        write_atomic(out.join(name), &bytes)?;
+        w.control.kill_point(KillStage::Publish, n);
+    }
     let chart_path = out.join(CHART_FILE);
     if c.stats.split_rows.is_empty() {
         // No dataset, so no figures (the card is left out by the sink alike); a chart of an
