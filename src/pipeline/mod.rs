@@ -13,7 +13,8 @@
 //! 3. **write** — read the input again, route every question, hand the rows to the
 //!    [`SplitSink`] in input order, write `errors.jsonl`, `cleaning.jsonl`,
 //!    `generations.jsonl`, the chart and `run.json`, and check the accounting: every input
-//!    question is in exactly one of a split, the cleaning report or `errors.jsonl`.
+//!    question is in exactly one of a split, the cleaning report or `errors.jsonl`. From the
+//!    first replaced output to the last, `run.json` says `writing` ([`STATUS_WRITING`]).
 //!
 //! Only generations are journaled: cleaning, verification and routing are pure functions of
 //! the input and the generations, so a resumed run recomputes them and writes the same

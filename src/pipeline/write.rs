@@ -1,5 +1,7 @@
 //! Phase 3 of a run: read the input again, route every question, write the splits in input
-//! order, the pipeline's own files and the card statistics, and check the accounting.
+//! order, the pipeline's own files and the card statistics, and check the accounting. The
+//! splits are staged and sealed first; only then, after `run.json` says `writing`
+//! ([`WriteInput::mark_writing`]), are the outputs in OUT replaced.
 
 use std::collections::BTreeMap;
 
