@@ -18,7 +18,7 @@ use crate::journal::{read_records, JournalError};
 use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE, RUN_FILE};
 use crate::pipeline::{
     describe_changes, fold_generated, import_results, prepare, BackendError, GenRequest, GenResult,
-    Generator, JournalEntry, PipelineError, Prepared, RunReport,
+    Generator, JournalEntry, PipelineError, Prepared, RunReport, STATUS_COMPLETE, STATUS_WRITING,
 };
 use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
@@ -56,6 +56,10 @@ pub enum MergeError {
         /// What failed.
         message: String,
     },
+    /// A shard's `run.json` says its run stopped while replacing its outputs (status
+    /// `writing`): its folder may mix the files of two runs.
+    #[error("{}: its run stopped while replacing its outputs (run.json status `writing`), so the folder may mix two runs' files; rerun that shard's command to finish it, then merge", .0.display())]
+    Unfinished(PathBuf),
     /// The shards are not parts of one job.
     #[error("{path}: not a shard of the same job as {first}: {what}")]
     Mismatch {
@@ -170,7 +174,10 @@ fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
     };
     let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
     let report: RunReport = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
-    if report.status != "complete" {
+    if report.status == STATUS_WRITING {
+        return Err(MergeError::Unfinished(dir.to_path_buf()));
+    }
+    if report.status != STATUS_COMPLETE {
         return Err(err(format!("status is `{}`", report.status)));
     }
     Ok(report)

@@ -302,6 +302,31 @@ fn bad_output_folders_are_settings_errors_before_the_model_loads() {
 }
 
 #[test]
+fn a_run_into_a_folder_another_live_run_holds_is_refused_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Held as the running process holds it: the OS lock on `OUT/.verisample.lock`.
+    let lock = std::fs::File::create(out.join(".verisample.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let busy = run(&out, &[]);
+    assert_eq!(busy.status.code(), Some(2), "{}", text(&busy.stderr));
+    assert_eq!(
+        error_line(&busy),
+        format!(
+            "error: another verisample process is running in {} (it holds {}); wait for it to finish or use another --out",
+            out.display(),
+            out.join(".verisample.lock").display()
+        )
+    );
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [".verisample.lock"], "the refused run wrote in OUT");
+}
+
+#[test]
 fn a_failed_start_leaves_nothing_that_blocks_the_corrected_command() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
@@ -544,6 +569,17 @@ fn merge_from_another_folder_reads_the_file_the_shards_read_not_its_folder() {
         "merge from another folder",
     );
     let report = run_json(&tmp.path().join("merged"));
+    // Its generations came from the shards' journals: said so, not as a resume.
+    let stdout = text(&merged.stdout);
+    let taken = report["stats"]["throughput"]["replayed_items"]
+        .as_u64()
+        .unwrap();
+    assert!(taken > 0, "{report}");
+    assert!(
+        stdout.contains(&format!("\nmerged: {taken} generations from 2 shards\n")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("resumed"), "{stdout}");
     assert_eq!(
         report["fingerprint"]["input_files"][0][0].as_str(),
         Some("train.parquet"),

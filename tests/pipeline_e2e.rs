@@ -197,7 +197,13 @@ fn kill_9_at_three_points_then_resume_is_byte_identical() {
     // The judge pass has work, so the `judge:1` kill point is reached (no silent pass).
     let judged = stable_run_json(reference.path())["stats"]["judge"]["judged"].as_u64();
     assert!(judged.is_some_and(|n| n > 0), "judged: {judged:?}");
-    for point in ["generation:5", "generation:9:torn", "judge:1", "write:1"] {
+    for point in [
+        "generation:5",
+        "generation:9:torn",
+        "judge:1",
+        "write:1",
+        "publish:1",
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let killed = run_cmd(&bin, &model, &data, dir.path())
             .env("VERISAMPLE_TEST_KILL_AT", point)
@@ -209,7 +215,15 @@ fn kill_9_at_three_points_then_resume_is_byte_identical() {
             "{point}: {:?}",
             killed.status
         );
-        assert!(!dir.path().join("run.json").exists(), "{point}");
+        if point.starts_with("publish") {
+            // Killed while replacing the outputs: run.json says so, not `complete`.
+            let run: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.path().join("run.json")).unwrap())
+                    .unwrap();
+            assert_eq!(run["status"], "writing", "{point}");
+        } else {
+            assert!(!dir.path().join("run.json").exists(), "{point}");
+        }
         let resumed = check(
             run_cmd(&bin, &model, &data, dir.path()).output().unwrap(),
             point,

@@ -612,6 +612,7 @@ fn a_second_process_in_the_same_output_folder_is_refused_until_the_first_ends() 
     let err = prepare(&s, fp()).unwrap_err();
     assert!(matches!(err, PipelineError::Locked(_)), "{err}");
     assert!(err.to_string().contains(".verisample.lock"), "{err}");
+    assert_eq!(err.exit_code(), 2, "found before anything runs");
     drop(first);
     assert!(
         !dir.path().join(".verisample.lock").exists(),

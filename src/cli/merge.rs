@@ -80,6 +80,13 @@ pub fn merge_command(args: MergeArgs, quiet: bool) -> anyhow::Result<RunReport> 
         refused_images: plan.refused_images.clone(),
     };
     let report = run_parquet(plan.prepared, &plan.settings, &mut generator, &control)?;
-    print_summary(&report, &plan.settings.out, options.quiet, false);
+    let shards = options.shards.len();
+    print_summary(
+        &report,
+        &plan.settings.out,
+        options.quiet,
+        false,
+        Some(shards),
+    );
     Ok(report)
 }

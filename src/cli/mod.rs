@@ -96,9 +96,9 @@ pub fn exit_code(result: &anyhow::Result<()>) -> u8 {
 /// setting such as a `--kv-cache-gib` that does not fit in memory, pixel bounds that leave no
 /// image size, a `--model` folder that cannot be loaded — a file missing, unreadable, not
 /// valid JSON or not valid safetensors — an OUT holding a split-named file or folder that is
-/// not parquet, and a merge whose `--out` is, or lies inside, a shard folder or is not
+/// not parquet or that another live `run` or `merge` holds, and a merge whose `--out` is, or lies inside, a shard folder or is not
 /// writable, whose shard folders are not finished runs (or left rows out with `--limit`) or do
-/// not cover the input once, or
+/// not cover the input once (or stopped while replacing their outputs), or
 /// whose input is missing), 1 otherwise (a merge of shards of different jobs or over a changed
 /// input among them).
 pub fn error_exit_code(err: &anyhow::Error) -> u8 {
@@ -117,6 +117,7 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
                 crate::merge::MergeError::OutIsShard(_)
                     | crate::merge::MergeError::Out(_)
                     | crate::merge::MergeError::Report { .. }
+                    | crate::merge::MergeError::Unfinished(_)
                     | crate::merge::MergeError::Limited { .. }
                     | crate::merge::MergeError::Coverage(_)
                     | crate::merge::MergeError::DataNotFound(_)

@@ -323,7 +323,7 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let (prepared, mut generator) =
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
     let report = run_parquet(prepared, &settings, &mut generator, &control)?;
-    print_summary(&report, &settings.out, settings.quiet, json);
+    print_summary(&report, &settings.out, settings.quiet, json, None);
     Ok(report)
 }
 
@@ -390,9 +390,19 @@ fn start_engine(
 /// Print the end-of-run summary on stdout: one JSON object with `json`, else the text
 /// summary, or with `quiet` only the line naming where the splits are (none without splits).
 /// With `quiet` (JSON or not), input that could not be used is also a warning on stderr,
-/// since no text summary says so.
-pub(super) fn print_summary(report: &RunReport, out: &std::path::Path, quiet: bool, json: bool) {
+/// since no text summary says so. `merged`: the number of shard folders of a merge.
+pub(super) fn print_summary(
+    report: &RunReport,
+    out: &std::path::Path,
+    quiet: bool,
+    json: bool,
+    merged: Option<usize>,
+) {
     let summary = crate::report::summary::Summary::new(&report.stats, out);
+    let summary = match merged {
+        Some(shards) => summary.of_merge(shards),
+        None => summary,
+    };
     if quiet {
         if let Some(warning) = summary.losses_warning() {
             tracing::warn!("{warning}");

@@ -127,6 +127,14 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         )));
     }
     let recorded = read_run_json(&a.out)?;
+    if recorded["status"] == crate::pipeline::STATUS_WRITING {
+        anyhow::bail!(
+            "{} holds an unfinished run (run.json status `{}`: it stopped while replacing its \
+             outputs, so data/ may mix the files of two runs); rerun the same command to finish it",
+            a.out.display(),
+            crate::pipeline::STATUS_WRITING
+        );
+    }
     if recorded.is_null() {
         use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
         if a.out.join(JOURNAL_FILE).exists() {

@@ -326,6 +326,22 @@ impl ShardedWriter {
         Ok(())
     }
 
+    /// Close the last shard (a split with no rows gets one empty shard) and return the final
+    /// names the staged shards will have, in order; nothing is published yet. Calling it again
+    /// (or writing nothing more and finishing) changes nothing.
+    ///
+    /// Errors: a write fails.
+    pub fn seal(&mut self) -> Result<Vec<String>, DatasetError> {
+        if self.staged.is_empty() && self.current.is_none() {
+            self.current_writer()?;
+        }
+        self.close_current()?;
+        let count = self.staged.len();
+        Ok((0..count)
+            .map(|i| shard_file_name(&self.split, i, count))
+            .collect())
+    }
+
     /// Close the last shard, remove every older shard of this split, and rename the new shards
     /// to their final names: [`ShardedWriter::finish_replacing`] with every older shard
     /// replaceable.
@@ -347,14 +363,8 @@ impl ShardedWriter {
         mut self,
         replaceable: impl Fn(&Path) -> bool,
     ) -> Result<ShardSummary, DatasetError> {
-        if self.staged.is_empty() && self.current.is_none() {
-            self.current_writer()?;
-        }
-        self.close_current()?;
-        let count = self.staged.len();
-        let new_names: Vec<String> = (0..count)
-            .map(|i| shard_file_name(&self.split, i, count))
-            .collect();
+        let new_names = self.seal()?;
+        let count = new_names.len();
         for old in list_shards(&self.dir, &self.split)? {
             let overwritten = old
                 .file_name()

@@ -334,6 +334,15 @@ impl<Q: QaRecord> SplitWriter<Q> {
         Ok(())
     }
 
+    /// Write the remaining rows and close the last shard; returns the final names of the
+    /// split's shards, published only by [`SplitWriter::finish`] (see [`ShardedWriter::seal`]).
+    ///
+    /// Errors: a write fails.
+    pub fn seal(&mut self) -> Result<Vec<String>, DatasetError> {
+        self.flush()?;
+        self.inner.seal()
+    }
+
     /// Write the remaining rows and publish the shards, replacing the older shards of the
     /// split that `replaceable` accepts (see [`ShardedWriter::finish_replacing`]).
     ///

@@ -161,6 +161,16 @@ pub trait SplitSink {
     /// Errors: I/O or encoding.
     fn write(&mut self, family: &str, kind: SplitKind, row: SplitRow) -> Result<(), BackendError>;
 
+    /// Close every split without publishing it (its files staged under temporary names) and
+    /// return split name → the names of the files [`SplitSink::finish`] will publish, so that
+    /// the run can record them before the first of them replaces an earlier run's file. A
+    /// sink that records no file names returns none (the default).
+    ///
+    /// Errors: I/O or encoding.
+    fn seal(&mut self) -> Result<BTreeMap<String, Vec<String>>, BackendError> {
+        Ok(BTreeMap::new())
+    }
+
     /// Close every split, write the dataset card with `card_stats` (Markdown: statistics
     /// section with the chart, see [`crate::report::card_markdown`]) and publish atomically.
     ///

@@ -4,8 +4,9 @@
 //!
 //! Test hook (documented, test-only): `VERISAMPLE_TEST_KILL_AT=<stage>:<n>[:torn]` makes the
 //! process SIGKILL itself right after the `n`-th event of `stage` in this process:
-//! `generation` (answer records journaled), `judge` (judge records journaled) or `write`
-//! (split rows handed to the writer). With `:torn` the `n`-th journal record is written
+//! `generation` (answer records journaled), `judge` (judge records journaled), `write`
+//! (split rows handed to the writer) or `publish` (outputs in OUT replaced: the JSONL files,
+//! while `run.json` says `writing`). With `:torn` the `n`-th journal record is written
 //! only half before the kill, leaving a torn record for the replay to detect. The variable
 //! is read once at start. The hook is compiled only with the `test-hooks` cargo feature, which
 //! the crate's tests enable (a dev-dependency of the crate on itself); a release build has
@@ -48,8 +49,12 @@ pub enum KillStage {
     Generation,
     /// After judge records are journaled.
     Judge,
-    /// After split rows are written.
+    /// After split rows are written (staged, not yet published).
     Write,
+    /// After the write phase replaced an output in OUT (1: `errors.jsonl`, 2:
+    /// `cleaning.jsonl`, 3: `generations.jsonl`): inside the window that `run.json`'s status
+    /// `writing` covers.
+    Publish,
 }
 
 /// A parsed `VERISAMPLE_TEST_KILL_AT`.
@@ -73,6 +78,7 @@ impl KillAt {
             "generation" => KillStage::Generation,
             "judge" => KillStage::Judge,
             "write" => KillStage::Write,
+            "publish" => KillStage::Publish,
             _ => return None,
         };
         let n = parts.next()?.parse().ok().filter(|&n| n > 0)?;
@@ -210,6 +216,7 @@ mod tests {
             ("generation:5", k(KillStage::Generation, 5, false)),
             ("judge:1:torn", k(KillStage::Judge, 1, true)),
             ("write:12", k(KillStage::Write, 12, false)),
+            ("publish:2", k(KillStage::Publish, 2, false)),
             ("write:0", None),
             ("generation", None),
             ("generation:x", None),

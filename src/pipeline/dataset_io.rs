@@ -131,6 +131,17 @@ impl SplitSink for ParquetSink {
         Ok(())
     }
 
+    fn seal(&mut self) -> Result<BTreeMap<String, Vec<String>>, BackendError> {
+        let mut names = BTreeMap::new();
+        for ((family, kind), w) in &mut self.accepted {
+            names.insert(kind.split_name(family), w.seal()?);
+        }
+        for (family, w) in &mut self.rejected {
+            names.insert(SplitKind::Rejected.split_name(family), w.seal()?);
+        }
+        Ok(names)
+    }
+
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
         // Read before anything is replaced: this run's run.json is written after the splits.
         let earlier = EarlierSplits::read(&self.out);
@@ -194,6 +205,9 @@ impl SplitSink for ParquetSink {
     }
 }
 
+/// Split name → shard file names, as `run.json` records them (`stats.split_files`).
+pub(super) type SplitFiles = BTreeMap<String, Vec<String>>;
+
 /// What the `run.json` in OUT records of the split shards an earlier run wrote under
 /// `OUT/data/`: only these may be replaced or removed by a later run.
 #[derive(Debug)]
@@ -232,6 +246,40 @@ impl EarlierSplits {
             recorded.insert(split.clone(), Some(names));
         }
         EarlierSplits::Recorded(recorded)
+    }
+
+    /// What a `run.json` written before the first file of a run's splits is published must
+    /// record (`stats.split_files`, with status `writing`): the names of every shard file
+    /// either run may leave in `out/data/` should the publishing stop midway — those the
+    /// earlier run recorded (for a split it names no files of, every shard of that split now
+    /// on disk) and `new`, those this run publishes. A rerun then replaces or removes them all.
+    pub(super) fn with_new(&self, out: &Path, new: &BTreeMap<String, Vec<String>>) -> SplitFiles {
+        let mut files: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        if let EarlierSplits::Recorded(splits) = self {
+            for (split, names) in splits {
+                let names = match names {
+                    Some(names) => names.clone(),
+                    // A folder that cannot be listed holds no shard to record.
+                    None => crate::dataset::writer::split_files(out, split)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|f| f.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .collect(),
+                };
+                files.entry(split.clone()).or_default().extend(names);
+            }
+        }
+        for (split, names) in new {
+            files
+                .entry(split.clone())
+                .or_default()
+                .extend(names.iter().cloned());
+        }
+        files
+            .into_iter()
+            .map(|(split, names)| (split, names.into_iter().collect()))
+            .collect()
     }
 
     /// Whether the earlier run wrote `file`, a shard of `split`. `restart` (discarding the
@@ -334,4 +382,62 @@ pub(super) fn check_kept_split_files(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_recorded_while_writing_are_both_runs_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        std::fs::create_dir_all(out.join("data")).unwrap();
+        for f in [
+            "A-00000-of-00002.parquet",
+            "A-00001-of-00002.parquet",
+            "A.txt",
+        ] {
+            std::fs::write(out.join("data").join(f), b"x").unwrap();
+        }
+        // An earlier run.json naming the files of split B, and split A only by its rows (as a
+        // version before `split_files`: every shard of A on disk is its).
+        let earlier = serde_json::json!({"stats": {
+            "split_rows": {"A": 1, "B": 2},
+            "split_files": {"B": ["B-00000-of-00002.parquet", "B-00001-of-00002.parquet"]},
+        }});
+        std::fs::write(out.join("run.json"), earlier.to_string()).unwrap();
+        let new = BTreeMap::from([
+            (
+                "B".to_string(),
+                vec!["B-00000-of-00001.parquet".to_string()],
+            ),
+            (
+                "C".to_string(),
+                vec!["C-00000-of-00001.parquet".to_string()],
+            ),
+        ]);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            EarlierSplits::read(out).with_new(out, &new),
+            BTreeMap::from([
+                (
+                    "A".to_string(),
+                    names(&["A-00000-of-00002.parquet", "A-00001-of-00002.parquet"])
+                ),
+                (
+                    "B".to_string(),
+                    names(&[
+                        "B-00000-of-00001.parquet",
+                        "B-00000-of-00002.parquet",
+                        "B-00001-of-00002.parquet"
+                    ])
+                ),
+                ("C".to_string(), names(&["C-00000-of-00001.parquet"])),
+            ])
+        );
+        // No readable run.json: only this run's files are known.
+        std::fs::remove_file(out.join("run.json")).unwrap();
+        assert_eq!(EarlierSplits::read(out).with_new(out, &new), new);
+    }
 }

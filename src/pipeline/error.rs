@@ -120,11 +120,12 @@ pub enum PipelineError {
 impl PipelineError {
     /// Process exit status for this error: 128 + the stop signal for a stopped run (130 for
     /// Ctrl-C, 143 for SIGTERM), 2 for an OUT the run refuses before any work
-    /// ([`PipelineError::UnusableSplitFile`]), 1 otherwise.
+    /// ([`PipelineError::UnusableSplitFile`], [`PipelineError::Locked`]: another live process
+    /// holds it), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             PipelineError::Interrupted => interrupted_exit_code(),
-            PipelineError::UnusableSplitFile { .. } => 2,
+            PipelineError::UnusableSplitFile { .. } | PipelineError::Locked(_) => 2,
             _ => 1,
         }
     }

@@ -13,7 +13,8 @@
 //! 3. **write** — read the input again, route every question, hand the rows to the
 //!    [`SplitSink`] in input order, write `errors.jsonl`, `cleaning.jsonl`,
 //!    `generations.jsonl`, the chart and `run.json`, and check the accounting: every input
-//!    question is in exactly one of a split, the cleaning report or `errors.jsonl`.
+//!    question is in exactly one of a split, the cleaning report or `errors.jsonl`. From the
+//!    first replaced output to the last, `run.json` says `writing` ([`STATUS_WRITING`]).
 //!
 //! Only generations are journaled: cleaning, verification and routing are pure functions of
 //! the input and the generations, so a resumed run recomputes them and writes the same
@@ -59,6 +60,7 @@ pub use resume::{
     Replayed, JOURNAL_FORMAT,
 };
 
+use crate::journal::JournalError;
 use crate::report::RunStats;
 use crate::settings::{Fingerprint, Settings};
 
@@ -74,11 +76,22 @@ pub struct Backends<'a> {
     pub sink: &'a mut dyn SplitSink,
 }
 
+/// `run.json` status of a finished run.
+pub const STATUS_COMPLETE: &str = "complete";
+/// `run.json` status of a finished whole run (not one shard of several) in which no item
+/// reached a split (the command fails).
+pub const STATUS_NO_SPLIT: &str = "no_split";
+/// `run.json` status while a run replaces the outputs in OUT (written before the first of
+/// them, replaced by the final status after the last): OUT may mix this run's files with an
+/// earlier run's, so nothing in it is to be trusted; a rerun of the same command finishes it.
+pub const STATUS_WRITING: &str = "writing";
+
 /// `run.json`: what ran, on what, and what came out.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
-    /// `complete`, or `no_split` for a whole run (not one shard of several) in which no item
-    /// reached a split (the command fails). The file is written after the splits and logs.
+    /// [`STATUS_COMPLETE`] or [`STATUS_NO_SPLIT`], written after the splits and logs; or
+    /// [`STATUS_WRITING`], written before the first of them is replaced (its
+    /// `stats.split_files` names the files of both runs).
     pub status: String,
     /// `verisample` crate version.
     pub verisample_version: String,
@@ -138,36 +151,8 @@ pub fn run(
     let judged = passes::judge_answers(&mut ctx, &plans, generator)?;
     let replayed = ctx.replayed;
     let prompt_tokens = ctx.prompt_tokens;
-    let stats = write::write_outputs(write::WriteInput {
-        settings: &settings,
-        decisions,
-        control,
-        source,
-        sink,
-        plans: &plans,
-        judged: &judged,
-        results: &prepared.results,
-        progress: &mut progress,
-        prompt_tokens,
-        replayed,
-    })?;
-    // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
-    // empty but complete run.
-    let whole_file = |p: &plan::RowPlan| p.row.is_none() && p.body.is_err();
-    if !plans.is_empty() && plans.iter().all(whole_file) {
-        let first = &plans[0];
-        let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
-        return Err(PipelineError::InputUnreadable {
-            errors: settings.out.join(outputs::ERRORS_FILE),
-            count: plans.len(),
-            first: format!("{}: {message}", first.file),
-        });
-    }
-    // A whole run that published no split failed (exit 1 below), and says so in run.json; a
-    // shard of several may be empty and still be a complete part of its job.
-    let no_split = stats.split_rows.is_empty() && settings.shard.count == 1;
-    let report = RunReport {
-        status: if no_split { "no_split" } else { "complete" }.into(),
+    let report = |status: &str, stats: RunStats| RunReport {
+        status: status.into(),
         verisample_version: env!("CARGO_PKG_VERSION").into(),
         engine_version: generator.version(),
         engine_stats: generator.stats(),
@@ -185,8 +170,62 @@ pub fn run(
         replayed_results,
         torn_journal_bytes: prepared.torn_bytes,
     };
-    let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
-    crate::atomic::write_atomic(settings.out.join(outputs::RUN_FILE), &json)?;
+    let run_json = settings.out.join(outputs::RUN_FILE);
+    let write_report = |report: &RunReport| -> Result<(), PipelineError> {
+        let json = serde_json::to_vec_pretty(report).unwrap_or_default();
+        crate::atomic::write_atomic(&run_json, &json)?;
+        Ok(())
+    };
+    let mut mark_writing = |stats: &RunStats| write_report(&report(STATUS_WRITING, stats.clone()));
+    let stats = write::write_outputs(write::WriteInput {
+        settings: &settings,
+        decisions,
+        control,
+        source,
+        sink,
+        plans: &plans,
+        judged: &judged,
+        results: &prepared.results,
+        progress: &mut progress,
+        prompt_tokens,
+        replayed,
+        mark_writing: &mut mark_writing,
+    })?;
+    // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
+    // empty but complete run.
+    let whole_file = |p: &plan::RowPlan| p.row.is_none() && p.body.is_err();
+    if !plans.is_empty() && plans.iter().all(whole_file) {
+        // No run report, as none was before: an earlier run of these files decoded nothing
+        // either (the input's hashes are in the fingerprint), and a `writing` one would make
+        // OUT look unfinished when the run failed for its input.
+        match std::fs::remove_file(&run_json) {
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                return Err(JournalError::Io {
+                    path: run_json.clone(),
+                    source,
+                }
+                .into())
+            }
+            _ => {}
+        }
+        let first = &plans[0];
+        let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
+        return Err(PipelineError::InputUnreadable {
+            errors: settings.out.join(outputs::ERRORS_FILE),
+            count: plans.len(),
+            first: format!("{}: {message}", first.file),
+        });
+    }
+    // A whole run that published no split failed (exit 1 below), and says so in run.json; a
+    // shard of several may be empty and still be a complete part of its job.
+    let no_split = stats.split_rows.is_empty() && settings.shard.count == 1;
+    let status = if no_split {
+        STATUS_NO_SPLIT
+    } else {
+        STATUS_COMPLETE
+    };
+    let report = report(status, stats);
+    write_report(&report)?;
     if report.stats.split_rows.is_empty() {
         let err = PipelineError::NoSplit {
             out: settings.out.clone(),

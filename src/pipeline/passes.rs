@@ -77,17 +77,24 @@ pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
         .collect()
 }
 
-/// The finished run in OUT, by its `run.json`: `None` when there is none, `Some(None)` when it
-/// took every row of its shard (or its `run.json` cannot be parsed: as before `--limit`
-/// existed), `Some(Some(n))` when its `--limit n` left rows out.
+/// The finished run in OUT, by its `run.json`: `None` when there is none, or when its status
+/// is [`super::STATUS_WRITING`] (a run that stopped while replacing its outputs: OUT may mix
+/// two runs' files), `Some(None)` when it took every row of its shard (or its `run.json`
+/// cannot be parsed: as before `--limit` existed), `Some(Some(n))` when its `--limit n` left
+/// rows out.
 pub(crate) fn finished_run(out: &std::path::Path) -> Option<Option<u64>> {
     let bytes = std::fs::read(out.join(super::outputs::RUN_FILE)).ok()?;
-    let limit = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| {
-            let l = &v["stats"]["limit"];
-            (l["left_out_rows"].as_u64()? > 0).then(|| l["limit"].as_u64())?
-        });
+    let report = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    if report
+        .as_ref()
+        .is_some_and(|v| v["status"] == super::STATUS_WRITING)
+    {
+        return None;
+    }
+    let limit = report.and_then(|v| {
+        let l = &v["stats"]["limit"];
+        (l["left_out_rows"].as_u64()? > 0).then(|| l["limit"].as_u64())?
+    });
     Some(limit)
 }
 

@@ -1,5 +1,7 @@
 //! Phase 3 of a run: read the input again, route every question, write the splits in input
-//! order, the pipeline's own files and the card statistics, and check the accounting.
+//! order, the pipeline's own files and the card statistics, and check the accounting. The
+//! splits are staged and sealed first; only then, after `run.json` says `writing`
+//! ([`WriteInput::mark_writing`]), are the outputs in OUT replaced.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,7 @@ use super::backend::{
     Verdict,
 };
 use super::control::{KillStage, RunControl};
+use super::dataset_io::EarlierSplits;
 use super::dedup::DUPLICATE;
 use super::errors::error_line;
 use super::outputs::{
@@ -38,6 +41,11 @@ pub(crate) struct WriteInput<'a> {
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
+    /// Called once every split is sealed and before the first output in OUT is replaced
+    /// (the JSONL files, the chart, the splits, the card), with the run's statistics whose
+    /// `split_files` name every shard file an earlier run or this one may leave in OUT: it
+    /// writes the `run.json` that says the outputs are being replaced (status `writing`).
+    pub mark_writing: &'a mut dyn FnMut(&RunStats) -> Result<(), PipelineError>,
 }
 
 fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
@@ -467,9 +475,22 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
 
     let out = &w.settings.out;
-    write_atomic(out.join(ERRORS_FILE), &jsonl(&c.errors))?;
-    write_atomic(out.join(CLEANING_FILE), &jsonl(&c.cleaning))?;
-    write_atomic(out.join(GENERATIONS_FILE), &jsonl(&c.generations))?;
+    // From the first replaced file to the final run.json, OUT mixes two runs' outputs should
+    // the run fail or be killed: run.json says so first, naming every split file either run
+    // may leave (read before anything is replaced), so that a rerun replaces them all.
+    let sealed = w.sink.seal().map_err(PipelineError::Sink)?;
+    let mut marked = c.stats.clone();
+    marked.split_files = EarlierSplits::read(out).with_new(out, &sealed);
+    (w.mark_writing)(&marked)?;
+    let logs = [
+        (ERRORS_FILE, jsonl(&c.errors)),
+        (CLEANING_FILE, jsonl(&c.cleaning)),
+        (GENERATIONS_FILE, jsonl(&c.generations)),
+    ];
+    for (n, (name, bytes)) in (1..).zip(logs) {
+        write_atomic(out.join(name), &bytes)?;
+        w.control.kill_point(KillStage::Publish, n);
+    }
     let chart_path = out.join(CHART_FILE);
     if c.stats.split_rows.is_empty() {
         // No dataset, so no figures (the card is left out by the sink alike); a chart of an

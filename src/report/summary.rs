@@ -60,6 +60,9 @@ pub struct Summary {
     pub generated: u64,
     /// Generations replayed from the journal instead (a resumed run, a merge).
     pub replayed: u64,
+    /// The shard folders a merge joined ([`Summary::of_merge`]); absent for a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged_shards: Option<usize>,
     /// Generations per second in this process.
     pub items_per_s: f64,
     /// Generated tokens per second in this process.
@@ -111,9 +114,17 @@ impl Summary {
             elapsed_s: t.elapsed_s,
             generated: t.generated_items,
             replayed: t.replayed_items,
+            merged_shards: None,
             items_per_s: t.items_per_s,
             tokens_per_s: t.tokens_per_s,
         }
+    }
+
+    /// The summary of a merge of `shards` shard folders: its generations are the shards',
+    /// taken from their journals, which the text says instead of calling it a resume.
+    pub fn of_merge(mut self, shards: usize) -> Summary {
+        self.merged_shards = Some(shards);
+        self
     }
 
     /// What `-q` warns about besides [`Self::where_line`]: input the run could not use (rows
@@ -215,7 +226,13 @@ impl Summary {
                 self.elapsed_s, self.items_per_s, self.tokens_per_s, self.generated
             ));
         }
-        if self.replayed > 0 {
+        if let Some(shards) = self.merged_shards {
+            s.push_str(&format!(
+                "merged: {} generations from {shards} shard{}\n",
+                self.replayed + self.generated,
+                if shards == 1 { "" } else { "s" }
+            ));
+        } else if self.replayed > 0 {
             s.push_str(&format!(
                 "resumed: {} of {} generations replayed from the journal\n",
                 self.replayed,
@@ -287,14 +304,29 @@ mod tests {
         // Nothing generated (a merge, a fully replayed resume): no rates of zero.
         stats.throughput.generated_items = 0;
         stats.throughput.items_per_s = 0.0;
-        let merged = Summary::new(&stats, Path::new("o")).text();
+        let replayed = Summary::new(&stats, Path::new("o")).text();
         assert!(
-            merged.contains("time 10.0 s, no new generations\n") && !merged.contains("items/s"),
-            "{merged}"
+            replayed.contains("time 10.0 s, no new generations\n") && !replayed.contains("items/s"),
+            "{replayed}"
         );
         assert!(
-            merged.contains("resumed: 75 of 75 generations replayed"),
-            "{merged}"
+            replayed.contains("resumed: 75 of 75 generations replayed"),
+            "{replayed}"
+        );
+        // A merge took its generations from the shards' journals: no resume to speak of.
+        let merged = Summary::new(&stats, Path::new("o")).of_merge(3);
+        let text = merged.text();
+        assert!(
+            text.contains("\nmerged: 75 generations from 3 shards\n"),
+            "{text}"
+        );
+        assert!(!text.contains("resumed"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&merged.json()).unwrap();
+        assert_eq!(json["merged_shards"], 3);
+        let one = Summary::new(&stats, Path::new("o")).of_merge(1).text();
+        assert!(
+            one.contains("merged: 75 generations from 1 shard\n"),
+            "{one}"
         );
         assert_eq!(
             s.losses_warning().as_deref(),
