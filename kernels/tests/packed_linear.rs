@@ -20,8 +20,8 @@ fn lcg(seed: u64, n: usize) -> Vec<f32> {
 }
 
 const K: usize = DEPTH_BLOCK + 45;
-/// Five panels, the last partial: an odd count, so AVX-512's two-panel tile (beyond 16 rows)
-/// ends in a one-panel unit.
+/// Five panels, the last partial: an odd count, so AVX-512's two-panel tile ends in a one-panel
+/// unit.
 const N: usize = 4 * PANEL_COLS + 5;
 
 fn weight(dtype: DType) -> Tensor {
