@@ -560,6 +560,15 @@ fn merge_from_another_folder_reads_the_file_the_shards_read_not_its_folder() {
         ];
         ok(run_in(&work, &args), shard);
     }
+    // Into an OUT another live process holds: refused before anything runs, exit 2 as `run`.
+    let busy = tmp.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    let lock = std::fs::File::create(busy.join(".verisample.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let args = ["merge", "work/shard0", "work/shard1", "--out", "busy"];
+    let refused = run_in(tmp.path(), &args);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(error_line(&refused).contains("another verisample process is running"));
     // From the parent folder, without --data: `ds/train.parquet` does not resolve there.
     let merged = ok(
         run_in(

@@ -105,7 +105,14 @@ pub fn error_exit_code(err: &anyhow::Error) -> u8 {
     if err.is::<UsageError>() {
         return 2;
     }
-    if let Some(p) = err.downcast_ref::<PipelineError>() {
+    // A merge's pipeline error (a busy OUT, …) keeps the pipeline's exit code.
+    let pipeline = err.downcast_ref::<PipelineError>().or_else(|| {
+        match err.downcast_ref::<crate::merge::MergeError>() {
+            Some(crate::merge::MergeError::Pipeline(p)) => Some(p),
+            _ => None,
+        }
+    });
+    if let Some(p) = pipeline {
         return u8::try_from(p.exit_code()).unwrap_or(1);
     }
     if err

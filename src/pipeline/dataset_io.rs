@@ -143,7 +143,9 @@ impl SplitSink for ParquetSink {
     }
 
     fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
-        // Read before anything is replaced: this run's run.json is written after the splits.
+        // The `writing` run.json this run wrote before replacing anything: it names the
+        // earlier run's split files and this run's (`EarlierSplits::with_new`), so both count
+        // as verisample's own here.
         let earlier = EarlierSplits::read(&self.out);
         let mut families: Vec<String> = self.rejected.keys().cloned().collect();
         for ((family, kind), w) in std::mem::take(&mut self.accepted) {
@@ -302,7 +304,8 @@ impl EarlierSplits {
 }
 
 /// Remove the split shards under `OUT/data/` that an earlier run in this folder wrote
-/// (`earlier`: the files its `run.json` records, read before this run replaced any) and
+/// (`earlier`: the files its `run.json` records — read from the `writing` run.json, which
+/// names the earlier run's files with this run's) and
 /// whose split is not in `keep` (another family, or a split this run left empty): they would
 /// otherwise stay in the card's configs and be loaded with this run's data. Any other file
 /// named like a shard was not written by verisample: it stays and is named in a warning,

@@ -199,8 +199,8 @@ pub(super) type Blocks<'a, W> = [(&'a [W], &'a [W])];
 /// and `blocks.len()` within the ISA's [`Isa::tile`] (the AVX2 kernel's accumulators spill to
 /// memory beyond); the order per element never depends on the tile.
 ///
-/// Panics if `x` is too short, a block's length differs from the first's, or `rows` or
-/// `blocks.len()` exceed the tile; the caller guarantees that `acc` is writable at
+/// Panics if `x` is too short, a block's length differs from the first's, `rows` exceeds the
+/// tile, or (AVX-512) `blocks.len()` does; the caller guarantees that `acc` is writable at
 /// `r * ldc + c` for `r < rows`, `c < blocks.len() * PANEL_COLS` (see
 /// [`super::PackedLinear::run`]).
 #[inline(always)]

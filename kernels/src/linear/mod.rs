@@ -6,10 +6,10 @@
 //! Layout: `W` `[n, k]` (PyTorch `nn.Linear.weight`) is cut into panels of [`PANEL_COLS`]
 //! output columns; a panel is stored `[k][PANEL_COLS]`, the last one padded with zeros. The
 //! micro-kernel (BLIS's register blocking; Goto & van de Geijn, "Anatomy of high-performance
-//! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × [`PANEL_COLS`] columns (two
-//! panels side by side with AVX-512) of accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the block of the panel
-//! staying in L1 while the rows of a block of [`ROW_BLOCK`] rows of `x` pass over it, and that
-//! block of `x` staying in L2 while a group of panels passes over it.
+//! matrix multiplication", 2008) keeps up to [`TILE_ROWS`] rows × one or two panels (two
+//! with AVX-512) of accumulators in registers and walks `k` in blocks of [`DEPTH_BLOCK`], the
+//! blocks of the panels staying in L1 while the rows of a block of [`ROW_BLOCK`] rows of `x`
+//! pass over them, and that block of `x` staying in L2 while a group of panels passes over it.
 //!
 //! Batch invariance by construction: every output element is `acc = 0; for k in 0..K { acc =
 //! x[i][k] · w[j][k] + acc }` in increasing `k` (a fused multiply-add on the SIMD path, a
@@ -262,16 +262,18 @@ impl PackedLinear {
     /// per element is the same for every `m` and every tiling. `x` is first regrouped tile by
     /// tile ([`tile_major`]).
     ///
-    /// While the micro-kernel multiplies one depth block of a panel, it prefetches (into L2)
-    /// the block the task multiplies next (the next panel of its group at the same depth, else
-    /// the group's first panel one depth block on), so that the stream of weights from memory
-    /// overlaps the arithmetic (decode: each weight serves a few rows only and comes from
-    /// DRAM). Prefetching reads nothing into the result.
+    /// The task walks its group in units of the tile's adjacent panels (two with AVX-512, the
+    /// last unit of an odd group one; one elsewhere). While the micro-kernel multiplies one
+    /// depth block of a unit, it prefetches (into L2) the blocks the task multiplies next (the
+    /// next unit of its group at the same depth, else the group's first unit one depth block
+    /// on), so that the stream of weights from memory overlaps the arithmetic (decode: each
+    /// weight serves a few rows only and comes from DRAM). Prefetching reads nothing into the
+    /// result.
     ///
-    /// With at most [`SEQUENTIAL_ROWS`] rows a task walks its panels one after the other
-    /// instead, each whole (still prefetching the next block): the weights then stream in
-    /// storage order. The order per element is the same in both walks (increasing depth
-    /// blocks), so the bits are too.
+    /// With at most [`SEQUENTIAL_ROWS`] rows a task walks its units one after the other
+    /// instead, each whole (still prefetching the next blocks): the weights then stream in
+    /// storage order (two adjacent panels side by side with AVX-512). The order per element is
+    /// the same in both walks (increasing depth blocks), so the bits are too.
     ///
     /// Measured with `kernels/examples/linear_rate.rs` (14 layers of the 100m decoder, thread
     /// CPU time, 1 thread, AVX-512 machine at load average ~7, alternated runs): at m = 16 the
@@ -388,8 +390,8 @@ impl PackedLinear {
 }
 
 /// Rows `x` `[rows, k]` regrouped into `out` (as long) by tiles of `tile` rows (the last one
-/// shorter), each tile `[k][tile rows]`: tile `t` starts at `t * tile * k`, so a micro-kernel's broadcasts of one
-/// step are adjacent floats. Reading `x` in place instead, the rows of a tile lie `k` floats
+/// shorter), each tile `[k][tile rows]`: tile `t` starts at `t * tile * k`, so a
+/// micro-kernel's broadcasts of one step are adjacent floats. Reading `x` in place instead, the rows of a tile lie `k` floats
 /// apart, which for `k` a multiple of 1024 (the 100m decoder's `down`, `k` = 2048) puts all
 /// of them in one L1 set.
 fn tile_major(x: &[f32], k: usize, tile: usize, out: &mut [f32]) {
@@ -552,7 +554,8 @@ mod tests {
     /// Every SIMD micro-kernel this CPU runs gives bitwise the AVX2 kernel's products (one
     /// fused multiply-add per step, increasing `k`), at tile-straddling row counts, f32 and
     /// bf16 weights, over an even and an odd number of panels (AVX-512's two-panel tile then
-    /// ends in a one-panel unit: 5 panels in one group; 9 in a group of 8 and one of 1); the
+    /// ends in a one-panel unit: 5 panels in one group; 9 in one group at a few rows, in a
+    /// group of 8 and one of 1 from 16 rows); the
     /// scalar kernel (multiply, then add) is close but not bitwise.
     #[test]
     fn avx512_and_avx2_kernels_agree_bitwise() {
