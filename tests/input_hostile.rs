@@ -162,6 +162,7 @@ fn prepare_images_refuses_a_link_out_of_the_images_folder() {
                 out: tmp.path().join("prepared"),
                 split: "train".into(),
                 shard: Default::default(),
+                images_root: None,
             },
             &|_, qa, _| Ok(vec![None; qa.len()]),
         )

@@ -51,6 +51,7 @@ fn val_input(dir: &Path, data: &Path) -> (PathBuf, BTreeMap<String, String>) {
                 rows_per_group: 10,
                 ..ShardOptions::default()
             },
+            images_root: None,
         },
         &|_, qa, _| Ok(vec![None; qa.len()]),
     )

@@ -315,6 +315,7 @@ fn families_differing_only_in_case_are_refused_before_anything_loads() {
                 out: out.clone(),
                 split: format!("s{i}"),
                 shard: Default::default(),
+                images_root: None,
             };
             prepare(&opts, &|_, qa, _| Ok(vec![None; qa.len()])).unwrap();
         }

@@ -67,6 +67,10 @@ pub struct PrepareArgs {
     /// [default: detected: answer, answers, label, ground_truth]
     #[arg(long, value_name = "COLUMN", requires = "parquet")]
     pub answer_column: Option<String>,
+    /// Read images given by path (absolute ones included, as `datasets`' to_parquet writes
+    /// them) from under DIR instead of the input's folder; paths leading out of DIR are refused.
+    #[arg(long, value_name = "DIR")]
+    pub images_root: Option<PathBuf>,
     /// Benchmark family written to the `family` column (required with --labels).
     #[arg(long, value_name = "NAME")]
     pub family: Option<String>,
@@ -258,6 +262,7 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
         out: a.out,
         split,
         shard,
+        images_root: a.images_root,
     })
 }
 

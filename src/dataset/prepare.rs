@@ -37,7 +37,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use serde_json::{Map, Value};
 
 use super::layout::ColumnFlags;
-use super::reader::resolve_inside;
+use super::reader::{resolve_in_images_root, resolve_inside};
 use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
 use super::values::integral_text;
 use super::writer::{image_array, image_fields, sha256_hex};
@@ -99,6 +99,10 @@ pub struct PrepareOptions {
     pub split: String,
     /// Shard size and row-group bounds.
     pub shard: ShardOptions,
+    /// `--images-root DIR`: image paths (absolute ones included) are read from under `DIR`
+    /// instead of the JSONL's (images) folder, and refused when they lead outside it; as `run`'s
+    /// [`ReadOptions::images_root`](super::layout::ReadOptions::images_root).
+    pub images_root: Option<PathBuf>,
 }
 
 /// Columns that `prepare` writes itself; provenance keys with these names get an `orig_` prefix.
@@ -622,12 +626,15 @@ pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary,
             )));
         }
     }
-    let root = image_dir
-        .canonicalize()
-        .map_err(|e| DatasetError::io(&image_dir, e))?;
+    let root = opts.images_root.as_ref().unwrap_or(&image_dir);
+    let root = root.canonicalize().map_err(|e| DatasetError::io(root, e))?;
+    let resolve = |rel: &str| match opts.images_root {
+        Some(_) => resolve_in_images_root(&root, rel),
+        None => resolve_inside(&root, &root, rel),
+    };
     let columns = Columns::of(&rows);
     let ready = rows.into_iter().map(|pending| {
-        let file = resolve_inside(&root, &root, &pending.image_rel)
+        let file = resolve(&pending.image_rel)
             .map_err(|m| DatasetError::Invalid(format!("{}: {m}", pending.origin)))?;
         let bytes = std::fs::read(&file).map_err(|e| {
             DatasetError::Invalid(format!(

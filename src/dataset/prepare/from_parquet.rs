@@ -139,6 +139,7 @@ pub(super) fn prepare_parquet(
     }
     let read = ReadOptions {
         columns: columns.clone(),
+        images_root: opts.images_root.clone(),
         ..ReadOptions::default()
     };
     let pendings: Vec<PendingRow> = InputReader::open_with(input, &read)?
