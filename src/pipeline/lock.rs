@@ -19,8 +19,9 @@ use crate::journal::JournalError;
 pub struct OutLock {
     file: std::fs::File,
     path: PathBuf,
-    /// `true` when this process created the output folder.
-    pub created_out: bool,
+    /// The folders this process created for OUT: OUT itself and its missing ancestors,
+    /// deepest first (empty when OUT existed).
+    created: Vec<PathBuf>,
 }
 
 /// Lock attempts before giving up when the lock file keeps being replaced under us.
@@ -33,7 +34,11 @@ impl OutLock {
     /// the lock file.
     pub fn take(out: &Path) -> Result<OutLock, PipelineError> {
         let io = |path: PathBuf| move |source| JournalError::Io { path, source };
-        let created_out = !out.exists();
+        let created: Vec<PathBuf> = out
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(out).map_err(io(out.to_path_buf()))?;
         let path = out.join(LOCK_FILE);
         for _ in 0..ATTEMPTS {
@@ -59,7 +64,7 @@ impl OutLock {
                 return Ok(OutLock {
                     file,
                     path,
-                    created_out,
+                    created,
                 });
             }
             // The previous holder removed the file between our open and our lock: retry on
@@ -70,16 +75,22 @@ impl OutLock {
 }
 
 impl OutLock {
+    /// Whether this process created the output folder.
+    pub fn created_out(&self) -> bool {
+        !self.created.is_empty()
+    }
+
     /// Give the lock up, and remove OUT again when this process created it and it is empty
-    /// (what a run that failed before its first generation leaves: nothing).
-    pub fn release(self) {
-        let created = self
-            .created_out
-            .then(|| self.path.parent().map(Path::to_path_buf));
+    /// (what a run that failed before its first generation leaves: nothing), with the parent
+    /// folders it created for it (`--out a/b/c` where `a` did not exist), each only if empty.
+    pub fn release(mut self) {
+        let created = std::mem::take(&mut self.created);
         drop(self);
-        if let Some(Some(out)) = created {
-            // Fails (and is meant to) when the folder is not empty.
-            let _ = std::fs::remove_dir(out);
+        for dir in created {
+            // Fails (and is meant to) when the folder is not empty; then so would its parents.
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
         }
     }
 }
@@ -105,12 +116,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o");
         let first = OutLock::take(&out).unwrap();
-        assert!(first.created_out);
+        assert!(first.created_out());
         assert!(out.join(LOCK_FILE).exists());
         assert!(matches!(OutLock::take(&out), Err(PipelineError::Locked(_))));
         drop(first);
         assert!(!out.join(LOCK_FILE).exists());
         let again = OutLock::take(&out).unwrap();
-        assert!(!again.created_out);
+        assert!(!again.created_out());
+    }
+
+    /// Catches: a failed start leaving the parents it created for `--out a/b/c` behind, or
+    /// removing a folder that existed or holds anything.
+    #[test]
+    fn release_removes_the_empty_folders_it_created_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a/b/c");
+        OutLock::take(&out).unwrap().release();
+        assert!(!dir.path().join("a").exists());
+        assert!(dir.path().exists());
+        // A sibling written meanwhile keeps `a/b` (and so `a`); `c` goes.
+        let lock = OutLock::take(&out).unwrap();
+        std::fs::write(dir.path().join("a/b/note"), "x").unwrap();
+        lock.release();
+        assert!(!out.exists());
+        assert!(dir.path().join("a/b/note").exists());
     }
 }
