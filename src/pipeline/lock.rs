@@ -75,11 +75,6 @@ impl OutLock {
 }
 
 impl OutLock {
-    /// Whether this process created the output folder.
-    pub fn created_out(&self) -> bool {
-        !self.created.is_empty()
-    }
-
     /// Give the lock up, and remove OUT again when this process created it and it is empty
     /// (what a run that failed before its first generation leaves: nothing), with the parent
     /// folders it created for it (`--out a/b/c` where `a` did not exist), each only if empty.
@@ -116,13 +111,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o");
         let first = OutLock::take(&out).unwrap();
-        assert!(first.created_out());
+        assert_eq!(first.created, [out.clone()]);
         assert!(out.join(LOCK_FILE).exists());
         assert!(matches!(OutLock::take(&out), Err(PipelineError::Locked(_))));
         drop(first);
         assert!(!out.join(LOCK_FILE).exists());
         let again = OutLock::take(&out).unwrap();
-        assert!(!again.created_out());
+        assert!(again.created.is_empty());
     }
 
     /// Catches: a failed start leaving the parents it created for `--out a/b/c` behind, or
