@@ -111,7 +111,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o");
         let first = OutLock::take(&out).unwrap();
-        assert_eq!(first.created, [out.clone()]);
+        assert_eq!(first.created, std::slice::from_ref(&out));
         assert!(out.join(LOCK_FILE).exists());
         assert!(matches!(OutLock::take(&out), Err(PipelineError::Locked(_))));
         drop(first);
