@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::accounting::Unit;
 use super::backend::{
-    CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource,
+    CleanedItem, Decisions, GenRequest, GenResult, Generator, ItemKey, Pass, RowSource, Verdict,
 };
 use super::control::{KillStage, RunControl};
 use super::dedup::Dedup;
@@ -347,11 +347,20 @@ fn run_requests(
     }
     ctx.prompt_tokens += prompt_tokens;
     if capacity_failures > 0 {
+        let what = match pass {
+            Pass::Answer => {
+                "a prompt larger than the whole pool: in errors.jsonl; or a generation cut when \
+                 its context filled it: rejected as truncated"
+            }
+            Pass::Judge => {
+                "a prompt larger than the whole pool: UNSURE; or a generation cut when its \
+                 context filled it: UNSURE unless its last line already held the verdict"
+            }
+        };
         tracing::warn!(
-            "{capacity_failures} {pass:?}-pass request(s) did not fit the KV cache pool (a prompt \
-             larger than the whole pool: in errors.jsonl; or a generation cut when its context \
-             filled it: rejected as truncated); a rerun with a larger --kv-cache-gib generates \
-             them again (they are tried again on resume)"
+            "{capacity_failures} {pass:?}-pass request(s) did not fit the KV cache pool ({what}); \
+             a rerun with a larger --kv-cache-gib generates them again (they are tried again on \
+             resume)"
         );
     }
     if let Some(f) = failure {
@@ -601,21 +610,32 @@ pub(crate) fn judge_answers(
         let reqs = std::mem::replace(&mut pending, rest);
         run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
     }
-    let short = JudgeShortfall::of(&roles, ctx.results);
+    let decisions = ctx.decisions;
+    let short = JudgeShortfall::of(&roles, ctx.results, &|text| decisions.parse_verdict(text));
     if short.cut > 0 {
         tracing::warn!(
-            "{} of {} judge outputs stopped at the token limit (--max-new-tokens {}) before \
-             their verdict and count as UNSURE (judge_unsure); the judge shares the answers' \
-             limit: raise --max-new-tokens for a run with the judge on",
+            "{} of {} judge outputs stopped at the token limit (--max-new-tokens {}) with no \
+             CORRECT or WRONG on their last line and count as UNSURE (the item stays rejected; \
+             in calibration, a disagreement){}; the judge shares the answers' limit: raise \
+             --max-new-tokens for a run with the judge on",
             short.cut,
+            roles.len(),
+            settings.max_new_tokens,
+            after_verdict(short.cut_after_verdict)
+        );
+    } else if short.cut_after_verdict > 0 {
+        tracing::info!(
+            "{} of {} judge outputs ran on to the token limit (--max-new-tokens {}) after their \
+             verdict, which stands",
+            short.cut_after_verdict,
             roles.len(),
             settings.max_new_tokens
         );
     }
     if let Some(first) = &short.first_failure {
         tracing::warn!(
-            "{} of {} judge generations failed and count as UNSURE (judge_unsure); the first: \
-             {first} (generations.jsonl has each)",
+            "{} of {} judge generations failed and count as UNSURE (the item stays rejected; in \
+             calibration, a disagreement); the first: {first} (generations.jsonl has each)",
             short.failed,
             roles.len()
         );
@@ -623,22 +643,40 @@ pub(crate) fn judge_answers(
     Ok(roles)
 }
 
+/// The clause of the token-limit warning on the judge outputs that reached the limit after a
+/// verdict (those keep it: SPEC §6 reads the verdict from the last non-empty line).
+fn after_verdict(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!("; {n} more reached the limit after their verdict, which stands"),
+    }
+}
+
 /// Judge generations that gave no verdict: stopped at the token limit (`finish_reason:
-/// length`), or failed (a prompt larger than the KV cache, …). Both count as `UNSURE`.
+/// length`) with no verdict parsed from them, or failed (a prompt larger than the KV cache,
+/// …). Both count as `UNSURE`. An output that reached the limit after printing its verdict
+/// keeps that verdict (SPEC §6 parses the text, whatever stopped it) and is counted apart.
 #[derive(Debug, PartialEq, Eq)]
 struct JudgeShortfall {
+    /// Stopped at the token limit and parsed as `UNSURE`.
     cut: usize,
+    /// Stopped at the token limit, but parsed as `CORRECT` or `WRONG`.
+    cut_after_verdict: usize,
     failed: usize,
     first_failure: Option<String>,
 }
 
 impl JudgeShortfall {
+    /// Counts the judge outputs of `roles` in `results`, parsing each cut one with `parse`
+    /// (the run's [`Decisions::parse_verdict`]).
     fn of(
         roles: &BTreeMap<ItemKey, JudgeRole>,
         results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+        parse: &dyn Fn(&str) -> Verdict,
     ) -> Self {
         let mut short = JudgeShortfall {
             cut: 0,
+            cut_after_verdict: 0,
             failed: 0,
             first_failure: None,
         };
@@ -647,7 +685,11 @@ impl JudgeShortfall {
                 Some(JournalOutcome::Done(g))
                     if g.finish == super::backend::FinishReason::Length =>
                 {
-                    short.cut += 1
+                    if parse(&g.text) == Verdict::Unsure {
+                        short.cut += 1
+                    } else {
+                        short.cut_after_verdict += 1
+                    }
                 }
                 Some(JournalOutcome::Failed(m)) => {
                     short.failed += 1;
@@ -666,8 +708,12 @@ mod tests {
     use super::*;
 
     fn done(finish: FinishReason) -> JournalOutcome {
+        said("<think>\ncomparing the", finish)
+    }
+
+    fn said(text: &str, finish: FinishReason) -> JournalOutcome {
         JournalOutcome::Done(Generation {
-            text: "<think>\ncomparing the".into(),
+            text: text.into(),
             token_ids: vec![1, 2, 3],
             prompt_tokens: 9,
             finish,
@@ -695,12 +741,56 @@ mod tests {
             ((key(3), Pass::Judge), done(FinishReason::Length)),
         ]);
         assert_eq!(
-            JudgeShortfall::of(&roles, &results),
+            JudgeShortfall::of(&roles, &results, &crate::judge::parse_verdict),
             JudgeShortfall {
                 cut: 1,
+                cut_after_verdict: 0,
                 failed: 1,
                 first_failure: Some("refused".into()),
             }
+        );
+    }
+
+    /// Only an output cut before a verdict counts as UNSURE for the token-limit warning: one
+    /// that printed `WRONG` (or `CORRECT`) on its last non-empty line and then ran on to the
+    /// limit keeps that verdict (SPEC §6), as the write phase stores it (`wrong_answer`).
+    #[test]
+    fn judge_outputs_cut_after_their_verdict_are_not_counted_as_unsure() {
+        let key = |position| ItemKey { position, qa: 0 };
+        let cut = |text: &str| said(text, FinishReason::Length);
+        let outputs = [
+            // A verdict, then only blank lines up to the limit: WRONG stands.
+            cut("<think>\nthe digits differ\n</think>\n\nWRONG\n\n\n"),
+            // The same verdict over and over: CORRECT stands.
+            cut("CORRECT\nCORRECT\nCORRECT"),
+            // Cut inside its reasoning: no final answer.
+            cut("<think>\nthe candidate reads ll.850 and the refer"),
+            // A verdict, then more text: its last line holds none.
+            cut("</think>\n\nWRONG\n\nThe candidate misreads the fir"),
+            // Not cut: a plain UNSURE is no shortfall.
+            said("</think>\nUNSURE", FinishReason::Stop),
+        ];
+        let roles: BTreeMap<_, _> = (0..outputs.len() as u64)
+            .map(|p| (key(p), JudgeRole::Rescue))
+            .collect();
+        let results: BTreeMap<_, _> = outputs
+            .into_iter()
+            .enumerate()
+            .map(|(p, o)| ((key(p as u64), Pass::Judge), o))
+            .collect();
+        assert_eq!(
+            JudgeShortfall::of(&roles, &results, &crate::judge::parse_verdict),
+            JudgeShortfall {
+                cut: 2,
+                cut_after_verdict: 2,
+                failed: 0,
+                first_failure: None,
+            }
+        );
+        let clause = "; 2 more reached the limit after their verdict, which stands";
+        assert_eq!(
+            (after_verdict(2).as_str(), after_verdict(0)),
+            (clause, String::new())
         );
     }
 }
