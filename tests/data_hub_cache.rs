@@ -279,3 +279,52 @@ fn missing_repo_split_or_config_choice_is_a_settings_error() {
     );
     assert!(!Path::new(out).join("run.json").exists());
 }
+
+/// A card `data_files` pattern that leads out of the snapshot (`..`, absolute) is refused
+/// with exit 2 before anything runs, though a parquet file lies where it points.
+#[test]
+fn a_card_pattern_leading_out_of_the_snapshot_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    let other = tmp.path().join("other/data");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(sample(), other.join("validation-0.parquet")).unwrap();
+    let abs = format!("{}/*.parquet", other.display());
+    let readme = card(
+        tmp.path(),
+        &format!(
+            "- config_name: up\n  data_files: \"../../../../other/data/*.parquet\"\n\
+             - config_name: abs\n  data_files: \"{abs}\"\n"
+        ),
+    );
+    hub_repo(
+        &cache,
+        &[
+            ("README.md", &readme),
+            ("data/validation-0.parquet", &sample()),
+        ],
+    );
+    let snapshot = cache.join("datasets--acme--orand/snapshots").join(REV);
+    assert!(snapshot
+        .join("../../../../other/data/validation-0.parquet")
+        .is_file());
+    let out = tmp.path().join("out");
+    let out = out.to_str().unwrap();
+    let data = ["--data", "acme/orand", "--out", out, "--limit", "2"];
+    refused(
+        &cache,
+        &[&data[..], &["--data-config", "up"]].concat(),
+        &[
+            "dataset `acme/orand`: README.md (the dataset card), config up, split train",
+            "data_files `../../../../other/data/*.parquet` has a `..` component",
+        ],
+    );
+    refused(
+        &cache,
+        &[&data[..], &["--data-config", "abs"]].concat(),
+        &[&format!(
+            "config abs, split train: data_files `{abs}` is absolute"
+        )],
+    );
+    assert!(!Path::new(out).join("run.json").exists());
+}

@@ -6,7 +6,9 @@
 //! (config `default`) and `<config>/<split>-*.parquet`.
 //!
 //! The snapshot's files are links into the repo's `blobs/`; the input scan follows exactly
-//! those links out of the dataset folder ([`super::scan::hub_blobs`]).
+//! those links out of the dataset folder ([`super::scan::hub_blobs`]). A card's `data_files`
+//! pattern must stay inside the snapshot: one that is absolute, has a `..` component or
+//! whose folder resolves outside it is refused ([`HubError::Escapes`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -91,6 +93,24 @@ pub enum HubError {
         /// Its patterns.
         patterns: Vec<String>,
     },
+    /// A card `data_files` pattern of the chosen split leads out of the snapshot: it is
+    /// absolute, has a `..` component, or its folder resolves (through links) outside it.
+    #[error(
+        "dataset `{repo}`: README.md (the dataset card), config {config}, split {split}: \
+         data_files `{pattern}` {why}; only files inside the snapshot are read"
+    )]
+    Escapes {
+        /// The id given.
+        repo: String,
+        /// The config.
+        config: String,
+        /// The split.
+        split: String,
+        /// The pattern as the card gives it.
+        pattern: String,
+        /// How it leads out.
+        why: String,
+    },
     /// The chosen split's pattern matches no file of the snapshot.
     #[error("dataset `{repo}`: config {config} split {split}: {why}")]
     NoFiles {
@@ -174,6 +194,19 @@ pub fn resolve_hub_dataset(
             )))
         }
     };
+    let escapes = |pattern: &String, why: String| HubError::Escapes {
+        repo: repo.into(),
+        config: config.clone(),
+        split: split.clone(),
+        pattern: pattern.clone(),
+        why,
+    };
+    if let Some((pattern, why)) = patterns
+        .iter()
+        .find_map(|p| leads_out(p).map(|why| (p, why)))
+    {
+        return Err(escapes(pattern, why.into()));
+    }
     let [pattern] = patterns.as_slice() else {
         return Err(HubError::SeveralPatterns {
             repo: repo.into(),
@@ -183,13 +216,29 @@ pub fn resolve_hub_dataset(
         });
     };
     let spec = snapshot.join(pattern.trim_start_matches("./"));
-    if let Err(e) = super::scan::resolve_inputs(&spec.to_string_lossy()) {
-        return Err(HubError::NoFiles {
-            repo: repo.into(),
-            config,
-            split: split.clone(),
-            why: e.to_string(),
-        });
+    let inputs = match super::scan::resolve_inputs(&spec.to_string_lossy()) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            return Err(HubError::NoFiles {
+                repo: repo.into(),
+                config,
+                split: split.clone(),
+                why: e.to_string(),
+            })
+        }
+    };
+    // The files' folder, links resolved, must lie in the snapshot too (a folder of the
+    // snapshot that is a link elsewhere); files inside it may still be links into blobs/.
+    let inside = snapshot
+        .canonicalize()
+        .is_ok_and(|s| inputs.root.starts_with(s));
+    if !inside {
+        let why = format!(
+            "resolves (through a link) to the folder {}, outside the snapshot {}",
+            inputs.root.display(),
+            snapshot.display()
+        );
+        return Err(escapes(pattern, why));
     }
     let found = HubDataset {
         repo: repo.into(),
@@ -199,6 +248,22 @@ pub fn resolve_hub_dataset(
         pattern: pattern.clone(),
     };
     Ok((found, spec))
+}
+
+/// Why the card pattern `pattern` leads out of the snapshot by its text alone (`None` when
+/// it does not): it is absolute (a root, or a Windows drive or UNC prefix, in `/` or `\`
+/// spelling) or has a `..` component. Checked before any file is looked at.
+fn leads_out(pattern: &str) -> Option<&'static str> {
+    // `datasets` patterns use `/`; a `\` is read as a separator too, so that `..\x` or
+    // `C:\x` is refused on every system rather than taken as a file name.
+    let parts: Vec<&str> = pattern.split(['/', '\\']).collect();
+    let drive = matches!(parts[0].as_bytes(), [letter, b':'] if letter.is_ascii_alphabetic());
+    if Path::new(pattern).is_absolute() || pattern.starts_with(['/', '\\']) || drive {
+        return Some("is absolute");
+    }
+    parts
+        .contains(&"..")
+        .then_some("has a `..` component (leads to the folder above)")
 }
 
 /// The config to read: the one named, else the default of `datasets`'

@@ -186,3 +186,97 @@ fn links_from_a_snapshot_to_elsewhere_are_still_refused() {
     assert_eq!(inputs.refused.len(), 1);
     assert!(inputs.refused[0].link.ends_with("train-1.parquet"));
 }
+
+/// A card pattern that is absolute or has a `..` component is refused by its text, naming
+/// the card, config, split and pattern, even where files lie at its target; a name holding
+/// `..` inside it is no such component.
+#[cfg(unix)]
+#[test]
+fn card_patterns_leading_out_of_the_snapshot_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let other = tmp.path().join("other/data");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("x.parquet"), "x").unwrap();
+    let abs = format!("{}/*.parquet", other.display());
+    let readme = card(&format!(
+        "- config_name: up\n  data_files: \"../../../other/data/*.parquet\"\n\
+         - config_name: abs\n  data_files: \"{abs}\"\n\
+         - config_name: mid\n  data_files:\n  - split: test\n    path: [ok/*, \"ok/../../../../other/data/*\"]\n\
+         - config_name: win\n  data_files: '..\\..\\x\\*.parquet'\n\
+         - config_name: drive\n  data_files: 'C:/x/*.parquet'\n\
+         - config_name: dots\n  data_files: a..b/*.parquet\n",
+    ));
+    let snapshot = repo(
+        tmp.path(),
+        &[
+            ("README.md", &readme),
+            ("ok/t.parquet", "t"),
+            ("a..b/t.parquet", "t"),
+        ],
+    );
+    // The `..` pattern does reach the parquet file outside, so only the check stops it.
+    assert!(snapshot.join("../../../other/data/x.parquet").is_file());
+    let err =
+        |config: &str| resolve_hub_dataset(tmp.path(), "acme/vqa", Some(config), None).unwrap_err();
+    let e = err("up");
+    assert!(
+        matches!(&e, HubError::Escapes { config, split, pattern, .. }
+            if config == "up" && split == "train" && pattern == "../../../other/data/*.parquet"),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "dataset `acme/vqa`: README.md (the dataset card), config up, split train: \
+         data_files `../../../other/data/*.parquet` has a `..` component (leads to the \
+         folder above); only files inside the snapshot are read"
+    );
+    let e = err("abs");
+    assert!(
+        e.to_string().contains(&format!(
+            "config abs, split train: data_files `{abs}` is absolute;"
+        )),
+        "{e}"
+    );
+    // One pattern of several leading out is named (before "several patterns").
+    let e = err("mid");
+    assert!(
+        matches!(&e, HubError::Escapes { pattern, split, .. }
+            if pattern == "ok/../../../../other/data/*" && split == "test"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("`..` component"), "{e}");
+    assert!(err("win").to_string().contains("`..` component"));
+    assert!(err("drive").to_string().contains("is absolute"));
+    let (dots, spec) = resolve_hub_dataset(tmp.path(), "acme/vqa", Some("dots"), None).unwrap();
+    assert_eq!(dots.pattern, "a..b/*.parquet");
+    assert_eq!(spec, snapshot.join("a..b/*.parquet"));
+}
+
+/// A pattern whose folder in the snapshot is a link to a folder elsewhere resolves outside
+/// the snapshot and is refused, naming where it leads.
+#[cfg(unix)]
+#[test]
+fn a_card_pattern_through_a_folder_link_out_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("x.parquet"), "x").unwrap();
+    let readme = card("- config_name: a\n  data_files: data/*.parquet\n");
+    let snapshot = repo(tmp.path(), &[("README.md", &readme)]);
+    symlink(&other, snapshot.join("data")).unwrap();
+    let e = resolve_hub_dataset(tmp.path(), "acme/vqa", None, None).unwrap_err();
+    assert!(
+        matches!(&e, HubError::Escapes { pattern, .. } if pattern == "data/*.parquet"),
+        "{e}"
+    );
+    let root = other.canonicalize().unwrap();
+    assert!(
+        e.to_string().contains(&format!(
+            "data_files `data/*.parquet` resolves (through a link) to the folder {}, outside \
+             the snapshot {}",
+            root.display(),
+            snapshot.display()
+        )),
+        "{e}"
+    );
+}
