@@ -115,12 +115,19 @@ fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Res
             out.display()
         )));
     }
-    if crate::settings::is_verisample_output(out) {
+    if crate::settings::holds_run_output(out) {
         return Err(usage(format!(
             "--out {} holds the output of a `verisample run`; prepare writes an input dataset: choose another folder",
             out.display()
         )));
     }
+    check_split_free(out, split, force)
+}
+
+/// Refuse an `--out` whose `data/` already holds files of `split` (without `--force`); checked
+/// again once `prepare` holds OUT's lock, so that of two prepares of one split into one folder
+/// the second is refused rather than replacing the first's shards.
+fn check_split_free(out: &Path, split: &str, force: bool) -> anyhow::Result<()> {
     let existing: Vec<String> = std::fs::read_dir(out.join("data"))
         .into_iter()
         .flatten()
@@ -247,7 +254,8 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
             && out_c.starts_with(crate::settings::canonical_lenient(&source_folder))
         {
             return Err(usage(format!(
-                "--out {} is inside the input {input}: reading that input again would read the                  prepared files too; write the dataset into a folder outside it",
+                "--out {} is inside the input {input}: reading that input again would read the \
+                 prepared files too; write the dataset into a folder outside it",
                 a.out.display()
             )));
         }
@@ -290,12 +298,22 @@ fn run_input_check(
 /// input check is named on stderr, then their count. Left-out rows do not change the exit
 /// status (0), as rows reported in `run`'s `errors.jsonl` do not.
 pub(super) fn run(a: PrepareArgs) -> anyhow::Result<()> {
+    let force = a.force;
     let opts = prepare_options(a)?;
     let started = std::time::Instant::now();
-    let summary = prepare(&opts, &run_input_check).map_err(|e| match e {
-        DatasetError::Choice(m) => usage(m),
-        other => anyhow::Error::new(other).context(format!("prepare into {}", opts.out.display())),
-    })?;
+    // Held for the whole prepare, as `run` holds its OUT: a second process writing into this
+    // folder is refused (exit 2) instead of racing this one's shards.
+    let lock = crate::pipeline::OutLock::take(&opts.out)?;
+    let summary = check_split_free(&opts.out, &opts.split, force).and_then(|()| {
+        prepare(&opts, &run_input_check).map_err(|e| match e {
+            DatasetError::Choice(m) => usage(m),
+            other => {
+                anyhow::Error::new(other).context(format!("prepare into {}", opts.out.display()))
+            }
+        })
+    });
+    lock.release();
+    let summary = summary?;
     tracing::info!(
         rows = summary.shards.num_rows,
         qa = summary.qa_items,

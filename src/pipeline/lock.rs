@@ -1,6 +1,6 @@
 //! The exclusive lock of an output folder, `OUT/.verisample.lock`: held (the OS's advisory
-//! file lock, released with the process even after `kill -9`) for as long as a `run` or
-//! `merge` lives, so that two processes never write one journal and one set of splits.
+//! file lock, released with the process even after `kill -9`) for as long as a `run`, `merge`
+//! or `prepare` lives, so that two processes never write one journal and one set of splits.
 //!
 //! The file is removed when the holder ends without being killed, so a finished output holds
 //! no lock file. Removing a lock file races with a process that opened it just before: after

@@ -55,6 +55,7 @@ pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
 pub use engine_io::EngineGenerator;
 pub use error::PipelineError;
+pub use lock::OutLock;
 pub use resume::{
     fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,
     Replayed, JOURNAL_FORMAT,

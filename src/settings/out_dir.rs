@@ -32,6 +32,13 @@ pub fn is_verisample_output(out: &Path) -> bool {
     MARKERS.iter().any(|m| out.join(m).exists()) || is_our_run_json(&out.join("run.json"))
 }
 
+/// Whether `out` holds the output of a `run` or `merge` (a journal or our `run.json`); unlike
+/// [`is_verisample_output`] a lock file alone does not count: `prepare` holds that lock too,
+/// and one killed leaves its file behind.
+pub fn holds_run_output(out: &Path) -> bool {
+    out.join(MARKERS[0]).exists() || is_our_run_json(&out.join("run.json"))
+}
+
 /// The canonical folder an input is read from, for the output-folder checks: the folder
 /// itself, a file's parent, or the root of a glob (`dir/*.parquet`) as the reader resolves
 /// it; `None` when it cannot be canonicalised.
