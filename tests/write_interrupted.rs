@@ -150,6 +150,16 @@ fn a_write_phase_failing_between_two_splits_leaves_no_complete_run_json_and_a_re
         "{stderr}"
     );
 
+    // inspect shows the folder, with a note that it mixes two runs.
+    let inspect = dataset_util::bin()
+        .arg("inspect")
+        .arg(&out)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&inspect.stderr);
+    assert!(stderr.contains("run.json status `writing`"), "{stderr}");
+
     // Once the disk works again, the same command finishes the run from its journal.
     std::fs::remove_dir_all(data.join(nothink_file)).unwrap();
     let (rerun, generated) = run_with(&all).expect("rerun");

@@ -1,5 +1,7 @@
 //! `verisample inspect`: show schema, row count and the first rows of a dataset.
 
+use std::path::Path;
+
 use clap::Args;
 
 use super::usage;
@@ -39,6 +41,7 @@ pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
         },
     )?;
     print!("{}", found.text);
+    warn_if_unfinished(Path::new(&a.path));
     if let [first, ..] = found.unreadable.as_slice() {
         anyhow::bail!(
             "{} parquet file(s) unreadable or not usable, first {} (details above)",
@@ -55,6 +58,22 @@ pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A note on stderr when `path` is a run's OUT whose `run.json` says `writing`
+/// ([`crate::pipeline::STATUS_WRITING`]): that run stopped while replacing its outputs, so the
+/// splits shown may mix two runs' files (`verify` and `merge` refuse such an OUT).
+fn warn_if_unfinished(path: &Path) {
+    let report = std::fs::read(path.join(crate::pipeline::outputs::RUN_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    if report.is_some_and(|r| r["status"] == crate::pipeline::STATUS_WRITING) {
+        eprintln!(
+            "note: {} holds a run that stopped while replacing its outputs (run.json status \
+             `writing`): the splits may mix two runs' files; rerun the same command to finish it",
+            path.display()
+        );
+    }
 }
 
 /// `run`'s input check of an image ([`crate::pipeline::inspect::check_image`]: a full decode
