@@ -14,10 +14,6 @@ use super::{canonical_lenient, SettingsError};
 pub const WRITTEN_IN_OUT: &str = "README.md, data/<split>-*.parquet, run.json, errors.jsonl, \
      cleaning.jsonl, generations.jsonl, chart.svg, journal.bin and .verisample.lock";
 
-/// Files whose presence marks a folder as an output of verisample: the journal, the lock and
-/// a `run.json` written by a run (see [`is_our_run_json`]).
-const MARKERS: [&str; 2] = ["journal.bin", ".verisample.lock"];
-
 /// Whether `path` is a `run.json` written by verisample (a JSON object with its
 /// `verisample_version` and `fingerprint`), not a user's file of the same name.
 fn is_our_run_json(path: &Path) -> bool {
@@ -27,16 +23,17 @@ fn is_our_run_json(path: &Path) -> bool {
         .is_some_and(|v| v.get("verisample_version").is_some() && v.get("fingerprint").is_some())
 }
 
-/// Whether `out` holds an earlier verisample output (a journal, a lock or our `run.json`).
-pub fn is_verisample_output(out: &Path) -> bool {
-    MARKERS.iter().any(|m| out.join(m).exists()) || is_our_run_json(&out.join("run.json"))
+/// Whether `out` holds the output of a `run` or `merge`: its journal (`journal.bin`) or a
+/// `run.json` written by verisample ([`is_our_run_json`]). A lock file alone does not count:
+/// `prepare` holds that lock too, and one killed leaves its file behind.
+pub fn holds_run_output(out: &Path) -> bool {
+    out.join("journal.bin").exists() || is_our_run_json(&out.join("run.json"))
 }
 
-/// Whether `out` holds the output of a `run` or `merge` (a journal or our `run.json`); unlike
-/// [`is_verisample_output`] a lock file alone does not count: `prepare` holds that lock too,
-/// and one killed leaves its file behind.
-pub fn holds_run_output(out: &Path) -> bool {
-    out.join(MARKERS[0]).exists() || is_our_run_json(&out.join("run.json"))
+/// Whether `out` holds an earlier verisample output: a run's ([`holds_run_output`]), or the
+/// lock file (`.verisample.lock`) of a process that wrote in it.
+pub fn is_verisample_output(out: &Path) -> bool {
+    holds_run_output(out) || out.join(".verisample.lock").exists()
 }
 
 /// The canonical folder an input is read from, for the output-folder checks: the folder
