@@ -13,9 +13,11 @@
 //!   is taken as stored and counted in [`RecheckReport::taken_as_stored`];
 //! - the stored verdict must be what the stored raw judge text parses to, and judge fields
 //!   appear only where the judge decided;
-//! - `_RS_think` and `_RS_nothink` hold the same entries (apart from `think`, which only
-//!   `_RS_think` has), no item is both accepted and rejected, and each row's `image_sha256`
-//!   is the hash of its bytes.
+//! - every `_RS_think` entry is in `_RS_nothink` (apart from `think`, which only `_RS_think`
+//!   has); an `_RS_nothink` entry may lack its `_RS_think` twin, as an answer given without a
+//!   reasoning trace is accepted into `_RS_nothink` only (a missing `_RS_think` row is caught
+//!   by the row counts `run.json` records); no item is both accepted and rejected, and each
+//!   row's `image_sha256` is the hash of its bytes.
 //!
 //! Reading the parquet splits belongs to the dataset module; this works on decoded rows.
 
@@ -38,9 +40,10 @@ pub struct RecheckSettings {
     pub registry: VerifierRegistry,
     /// The number guard of SPEC §6 was on (default on).
     pub number_guard: bool,
-    /// Reasoning was on (default on): each accepted item is in `_RS_think` and in
-    /// `_RS_nothink`. With reasoning off a run writes no `_RS_think`, so its rows are not
-    /// paired, and a `_RS_think` row is itself a disagreement.
+    /// Reasoning was on (default on): each accepted item is in `_RS_nothink`, and in
+    /// `_RS_think` too when its answer came with a reasoning trace; every `_RS_think` entry
+    /// must have its `_RS_nothink` twin. With reasoning off a run writes no `_RS_think`, and a
+    /// `_RS_think` row is itself a disagreement.
     #[serde(default = "thinking_default")]
     pub thinking: bool,
 }
@@ -119,7 +122,8 @@ pub enum Problem {
     JudgeFields,
     /// `think` present in `_RS_nothink`.
     ThinkField,
-    /// An entry of `_RS_think` missing from `_RS_nothink` or the other way round.
+    /// An entry of `_RS_think` missing from `_RS_nothink`, or an `_RS_think` row of a run
+    /// with reasoning off.
     ThinkNothinkMismatch,
     /// The same item (image, question, reference, model answer) accepted and rejected.
     AcceptedAndRejected,
@@ -540,21 +544,17 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
             }
         }
     }
-    for sides in by_key.values().filter(|_| settings.thinking) {
-        let [t, n] = sides;
-        for (name, extra, other) in [(think_name, t, nothink_name), (nothink_name, n, think_name)] {
-            let missing = extra
-                .len()
-                .saturating_sub(sides.iter().map(Vec::len).min().unwrap_or(0));
-            for &(r, q) in extra.iter().rev().take(missing) {
-                c.flag(
-                    name,
-                    r,
-                    Some(q),
-                    Problem::ThinkNothinkMismatch,
-                    format!("no matching entry in {other}"),
-                );
-            }
+    // An `_RS_think` entry without its `_RS_nothink` twin; not the other way round: an
+    // answer without a reasoning trace is accepted into `_RS_nothink` only.
+    for [t, n] in by_key.values().filter(|_| settings.thinking) {
+        for &(r, q) in t.iter().rev().take(t.len().saturating_sub(n.len())) {
+            c.flag(
+                think_name,
+                r,
+                Some(q),
+                Problem::ThinkNothinkMismatch,
+                format!("no matching entry in {nothink_name}"),
+            );
         }
     }
     for (r, row) in splits.rejected.iter().enumerate() {

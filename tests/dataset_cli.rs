@@ -169,3 +169,50 @@ fn bench_refuses_a_folder_with_an_image_that_cannot_run() {
         "{err}"
     );
 }
+
+/// With reasoning on, an accepted answer that came without a `<think>` block is written to
+/// `_RS_nothink` only; `verify` of that output recomputes every decision (it required an
+/// `_RS_think` twin for every `_RS_nothink` entry: newcomer finding).
+#[test]
+fn an_answer_without_a_reasoning_trace_is_in_nothink_only_and_verifies() {
+    use dataset_util::{write_input, InputSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let png = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/traceless/digit_one.png"),
+    )
+    .unwrap();
+    write_input(
+        &data.join("one.parquet"),
+        &[InputSpec::new(png, &[("What?", "1")])],
+        1,
+    );
+    let out = dir.path().join("out");
+    let run = bin()
+        .args(["run", "-q", "--json", "--data"])
+        .arg(&data)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let splits = &summary["split_items"];
+    assert_eq!(splits["TestSet_RS_nothink"], 1, "{summary}");
+    assert!(splits.get("TestSet_RS_think").is_none(), "{summary}");
+    let verify = bin().arg("verify").arg(&out).output().unwrap();
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}

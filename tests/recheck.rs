@@ -256,14 +256,6 @@ fn finds_wrong_split() {
     assert_found(
         &s,
         &guard_on(),
-        NOTHINK,
-        2,
-        Some(0),
-        Problem::ThinkNothinkMismatch,
-    );
-    assert_found(
-        &s,
-        &guard_on(),
         REJECTED,
         1,
         Some(0),
@@ -371,15 +363,10 @@ fn a_run_with_reasoning_off_has_no_think_split_to_pair() {
     };
     let report = verify(&s, &off);
     assert!(report.is_clean(), "{}", report.to_human(0));
-    // Read as a reasoning-on output, every nothink entry lacks its think twin.
-    assert_found(
-        &s,
-        &guard_on(),
-        NOTHINK,
-        0,
-        Some(0),
-        Problem::ThinkNothinkMismatch,
-    );
+    // Read as a reasoning-on output, the nothink entries are answers given without a
+    // reasoning trace, which a run accepts into `_RS_nothink` only: no disagreement.
+    let report = verify(&s, &guard_on());
+    assert!(report.is_clean(), "{}", report.to_human(0));
     // A think split in a reasoning-off output is itself a disagreement.
     s.think = think;
     assert_found(&s, &off, THINK, 1, Some(0), Problem::ThinkNothinkMismatch);
