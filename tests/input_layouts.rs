@@ -155,7 +155,8 @@ fn flat_layouts_read_one_item_per_row_with_the_columns_used() {
         assert_eq!(r.extra.keys().collect::<Vec<_>>(), ["human_or_machine"]);
     }
 
-    // Both `answer` and `label`: the reader names the ambiguity and the columns, per file.
+    // Both `answer` and `label`: the reader names the ambiguity and the columns, once for
+    // the file's rows (as a column of the wrong type), not once per row.
     let ambiguous = tmp.path().join("ambiguous/a.parquet");
     write_parquet(
         &ambiguous,
@@ -169,17 +170,18 @@ fn flat_layouts_read_one_item_per_row_with_the_columns_used() {
     let errs: Vec<_> = InputReader::open(ambiguous.to_str().unwrap())
         .unwrap()
         .collect();
-    assert_eq!(errs.len(), N, "one error per row");
-    for (i, r) in errs.iter().enumerate() {
-        let e = r.as_ref().unwrap_err();
-        assert_eq!((e.row, e.field.as_str()), (Some(i), "qa"));
-        assert!(
-            e.message.contains("ambiguous answer column: answer, label")
-                && e.message
-                    .contains("columns found: image, question, answer, label"),
-            "{e:?}"
-        );
-    }
+    assert_eq!(errs.len(), 1, "one error for the file: {errs:?}");
+    let e = errs[0].as_ref().unwrap_err();
+    assert_eq!(
+        (e.row, e.rows, e.field.as_str()),
+        (Some(0), Some(N as u64), "qa")
+    );
+    assert!(
+        e.message.contains("ambiguous answer column: answer, label")
+            && e.message
+                .contains("columns found: image, question, answer, label"),
+        "{e:?}"
+    );
     // `run` refuses it as a setting, before loading the model.
     let out = bin()
         .arg("run")

@@ -512,7 +512,7 @@ fn unread_row_groups_count_their_rows_and_an_unreadable_file_counts_none() {
     let text = verisample::report::summary::Summary::new(st, dir.path()).text();
     assert!(
         text.contains(
-            "not read: 10 rows (damaged row groups, or a column of the wrong type; their questions are not counted, see errors.jsonl), 1 file(s) unreadable"
+            "not read: 10 rows (damaged row groups, or a column missing or of the wrong type; their questions are not counted, see errors.jsonl), 1 file(s) unreadable"
         ),
         "{text}"
     );

@@ -3,13 +3,15 @@
 //! `huggingface` feature metadata is present, row count, and the first rows with image
 //! size in bytes, width×height once the image passed `run`'s own image check (an
 //! [`ImageCheck`] given by the caller: a full decode within the pipeline's limits), SHA-256
-//! check and `qa` entries. Every row group is decoded, as `run` reads it: one that fails is
-//! named with its rows, as `run` reports it, and the file's other row groups are still read.
+//! check and `qa` entries; an image given only by path is read as `run` reads it. A file
+//! whose columns `run` cannot read, or that lacks one it needs, is NOT USABLE. Every row
+//! group is decoded, as `run` reads it: one that fails is named with its rows, as `run`
+//! reports it, and the file's other row groups are still read.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Cursor;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::{
@@ -61,8 +63,10 @@ fn cut_json(v: Value) -> Value {
 /// what `run` would report (field and message).
 pub type ImageCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(usize, usize), String>;
 
-/// Describe the image at row `i` of an `image` struct column.
-fn describe_image(col: &dyn Array, i: usize, check: ImageCheck<'_>) -> (String, Option<String>) {
+/// Describe the image at row `i` of an `image` struct column; an image given only by path is
+/// read as `run` reads it (inside the dataset folder, [`Show::root`], from the file's folder
+/// [`Show::base`]) and checked as bytes would be.
+fn describe_image(col: &dyn Array, i: usize, show: &Show<'_>) -> (String, Option<String>) {
     let Ok(s) = as_struct(col) else {
         return (format!("not a struct ({})", col.data_type()), None);
     };
@@ -89,32 +93,47 @@ fn describe_image(col: &dyn Array, i: usize, check: ImageCheck<'_>) -> (String, 
             ),
             None,
         ),
-        None => (format!("no bytes, path {path_txt}"), None),
+        None => {
+            let p = path.as_deref().unwrap_or_default();
+            match super::reader::read_image_path(show.root, show.base, None, p) {
+                Ok(b) => {
+                    let (text, sha) = describe_bytes(&b, show.check);
+                    (format!("no bytes, path {path_txt}: {text}"), sha)
+                }
+                Err(m) => (
+                    format!("no bytes, path {path_txt}, NOT USABLE: image.path: {m}"),
+                    None,
+                ),
+            }
+        }
         Some(b) => {
-            let format = image::ImageReader::new(Cursor::new(&b))
-                .with_guessed_format()
-                .ok()
-                .and_then(|r| r.format())
-                .map_or_else(|| "unknown format".to_string(), |f| format!("{f:?}"));
-            let dims = match check(&b) {
-                Ok((w, h)) => format!("{w}x{h} {format}"),
-                Err(m) => format!("{format}, NOT USABLE: {m}"),
-            };
-            (
-                format!("{} bytes, {dims}, path {path_txt}", b.len()),
-                Some(sha256_hex(&b)),
-            )
+            let (text, sha) = describe_bytes(&b, show.check);
+            (format!("{text}, path {path_txt}"), sha)
         }
     }
 }
 
-fn describe_row(batch: &RecordBatch, i: usize, check: ImageCheck<'_>, out: &mut String) {
+/// Size, format and `run`'s check of an image's bytes, and their SHA-256.
+fn describe_bytes(b: &[u8], check: ImageCheck<'_>) -> (String, Option<String>) {
+    let format = image::ImageReader::new(Cursor::new(b))
+        .with_guessed_format()
+        .ok()
+        .and_then(|r| r.format())
+        .map_or_else(|| "unknown format".to_string(), |f| format!("{f:?}"));
+    let dims = match check(b) {
+        Ok((w, h)) => format!("{w}x{h} {format}"),
+        Err(m) => format!("{format}, NOT USABLE: {m}"),
+    };
+    (format!("{} bytes, {dims}", b.len()), Some(sha256_hex(b)))
+}
+
+fn describe_row(batch: &RecordBatch, i: usize, show: &Show<'_>, out: &mut String) {
     let mut computed_sha = None;
     for (f, col) in batch.schema().fields().iter().zip(batch.columns()) {
         let name = f.name();
         match name.as_str() {
             "image" => {
-                let (text, sha) = describe_image(col.as_ref(), i, check);
+                let (text, sha) = describe_image(col.as_ref(), i, show);
                 computed_sha = sha;
                 let _ = writeln!(out, "    image: {text}");
             }
@@ -154,9 +173,9 @@ fn describe_row(batch: &RecordBatch, i: usize, check: ImageCheck<'_>, out: &mut 
 pub struct Inspection {
     /// The human-readable summary (schema, row counts, the first rows), ends with a newline.
     pub text: String,
-    /// Files that could not be opened as parquet (no readable footer) or have a column of a
-    /// type `run` cannot read (NOT USABLE); each is also described in `text`. A caller
-    /// should fail when this is not empty.
+    /// Files that could not be opened as parquet (no readable footer), have a column of a
+    /// type `run` cannot read or lack a column it needs (NOT USABLE); each is also described
+    /// in `text`. A caller should fail when this is not empty.
     pub unreadable: Vec<PathBuf>,
     /// Row groups that could not be decoded, as (file, row group index): `run` reports each
     /// as one `errors.jsonl` line for its rows and reads the file's other row groups. Each is
@@ -212,19 +231,37 @@ fn inspect_file(
             let _ = writeln!(out, "    {}: {}", field.name(), field.data_type());
         }
     }
-    // A column whose type cannot hold its values fails every row of the file in `run`: one
-    // errors.jsonl line for the file (the layout as `run` detects it without column flags).
-    if let Ok(layout) = super::layout::Layout::of_schema(meta.schema(), &Default::default()) {
-        if let Some(p) = super::layout::column_type_problem(meta.schema(), &layout) {
+    // A column that is missing or ambiguous, or whose type cannot hold its values, fails
+    // every row of the file in `run`: one errors.jsonl line for the file, and the input
+    // refused before the model loads when it is the first file (the layout as `run` detects
+    // it without column flags).
+    let rows = footer.file_metadata().num_rows();
+    let one_line = format!("run reports the file's {rows} rows as one errors.jsonl line");
+    match super::layout::Layout::of_schema(meta.schema(), &Default::default()) {
+        Err(e) => {
             return Err(format!(
-                "NOT USABLE: field {}: {}: run reports the file's {} rows as one errors.jsonl \
-                 line",
-                p.field,
-                p.message,
-                footer.file_metadata().num_rows()
-            ));
+                "NOT USABLE: field {}: {e}; run refuses the input before the model loads when \
+                 this is its first file, else {one_line}",
+                e.field
+            ))
+        }
+        Ok(layout) => {
+            if let Some(p) = super::layout::column_type_problem(meta.schema(), &layout) {
+                return Err(format!(
+                    "NOT USABLE: field {}: {}: {one_line}",
+                    p.field, p.message
+                ));
+            }
         }
     }
+    let base = file
+        .parent()
+        .map_or_else(|| show.root.to_path_buf(), Path::to_path_buf);
+    let base = base.canonicalize().unwrap_or(base);
+    let show = &Show {
+        base: &base,
+        ..*show
+    };
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -249,11 +286,16 @@ fn inspect_file(
 }
 
 /// Which rows [`inspect`] shows, and how it checks their images.
+#[derive(Clone, Copy)]
 struct Show<'a> {
     /// Rows shown per split.
     rows: usize,
     /// `run`'s image check.
     check: ImageCheck<'a>,
+    /// The dataset folder (canonical): image paths must stay inside it, as in `run`.
+    root: &'a Path,
+    /// The folder of the file being read (canonical), where image paths are tried first.
+    base: &'a Path,
 }
 
 /// Decode row group `g` of `file` (with its footer `meta`; the group's first row is row
@@ -287,7 +329,7 @@ fn inspect_row_group(
         for i in 0..batch.num_rows() {
             if state.shown < show.rows {
                 let _ = writeln!(out, "  row {} ({name}, row {}):", state.shown, at + i);
-                describe_row(&batch, i, show.check, out);
+                describe_row(&batch, i, show, out);
                 state.shown += 1;
             }
         }
@@ -310,7 +352,12 @@ pub fn inspect(spec: &str, rows: usize, check: ImageCheck<'_>) -> Result<Inspect
     let mut out = String::new();
     let mut unreadable = Vec::new();
     let mut damaged = Vec::new();
-    let show = Show { rows, check };
+    let show = Show {
+        rows,
+        check,
+        root: &inputs.root,
+        base: &inputs.root,
+    };
     let _ = writeln!(
         out,
         "{}: {} parquet file(s), {} split(s)",
@@ -379,14 +426,26 @@ mod tests {
             vec![Arc::new(bytes), Arc::new(paths)],
             Some(NullBuffer::from(vec![false, true, true])),
         );
-        let check: ImageCheck<'_> = &|_| panic!("no bytes to check");
-        let shown = |i| describe_image(&col, i, check).0;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::write(root.join("a.png"), [1, 2, 3]).unwrap();
+        let show = Show {
+            rows: 3,
+            check: &|b| Ok((b.len(), 1)),
+            root: &root,
+            base: &root,
+        };
+        let shown = |i| describe_image(&col, i, &show).0;
         assert_eq!(shown(0), "null, NOT USABLE: image: image is null");
         assert_eq!(
             shown(1),
             "no bytes, path null, NOT USABLE: image.bytes: null image: neither bytes nor path"
         );
-        assert_eq!(shown(2), "no bytes, path \"a.png\"");
+        assert_eq!(
+            shown(2),
+            "no bytes, path \"a.png\": 3 bytes, 3x1 unknown format",
+            "read from the dataset folder and checked as run does"
+        );
     }
 
     /// A file whose `qa` column is a string (or a flat answer column of booleans) is named

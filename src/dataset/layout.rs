@@ -7,7 +7,7 @@
 //! column names:
 //!
 //! - with none of `--image-column`, `--question-column`, `--answer-column` given and a `qa`
-//!   column present: the nested layout ([`Layout::Nested`]);
+//!   column present: the nested layout ([`Layout::Nested`]), which needs an `image` column too;
 //! - otherwise the flat layout ([`Layout::Flat`]): each role takes the column named by its
 //!   flag, else the one column of the file among the role's common names
 //!   ([`IMAGE_NAMES`], [`QUESTION_NAMES`], [`ANSWER_NAMES`]). A role with none of them, or
@@ -136,10 +136,20 @@ impl Layout {
     /// The layout of a file with columns `found` under `flags` (see the module docs).
     ///
     /// Errors: a named column that is absent; a role with no column among its common names,
-    /// or with several of them (ambiguous).
+    /// or with several of them (ambiguous); without flags, a `qa` column with no `image`
+    /// column (field `image`).
     pub fn resolve(found: &[String], flags: &ColumnFlags) -> Result<Layout, LayoutError> {
         if flags.is_empty() && found.iter().any(|c| c == "qa") {
-            return Ok(Layout::Nested);
+            if found.iter().any(|c| c == "image") {
+                return Ok(Layout::Nested);
+            }
+            return Err(LayoutError {
+                field: "image".into(),
+                message: "missing column `image` (SPEC §2's layout: `image` struct{bytes, path} \
+                          next to `qa`)"
+                    .into(),
+                found: found.to_vec(),
+            });
         }
         let err = |field: &str, message: String| {
             // Without flags the file was expected in SPEC §2's layout: say so first.
@@ -437,6 +447,19 @@ mod tests {
                 "{found:?}"
             );
         }
+    }
+
+    /// `qa` without `image` is SPEC §2's layout missing its image: refused naming `image`,
+    /// not taken as nested (every row would fail alike).
+    #[test]
+    fn qa_without_image_is_a_missing_image_column() {
+        let e = Layout::resolve(&cols(&["qa", "id"]), &ColumnFlags::default()).unwrap_err();
+        assert_eq!(e.field, "image");
+        assert_eq!(
+            e.to_string(),
+            "missing column `image` (SPEC §2's layout: `image` struct{bytes, path} next to \
+             `qa`); columns found: qa, id"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! instead, so only those rows become errors (naming the field, e.g. `qa[0].answer`). A panic
 //! of the decoders on a corrupt file ([`super::isolate`]) is one of these errors too. A
 //! column whose type cannot hold its values (the image, `qa`, a flat layout's question or
-//! answer: [`column_type_problem`]) is one error for the file's rows, counted by the footer.
+//! answer: [`column_type_problem`]) is one error for the file's rows, counted by the footer,
+//! as is a file whose columns do not resolve to a layout (a missing or ambiguous column).
 //!
 //! Column handling: each file's layout comes from its column names ([`Layout::resolve`]). In
 //! SPEC §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
@@ -48,7 +49,7 @@ use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
 use super::isolate::isolate;
-use super::layout::{column_type_problem, Layout, LayoutError, ReadOptions};
+use super::layout::{column_type_problem, Layout, ReadOptions};
 pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_answer_text, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
@@ -63,8 +64,8 @@ struct OpenFile {
     name: String,
     file: File,
     meta: ArrowReaderMetadata,
-    /// The file's layout; when its columns do not resolve, every row is an error naming it.
-    layout: Result<Layout, LayoutError>,
+    /// The file's layout (a file whose columns do not resolve is one error, never opened).
+    layout: Layout,
     next_group: usize,
     /// Index in the file of the first row of the next batch.
     next_row: usize,
@@ -171,32 +172,34 @@ impl InputReader {
             let layout = Layout::of_schema(meta.schema(), &self.options.columns);
             (file, meta, layout)
         });
+        // A column that is missing or ambiguous, or whose type cannot hold its values (`qa`,
+        // the image, a flat layout's question or answer), fails every row alike: one error
+        // for the file's rows (counted by the footer), not one per row.
+        let whole_file = |meta: &ArrowReaderMetadata, field: String, message: String| {
+            let rows = meta.metadata().file_metadata().num_rows();
+            RowError {
+                file: path.display().to_string(),
+                row: Some(0),
+                rows: Some(u64::try_from(rows).unwrap_or(0)),
+                field,
+                message: format!("{message}: none of the file's {rows} rows can be read"),
+            }
+        };
         match opened {
-            // A column whose type cannot hold its values (`qa`, the image, a flat layout's
-            // question or answer) fails every row alike: one error for the file's rows
-            // (counted by the footer), not one per row.
+            Ok((_, meta, Err(e))) => {
+                let mut error = whole_file(&meta, e.field, e.message);
+                error.message += &format!("; columns found: {}", e.found.join(", "));
+                self.pending.push_back(Err(error));
+            }
             Ok((_, meta, Ok(layout))) if column_type_problem(meta.schema(), &layout).is_some() => {
-                let rows = meta.metadata().file_metadata().num_rows();
                 if let Some(problem) = column_type_problem(meta.schema(), &layout) {
-                    self.pending.push_back(Err(RowError {
-                        file: path.display().to_string(),
-                        row: Some(0),
-                        rows: Some(u64::try_from(rows).unwrap_or(0)),
-                        field: problem.field,
-                        message: format!(
-                            "{}: none of the file's {rows} rows can be read",
-                            problem.message
-                        ),
-                    }));
+                    let error = whole_file(&meta, problem.field, problem.message);
+                    self.pending.push_back(Err(error));
                 }
             }
-            Ok((file, meta, layout)) => {
-                if let Some(layout) = layout
-                    .as_ref()
-                    .ok()
-                    .filter(|l| self.last_layout.as_ref() != Some(*l))
-                {
-                    match layout {
+            Ok((file, meta, Ok(layout))) => {
+                if self.last_layout.as_ref() != Some(&layout) {
+                    match &layout {
                         Layout::Nested => {
                             tracing::debug!(file = %path.display(), "input columns: image, qa")
                         }
@@ -487,7 +490,7 @@ type FieldError = (String, String);
 
 /// How the rows of a batch are decoded and where their image paths may point.
 struct RowContext<'a> {
-    layout: &'a Result<Layout, LayoutError>,
+    layout: &'a Layout,
     /// The dataset folder (canonical).
     root: &'a Path,
     /// The folder of the parquet file (canonical).
@@ -533,11 +536,7 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, Field
 }
 
 fn decode_row(batch: &RecordBatch, i: usize, ctx: &RowContext<'_>) -> Result<InputRow, FieldError> {
-    let layout = ctx
-        .layout
-        .as_ref()
-        .map_err(|e| (e.field.clone(), e.to_string()))?;
-    let (image, qa, known, columns) = match layout {
+    let (image, qa, known, columns) = match ctx.layout {
         Layout::Nested => (
             decode_image(column(batch, "image")?, i, ctx, "image")?,
             decode_qa(column(batch, "qa")?, i)?,
@@ -647,6 +646,25 @@ pub(crate) const IMAGE_NULL: &str = "image is null";
 /// The error of a row whose image has neither bytes nor a path (field: `<column>.bytes`).
 pub(crate) const IMAGE_EMPTY: &str = "null image: neither bytes nor path";
 
+/// The bytes of an image given only by `path`, in a file whose folder is `base` (canonical)
+/// of the dataset folder `root` (canonical): the file [`resolve_inside`] finds, or with
+/// `--images-root` (`images_root`, canonical) [`resolve_in_images_root`].
+///
+/// Errors: the message of the row's `<column>.path` error (the path refused, or the file
+/// that cannot be read).
+pub(crate) fn read_image_path(
+    root: &Path,
+    base: &Path,
+    images_root: Option<&Path>,
+    path: &str,
+) -> Result<Vec<u8>, String> {
+    let file = match images_root {
+        Some(r) => resolve_in_images_root(r, path),
+        None => resolve_inside(root, base, path),
+    }?;
+    std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))
+}
+
 /// The image at row `i` of `col`, the column named `name` (used in the error fields).
 fn decode_image(
     col: &dyn Array,
@@ -679,12 +697,7 @@ fn decode_image(
     let bytes = match (bytes, &path) {
         (Some(b), _) => b,
         (None, Some(p)) => {
-            let file = match ctx.images_root {
-                Some(r) => resolve_in_images_root(r, p),
-                None => resolve_inside(ctx.root, ctx.base, p),
-            }
-            .map_err(|m| err(".path", m))?;
-            std::fs::read(&file).map_err(|e| err(".path", format!("{}: {e}", file.display())))?
+            read_image_path(ctx.root, ctx.base, ctx.images_root, p).map_err(|m| err(".path", m))?
         }
         (None, None) => return Err(err(".bytes", IMAGE_EMPTY.into())),
     };

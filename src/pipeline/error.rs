@@ -27,12 +27,14 @@ pub enum PipelineError {
     /// was dropped by cleaning. `datasets` loads neither a dataset without splits nor a
     /// zero-row parquet file, so there is nothing to publish; the logs and `run.json` are
     /// written. Raised for a whole run or a merge; one shard of several only warns.
-    #[error("no item reached a split: {rows} row(s) read, {errors} error(s) in {out}/errors.jsonl, {dropped} item(s) dropped by cleaning ({out}/cleaning.jsonl); {out} holds the run's logs but no dataset")]
+    #[error("no item reached a split: {rows} input row(s), {unread_rows} of them not read (damaged row groups, or a column missing or of the wrong type), {errors} error(s) in {out}/errors.jsonl, {dropped} item(s) dropped by cleaning ({out}/cleaning.jsonl); {out} holds the run's logs but no dataset")]
     NoSplit {
         /// The output folder.
         out: PathBuf,
-        /// Input rows read.
+        /// Input rows, read or not ([`crate::report::RunStats::input_rows`]).
         rows: u64,
+        /// Of these, rows not read ([`crate::report::RunStats::unread_rows`]).
+        unread_rows: u64,
         /// Lines of `errors.jsonl`.
         errors: u64,
         /// Items dropped by cleaning.

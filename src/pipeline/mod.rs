@@ -231,6 +231,7 @@ pub fn run(
         let err = PipelineError::NoSplit {
             out: settings.out.clone(),
             rows: report.stats.input_rows,
+            unread_rows: report.stats.unread_rows,
             errors: report.stats.errors,
             dropped: report.stats.cleaning_drops.values().sum(),
         };

@@ -203,7 +203,7 @@ impl Summary {
         s.push('\n');
         if self.unread_rows > 0 || self.unread_files > 0 {
             s.push_str(&format!(
-                "not read: {} rows (damaged row groups, or a column of the wrong type; their questions are not counted, see errors.jsonl), {} file(s) unreadable\n",
+                "not read: {} rows (damaged row groups, or a column missing or of the wrong type; their questions are not counted, see errors.jsonl), {} file(s) unreadable\n",
                 self.unread_rows, self.unread_files
             ));
         }

@@ -76,7 +76,8 @@ pub(super) fn resolve_data(
 
 /// `--images-root` must be a folder, and the first input file's columns must resolve to a
 /// layout ([`Layout::resolve`]), so an ambiguous layout fails before any weight is loaded.
-/// (The reader resolves every file again and reports a later file that does not fit.)
+/// (The reader resolves every file again and reports a later file that does not fit as one
+/// error for its rows.)
 pub(super) fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), SettingsError> {
     if let Some(r) = &read.images_root {
         if !r.is_dir() {
