@@ -92,11 +92,12 @@ pub struct PrepareArgs {
     pub force: bool,
 }
 
-/// Refuse an `--out` that `prepare` would spoil: a file, the folder the images (or the JSONL)
-/// are read from or one holding it, the output of a `verisample run` (its splits and
-/// card would mix with an input dataset), or a folder already holding files of this split
-/// (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in `data/` are left
-/// alone, so `prepare --split train` and `--split val` can fill one dataset.
+/// Refuse an `--out` that `prepare` would spoil or cannot write: a file, a folder this
+/// process cannot write (or create: [`crate::settings::check_writable`]), the folder the
+/// images (or the JSONL) are read from or one holding it, the output of a `verisample run`
+/// (its splits and card would mix with an input dataset), or a folder already holding files
+/// of this split (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in
+/// `data/` are left alone, so `prepare --split train` and `--split val` can fill one dataset.
 fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Result<()> {
     let (out_c, source_c) = (
         crate::settings::canonical_lenient(out),
@@ -115,6 +116,8 @@ fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Res
             out.display()
         )));
     }
+    // `run`'s and `merge`'s check (and message), before the lock file is created in OUT.
+    crate::settings::check_writable(out)?;
     if crate::settings::holds_run_output(out) {
         return Err(usage(format!(
             "--out {} holds the output of a `verisample run`; prepare writes an input dataset: choose another folder",
@@ -144,9 +147,11 @@ fn check_split_free(out: &Path, split: &str, force: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Validate `prepare` arguments into options, touching nothing on disk but existence checks.
+/// Validate `prepare` arguments into options, touching nothing on disk but existence checks
+/// and the probe file of `--out`'s writability check.
 ///
-/// Errors: [`UsageError`] naming the bad argument.
+/// Errors: [`UsageError`] naming the bad argument, or [`crate::settings::SettingsError`]
+/// (exit 2 as well) for an `--out` that cannot be written.
 pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     if let Some(f) = &a.family {
         if !is_valid_family_name(f) {
