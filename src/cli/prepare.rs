@@ -37,7 +37,11 @@ stays 0 as long as some row is written. With --parquet, so is a row the reader r
 image or qa, an answer not UTF-8 or of another type than string), a family that cannot name a \
 split, a stored image_sha256 that is not the image's (`run` drops it), and a question whose \
 source is neither that hash nor the image's path. With --jsonl and --labels, so is a question whose \
-text or reference is no text (a bool, an object, a fraction such as 2.5, which JSON does not keep as written).\n\n\
+text or reference is no text (a bool, an object, a fraction such as 2.5, which JSON does not keep as written). \
+With --jsonl, so is a line without its `question` or `answer`, and the row of a \
+line without `image` or whose image file is not there or leads out of its folder (by `..`, a link, \
+or an absolute path without --images-root). A line that is not a JSON object ends the prepare \
+(exit 1), as does every row being left out.\n\n\
 A prepare that was killed leaves hidden staged shards in OUT/data; the next prepare of that split removes them.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \

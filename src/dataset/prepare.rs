@@ -17,7 +17,10 @@
 //! In both JSONL sources ([`jsonl`]) a question or reference that is no text (a bool, an object, a
 //! fraction whose text JSON does not keep: `1.50`) leaves out its question, named with its
 //! line and field, as `--parquet` leaves out a row whose answer `run` cannot read; the other
-//! rows are written. A line without its image, question or reference is malformed.
+//! rows are written. So is a `--jsonl` line without its `question` or `answer`, and a
+//! `--jsonl` row whose `image` is missing, no text, or a file that cannot be read inside
+//! its folder (not there, a path or link leading out); a labels line without its `file`
+//! or `label`, or whose image cannot be read, is malformed and ends the prepare.
 //!
 //! When any answer is a list, `qa[].answer` is written as `list<string>` (a single
 //! reference as a list of one, which reads back as that string).
@@ -117,8 +120,9 @@ struct PendingRow {
     provenance: Map<String, Value>,
     /// The input columns of a flat-layout parquet row (`None` otherwise).
     columns: Option<SourceColumns>,
-    /// The reader's refusal of the row (`(field, message)`): it is left out without the
-    /// check, having no image to check.
+    /// Why the row has no image to check (`(field, message)`): the parquet reader's refusal,
+    /// or a JSONL line's `image` missing, outside the folder or unreadable. It is left out
+    /// without the check.
     unread: Option<(String, String)>,
     /// A problem `run` finds once the image passed its check (a `family` that cannot name
     /// a split, a stored `image_sha256` not the image's): the row is left out.
@@ -365,12 +369,13 @@ pub struct PrepareSummary {
 /// is a JSONL question whose text or reference is no text (a bool, a fraction).
 ///
 /// A parquet row the reader refuses, or whose `family` or stored `image_sha256` `run`
-/// refuses, is left out the same way (see [`from_parquet`]).
+/// refuses, is left out the same way (see [`from_parquet`]), and so is a `--jsonl` line
+/// without its `question` or `answer`, or whose image is missing or outside its folder.
 ///
-/// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
-/// outside its folder (naming the path), [`DatasetError::Choice`] for an input that needs an
-/// option (`--split`, a column flag), no rows after filtering or after the check, or a write
-/// failure.
+/// Errors: unreadable or malformed JSONL (naming file and line), a labels line's image that
+/// is missing or outside its folder (naming the path), [`DatasetError::Choice`] for an input
+/// that needs an option (`--split`, a column flag), no rows after filtering or after the
+/// check, or a write failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
@@ -423,26 +428,41 @@ pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary,
         Some(_) => resolve_in_images_root(&root, rel),
         None => resolve_inside(&root, &root, rel),
     };
+    let read_image = |rel: &str| -> Result<(PathBuf, Vec<u8>), String> {
+        let file = resolve(rel)?;
+        let bytes = std::fs::read(&file)
+            .map_err(|e| format!("image {rel:?}: cannot read {}: {e}", file.display()))?;
+        Ok((file, bytes))
+    };
+    // A JSONL line's image that cannot be read (missing, outside the folder, a link out)
+    // leaves its row out, as `run` records a row whose image path it cannot read; a labels
+    // line's ends the prepare.
+    let leave_out = matches!(opts.source, PrepareSource::QaJsonl { .. });
     let columns = Columns::of(&rows);
-    let ready = rows.into_iter().map(|pending| {
-        let file = resolve(&pending.image_rel)
-            .map_err(|m| DatasetError::Invalid(format!("{}: {m}", pending.origin)))?;
-        let bytes = std::fs::read(&file).map_err(|e| {
-            DatasetError::Invalid(format!(
-                "{}: image {:?}: cannot read {}: {e}",
-                pending.origin,
-                pending.image_rel,
-                file.display()
-            ))
-        })?;
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+    let ready = rows.into_iter().map(|mut pending| {
+        if pending.unread.is_none() {
+            match read_image(&pending.image_rel) {
+                Ok((file, bytes)) => {
+                    let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+                    return Ok(ReadyRow {
+                        sha: sha256_hex(&bytes),
+                        image: ImageRef {
+                            bytes: Some(bytes),
+                            path: name,
+                        },
+                        family: opts.family.clone(),
+                        pending,
+                    });
+                }
+                Err(m) if leave_out => pending.unread = Some(("image".to_string(), m)),
+                Err(m) => return Err(DatasetError::Invalid(format!("{}: {m}", pending.origin))),
+            }
+        }
+        // No image: `write_rows` leaves the row out before it looks at one.
         Ok(ReadyRow {
-            sha: sha256_hex(&bytes),
-            image: ImageRef {
-                bytes: Some(bytes),
-                path: name,
-            },
-            family: opts.family.clone(),
+            image: ImageRef::default(),
+            sha: String::new(),
+            family: None,
             pending,
         })
     });

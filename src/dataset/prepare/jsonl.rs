@@ -44,13 +44,18 @@ fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
     Ok(out)
 }
 
-/// `key` of a line, which must be there.
-fn missing(key: &str, path: &Path, line: usize) -> DatasetError {
-    DatasetError::Invalid(format!("{}:{line}: missing `{key}`", path.display()))
+/// The message for a line without `key`.
+fn missing_key(key: &str) -> String {
+    format!("missing `{key}`")
 }
 
-/// `key` of a line as text ([`json_text`]); a line without it, or with a value that is no
-/// text, is malformed (the image path of a row).
+/// `key` of a labels line, which must be there.
+fn missing(key: &str, path: &Path, line: usize) -> DatasetError {
+    DatasetError::Invalid(format!("{}:{line}: {}", path.display(), missing_key(key)))
+}
+
+/// `key` of a labels line as text ([`json_text`]); a line without it, or with a value that
+/// is no text, is malformed (the image path of a row).
 fn take_text(
     m: &mut Map<String, Value>,
     key: &str,
@@ -62,34 +67,23 @@ fn take_text(
 }
 
 /// A question or reference of a line: its text, a null read as blank (`""`: the row check
-/// then leaves out the question, naming its line), or `Err` for a value that is no text
-/// ([`json_text`]; [`PendingQa::unread`] leaves the question out).
-///
-/// Errors: the line has no `key`.
-fn take_item_text(
-    m: &mut Map<String, Value>,
-    key: &str,
-    path: &Path,
-    line: usize,
-) -> Result<Result<String, String>, DatasetError> {
+/// then leaves out the question, naming its line), or `Err` (a message) for a line without
+/// `key` or a value that is no text ([`json_text`]; [`PendingQa::unread`] leaves the
+/// question out).
+fn take_item_text(m: &mut Map<String, Value>, key: &str) -> Result<String, String> {
     match m.remove(key) {
-        None => Err(missing(key, path, line)),
-        Some(Value::Null) => Ok(Ok(String::new())),
-        Some(v) => Ok(json_text(v, key)),
+        None => Err(missing_key(key)),
+        Some(Value::Null) => Ok(String::new()),
+        Some(v) => json_text(v, key),
     }
 }
 
 /// `answer` of a QA line: a string (or integer), or a list of them (several references; a
 /// null in the list is dropped, as the reader does). Returns the references and whether
-/// they came as a list, or `Err` for a value that is no text (as [`take_item_text`]).
-///
-/// Errors: the line has no `answer`.
-fn take_answers(
-    m: &mut Map<String, Value>,
-    path: &Path,
-    line: usize,
-) -> Result<Result<(Vec<String>, bool), String>, DatasetError> {
-    Ok(match m.remove("answer") {
+/// they came as a list, or `Err` (a message) for a line without `answer` or a value that is
+/// no text (as [`take_item_text`]).
+fn take_answers(m: &mut Map<String, Value>) -> Result<(Vec<String>, bool), String> {
+    match m.remove("answer") {
         Some(Value::Array(items)) => items
             .into_iter()
             .filter(|v| !v.is_null())
@@ -106,8 +100,8 @@ fn take_answers(
         // A blank reference: the row check leaves the row out.
         Some(Value::Null) => Ok((vec![String::new()], false)),
         Some(v) => json_text(v, "answer").map(|a| (vec![a], false)),
-        None => return Err(missing("answer", path, line)),
-    })
+        None => Err(missing_key("answer")),
+    }
 }
 
 /// A JSON value as the text of a string field: a string as it is, an integer (or an
@@ -152,8 +146,11 @@ pub(super) fn labels_rows(
             }
         }
         let file = take_text(&mut m, "file", labels, line)?;
+        if !m.contains_key("label") {
+            return Err(missing("label", labels, line));
+        }
         // A null label is a blank reference: the row check leaves the row out.
-        let label = take_item_text(&mut m, "label", labels, line)?;
+        let label = take_item_text(&mut m, "label");
         m.insert("file".into(), Value::String(file.clone()));
         rows.push(PendingRow {
             columns: None,
@@ -175,15 +172,38 @@ pub(super) fn labels_rows(
     }
 }
 
-/// Read a generic QA JSONL, grouping lines by image (first appearance order).
+/// Read a generic QA JSONL, grouping lines by image (first appearance order). A line without
+/// its `image` (or with one that is no text) is a row of its own, left out
+/// ([`PendingRow::unread`]); a line without its `question` or `answer` leaves out its
+/// question ([`PendingQa::unread`]), named by its line.
+///
+/// Errors: a line that is not a JSON object (naming file and line).
 pub(super) fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
     let mut rows: Vec<PendingRow> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for (line, mut m) in read_jsonl(jsonl)? {
-        let image = take_text(&mut m, "image", jsonl, line)?;
+        let image = m
+            .remove("image")
+            .ok_or_else(|| missing_key("image"))
+            .and_then(|v| json_text(v, "image"));
+        let image = match image {
+            Ok(image) => image,
+            Err(e) => {
+                rows.push(PendingRow {
+                    columns: None,
+                    origin: format!("{}:{line}", jsonl.display()),
+                    image_rel: String::new(),
+                    qa: Vec::new(),
+                    provenance: Map::new(),
+                    unread: Some(("image".to_string(), e)),
+                    refused: None,
+                });
+                continue;
+            }
+        };
         // A null question is blank: the row check leaves it out, naming this line.
-        let question = take_item_text(&mut m, "question", jsonl, line)?;
-        let answers = take_answers(&mut m, jsonl, line)?;
+        let question = take_item_text(&mut m, "question");
+        let answers = take_answers(&mut m);
         let at = index.get(&image).map_or(0, |&i| rows[i].qa.len());
         let unread = match (&question, &answers) {
             (Err(e), _) => Some((format!("qa[{at}].question"), e.clone())),
