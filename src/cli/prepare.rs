@@ -1,4 +1,5 @@
-//! `verisample prepare`: build an input dataset (HF parquet) from images plus labels.
+//! `verisample prepare`: build an input dataset (HF parquet) from images plus labels, a QA
+//! JSONL or any parquet `run` reads.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,7 @@ use crate::family::{family_spec, is_valid_family_name};
 use crate::pipeline::inspect::{check_image, check_qa};
 use crate::record::{QaItem, SourceColumns};
 
-/// Build an input dataset (HF parquet) from images plus a labels JSONL.
+/// Build an input dataset (HF parquet) from --labels, --jsonl (QA lines) or --parquet input.
 #[derive(Debug, Args)]
 #[command(
     group(ArgGroup::new("source").required(true).args(["labels", "jsonl", "parquet"])),
