@@ -32,7 +32,9 @@ mod switch;
 mod verifiers;
 pub use fingerprint::{data_spec, fingerprint, hash_input_files, input_identity, Fingerprint};
 pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
-pub use out_dir::{check_out, holds_run_output, input_root, is_verisample_output, WRITTEN_IN_OUT};
+pub use out_dir::{
+    check_out, check_writable, holds_run_output, input_root, is_verisample_output, WRITTEN_IN_OUT,
+};
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";

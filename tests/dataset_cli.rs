@@ -74,6 +74,31 @@ fn usage_errors_exit_2_and_help_has_examples() {
     }
 }
 
+/// Catches: `verisample --help` saying `prepare` works only "from images plus a labels JSONL"
+/// (leaving out --jsonl and --parquet) and `check` "against one reference" although `--ref`
+/// repeats (newcomer finding).
+#[test]
+fn the_command_list_names_every_prepare_input_and_several_references() {
+    let out = bin().arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = |cmd: &str| {
+        help.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{cmd} ")))
+            .unwrap_or_else(|| panic!("no {cmd} line in:\n{help}"))
+            .to_string()
+    };
+    let prepare = line("prepare");
+    for flag in ["--labels", "--jsonl", "--parquet"] {
+        assert!(prepare.contains(flag), "{prepare}");
+    }
+    let check = line("check");
+    assert!(
+        check.contains("one or more references") && check.contains("--ref"),
+        "{check}"
+    );
+}
+
 #[test]
 fn inspect_of_an_unreadable_file_reports_it_and_exits_1() {
     let tmp = tempfile::tempdir().unwrap();

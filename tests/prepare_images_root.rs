@@ -37,7 +37,7 @@ fn absolute_image_paths_are_read_under_images_root_only() {
         cmd.output().unwrap()
     };
     let inside = root.join("imgs/a.png");
-    // Without the flag an absolute path is refused (a JSONL's bad image path ends the prepare).
+    // Without the flag an absolute path is refused (its line left out, the only one: exit 1).
     let refused = prepare(&inside, "without", false);
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);

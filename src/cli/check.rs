@@ -6,7 +6,7 @@ use super::UsageError;
 use crate::check::{check_with, CheckReport};
 use crate::verify::{Verifier, VerifierRegistry};
 
-/// Check one prediction against one reference with a string verifier.
+/// Check one prediction against one or more references (--ref) with a string verifier.
 #[derive(Debug, Args)]
 #[command(
     long_about = "Explain one string decision: the reasoning split off the prediction, the normalised \

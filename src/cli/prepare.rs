@@ -1,4 +1,5 @@
-//! `verisample prepare`: build an input dataset (HF parquet) from images plus labels.
+//! `verisample prepare`: build an input dataset (HF parquet) from images plus labels, a QA
+//! JSONL or any parquet `run` reads.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,7 @@ use crate::family::{family_spec, is_valid_family_name};
 use crate::pipeline::inspect::{check_image, check_qa};
 use crate::record::{QaItem, SourceColumns};
 
-/// Build an input dataset (HF parquet) from images plus a labels JSONL.
+/// Build an input dataset (HF parquet) from --labels, --jsonl (QA lines) or --parquet input.
 #[derive(Debug, Args)]
 #[command(
     group(ArgGroup::new("source").required(true).args(["labels", "jsonl", "parquet"])),
@@ -37,7 +38,11 @@ stays 0 as long as some row is written. With --parquet, so is a row the reader r
 image or qa, an answer not UTF-8 or of another type than string), a family that cannot name a \
 split, a stored image_sha256 that is not the image's (`run` drops it), and a question whose \
 source is neither that hash nor the image's path. With --jsonl and --labels, so is a question whose \
-text or reference is no text (a bool, an object, a fraction such as 2.5, which JSON does not keep as written).\n\n\
+text or reference is no text (a bool, an object, a fraction such as 2.5, which JSON does not keep as written). \
+With --jsonl, so is a line without its `question` or `answer`, and the row of a \
+line without `image` or whose image file is not there or leads out of its folder (by `..`, a link, \
+or an absolute path without --images-root). A line that is not a JSON object ends the prepare \
+(exit 1), as does every row being left out.\n\n\
 A prepare that was killed leaves hidden staged shards in OUT/data; the next prepare of that split removes them.",
     after_help = "Examples:\n  \
 verisample prepare --labels orand-car-a/labels.jsonl --family OrandCar --split train --out orand\n  \
@@ -92,11 +97,12 @@ pub struct PrepareArgs {
     pub force: bool,
 }
 
-/// Refuse an `--out` that `prepare` would spoil: a file, the folder the images (or the JSONL)
-/// are read from or one holding it, the output of a `verisample run` (its splits and
-/// card would mix with an input dataset), or a folder already holding files of this split
-/// (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in `data/` are left
-/// alone, so `prepare --split train` and `--split val` can fill one dataset.
+/// Refuse an `--out` that `prepare` would spoil or cannot write: a file, a folder this
+/// process cannot write (or create: [`crate::settings::check_writable`]), the folder the
+/// images (or the JSONL) are read from or one holding it, the output of a `verisample run`
+/// (its splits and card would mix with an input dataset), or a folder already holding files
+/// of this split (`data/<split>-*.parquet`, replaced only with `--force`). Other splits in
+/// `data/` are left alone, so `prepare --split train` and `--split val` can fill one dataset.
 fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Result<()> {
     let (out_c, source_c) = (
         crate::settings::canonical_lenient(out),
@@ -115,6 +121,8 @@ fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> anyhow::Res
             out.display()
         )));
     }
+    // `run`'s and `merge`'s check (and message), before the lock file is created in OUT.
+    crate::settings::check_writable(out)?;
     if crate::settings::holds_run_output(out) {
         return Err(usage(format!(
             "--out {} holds the output of a `verisample run`; prepare writes an input dataset: choose another folder",
@@ -144,9 +152,11 @@ fn check_split_free(out: &Path, split: &str, force: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Validate `prepare` arguments into options, touching nothing on disk but existence checks.
+/// Validate `prepare` arguments into options, touching nothing on disk but existence checks
+/// and the probe file of `--out`'s writability check.
 ///
-/// Errors: [`UsageError`] naming the bad argument.
+/// Errors: [`UsageError`] naming the bad argument, or [`crate::settings::SettingsError`]
+/// (exit 2 as well) for an `--out` that cannot be written.
 pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
     if let Some(f) = &a.family {
         if !is_valid_family_name(f) {

@@ -60,6 +60,14 @@ fn read_run_json(out: &Path) -> anyhow::Result<serde_json::Value> {
     }
 }
 
+/// Whether `run.json` (`recorded`) says that its run wrote no split: its `stats.split_rows`
+/// is empty (status `no_split`, or an empty shard of several).
+fn no_splits_recorded(recorded: &serde_json::Value) -> bool {
+    recorded["stats"]["split_rows"]
+        .as_object()
+        .is_some_and(serde_json::Map::is_empty)
+}
+
 /// The settings `verify` applies: those recorded in `run.json` (`settings.number_guard`,
 /// `settings.think`, `settings.verifiers` — a list of `FAMILY=NAME`), then the command-line
 /// overrides.
@@ -111,9 +119,13 @@ fn read_family(out: &Path, family: &str) -> anyhow::Result<ReadSplits> {
 }
 
 /// `verisample verify OUT`: re-derive every decision of every family in `OUT/data` from the
-/// stored fields alone, check the row counts against `run.json`, and print the report.
+/// stored fields alone, check the row counts against `run.json`, and print the report. A run
+/// whose `run.json` records no split, and that left none, has no decision to disagree: a
+/// note says so and the verify succeeds (the run's own exit status reported its failure).
 ///
-/// Errors: unreadable output ([`anyhow`]), or [`VerifyFailed`] when any decision disagrees.
+/// Errors: a folder that is not a verisample output (no `run.json`, no output splits) or
+/// that holds no output splits ([`UsageError`]), unreadable output ([`anyhow`]), or
+/// [`VerifyFailed`] when any decision disagrees.
 pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     if !a.out.is_dir() {
         let why = if a.out.exists() {
@@ -135,6 +147,13 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             crate::pipeline::STATUS_WRITING
         );
     }
+    // A run that wrote no split may have no data/ at all.
+    let splits = if a.out.join("data").exists() {
+        scan_output_dir(&a.out)
+            .with_context(|| format!("read output directory {}", a.out.display()))?
+    } else {
+        Vec::new()
+    };
     if recorded.is_null() {
         use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
         if a.out.join(JOURNAL_FILE).exists() {
@@ -144,14 +163,29 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
                 a.out.display()
             );
         }
+        if splits.is_empty() {
+            return Err(super::usage(format!(
+                "{} is not a verisample output: it has no {RUN_FILE} and no output splits in \
+                 data/ (<Family>_RS_think, <Family>_RS_nothink, <Family>_rejected); give the \
+                 folder `run --out` or `merge --out` wrote",
+                a.out.display()
+            )));
+        }
         eprintln!(
             "note: no {RUN_FILE} in {}: decisions are checked, row counts are not",
             a.out.display()
         );
     }
+    if no_splits_recorded(&recorded) && splits.is_empty() {
+        eprintln!(
+            "note: {}: this run produced no splits (run.json status `{}`: no item reached a split; \
+             errors.jsonl and cleaning.jsonl say why), so there is no decision to verify",
+            a.out.display(),
+            recorded["status"].as_str().unwrap_or("?")
+        );
+        return Ok(());
+    }
     let settings = verify_settings(a, &recorded)?;
-    let splits = scan_output_dir(&a.out)
-        .with_context(|| format!("read output directory {}", a.out.display()))?;
     let mut problems = 0;
     if let Some(rows) = recorded["stats"]["split_rows"].as_object() {
         let want: BTreeMap<String, u64> = rows

@@ -1,7 +1,7 @@
 //! `verisample prepare`: build the input layout of SPEC §2 from plain files, so users
 //! without parquet can start.
 //!
-//! Two sources:
+//! Three sources:
 //! - **labels**: a folder of images plus a labels JSONL, one object per image with `file`
 //!   (path relative to the images folder) and `label` (the reference answer), every other
 //!   field kept as a provenance column (strings; non-string values as JSON text). Every
@@ -14,10 +14,13 @@
 //! - **parquet** ([`from_parquet`]): any parquet input the reader takes, flat layouts
 //!   included (column flags or detection), one row per input row, images as stored.
 //!
-//! In both JSONL sources a question or reference that is no text (a bool, an object, a
+//! In both JSONL sources ([`jsonl`]) a question or reference that is no text (a bool, an object, a
 //! fraction whose text JSON does not keep: `1.50`) leaves out its question, named with its
 //! line and field, as `--parquet` leaves out a row whose answer `run` cannot read; the other
-//! rows are written. A line without its image, question or reference is malformed.
+//! rows are written. So is a `--jsonl` line without its `question` or `answer`, and a
+//! `--jsonl` row whose `image` is missing, no text, or a file that cannot be read inside
+//! its folder (not there, a path or link leading out); a labels line without its `file`
+//! or `label`, or whose image cannot be read, is malformed and ends the prepare.
 //!
 //! When any answer is a list, `qa[].answer` is written as `list<string>` (a single
 //! reference as a list of one, which reads back as that string).
@@ -26,8 +29,7 @@
 //! bytes, the file name}, `image_sha256`, `qa[].source` = the image's SHA-256 (provenance
 //! for the cleaning pass), and `family`. Image files must resolve inside their folder.
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::BufRead;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -39,10 +41,10 @@ use serde_json::{Map, Value};
 use super::layout::ColumnFlags;
 use super::reader::{resolve_in_images_root, resolve_inside};
 use super::shards::{ShardOptions, ShardSummary, ShardedWriter};
-use super::values::integral_text;
 use super::writer::{image_array, image_fields, sha256_hex};
 use super::DatasetError;
 use crate::record::{ImageRef, QaItem, SourceColumns};
+use jsonl::{labels_rows, qa_jsonl_rows};
 
 /// `run`'s input check of one row, as `prepare` applies it before writing: given the image
 /// bytes and the row's `qa` items, `Err((field, message))` when the image fails (the whole
@@ -118,8 +120,9 @@ struct PendingRow {
     provenance: Map<String, Value>,
     /// The input columns of a flat-layout parquet row (`None` otherwise).
     columns: Option<SourceColumns>,
-    /// The reader's refusal of the row (`(field, message)`): it is left out without the
-    /// check, having no image to check.
+    /// Why the row has no image to check (`(field, message)`): the parquet reader's refusal,
+    /// or a JSONL line's `image` missing, outside the folder or unreadable. It is left out
+    /// without the check.
     unread: Option<(String, String)>,
     /// A problem `run` finds once the image passed its check (a `family` that cannot name
     /// a split, a stored `image_sha256` not the image's): the row is left out.
@@ -184,125 +187,6 @@ fn as_text(v: &Value) -> Option<String> {
     }
 }
 
-/// One JSONL object with its 1-based line number.
-type NumberedLine = (usize, Map<String, Value>);
-
-fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
-    let f = std::fs::File::open(path).map_err(|e| DatasetError::io(path, e))?;
-    let mut out = Vec::new();
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line =
-            line.map_err(|e| DatasetError::Invalid(format!("{}:{}: {e}", path.display(), i + 1)))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Value>(&line) {
-            Ok(Value::Object(m)) => out.push((i + 1, m)),
-            Ok(_) => {
-                return Err(DatasetError::Invalid(format!(
-                    "{}:{}: not a JSON object",
-                    path.display(),
-                    i + 1
-                )))
-            }
-            Err(e) => {
-                return Err(DatasetError::Invalid(format!(
-                    "{}:{}: invalid JSON: {e}",
-                    path.display(),
-                    i + 1
-                )))
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `key` of a line, which must be there.
-fn missing(key: &str, path: &Path, line: usize) -> DatasetError {
-    DatasetError::Invalid(format!("{}:{line}: missing `{key}`", path.display()))
-}
-
-/// `key` of a line as text ([`json_text`]); a line without it, or with a value that is no
-/// text, is malformed (the image path of a row).
-fn take_text(
-    m: &mut Map<String, Value>,
-    key: &str,
-    path: &Path,
-    line: usize,
-) -> Result<String, DatasetError> {
-    let v = m.remove(key).ok_or_else(|| missing(key, path, line))?;
-    json_text(v, key).map_err(|e| DatasetError::Invalid(format!("{}:{line}: {e}", path.display())))
-}
-
-/// A question or reference of a line: its text, a null read as blank (`""`: the row check
-/// then leaves out the question, naming its line), or `Err` for a value that is no text
-/// ([`json_text`]; [`PendingQa::unread`] leaves the question out).
-///
-/// Errors: the line has no `key`.
-fn take_item_text(
-    m: &mut Map<String, Value>,
-    key: &str,
-    path: &Path,
-    line: usize,
-) -> Result<Result<String, String>, DatasetError> {
-    match m.remove(key) {
-        None => Err(missing(key, path, line)),
-        Some(Value::Null) => Ok(Ok(String::new())),
-        Some(v) => Ok(json_text(v, key)),
-    }
-}
-
-/// `answer` of a QA line: a string (or integer), or a list of them (several references; a
-/// null in the list is dropped, as the reader does). Returns the references and whether
-/// they came as a list, or `Err` for a value that is no text (as [`take_item_text`]).
-///
-/// Errors: the line has no `answer`.
-fn take_answers(
-    m: &mut Map<String, Value>,
-    path: &Path,
-    line: usize,
-) -> Result<Result<(Vec<String>, bool), String>, DatasetError> {
-    Ok(match m.remove("answer") {
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .filter(|v| !v.is_null())
-            .map(|v| json_text(v, "answer[]"))
-            .collect::<Result<Vec<_>, _>>()
-            // No reference left (`[]`, `[null]`): blank, the row check leaves the question out.
-            .map(|a| {
-                if a.is_empty() {
-                    (vec![String::new()], false)
-                } else {
-                    (a, true)
-                }
-            }),
-        // A blank reference: the row check leaves the row out.
-        Some(Value::Null) => Ok((vec![String::new()], false)),
-        Some(v) => json_text(v, "answer").map(|a| (vec![a], false)),
-        None => return Err(missing("answer", path, line)),
-    })
-}
-
-/// A JSON value as the text of a string field: a string as it is, an integer (or an
-/// integral float, as a parquet float answer is: `1500.0` → `1500`) as its digits.
-///
-/// Errors (as a message naming `key`): a fraction, whose text does not survive parsing
-/// (`1.50` would become `1.5`: it must be quoted), or any other value (bool, list, object,
-/// null).
-fn json_text(v: Value, key: &str) -> Result<String, String> {
-    match v {
-        Value::String(s) => Ok(s),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        v @ Value::Number(_) => v.as_f64().and_then(integral_text).ok_or_else(|| {
-            format!(
-                "`{key}` is the number {v}, whose exact text JSON does not keep: write it as a \
-                 string (e.g. \"1.50\")"
-            )
-        }),
-        other => Err(format!("`{key}` must be a string, got {other}")),
-    }
-}
-
 fn rename_reserved(m: Map<String, Value>, reserved: &[&str]) -> Map<String, Value> {
     m.into_iter()
         .map(|(k, v)| {
@@ -313,95 +197,6 @@ fn rename_reserved(m: Map<String, Value>, reserved: &[&str]) -> Map<String, Valu
             }
         })
         .collect()
-}
-
-/// Read the labels JSONL into pending rows (one per line, in file order), keeping with
-/// `split_filter` only the lines whose `split` is that value.
-///
-/// Errors: a malformed line (naming file and line); [`DatasetError::Choice`] naming the splits
-/// present when `split_filter` keeps no line.
-fn labels_rows(
-    labels: &Path,
-    question: &str,
-    split_filter: Option<&str>,
-) -> Result<Vec<PendingRow>, DatasetError> {
-    let mut rows = Vec::new();
-    // The `split` values of the lines the filter left out, to name them if none is left.
-    let mut others: BTreeSet<String> = BTreeSet::new();
-    for (line, mut m) in read_jsonl(labels)? {
-        if let Some(want) = split_filter {
-            let split = m.get("split").and_then(Value::as_str);
-            if split != Some(want) {
-                others.insert(split.map_or_else(|| "(no split field)".into(), str::to_string));
-                continue;
-            }
-        }
-        let file = take_text(&mut m, "file", labels, line)?;
-        // A null label is a blank reference: the row check leaves the row out.
-        let label = take_item_text(&mut m, "label", labels, line)?;
-        m.insert("file".into(), Value::String(file.clone()));
-        rows.push(PendingRow {
-            columns: None,
-            origin: format!("{}:{line}", labels.display()),
-            image_rel: file,
-            qa: vec![PendingQa::labelled(question.to_string(), label)],
-            provenance: rename_reserved(m, &RESERVED),
-            unread: None,
-            refused: None,
-        });
-    }
-    match split_filter {
-        Some(want) if rows.is_empty() && !others.is_empty() => Err(DatasetError::Choice(format!(
-            "--split {want}: no line of {} has split {want:?}; the splits present: {}",
-            labels.display(),
-            others.into_iter().collect::<Vec<_>>().join(", ")
-        ))),
-        _ => Ok(rows),
-    }
-}
-
-/// Read a generic QA JSONL, grouping lines by image (first appearance order).
-fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetError> {
-    let mut rows: Vec<PendingRow> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for (line, mut m) in read_jsonl(jsonl)? {
-        let image = take_text(&mut m, "image", jsonl, line)?;
-        // A null question is blank: the row check leaves it out, naming this line.
-        let question = take_item_text(&mut m, "question", jsonl, line)?;
-        let answers = take_answers(&mut m, jsonl, line)?;
-        let at = index.get(&image).map_or(0, |&i| rows[i].qa.len());
-        let unread = match (&question, &answers) {
-            (Err(e), _) => Some((format!("qa[{at}].question"), e.clone())),
-            (_, Err(e)) => Some((format!("qa[{at}].answer"), e.clone())),
-            _ => None,
-        };
-        let (answers, listed) = answers.unwrap_or_else(|_| (vec![String::new()], false));
-        let item = PendingQa {
-            question: question.unwrap_or_default(),
-            answers,
-            listed,
-            extra: rename_reserved(m, &["source"]),
-            origin: Some(format!("{}:{line}", jsonl.display())),
-            unread,
-            refused: None,
-        };
-        match index.get(&image) {
-            Some(&i) => rows[i].qa.push(item),
-            None => {
-                index.insert(image.clone(), rows.len());
-                rows.push(PendingRow {
-                    columns: None,
-                    origin: format!("{}:{line}", jsonl.display()),
-                    image_rel: image,
-                    qa: vec![item],
-                    provenance: Map::new(),
-                    unread: None,
-                    refused: None,
-                });
-            }
-        }
-    }
-    Ok(rows)
 }
 
 /// The `qa[].answer` type: `list<string>` when any answer is a list, else `string`.
@@ -574,12 +369,13 @@ pub struct PrepareSummary {
 /// is a JSONL question whose text or reference is no text (a bool, a fraction).
 ///
 /// A parquet row the reader refuses, or whose `family` or stored `image_sha256` `run`
-/// refuses, is left out the same way (see [`from_parquet`]).
+/// refuses, is left out the same way (see [`from_parquet`]), and so is a `--jsonl` line
+/// without its `question` or `answer`, or whose image is missing or outside its folder.
 ///
-/// Errors: unreadable or malformed JSONL (naming file and line), an image that is missing or
-/// outside its folder (naming the path), [`DatasetError::Choice`] for an input that needs an
-/// option (`--split`, a column flag), no rows after filtering or after the check, or a write
-/// failure.
+/// Errors: unreadable or malformed JSONL (naming file and line), a labels line's image that
+/// is missing or outside its folder (naming the path), [`DatasetError::Choice`] for an input
+/// that needs an option (`--split`, a column flag), no rows after filtering or after the
+/// check, or a write failure.
 #[tracing::instrument(skip_all, fields(out = %opts.out.display(), split = %opts.split))]
 pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary, DatasetError> {
     let (rows, image_dir) = match &opts.source {
@@ -632,26 +428,41 @@ pub fn prepare(opts: &PrepareOptions, check: RowCheck) -> Result<PrepareSummary,
         Some(_) => resolve_in_images_root(&root, rel),
         None => resolve_inside(&root, &root, rel),
     };
+    let read_image = |rel: &str| -> Result<(PathBuf, Vec<u8>), String> {
+        let file = resolve(rel)?;
+        let bytes = std::fs::read(&file)
+            .map_err(|e| format!("image {rel:?}: cannot read {}: {e}", file.display()))?;
+        Ok((file, bytes))
+    };
+    // A JSONL line's image that cannot be read (missing, outside the folder, a link out)
+    // leaves its row out, as `run` records a row whose image path it cannot read; a labels
+    // line's ends the prepare.
+    let leave_out = matches!(opts.source, PrepareSource::QaJsonl { .. });
     let columns = Columns::of(&rows);
-    let ready = rows.into_iter().map(|pending| {
-        let file = resolve(&pending.image_rel)
-            .map_err(|m| DatasetError::Invalid(format!("{}: {m}", pending.origin)))?;
-        let bytes = std::fs::read(&file).map_err(|e| {
-            DatasetError::Invalid(format!(
-                "{}: image {:?}: cannot read {}: {e}",
-                pending.origin,
-                pending.image_rel,
-                file.display()
-            ))
-        })?;
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+    let ready = rows.into_iter().map(|mut pending| {
+        if pending.unread.is_none() {
+            match read_image(&pending.image_rel) {
+                Ok((file, bytes)) => {
+                    let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+                    return Ok(ReadyRow {
+                        sha: sha256_hex(&bytes),
+                        image: ImageRef {
+                            bytes: Some(bytes),
+                            path: name,
+                        },
+                        family: opts.family.clone(),
+                        pending,
+                    });
+                }
+                Err(m) if leave_out => pending.unread = Some(("image".to_string(), m)),
+                Err(m) => return Err(DatasetError::Invalid(format!("{}: {m}", pending.origin))),
+            }
+        }
+        // No image: `write_rows` leaves the row out before it looks at one.
         Ok(ReadyRow {
-            sha: sha256_hex(&bytes),
-            image: ImageRef {
-                bytes: Some(bytes),
-                path: name,
-            },
-            family: opts.family.clone(),
+            image: ImageRef::default(),
+            sha: String::new(),
+            family: None,
             pending,
         })
     });
@@ -762,6 +573,7 @@ fn write_rows(
 }
 
 mod from_parquet;
+mod jsonl;
 
 #[cfg(test)]
 mod tests;

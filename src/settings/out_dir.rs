@@ -83,6 +83,40 @@ fn probe_writable(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_file(&probe)
 }
 
+/// Check that this process can write the output folder `out`: the folder itself when it
+/// exists, else the nearest existing folder above it, where it would be created (a probe
+/// file, [`probe_writable`]). `run`, `merge` and `prepare` check their `--out` with it before
+/// anything loads or is written.
+///
+/// Errors: [`SettingsError::Invalid`] (key `out`) when that nearest existing path is a file or
+/// is not writable (permissions, a read-only mount).
+pub fn check_writable(out: &Path) -> Result<(), SettingsError> {
+    let out_c = canonical_lenient(out);
+    // The nearest existing folder is where the first file (or folder) will be created.
+    let mut existing: PathBuf = out_c.clone();
+    while !existing.exists() {
+        match existing.parent() {
+            Some(p) => existing = p.to_path_buf(),
+            None => break,
+        }
+    }
+    if !existing.is_dir() {
+        return Err(invalid(
+            out,
+            format!("cannot be created: {} is a file", existing.display()),
+        ));
+    }
+    if let Err(e) = probe_writable(&existing) {
+        let what = if existing == out_c {
+            "is not writable".to_string()
+        } else {
+            format!("cannot be created: {} is not writable", existing.display())
+        };
+        return Err(invalid(out, format!("{what} ({e})")));
+    }
+    Ok(())
+}
+
 /// Validate the output folder `out` of a run reading its input from the folder `data_root`
 /// (canonical; `None` when unknown). `force` accepts a non-empty folder that holds no
 /// earlier verisample output.
@@ -115,28 +149,7 @@ pub fn check_out(out: &Path, data_root: Option<&Path>, force: bool) -> Result<()
             ));
         }
     }
-    // The nearest existing folder is where the first file (or folder) will be created.
-    let mut existing: PathBuf = out_c.clone();
-    while !existing.exists() {
-        match existing.parent() {
-            Some(p) => existing = p.to_path_buf(),
-            None => break,
-        }
-    }
-    if !existing.is_dir() {
-        return Err(invalid(
-            out,
-            format!("cannot be created: {} is a file", existing.display()),
-        ));
-    }
-    if let Err(e) = probe_writable(&existing) {
-        let what = if existing == out_c {
-            "is not writable".to_string()
-        } else {
-            format!("cannot be created: {} is not writable", existing.display())
-        };
-        return Err(invalid(out, format!("{what} ({e})")));
-    }
+    check_writable(out)?;
     if out.is_dir() && !force && !is_verisample_output(out) {
         let mut names: Vec<String> = std::fs::read_dir(out)
             .map_err(|e| invalid(out, format!("cannot be listed ({e})")))?

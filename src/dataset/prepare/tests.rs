@@ -174,8 +174,58 @@ fn qa_jsonl_values_that_are_no_text_leave_their_question_out() {
         ]
     );
     assert_eq!(rows[1].qa[3].answers, ["3"]);
-    // A line without its answer is malformed, as before.
-    std::fs::write(&p, "{\"image\": \"x.png\", \"question\": \"q\"}\n").unwrap();
+}
+
+/// Catches: a `--jsonl` line without its `answer`, `question` or `image` aborting the whole
+/// prepare (`qa.jsonl:3: missing `answer``) where a null answer only leaves its question out.
+#[test]
+fn qa_jsonl_lines_without_a_key_leave_their_question_or_row_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("qa.jsonl");
+    std::fs::write(
+        &p,
+        "{\"image\": \"x.png\", \"question\": \"q1\", \"answer\": \"a1\"}\n\
+         {\"image\": \"x.png\", \"question\": \"q2\"}\n\
+         {\"image\": \"x.png\", \"answer\": \"a3\"}\n\
+         {\"question\": \"q4\", \"answer\": \"a4\"}\n\
+         {\"image\": null, \"question\": \"q5\", \"answer\": \"a5\"}\n",
+    )
+    .unwrap();
+    let rows = qa_jsonl_rows(&p).unwrap();
+    let unread = |q: &PendingQa| q.unread.clone().map(|(f, m)| format!("{f}: {m}"));
+    assert_eq!(
+        rows[0].qa.iter().map(unread).collect::<Vec<_>>(),
+        [
+            None,
+            Some("qa[1].answer: missing `answer`".to_string()),
+            Some("qa[2].question: missing `question`".to_string()),
+        ]
+    );
+    let origin = |n: usize| format!("{}:{n}", p.display());
+    let own_rows: Vec<_> = rows[1..]
+        .iter()
+        .map(|r| (r.origin.clone(), r.unread.clone(), r.qa.len()))
+        .collect();
+    assert_eq!(
+        own_rows,
+        [
+            (
+                origin(4),
+                Some(("image".to_string(), "missing `image`".to_string())),
+                0
+            ),
+            (
+                origin(5),
+                Some((
+                    "image".to_string(),
+                    "`image` must be a string, got null".to_string()
+                )),
+                0
+            ),
+        ]
+    );
+    // A line that is not JSON still ends the prepare.
+    std::fs::write(&p, "{\"image\": \"x.png\"\n").unwrap();
     let e = qa_jsonl_rows(&p).unwrap_err().to_string();
-    assert!(e.ends_with("qa.jsonl:1: missing `answer`"), "{e}");
+    assert!(e.contains("qa.jsonl:1: invalid JSON"), "{e}");
 }
