@@ -10,15 +10,7 @@ use dataset_util::{bin, png};
 #[test]
 fn a_prepare_into_a_folder_another_process_holds_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("a.png"), png(5, 4, 1)).unwrap();
-    let jsonl = src.join("qa.jsonl");
-    std::fs::write(
-        &jsonl,
-        "{\"image\": \"a.png\", \"question\": \"Q\", \"answer\": \"1\"}\n",
-    )
-    .unwrap();
+    let jsonl = one_line_jsonl(tmp.path());
     let out = tmp.path().join("out");
     let prepare = || {
         bin()
@@ -74,8 +66,8 @@ fn error_line(out: &std::process::Output) -> String {
         .to_string()
 }
 
-/// `verisample prepare --jsonl` of one good line into `out`.
-fn prepare_into(tmp: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+/// `tmp/src/qa.jsonl`: one good line, its image `tmp/src/a.png`.
+fn one_line_jsonl(tmp: &std::path::Path) -> std::path::PathBuf {
     let src = tmp.join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.png"), png(5, 4, 1)).unwrap();
@@ -85,6 +77,12 @@ fn prepare_into(tmp: &std::path::Path, out: &std::path::Path) -> std::process::O
         "{\"image\": \"a.png\", \"question\": \"Q\", \"answer\": \"1\"}\n",
     )
     .unwrap();
+    jsonl
+}
+
+/// `verisample prepare --jsonl` of one good line into `out`.
+fn prepare_into(tmp: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+    let jsonl = one_line_jsonl(tmp);
     bin()
         .args(["prepare", "--jsonl"])
         .arg(&jsonl)
