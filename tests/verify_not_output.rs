@@ -91,3 +91,45 @@ fn a_folder_that_is_not_a_verisample_output_is_a_usage_error() {
         );
     }
 }
+
+/// Catches: `verify` of a finished run whose split files were all deleted exiting 2 (a usage
+/// error, "no output splits found") where deleting one split exits 1: run.json records the
+/// splits, so each is a row count mismatch (newcomer finding).
+#[test]
+fn a_run_whose_splits_are_all_gone_is_a_row_count_mismatch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = bin()
+        .args(["-q", "run", "--device", "cpu", "--limit", "4", "--model"])
+        .arg(repo.join("assets/model"))
+        .arg("--data")
+        .arg(repo.join("assets/sample/data"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let mut removed = 0;
+    for f in std::fs::read_dir(out.join("data")).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+        removed += 1;
+    }
+    assert!(removed > 0);
+    let st = verify(&out);
+    let stdout = String::from_utf8_lossy(&st.stdout);
+    assert_eq!(
+        st.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("MISMATCH "))
+            .count()
+            >= 2,
+        "{stdout}"
+    );
+}

@@ -209,6 +209,15 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             Some(s.name[..suffix_len].to_string())
         })
         .collect();
+    if families.is_empty() && problems > 0 {
+        // run.json records splits that are all gone: row count mismatches (exit 1), not a
+        // folder that is no output.
+        return Err(VerifyFailed {
+            decisions: 0,
+            row_counts: problems,
+        }
+        .into());
+    }
     if families.is_empty() {
         return Err(UsageError(format!(
             "no output splits found in {}/data",

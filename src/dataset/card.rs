@@ -114,9 +114,8 @@ pub fn output_split_files(out_dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf
     for entry in rd {
         let entry = entry.map_err(|e| DatasetError::io(&data, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        // `<split>-00000-of-00001.parquet`: the split is everything before the last 23 chars.
-        if let Some(split) = name.len().checked_sub(23).map(|n| &name[..n]) {
-            if super::shards::is_shard_of(&name, split) && kind_of_split(split).is_some() {
+        if let Some(split) = super::shards::split_of_shard(&name) {
+            if kind_of_split(split).is_some() {
                 by_split
                     .entry(split.to_string())
                     .or_default()

@@ -34,9 +34,9 @@ fn split_of(path: &std::path::Path) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    match name.len().checked_sub(23).map(|n| &name[..n]) {
-        Some(split) if super::shards::is_shard_of(&name, split) => split.to_string(),
-        _ => name,
+    match super::shards::split_of_shard(&name) {
+        Some(split) => split.to_string(),
+        None => name,
     }
 }
 
@@ -402,6 +402,9 @@ mod tests {
             ),
             ("train-00003-of-00004.parquet", "train"),
             ("other.parquet", "other.parquet"),
+            // 24 bytes: the 23 before the end start inside 'é' (this panicked).
+            ("éxxxxxxxxxxxxxx.parquet", "éxxxxxxxxxxxxxx.parquet"),
+            ("ünï-00000-of-00001.parquet", "ünï"),
         ] {
             assert_eq!(split_of(std::path::Path::new(file)), want);
         }

@@ -80,12 +80,22 @@ pub fn is_shard_of(name: &str, split: &str) -> bool {
     let Some(rest) = name.strip_prefix(split).and_then(|r| r.strip_prefix('-')) else {
         return false;
     };
+    // Compared as bytes: a name of the right length can hold multi-byte characters, and
+    // slicing `rest` at a byte inside one panics.
     let b = rest.as_bytes();
     b.len() == "00000-of-00000.parquet".len()
         && b[..5].iter().all(u8::is_ascii_digit)
-        && &rest[5..9] == "-of-"
+        && &b[5..9] == b"-of-"
         && b[9..14].iter().all(u8::is_ascii_digit)
-        && &rest[14..] == ".parquet"
+        && &b[14..] == b".parquet"
+}
+
+/// The split of a shard file name (`train-00000-of-00002.parquet` → `train`): everything
+/// before its last 23 bytes, when the name is a shard of that split ([`is_shard_of`]); `None`
+/// for any other name (non-ASCII names included: no slicing inside a character).
+pub fn split_of_shard(name: &str) -> Option<&str> {
+    let split = name.get(..name.len().checked_sub(23)?)?;
+    is_shard_of(name, split).then_some(split)
 }
 
 /// The final shards of `split` in `dir`, sorted by name.
@@ -462,6 +472,9 @@ mod tests {
             ("train-0000-of-00001.parquet", "train", false),
             ("train-00000-of-00001.parquet.tmp", "train", false),
             (".train-00000.staged", "train", false),
+            // Multi-byte characters where "-of-" or ".parquet" belong (slicing panicked).
+            ("train-00000-öö0001.parquet", "train", false),
+            ("train-00000-of-00001.parqué", "train", false),
         ] {
             assert_eq!(is_shard_of(name, split), ok, "{name} {split}");
         }

@@ -89,12 +89,23 @@ fn probe_writable(dir: &Path) -> std::io::Result<()> {
 /// anything loads or is written.
 ///
 /// Errors: [`SettingsError::Invalid`] (key `out`) when that nearest existing path is a file or
-/// is not writable (permissions, a read-only mount).
+/// is not writable (permissions, a read-only mount), or when a link on the way leads nowhere.
 pub fn check_writable(out: &Path) -> Result<(), SettingsError> {
     let out_c = canonical_lenient(out);
     // The nearest existing folder is where the first file (or folder) will be created.
     let mut existing: PathBuf = out_c.clone();
     while !existing.exists() {
+        // A link to nothing: creating the folder would fail with "File exists".
+        if let Ok(target) = std::fs::read_link(&existing) {
+            return Err(invalid(
+                out,
+                format!(
+                    "cannot be created: {} is a link to {}, which does not exist",
+                    existing.display(),
+                    target.display()
+                ),
+            ));
+        }
         match existing.parent() {
             Some(p) => existing = p.to_path_buf(),
             None => break,
@@ -217,5 +228,24 @@ mod tests {
         std::fs::write(root.join("f"), "").unwrap();
         let err = check_out(&root.join("f/o"), None, false).unwrap_err();
         assert!(err.to_string().contains("is a file"), "{err}");
+    }
+
+    /// A dangling link as OUT (or on its way) is named, not met later as the lock file's
+    /// "File exists" (exit 1; newcomer finding).
+    #[test]
+    fn a_link_to_nothing_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("dangling");
+        std::os::unix::fs::symlink("/nonexistent/x", &link).unwrap();
+        for out in [link.clone(), link.join("sub")] {
+            let err = check_out(&out, None, false).unwrap_err().to_string();
+            assert!(
+                err.ends_with(&format!(
+                    "cannot be created: {} is a link to /nonexistent/x, which does not exist",
+                    link.display()
+                )),
+                "{err}"
+            );
+        }
     }
 }
