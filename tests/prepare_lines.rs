@@ -1,6 +1,7 @@
 //! `verisample prepare --jsonl`: a line `run` could not use leaves out its question (or its
 //! row), named by file:line and field and counted, as a null answer does; the prepare goes
-//! on (exit 0) while something is written. Only a line that is not JSON ends it.
+//! on (exit 0) while something is written. Only a line that is not JSON ends it. And
+//! `prepare --parquet --family` leaves the input's `family` column unread, as `run` does.
 
 mod dataset_util;
 
@@ -133,4 +134,54 @@ fn nothing_left_or_a_line_that_is_not_json_exits_1() {
     let stderr = String::from_utf8_lossy(&st.stderr);
     assert_eq!(st.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("qa.jsonl:2: invalid JSON"), "{stderr}");
+}
+
+/// Catches: `prepare --parquet --family X` of a file whose `family` column holds integers
+/// leaving every row out (`field family: expected a string, found Int64`, exit 1) while
+/// `run --family X` takes them all: the flag replaces the column (newcomer finding).
+#[test]
+fn prepare_parquet_with_family_does_not_read_the_family_column() {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use verisample::dataset::writer::image_array;
+    use verisample::record::ImageRef;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let refs: Vec<ImageRef> = (0..2)
+        .map(|i| ImageRef {
+            bytes: Some(png(6, 5, i)),
+            path: Some(format!("{i}.png")),
+        })
+        .collect();
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("image", Arc::new(image_array(refs.iter()))),
+        ("question", Arc::new(StringArray::from(vec!["Q0", "Q1"]))),
+        ("answer", Arc::new(StringArray::from(vec!["A0", "A1"]))),
+        ("family", Arc::new(Int64Array::from(vec![1, 2]))),
+    ];
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let file = std::fs::File::create(src.join("a.parquet")).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args(["prepare", "--parquet"])
+        .arg(&src)
+        .args(["--family", "Mine", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("field family"), "{stderr}");
+    let rows: Vec<_> = InputReader::open(out.join("data").to_str().unwrap())
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.family.as_deref() == Some("Mine")));
 }

@@ -140,6 +140,9 @@ pub(super) fn prepare_parquet(
     let read = ReadOptions {
         columns: columns.clone(),
         images_root: opts.images_root.clone(),
+        // As `run`: `--family` replaces the column, which is then not read (an integer
+        // `family` column failed every row here while `run --family` took them).
+        skip_family_column: opts.family.is_some(),
         ..ReadOptions::default()
     };
     let pendings: Vec<PendingRow> = InputReader::open_with(input, &read)?
