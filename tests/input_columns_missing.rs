@@ -4,7 +4,8 @@
 //! - `qa` without `image` is refused by `run` before the model loads (exit 2, naming the file
 //!   and the column), as `image` without `qa`; a later file of the input lacking it is one
 //!   error for the file's rows, not one per row;
-//! - `inspect` names both files NOT USABLE with the missing column (exit 1);
+//! - `inspect` names both files NOT USABLE with the missing column (exit 1), and files
+//!   whose `family` or `image_sha256` column is not text;
 //! - `inspect --rows` reads an image given only by path as `run` does, and names a path `run`
 //!   refuses with `run`'s own `image.path` message;
 //! - a run where no row could be read says so: its rows are counted as in the input, not as
@@ -169,12 +170,28 @@ fn inspect_names_a_missing_column_not_usable() {
         &tmp.path().join("only_image.parquet"),
         vec![("image", image_column(&[(Some(png(3, 2, 1)), None)]))],
     );
+    // Integer provenance columns: `run` writes an error for each row (newcomer finding:
+    // inspect passed them, and showed the stored hash 1 as null).
+    for (file, column) in [
+        ("family_int.parquet", "family"),
+        ("sha_int.parquet", "image_sha256"),
+    ] {
+        let ints: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1]));
+        write(
+            &tmp.path().join(file),
+            vec![
+                ("image", image_column(&[(Some(png(3, 2, 1)), None)])),
+                ("qa", qa_column(1)),
+                (column, ints),
+            ],
+        );
+    }
     let out = bin().arg("inspect").arg(tmp.path()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("2 parquet file(s) unreadable or not usable"),
+        stderr.contains("4 parquet file(s) unreadable or not usable"),
         "{stderr}"
     );
     for (file, needle) in [
@@ -185,6 +202,14 @@ fn inspect_names_a_missing_column_not_usable() {
         (
             "only_image.parquet",
             "NOT USABLE: field qa: missing column `qa`, and no question column",
+        ),
+        (
+            "family_int.parquet",
+            "NOT USABLE: field family: column `family` is Int64, want a string",
+        ),
+        (
+            "sha_int.parquet",
+            "NOT USABLE: field image_sha256: column `image_sha256` is Int64, want a string",
         ),
     ] {
         let line = stdout

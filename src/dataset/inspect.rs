@@ -252,6 +252,13 @@ fn inspect_file(
                     p.field, p.message
                 ));
             }
+            if let Some(p) = super::layout::provenance_type_problem(meta.schema()) {
+                return Err(format!(
+                    "NOT USABLE: field {}: {}: run writes an errors.jsonl line for each of the \
+                     file's {rows} rows (a `family` column is not read with --family)",
+                    p.field, p.message
+                ));
+            }
         }
     }
     let base = file

@@ -324,6 +324,20 @@ pub fn column_type_problem(schema: &Schema, layout: &Layout) -> Option<ColumnPro
     None
 }
 
+/// Why an optional provenance column (`image_sha256`, `family`: SPEC §2, strings) of the file
+/// (`schema`) cannot hold its values, from its type alone (as [`column_type_problem`]; type
+/// `Null` passes). `run` reports such a column as an error on each row, except a `family`
+/// column that `--family` replaces (not read).
+pub fn provenance_type_problem(schema: &Schema) -> Option<ColumnProblem> {
+    ["image_sha256", "family"].into_iter().find_map(|name| {
+        let t = schema.field_with_name(name).ok()?.data_type();
+        (t != &DataType::Null && !reads_as_text(t)).then(|| ColumnProblem {
+            field: name.to_string(),
+            message: format!("column `{name}` is {t}, {WANT_TEXT}"),
+        })
+    })
+}
+
 /// Why the `qa` column of a file in SPEC §2's layout cannot hold questions, from its type
 /// alone: not a list (`list`, `large_list`, `fixed_size_list`) of structs with a `question`
 /// (string) and an `answer` (string, number or list of them).
