@@ -137,8 +137,34 @@ impl Layout {
     ///
     /// Errors: a named column that is absent; a role with no column among its common names,
     /// or with several of them (ambiguous); without flags, a `qa` column with no `image`
-    /// column (field `image`).
+    /// column (field `image`); a column the layout reads (or `image_sha256`, `family`) that
+    /// the file holds more than once (the reader would silently take the first).
     pub fn resolve(found: &[String], flags: &ColumnFlags) -> Result<Layout, LayoutError> {
+        let layout = Self::resolve_names(found, flags)?;
+        let read: Vec<&str> = match &layout {
+            Layout::Nested => vec!["image", "qa"],
+            Layout::Flat(c) => vec![&c.image, &c.question, &c.answer],
+        };
+        let count = |name: &str| found.iter().filter(|c| *c == name).count();
+        let twice = read
+            .into_iter()
+            .chain(["image_sha256", "family"])
+            .find(|n| count(n) > 1);
+        match twice {
+            Some(name) => Err(LayoutError {
+                field: name.to_string(),
+                message: format!(
+                    "column `{name}` appears {} times; drop or rename all but one",
+                    count(name)
+                ),
+                found: found.to_vec(),
+            }),
+            None => Ok(layout),
+        }
+    }
+
+    /// [`Layout::resolve`] by the column names alone, before the check for repeated ones.
+    fn resolve_names(found: &[String], flags: &ColumnFlags) -> Result<Layout, LayoutError> {
         if flags.is_empty() && found.iter().any(|c| c == "qa") {
             if found.iter().any(|c| c == "image") {
                 return Ok(Layout::Nested);
@@ -473,6 +499,29 @@ mod tests {
             e.to_string(),
             "missing column `image` (SPEC §2's layout: `image` struct{bytes, path} next to \
              `qa`); columns found: qa, id"
+        );
+    }
+
+    /// A column the layout reads, twice (pyarrow writes such files): refused, not the first
+    /// one taken silently (newcomer finding: a second `qa` holding other answers).
+    #[test]
+    fn a_column_the_layout_reads_twice_is_refused() {
+        let e =
+            Layout::resolve(&cols(&["image", "qa", "qa"]), &ColumnFlags::default()).unwrap_err();
+        assert_eq!(e.field, "qa");
+        assert_eq!(
+            e.to_string(),
+            "column `qa` appears 2 times; drop or rename all but one; columns found: image, \
+             qa, qa"
+        );
+        let flat = cols(&["img", "query", "label", "label"]);
+        let e = Layout::resolve(&flat, &ColumnFlags::default()).unwrap_err();
+        assert_eq!(e.field, "label");
+        // A repeated column the layout does not read is no obstacle.
+        let other = cols(&["image", "qa", "id", "id"]);
+        assert_eq!(
+            Layout::resolve(&other, &ColumnFlags::default()),
+            Ok(Layout::Nested)
         );
     }
 
