@@ -20,10 +20,15 @@ fn read_jsonl(path: &Path) -> Result<Vec<NumberedLine>, DatasetError> {
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
         let line =
             line.map_err(|e| DatasetError::Invalid(format!("{}:{}: {e}", path.display(), i + 1)))?;
+        // A UTF-8 byte order mark (as Windows editors save) opens the file, not the JSON.
+        let line = match i {
+            0 => line.strip_prefix('\u{feff}').unwrap_or(&line),
+            _ => &line,
+        };
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Value>(&line) {
+        match serde_json::from_str::<Value>(line) {
             Ok(Value::Object(m)) => out.push((i + 1, m)),
             Ok(_) => {
                 return Err(DatasetError::Invalid(format!(
@@ -237,4 +242,34 @@ pub(super) fn qa_jsonl_rows(jsonl: &Path) -> Result<Vec<PendingRow>, DatasetErro
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file saved with a UTF-8 byte order mark reads as without it (its first line failed
+    /// as `invalid JSON: expected value at line 1 column 1`; newcomer finding); a mark
+    /// elsewhere is still an error.
+    #[test]
+    fn a_byte_order_mark_opening_the_file_is_not_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("labels.jsonl");
+        std::fs::write(
+            &path,
+            "\u{feff}{\"file\": \"a.png\"}\n{\"file\": \"b.png\"}\n",
+        )
+        .unwrap();
+        let lines = read_jsonl(&path).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].0, 1);
+        assert_eq!(lines[0].1["file"], "a.png");
+        std::fs::write(
+            &path,
+            "{\"file\": \"a.png\"}\n\u{feff}{\"file\": \"b.png\"}\n",
+        )
+        .unwrap();
+        let err = read_jsonl(&path).unwrap_err().to_string();
+        assert!(err.contains("labels.jsonl:2: invalid JSON"), "{err}");
+    }
 }
