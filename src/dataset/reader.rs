@@ -170,7 +170,11 @@ impl InputReader {
             });
         let opened = opened.map(|(file, meta)| {
             let layout = Layout::of_schema(meta.schema(), &self.options.columns);
-            (file, meta, layout)
+            let problem = layout
+                .as_ref()
+                .ok()
+                .and_then(|l| column_type_problem(meta.schema(), l));
+            (file, meta, layout, problem)
         });
         // A column that is missing or ambiguous, or whose type cannot hold its values (`qa`,
         // the image, a flat layout's question or answer), fails every row alike: one error
@@ -186,18 +190,16 @@ impl InputReader {
             }
         };
         match opened {
-            Ok((_, meta, Err(e))) => {
+            Ok((_, meta, Err(e), _)) => {
                 let mut error = whole_file(&meta, e.field, e.message);
                 error.message += &format!("; columns found: {}", e.found.join(", "));
                 self.pending.push_back(Err(error));
             }
-            Ok((_, meta, Ok(layout))) if column_type_problem(meta.schema(), &layout).is_some() => {
-                if let Some(problem) = column_type_problem(meta.schema(), &layout) {
-                    let error = whole_file(&meta, problem.field, problem.message);
-                    self.pending.push_back(Err(error));
-                }
+            Ok((_, meta, Ok(_), Some(problem))) => {
+                let error = whole_file(&meta, problem.field, problem.message);
+                self.pending.push_back(Err(error));
             }
-            Ok((file, meta, Ok(layout))) => {
+            Ok((file, meta, Ok(layout), None)) => {
                 if self.last_layout.as_ref() != Some(&layout) {
                     match &layout {
                         Layout::Nested => {
