@@ -1,10 +1,12 @@
-//! The default model on the 78 ORAND-CAR-A `val` images through the engine twice: the native
-//! CPU kernels and the portable attention path (candle tensor ops, what runs on CUDA and
-//! Metal). Greedy tokens must be identical for every image and equal transformers' (the
-//! committed reference `tests/fixtures/default_model/val_reference.jsonl`).
+//! The default model on the 78 ORAND-CAR-A `val` images through the engine three times: the
+//! native CPU kernels, the portable attention path (candle tensor ops, what runs on Metal and
+//! on CUDA in f32) and the flash path (on the CPU the flash-attn oracle, fed by the argument
+//! code that feeds flash-attn on CUDA). Greedy tokens must be identical for every image and
+//! equal transformers' (the committed reference
+//! `tests/fixtures/default_model/val_reference.jsonl`).
 
 mod shared_data;
-use shared_data::shared_data;
+use shared_data::require_shared_data;
 
 use std::path::PathBuf;
 
@@ -55,9 +57,8 @@ fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
 }
 
 #[test]
-fn val_images_portable_path_matches_native_kernels_and_transformers() {
-    let Some(data) = shared_data() else {
-        println!("skipped: no ../shared/data");
+fn val_images_portable_and_flash_paths_match_native_kernels_and_transformers() {
+    let Some(data) = require_shared_data() else {
         return;
     };
     let text =
@@ -87,6 +88,7 @@ fn val_images_portable_path_matches_native_kernels_and_transformers() {
         .collect();
     let native = generate(AttentionPath::Native, &requests);
     let portable = generate(AttentionPath::Portable, &requests);
+    let flash = generate(AttentionPath::Flash, &requests);
     let mut same_as_reference = 0;
     for (i, r) in refs.iter().enumerate() {
         assert_eq!(
@@ -94,10 +96,11 @@ fn val_images_portable_path_matches_native_kernels_and_transformers() {
             "{}: portable vs native tokens",
             r.file
         );
+        assert_eq!(flash[i], native[i], "{}: flash vs native tokens", r.file);
         same_as_reference += usize::from(portable[i] == r.generated_ids);
     }
     println!(
-        "portable path: 78/78 token-identical to native; {same_as_reference}/78 to transformers"
+        "portable and flash paths: 78/78 token-identical to native; {same_as_reference}/78 to transformers"
     );
     assert_eq!(
         same_as_reference, 78,

@@ -25,6 +25,31 @@ pub fn reshape_and_cache(
     for t in [key, value, key_cache, value_cache] {
         require_cpu(NAME, t)?;
     }
+    let (_, _, kvh, hd) = check_cache_write(key, value, key_cache, value_cache, slot_mapping)?;
+    let op = WriteSlots {
+        slots: slot_mapping,
+        row: kvh * hd,
+    };
+    let key = key.to_dtype(key_cache.dtype())?.contiguous()?;
+    let value = value.to_dtype(value_cache.dtype())?.contiguous()?;
+    key_cache.inplace_op2(&key, &op)?;
+    value_cache.inplace_op2(&value, &op)?;
+    Ok(())
+}
+
+/// The checks of a cache write, shared by [`reshape_and_cache`] and the portable write: `key`
+/// and `value` `[slot_mapping.len(), n_kv_heads, head_dim]`, pools of one shape `[num_blocks,
+/// block_size, n_kv_heads, head_dim]`, contiguous, every slot inside them. Returns the pools'
+/// dimensions.
+///
+/// Errors: [`KernelError::Invalid`] naming `reshape_and_cache` and the first problem.
+pub(crate) fn check_cache_write(
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    slot_mapping: &[u32],
+) -> Result<(usize, usize, usize, usize), KernelError> {
     let invalid = |msg: String| KernelError::Invalid { kernel: NAME, msg };
     let (num_blocks, block_size, kvh, hd) = key_cache.dims4()?;
     if value_cache.dims() != key_cache.dims() {
@@ -53,15 +78,7 @@ pub fn reshape_and_cache(
             "slot {bad} outside the pool of {num_slots} slots"
         )));
     }
-    let op = WriteSlots {
-        slots: slot_mapping,
-        row: kvh * hd,
-    };
-    let key = key.to_dtype(key_cache.dtype())?.contiguous()?;
-    let value = value.to_dtype(value_cache.dtype())?.contiguous()?;
-    key_cache.inplace_op2(&key, &op)?;
-    value_cache.inplace_op2(&value, &op)?;
-    Ok(())
+    Ok((num_blocks, block_size, kvh, hd))
 }
 
 /// In-place op: row `i` of the source goes to row `slots[i]` of the destination pool.

@@ -15,15 +15,20 @@
 //! The linear-attention (Gated DeltaNet) layers' kernels over per-sequence state slots,
 //! updated in place: [`causal_conv1d_update`] and [`gated_delta_rule_recurrent`] (CPU).
 //!
-//! Two implementations behind one step interface ([`PagedStep`]):
+//! Three implementations behind one step interface ([`PagedStep`]):
 //! - **native** (CPU only): plain Rust with rayon, f32/f16/bf16 storage, f32 accumulation
 //!   ([`reshape_and_cache`], [`paged_attention`]; any non-CPU tensor gives
 //!   [`KernelError::UnsupportedDevice`]);
 //! - **portable** (every candle device): the same ops made of candle tensor ops
-//!   ([`PortableStep`], [`segment_attention_portable`]). This is what runs on CUDA and Metal until fused kernels for those
-//!   devices are written and verified on the hardware.
+//!   ([`PortableStep`], [`segment_attention_portable`]); what runs on Metal, on CUDA in f32,
+//!   and on CUDA in a build without the `flash-attn` feature;
+//! - **flash**: FlashAttention-2 through `candle-flash-attn` on CUDA (bf16/f16, feature
+//!   `flash-attn`), its CPU oracle on the CPU ([`flash`]). Not yet executed on a GPU: the
+//!   argument-building code is tested against the oracle on the CPU, and `verisample doctor`
+//!   compares the three paths on the device before anything else runs.
 
 mod cache;
+pub mod flash;
 mod linear;
 mod paged;
 mod portable;
@@ -48,10 +53,12 @@ pub fn lcg_uniform(seed: u64, n: usize, half_width: f32) -> Vec<f32> {
         })
         .collect()
 }
+pub use flash::oracle::paged_attention_reference;
 pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{
-    portable_chunk_rows, segment_attention_portable, PortableStep, PORTABLE_SCORE_ELEMENTS,
+    portable_chunk_rows, segment_attention_portable, CacheWrite, PortableStep,
+    PORTABLE_SCORE_ELEMENTS, PORTABLE_STEP_POSITIONS,
 };
 pub use recurrent::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS};
 pub use recurrent_portable::{
@@ -62,7 +69,7 @@ pub use segment::{
     segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
 };
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 /// Which implementation of the paged-attention ops a model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,22 +78,62 @@ pub enum AttentionPath {
     Native,
     /// Candle tensor ops ([`PortableStep`]): any device.
     Portable,
+    /// FlashAttention-2 ([`flash`]): on CUDA in a build with the `flash-attn` feature (bf16 and
+    /// f16), its oracle on the CPU (tests and `doctor`).
+    Flash,
 }
 
 impl AttentionPath {
-    /// The path for `device`: native on the CPU, portable elsewhere (no fused CUDA or Metal
-    /// kernels yet).
-    pub fn for_device(device: &Device) -> Self {
+    /// The path for a model computing in `dtype` whose attention head dimensions are
+    /// `head_dims`, on `device`: native on the CPU; flash on CUDA when this build has it, the
+    /// dtype is bf16 or f16 and the crate takes every head dimension
+    /// ([`flash::supports_head_dim`]); portable otherwise.
+    pub fn for_device(device: &Device, dtype: DType, head_dims: &[usize]) -> Self {
         if device.is_cpu() {
             Self::Native
+        } else if device.is_cuda()
+            && flash::available_on(device)
+            && flash::supports_dtype(dtype)
+            && head_dims.iter().all(|&d| flash::supports_head_dim(d))
+        {
+            Self::Flash
         } else {
             Self::Portable
         }
     }
 
+    /// Whether this path can run on `device` in this build.
+    pub fn available_on(self, device: &Device) -> bool {
+        match self {
+            Self::Native => device.is_cpu(),
+            Self::Portable => true,
+            Self::Flash => flash::available_on(device),
+        }
+    }
+
+    /// Whether the linear-attention layers' recurrent kernels on this path are the CPU ones
+    /// (native; flash on the CPU, where flash is the oracle over the CPU kernels) rather than
+    /// the candle-op ones (portable; flash on CUDA, which has no recurrent kernels of its own).
+    pub fn recurrent_on_cpu_kernels(self, device: &Device) -> bool {
+        match self {
+            Self::Native => true,
+            Self::Portable => false,
+            Self::Flash => device.is_cpu(),
+        }
+    }
+
+    /// The path's name in reports: `native`, `portable` or `flash`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Portable => "portable",
+            Self::Flash => "flash",
+        }
+    }
+
     /// Attention of `q`, `k`, `v` `[n, heads, head_dim]` within `params.segments` on this
-    /// path ([`segment_attention`] or [`segment_attention_portable`]); returns `[n, heads,
-    /// head_dim]` in the input dtype.
+    /// path ([`segment_attention`], [`segment_attention_portable`] or
+    /// [`flash::segment_attention_flash`]); returns `[n, heads, head_dim]` in the input dtype.
     ///
     /// Errors: as the chosen implementation.
     pub fn segment_attention(
@@ -99,8 +146,18 @@ impl AttentionPath {
         match self {
             Self::Native => segment_attention(q, k, v, params),
             Self::Portable => segment_attention_portable(q, k, v, params),
+            Self::Flash => flash::segment_attention_flash(q, k, v, params),
         }
     }
+}
+
+/// The device-side part of a step on each path.
+#[derive(Debug)]
+enum StepKind {
+    Native,
+    Portable(PortableStep),
+    /// The flash step, and on a device other than the CPU the portable cache write.
+    Flash(flash::FlashStep, Option<CacheWrite>),
 }
 
 /// One step's paged-attention metadata, prepared once per step and used by every layer.
@@ -108,8 +165,7 @@ impl AttentionPath {
 pub struct PagedStep<'a> {
     params: PagedAttentionParams<'a>,
     slot_mapping: &'a [u32],
-    /// Device tensors of the portable path; `None` on the native path.
-    portable: Option<PortableStep>,
+    kind: StepKind,
 }
 
 impl<'a> PagedStep<'a> {
@@ -117,8 +173,9 @@ impl<'a> PagedStep<'a> {
     /// `device`: `params` as for [`paged_attention`], `slot_mapping` (`[total_tokens]`, slot =
     /// `block * block_size + offset`) as for [`reshape_and_cache`].
     ///
-    /// Errors: [`KernelError::Invalid`] for inconsistent metadata (portable path: at once;
-    /// native path: at the first kernel call).
+    /// Errors: [`KernelError::Invalid`] for inconsistent metadata (portable and flash paths: at
+    /// once; native path: at the first kernel call) and, on the flash path, a block size that
+    /// is not a multiple of 32.
     pub fn new(
         path: AttentionPath,
         params: PagedAttentionParams<'a>,
@@ -127,20 +184,29 @@ impl<'a> PagedStep<'a> {
         num_blocks: usize,
         device: &Device,
     ) -> Result<Self, KernelError> {
-        let portable = match path {
-            AttentionPath::Native => None,
-            AttentionPath::Portable => Some(PortableStep::new(
+        let kind = match path {
+            AttentionPath::Native => StepKind::Native,
+            AttentionPath::Portable => StepKind::Portable(PortableStep::new(
                 &params,
                 slot_mapping,
                 block_size,
                 num_blocks,
                 device,
             )?),
+            AttentionPath::Flash => {
+                let step = flash::FlashStep::new(&params, block_size, num_blocks, device)?;
+                let write = if device.is_cpu() {
+                    None
+                } else {
+                    Some(CacheWrite::new(slot_mapping, block_size, device)?)
+                };
+                StepKind::Flash(step, write)
+            }
         };
         Ok(Self {
             params,
             slot_mapping,
-            portable,
+            kind,
         })
     }
 
@@ -155,9 +221,12 @@ impl<'a> PagedStep<'a> {
         key_cache: &Tensor,
         value_cache: &Tensor,
     ) -> Result<(), KernelError> {
-        match &self.portable {
-            Some(p) => p.write_cache(key, value, key_cache, value_cache),
-            None => reshape_and_cache(key, value, key_cache, value_cache, self.slot_mapping),
+        match &self.kind {
+            StepKind::Portable(p) => p.write_cache(key, value, key_cache, value_cache),
+            StepKind::Flash(_, Some(w)) => w.write(key, value, key_cache, value_cache),
+            StepKind::Native | StepKind::Flash(_, None) => {
+                reshape_and_cache(key, value, key_cache, value_cache, self.slot_mapping)
+            }
         }
     }
 
@@ -171,9 +240,10 @@ impl<'a> PagedStep<'a> {
         key_cache: &Tensor,
         value_cache: &Tensor,
     ) -> Result<Tensor, KernelError> {
-        match &self.portable {
-            Some(p) => p.attend(query, key_cache, value_cache, self.params.scale),
-            None => paged_attention(query, key_cache, value_cache, &self.params),
+        match &self.kind {
+            StepKind::Portable(p) => p.attend(query, key_cache, value_cache, self.params.scale),
+            StepKind::Flash(f, _) => f.attend(query, key_cache, value_cache, self.params.scale),
+            StepKind::Native => paged_attention(query, key_cache, value_cache, &self.params),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! recurrent form): correct everywhere, fast nowhere; the fused kernels replace it per device
 //! once they are verified there.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 
 use crate::recurrent::{
     causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS,
@@ -34,12 +34,17 @@ pub type GatedDeltaRule = fn(
     bool,
 ) -> Result<Tensor, KernelError>;
 
-/// The recurrent kernels of `path`: the CPU ones (native) or the candle-op ones (portable),
-/// chosen like the attention kernels ([`AttentionPath::for_device`]).
-pub fn recurrent_kernels(path: AttentionPath) -> (CausalConv1dUpdate, GatedDeltaRule) {
-    match path {
-        AttentionPath::Native => (causal_conv1d_update, gated_delta_rule_recurrent),
-        AttentionPath::Portable => (causal_conv1d_update_portable, gated_delta_rule_portable),
+/// The recurrent kernels that go with attention `path` on `device`: the CPU ones where the
+/// path runs the CPU's own kernels ([`AttentionPath::recurrent_on_cpu_kernels`]), the candle-op
+/// ones otherwise.
+pub fn recurrent_kernels(
+    path: AttentionPath,
+    device: &Device,
+) -> (CausalConv1dUpdate, GatedDeltaRule) {
+    if path.recurrent_on_cpu_kernels(device) {
+        (causal_conv1d_update, gated_delta_rule_recurrent)
+    } else {
+        (causal_conv1d_update_portable, gated_delta_rule_portable)
     }
 }
 

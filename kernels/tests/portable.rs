@@ -5,8 +5,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use verisample_kernels::{
-    paged_attention, reshape_and_cache, AttentionPath, KernelError, PagedAttentionParams,
-    PagedStep, PortableStep,
+    paged_attention, reshape_and_cache, AttentionPath, CacheWrite, KernelError,
+    PagedAttentionParams, PagedStep, PortableStep, PORTABLE_STEP_POSITIONS,
 };
 
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
@@ -89,6 +89,10 @@ fn compare(dtype: DType, tol: f32) {
         block_tables: &tables,
         scale: 1.0 / (HD as f32).sqrt(),
     };
+    // The fresh prefill fills block 0 (positions 0..4): written as one whole block, the rest
+    // slot by slot.
+    let plan = CacheWrite::new(&slots, BS, &dev).unwrap();
+    assert_eq!(plan.rows_in_whole_blocks(), BS);
     reshape_and_cache(&k, &v, &kc_n, &vc_n, &slots).unwrap();
     let native = paged_attention(&q, &kc_n, &vc_n, &params).unwrap();
     let portable = PagedStep::new(
@@ -180,5 +184,65 @@ fn portable_step_checks_metadata() {
         Err(KernelError::Invalid { msg, .. }) => assert!(msg.contains("slot 160"), "{msg}"),
         other => panic!("expected a slot-out-of-range error, got {other:?}"),
     }
-    assert_eq!(AttentionPath::for_device(&dev), AttentionPath::Native);
+    assert_eq!(
+        AttentionPath::for_device(&dev, DType::BF16, &[HD]),
+        AttentionPath::Native
+    );
+}
+
+/// A step whose padded positions exceed [`PORTABLE_STEP_POSITIONS`] is cut into groups (a long
+/// prefill chunk into runs of its queries): the output still matches the native kernels, and
+/// whole blocks of a long prefill go through the block-level write. Catches: a query run whose
+/// context does not end at its last query's causal limit, groups concatenated out of order.
+#[test]
+fn a_large_step_is_cut_into_groups_and_still_matches() {
+    let dev = Device::Cpu;
+    let bs = 32;
+    // A 1100-token prefill (1.2M positions alone), a decode, a chunk of 300 over 400 cached.
+    let shape = [(1100usize, 1100usize), (1, 50), (300, 700)];
+    let num_blocks: usize = shape.iter().map(|s| s.1.div_ceil(bs)).sum::<usize>() + 3;
+    let mut ids: Vec<u32> = (0..num_blocks as u32).rev().collect();
+    let (mut tables, mut slots) = (Vec::new(), Vec::new());
+    for &(q, c) in &shape {
+        let table: Vec<u32> = ids.drain(..c.div_ceil(bs)).collect();
+        slots.extend((c - q..c).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32));
+        tables.push(table);
+    }
+    let (ql, cl): (Vec<usize>, Vec<usize>) = shape.iter().copied().unzip();
+    let total: usize = ql.iter().sum();
+    let rand = |seed, dims: &[usize]| {
+        Tensor::from_vec(lcg(seed, dims.iter().product()), dims, &dev).unwrap()
+    };
+    let pool = [num_blocks, bs, KVH, HD];
+    let (kc_n, vc_n) = (rand(1, &pool), rand(2, &pool));
+    let (kc_p, vc_p) = (kc_n.copy().unwrap(), vc_n.copy().unwrap());
+    let (k, v, q) = (
+        rand(3, &[total, KVH, HD]),
+        rand(4, &[total, KVH, HD]),
+        rand(5, &[total, NH, HD]),
+    );
+    let params = PagedAttentionParams {
+        query_lens: &ql,
+        context_lens: &cl,
+        block_tables: &tables,
+        scale: 1.0 / (HD as f32).sqrt(),
+    };
+    reshape_and_cache(&k, &v, &kc_n, &vc_n, &slots).unwrap();
+    let native = paged_attention(&q, &kc_n, &vc_n, &params).unwrap();
+    let step = PortableStep::new(&params, &slots, bs, num_blocks, &dev).unwrap();
+    assert!(1100 * 1100 > PORTABLE_STEP_POSITIONS);
+    // The prefill alone is over the bound: its first 953 queries form a group of their own.
+    assert!(step.num_groups() >= 2, "{} groups", step.num_groups());
+    // 1100 = 34 whole blocks + 12 tokens; positions 400..700 hold the whole blocks 13..=20
+    // (416..672) and two partial ones.
+    let plan = CacheWrite::new(&slots, bs, &dev).unwrap();
+    assert_eq!(plan.rows_in_whole_blocks(), (34 + 8) * bs);
+    step.write_cache(&k, &v, &kc_p, &vc_p).unwrap();
+    assert_eq!(flat(&kc_p), flat(&kc_n), "key cache");
+    assert_eq!(flat(&vc_p), flat(&vc_n), "value cache");
+    let out = step
+        .attend(&q, &kc_p, &vc_p, 1.0 / (HD as f32).sqrt())
+        .unwrap();
+    let d = max_abs_finite(&flat(&out), &flat(&native));
+    assert!(d <= 1e-5, "grouped portable vs native max |Δ| {d}");
 }

@@ -62,7 +62,7 @@ fn conv1d_update_matches_transformers() {
         slots: &slots,
     };
     for (name, path) in PATHS {
-        let conv = recurrent_kernels(path).0;
+        let conv = recurrent_kernels(path, &Device::Cpu).0;
         let state = f["conv_state_in"].copy().unwrap();
         let out = conv(
             &f["conv_x"],
@@ -94,7 +94,7 @@ fn gated_delta_rule_matches_transformers() {
         slots: &slots,
     };
     for (name, path) in PATHS {
-        let delta = recurrent_kernels(path).1;
+        let delta = recurrent_kernels(path, &Device::Cpu).1;
         let state = f["delta_state_in"].copy().unwrap();
         let out = delta(
             &f["q"], &f["k"], &f["v"], &f["g"], &f["beta"], &state, &step, true,

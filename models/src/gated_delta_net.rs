@@ -119,7 +119,7 @@ impl GatedDeltaNet {
         };
         let p = self.in_proj.forward(x)?;
         let qkv = p.narrow(1, 0, cd)?.contiguous()?;
-        let (conv, delta) = recurrent_kernels(path);
+        let (conv, delta) = recurrent_kernels(path, x.device());
         let mixed =
             conv(&qkv, conv_state, &self.conv_weight, None, &step, true)?.to_dtype(dtype)?;
         let q = mixed
@@ -132,7 +132,10 @@ impl GatedDeltaNet {
             .narrow(1, 2 * kd, vd)?
             .reshape((n, nv, s.value_head_dim))?;
         let beta = candle_nn::ops::sigmoid(&p.narrow(1, cd + vd, nv)?.contiguous()?)?;
-        let g = self.decay(&p.narrow(1, cd + vd + nv, nv)?, path)?;
+        let g = self.decay(
+            &p.narrow(1, cd + vd + nv, nv)?,
+            path.recurrent_on_cpu_kernels(x.device()),
+        )?;
         let o = delta(&q, &k, &v, &g, &beta, state, &step, true)?.to_dtype(dtype)?;
         // Gated RMSNorm (`Qwen3_5RMSNormGated`): `(w · x̂) · silu(z)` with the gate in f32.
         let gate = p
@@ -147,14 +150,15 @@ impl GatedDeltaNet {
     }
 
     /// `g = -exp(A_log) · softplus(a + dt_bias)` `[n, num_value_heads]` f32 from `a`
-    /// `[n, num_value_heads]`: on the host for the native (CPU) path, with torch's `log1p`
-    /// form; as tensor ops on `a`'s device for the portable path (`ln(1 + eˣ)`: rounding
+    /// `[n, num_value_heads]`: with `on_host` (the CPU kernels' path, where `a` is a CPU
+    /// tensor) with torch's `log1p` form; otherwise as tensor ops on `a`'s device, so no layer
+    /// of a GPU step copies to the host (`ln(1 + eˣ)`: rounding
     /// `1 + eˣ` to f32 costs an absolute error up to about 6e-8 against `log1p`, so `g` moves
     /// by up to `6e-8 · exp(A_log)` and the decay `exp(g)` by about that: an f32 ulp near 1 for
     /// `A_log` near 0. The relative error of softplus is large only where softplus is tiny,
     /// e.g. 1e-3 at x = -10).
-    fn decay(&self, a: &Tensor, path: AttentionPath) -> Result<Tensor> {
-        if path == AttentionPath::Portable {
+    fn decay(&self, a: &Tensor, on_host: bool) -> Result<Tensor> {
+        if !on_host {
             let (neg_a, dt_bias) = &self.neg_a_dt_bias;
             let x = a.to_dtype(DType::F32)?.broadcast_add(dt_bias)?;
             // torch's threshold: linear above 20; the exp is clamped there so it stays finite.

@@ -170,8 +170,9 @@ impl VlModel {
         &self.device
     }
 
-    /// The implementation of the decoder's paged-attention ops (native CPU kernels on the CPU,
-    /// the portable candle-op path elsewhere).
+    /// The implementation of the decoder's paged-attention ops (native CPU kernels on the CPU;
+    /// on CUDA flash-attn in bf16/f16 where the build has it, the portable candle-op path
+    /// otherwise: [`AttentionPath::for_device`]).
     pub fn attention_path(&self) -> AttentionPath {
         self.text.attention_path()
     }

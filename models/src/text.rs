@@ -102,7 +102,7 @@ fn attention(spec: &TextSpec, a: VarBuilder) -> Result<Attention> {
 impl TextModel {
     /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
     /// `lm_head` from `head_vb` unless embeddings are tied. The attention path is the one for
-    /// `vb`'s device ([`AttentionPath::for_device`]). Each layer's mixer follows
+    /// `vb`'s device, dtype and head dimension ([`AttentionPath::for_device`]). Each layer's mixer follows
     /// `spec.layer_types`: attention (`self_attn`) or Gated DeltaNet (`linear_attn`).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor, or a linear-attention
@@ -159,7 +159,7 @@ impl TextModel {
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
             inv_freq: inv_freq(spec.rotary_dim, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device()),
+            attention: AttentionPath::for_device(vb.device(), vb.dtype(), &[spec.head_dim]),
             spec: spec.clone(),
             embed,
             layers,

@@ -137,7 +137,8 @@ pub struct VisionTower {
 
 impl VisionTower {
     /// Loads the tower from `vb` positioned at the vision prefix (`visual` or `model.visual`);
-    /// attention takes the path of `vb`'s device ([`AttentionPath::for_device`]).
+    /// attention takes the path of `vb`'s device, dtype and head dimension
+    /// ([`AttentionPath::for_device`]).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor.
     pub fn new(spec: &VisionSpec, vb: VarBuilder) -> Result<Self> {
@@ -192,12 +193,12 @@ impl VisionTower {
             merger,
             deepstack,
             inv_freq: inv_freq(head_dim / 2, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device()),
+            attention: AttentionPath::for_device(vb.device(), vb.dtype(), &[head_dim]),
         })
     }
 
     /// Chooses the implementation of the attention within images or windows (native CPU
-    /// kernel or portable candle ops); the native path accepts CPU tensors only.
+    /// kernel, portable candle ops or flash-attn); the native path accepts CPU tensors only.
     pub fn set_attention_path(&mut self, path: AttentionPath) {
         self.attention = path;
     }

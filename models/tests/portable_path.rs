@@ -2,6 +2,8 @@
 //! the recurrent kernels) against the native CPU kernels on every fixture model: one ragged
 //! batch of all four reference sequences, prefill then 24 greedy decode steps. Prefill logits
 //! agree within 1e-5 (f32) and the greedy tokens are identical (and equal transformers').
+//! The flash path (on the CPU: the flash-attn oracle, fed by the same argument-building code
+//! as on CUDA) gives bitwise the native logits on every fixture.
 //! Chunked prefill over a cached past is covered op by op in `kernels/tests/portable.rs`.
 
 mod common;
@@ -44,6 +46,17 @@ fn portable_matches_native(family: &str) {
     assert_eq!(model.attention_path(), AttentionPath::Native, "CPU default");
     let seqs = sequences(&model, &g);
     let native = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
+    model.set_attention_path(AttentionPath::Flash);
+    let flash = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
+    assert_eq!(
+        flash.prefill_logits, native.prefill_logits,
+        "{family}: flash prefill"
+    );
+    assert_eq!(
+        flash.decode_logits, native.decode_logits,
+        "{family}: flash decode"
+    );
+    assert_eq!(flash.tokens, native.tokens, "{family}: flash tokens");
     model.set_attention_path(AttentionPath::Portable);
     let portable = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
     for i in 0..g.n() {

@@ -49,7 +49,8 @@ impl VisionMemory {
 /// Engine settings. `Default` gives the values documented on each field.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
-    /// Tokens per KV cache block (16, as vLLM's default).
+    /// Tokens per KV cache block (32: a multiple of 32, as flash-attn's paged kernels need, so
+    /// the CPU kernels, the portable path and flash-attn read one cache layout).
     pub block_size: usize,
     /// KV cache pool size (`FreeFraction(0.25)`).
     pub kv_budget: KvBudget,
@@ -97,7 +98,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            block_size: 16,
+            block_size: 32,
             kv_budget: KvBudget::FreeFraction(0.25),
             max_batch: 16,
             max_batch_tokens: 4096,
@@ -174,6 +175,19 @@ pub fn state_bytes(cfg: &EngineConfig, layout: &KvLayout) -> u64 {
     })
 }
 
+/// Most elements one layer's key (or value) pool may hold: 2³² − 1. candle's `index_select`
+/// (the portable path's cache gathers) computes element offsets in 32 bits on CUDA, so a larger
+/// pool would read wrong rows; a hybrid model with few attention layers on a 141 GB GPU would
+/// otherwise reach it.
+pub const MAX_POOL_ELEMENTS_PER_LAYER: u64 = u32::MAX as u64;
+
+/// The most blocks of `block_size × n_kv_heads × head_dim` elements one layer's pool may hold
+/// within [`MAX_POOL_ELEMENTS_PER_LAYER`].
+pub fn max_pool_blocks(block_size: usize, n_kv_heads: usize, head_dim: usize) -> usize {
+    let per_block = (block_size * n_kv_heads * head_dim).max(1) as u64;
+    usize::try_from(MAX_POOL_ELEMENTS_PER_LAYER / per_block).unwrap_or(usize::MAX)
+}
+
 /// Blocks that fit in `budget_bytes` at `bytes_per_block` each (floor).
 pub fn blocks_in_budget(budget_bytes: u64, bytes_per_block: usize) -> usize {
     if bytes_per_block == 0 {
@@ -221,7 +235,8 @@ pub fn device_memory(device: &Device) -> Option<(u64, u64)> {
 /// unknown, not checked), so a fraction of free memory is what the weights left. A pool
 /// larger than `available` bytes is refused instead of letting the allocation abort the
 /// process. A model with recurrent state ([`KvLayout::states`]) has `cfg.max_batch` state
-/// slots (one per running sequence, [`state_bytes`]) taken from the budget first.
+/// slots (one per running sequence, [`state_bytes`]) taken from the budget first. The pool
+/// holds at most [`max_pool_blocks`] blocks (a layer's pool below 2³² elements).
 ///
 /// Errors: [`EngineError::Config`] when free memory is needed but unknown, the budget holds
 /// no block next to the state slots, or the pool would not fit in `available`.
@@ -275,6 +290,17 @@ pub fn pool_blocks_within(
             )));
         }
     }
+    let cap = max_pool_blocks(cfg.block_size, layout.n_kv_heads, layout.head_dim);
+    let blocks = if blocks > cap {
+        tracing::info!(
+            blocks,
+            cap,
+            "KV pool capped: one layer's pool stays below 2^32 elements (32-bit gather offsets)"
+        );
+        cap
+    } else {
+        blocks
+    };
     Ok(blocks)
 }
 
@@ -322,6 +348,7 @@ mod tests {
         };
         // Per block: 2 (K,V) · 2 layers · 16 tokens · 2 heads · 64 · 4 bytes = 32 KiB.
         let cfg = EngineConfig {
+            block_size: 16,
             kv_budget: KvBudget::Gib(1.0 / 1024.0),
             ..Default::default()
         };
@@ -341,6 +368,36 @@ mod tests {
         ));
     }
 
+    /// A layer's pool stays below 2³² elements whatever the budget (candle's 32-bit gather
+    /// offsets). Catches: a pool sized from memory alone on a large GPU.
+    #[test]
+    fn pool_is_capped_below_2_pow_32_elements_per_layer() {
+        let layout = KvLayout {
+            num_layers: 4,
+            n_kv_heads: 8,
+            head_dim: 128,
+            dtype: candle_core::DType::BF16,
+            states: None,
+        };
+        // 32 tokens · 8 heads · 128 = 32768 elements per block: (2³² − 1) / 32768 = 131071.
+        assert_eq!(max_pool_blocks(32, 8, 128), 131_071);
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(200_000),
+            ..Default::default()
+        };
+        let blocks = pool_blocks_within(&cfg, &layout, &Device::Cpu, None).unwrap();
+        assert_eq!(blocks, 131_071);
+        assert!((blocks as u64) * 32 * 8 * 128 < 1u64 << 32);
+        let cfg = EngineConfig {
+            kv_budget: KvBudget::Blocks(1000),
+            ..Default::default()
+        };
+        assert_eq!(
+            pool_blocks_within(&cfg, &layout, &Device::Cpu, None).unwrap(),
+            1000
+        );
+    }
+
     #[test]
     fn pool_larger_than_available_memory_is_refused_on_cpu() {
         let layout = KvLayout {
@@ -351,6 +408,7 @@ mod tests {
             states: None,
         };
         let gib = |g: f64| EngineConfig {
+            block_size: 16,
             kv_budget: KvBudget::Gib(g),
             ..Default::default()
         };
@@ -375,9 +433,11 @@ mod tests {
             pool_blocks_within(&gib(2.0), &layout, &Device::Cpu, Some(2 * one_gib)).unwrap(),
             64 * 1024
         );
+        // Unknown memory: the budget's 100000 · 32768 blocks, capped so that one layer's pool
+        // stays below 2³² elements (2048 elements per block).
         assert_eq!(
             pool_blocks_within(&gib(100_000.0), &layout, &Device::Cpu, None).unwrap(),
-            100_000 * 32 * 1024
+            ((1u64 << 32) - 1) as usize / 2048
         );
     }
 
@@ -406,6 +466,7 @@ mod tests {
         // A slot: 3 layers · (96 channels · 3 + 4 · 16 · 8) f32 = 9600 bytes; 16 slots take
         // 153600 of 1 MiB, leaving 27 blocks of 32 KiB.
         let cfg = EngineConfig {
+            block_size: 16,
             kv_budget: KvBudget::Gib(1.0 / 1024.0),
             max_batch: 16,
             ..Default::default()

@@ -113,7 +113,8 @@ pub struct Run {
     pub tokens: Vec<Vec<u32>>,
 }
 
-pub const BLOCK_SIZE: usize = 16;
+/// The engine's default block size (a multiple of 32, as the flash path needs).
+pub const BLOCK_SIZE: usize = 32;
 
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
