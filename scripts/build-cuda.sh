@@ -10,21 +10,32 @@
 # Every CUDA wheel is pinned to the 13.0 line: nvcc 13.1+ writes PTX that the 580 driver (the
 # H200 machines') refuses. Steps and measurements: shared/notes/cuda-build-recipe.md.
 #
-# Usage: scripts/build-cuda.sh [--check]
-#   --check   only `cargo check` the cuda feature (build scripts included: candle's kernels
-#             are compiled to PTX by nvcc); what CI runs. No binary, no link, no stub.
+# Usage: scripts/build-cuda.sh [--check | --flash-attn]
+#   --check       only `cargo check` the cuda feature (build scripts included: candle's kernels
+#                 are compiled to PTX by nvcc); what CI runs. No binary, no link, no stub.
+#   --flash-attn  build with the `flash-attn` feature: FlashAttention-2 from `candle-flash-attn`
+#                 (53 nvcc units against the CUTLASS headers of commit 7d49e6c7, laid out from
+#                 ../shared/vendor without network; measured on this 2-core machine:
+#                 BENCHMARKS.md, "Building flash-attn"). The compiled objects are kept in
+#                 CANDLE_FLASH_ATTN_BUILD_DIR (default: the cache folder), so a rebuild only
+#                 links them.
 # Output (full build): target-cuda/release/verisample and dist/verisample-cuda.xz (xz -6, for
 # copying to the GPU machine; scripts/gpu-check.sh unpacks it).
 # Environment: VERISAMPLE_CUDA_CACHE (default ~/.cache/verisample-cuda13.0), CUDA_COMPUTE_CAP,
-# CARGO_TARGET_DIR (default target-cuda: a CPU build's cache stays intact).
+# CARGO_TARGET_DIR (default target-cuda: a CPU build's cache stays intact); for --flash-attn
+# also CUDAFORGE_HOME (default ~/.cudaforge), CUDAFORGE_THREADS (default: every core),
+# CANDLE_FLASH_ATTN_BUILD_DIR, VERISAMPLE_CUTLASS_HEADERS (the headers tarball; default
+# ../shared/vendor/cutlass-7d49e6c7e2f8896c-headers.tar.xz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=build
+features=cuda
 case "${1:-}" in
     --check) mode=check ;;
+    --flash-attn) features=flash-attn ;;
     "") ;;
-    *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--check | --flash-attn]" >&2; exit 2 ;;
 esac
 
 cache="${VERISAMPLE_CUDA_CACHE:-$HOME/.cache/verisample-cuda13.0}"
@@ -70,7 +81,28 @@ if [ "$mode" = check ]; then
     exit 0
 fi
 
-# 3. Link against the wheels; the driver comes from a stub defining every driver symbol that
+# 3. flash-attn: the CUTLASS headers where cudaforge looks before it would clone them
+#    (`$CUDAFORGE_HOME/git/checkouts/cutlass-<commit prefix>/`, a git folder whose HEAD is the
+#    commit), and a kept folder for the 53 compiled objects.
+if [ "$features" = flash-attn ]; then
+    commit=7d49e6c7e2f8896c47f586706e67e1fb215529dc
+    export CUDAFORGE_HOME="${CUDAFORGE_HOME:-$HOME/.cudaforge}"
+    cutlass="$CUDAFORGE_HOME/git/checkouts/cutlass-${commit:0:16}"
+    if [ "$(git -C "$cutlass" rev-parse HEAD 2>/dev/null)" != "$commit" ] || [ ! -d "$cutlass/include" ]; then
+        headers="${VERISAMPLE_CUTLASS_HEADERS:-../shared/vendor/cutlass-${commit:0:16}-headers.tar.xz}"
+        [ -f "$headers" ] || { echo "no CUTLASS headers at $headers (set VERISAMPLE_CUTLASS_HEADERS)" >&2; exit 1; }
+        rm -rf "$cutlass" && mkdir -p "$(dirname "$cutlass")"
+        tar xJf "$headers" -C "$(dirname "$cutlass")"
+        git -C "$cutlass" init -q
+        echo "$commit" >"$cutlass/.git/HEAD"
+        [ "$(git -C "$cutlass" rev-parse HEAD)" = "$commit" ] || { echo "CUTLASS layout failed" >&2; exit 1; }
+    fi
+    export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
+    export CANDLE_FLASH_ATTN_BUILD_DIR="${CANDLE_FLASH_ATTN_BUILD_DIR:-$cache/flash-attn-build}"
+    mkdir -p "$CANDLE_FLASH_ATTN_BUILD_DIR"
+fi
+
+# 4. Link against the wheels; the driver comes from a stub defining every driver symbol that
 #    cudarc references (listed from its rlib, so it follows cudarc's version).
 export RUSTFLAGS="${RUSTFLAGS:-} -L $links/lib"
 if [ ! -f "$links/lib/libcuda.so" ]; then
@@ -81,7 +113,7 @@ if [ ! -f "$links/lib/libcuda.so" ]; then
         | awk '{ printf "void %s(void) {}\n", $1 }' >"$links/libcuda_stub.c"
     gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$links/lib/libcuda.so" "$links/libcuda_stub.c"
 fi
-cargo build --release --features cuda --bin verisample
+cargo build --release --features "$features" --bin verisample
 
 bin="$CARGO_TARGET_DIR/release/verisample"
 mkdir -p dist
