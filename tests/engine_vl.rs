@@ -395,8 +395,9 @@ fn qwen3_5_matches_transformers_at_max_batch_1_and_64() {
         inline_inputs: max_batch > 1,
         ..Default::default()
     };
-    let one = run(&mut load_family("qwen3_5", cfg(1, 64)), reqs.clone());
-    let mut wide = load_family("qwen3_5", cfg(64, 160));
+    // Pools of 32-token blocks: 1024 and 2560 tokens.
+    let one = run(&mut load_family("qwen3_5", cfg(1, 32)), reqs.clone());
+    let mut wide = load_family("qwen3_5", cfg(64, 80));
     let many = run(&mut wide, reqs);
     assert!(wide.stats().preemptions > 0, "{:?}", wide.stats());
     assert_eq!(
