@@ -271,6 +271,8 @@ fn stats_delta(now: &EngineStats, before: &EngineStats) -> EngineStats {
         completed: now.completed - before.completed,
         failed: now.failed - before.failed,
         generated_tokens: now.generated_tokens - before.generated_tokens,
+        max_batch: now.max_batch,
+        max_batch_auto: now.max_batch_auto,
     }
 }
 

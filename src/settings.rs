@@ -46,8 +46,12 @@ pub const DEFAULT_DATA: &str = "assets/sample/data";
 
 /// Default generation budget per answer, in tokens (reasoning trace + answer).
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 2048;
-/// Default number of sequences the engine may run at once.
+/// Default number of sequences the engine may run at once on the CPU.
 pub const DEFAULT_MAX_BATCH: usize = 64;
+/// On a GPU without `--max-batch`, the engine picks the batch from its KV cache pool (device
+/// memory and the model's KV size: `engine::config::auto_max_batch`), at most this: vLLM's
+/// default `max_num_seqs`.
+pub const AUTO_MAX_BATCH_CAP: usize = 256;
 /// The largest `--max-batch` accepted: 2¹⁶ sequences (vLLM's default `max_num_seqs` is 256).
 pub const MAX_MAX_BATCH: usize = 1 << 16;
 /// Default number of tokens (prefill + decode) the engine may schedule in one step.
@@ -317,8 +321,12 @@ pub struct Settings {
     /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
     #[serde(default)]
     pub decoding: Decoding,
-    /// Most sequences in flight.
+    /// Most sequences in flight (with `max_batch_auto`, the cap of the engine's pick).
     pub max_batch: usize,
+    /// Whether the engine picks `max_batch` from its KV pool: a GPU run without
+    /// `--max-batch` (absent, false, in `run.json` of CPU runs and older runs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub max_batch_auto: bool,
     /// Most tokens per engine step.
     pub max_batch_tokens: usize,
     /// KV cache size in GiB, `None` = engine default.
@@ -547,9 +555,16 @@ impl Settings {
                 DEFAULT_MAX_NEW_TOKENS,
             ),
         )?;
+        let max_batch_auto =
+            args.max_batch.or(file.max_batch).is_none() && device != DeviceSpec::Cpu;
+        let default_max_batch = if max_batch_auto {
+            AUTO_MAX_BATCH_CAP
+        } else {
+            DEFAULT_MAX_BATCH
+        };
         let max_batch = positive(
             "max-batch",
-            pick(args.max_batch, file.max_batch, DEFAULT_MAX_BATCH),
+            pick(args.max_batch, file.max_batch, default_max_batch),
         )?;
         // The engine sizes per-sequence buffers (state slots, sampler rows) by it: a value far
         // beyond any batch a device runs would fail as an allocation abort instead.
@@ -713,6 +728,7 @@ impl Settings {
             max_new_tokens,
             decoding,
             max_batch,
+            max_batch_auto,
             max_batch_tokens,
             kv_cache_gib,
             vision_memory_gib,

@@ -66,7 +66,10 @@ fn doctor_on_cpu_passes_every_check_it_reports() {
         assert_eq!(status(&name), "pass", "{name}");
         // 48 items: doctor's tolerance (one in 39) would allow 1; both paths match all.
         let d = detail(&name);
-        assert!(d.starts_with("48/48 ") && d.contains("at most 1 may differ"), "{d}");
+        assert!(
+            d.starts_with("48/48 ") && d.contains("at most 1 may differ"),
+            "{d}"
+        );
     }
     assert!(checks.iter().all(|c| c["status"] != "fail"), "{checks:?}");
 }

@@ -439,3 +439,26 @@ fn a_generated_image_placeholder_ends_only_that_sequence_with_an_error() {
         &got.into_iter().filter(|(k, _)| *k == 9999).collect(),
     );
 }
+
+/// Without a fixed batch (a GPU run without `--max-batch`) the engine picks one from its pool:
+/// as many sequences of the generation budget plus a typical prompt as the pool holds, within
+/// [16, cap], and reports it. Catches: the pick computed before the pool is sized, or ignored.
+#[test]
+fn auto_max_batch_is_picked_from_the_pool() {
+    use verisample::engine::config::{auto_max_batch, AUTO_PROMPT_TOKENS};
+    let auto = |blocks, cap| {
+        let e = engine(EngineConfig {
+            auto_max_batch: true,
+            ..cfg(cap, blocks, true)
+        });
+        (e.config().max_batch, e.stats().max_batch, e.stats().max_batch_auto)
+    };
+    // 40000 blocks of 4 tokens: 160000 / (24 + 1024) = 152 sequences.
+    assert_eq!(160_000 / (MAX_NEW + AUTO_PROMPT_TOKENS), 152);
+    assert_eq!(auto(40_000, 256), (152, 152, true));
+    assert_eq!(auto(40_000, 100), (100, 100, true));
+    assert_eq!(auto(100, 256), (16, 16, true));
+    assert_eq!(auto_max_batch(160_000, MAX_NEW, 256), 152);
+    let fixed = engine(cfg(7, 100, true));
+    assert_eq!((fixed.config().max_batch, fixed.stats().max_batch_auto), (7, false));
+}

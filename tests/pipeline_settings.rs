@@ -63,6 +63,12 @@ fn flags_win_over_config_file_over_defaults() {
     assert!(s.judge && s.number_guard);
     assert_eq!((s.device, s.dtype), (DeviceSpec::Cpu, DTypeSpec::F32));
     assert_eq!((s.max_batch, s.max_batch_tokens), (64, 16384));
+    // The CPU keeps a fixed default batch; a GPU run without --max-batch lets the engine pick
+    // one from its KV pool (and run.json of a CPU run does not mention it).
+    assert!(!s.max_batch_auto);
+    assert!(!serde_json::to_string(&s)
+        .unwrap()
+        .contains("max_batch_auto"));
     assert_eq!(s.progress, ProgressMode::None, "-q silences progress");
 }
 

@@ -125,7 +125,8 @@ pub struct RunArgs {
     /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub repetition_penalty: Option<f64>,
-    /// Most sequences in flight at once, 1 to 65536. [default: 64]
+    /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
+    /// from the KV cache pool, at most 256]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_batch: Option<usize>,
     /// Most tokens scheduled in one engine step. [default: 16384]
@@ -282,6 +283,7 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
         kv_budget,
         max_batch: settings.max_batch,
+        auto_max_batch: settings.max_batch_auto,
         max_batch_tokens: settings.max_batch_tokens,
         max_new_tokens: settings.max_new_tokens,
         repetition_penalty: Some(settings.decoding.repetition_penalty),
@@ -324,6 +326,12 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
         prepare_with(&settings, fingerprint, || start_engine(&settings, &control))?;
     let report = run_parquet(prepared, &settings, &mut generator, &control)?;
     print_summary(&report, &settings.out, settings.quiet, json, None);
+    if settings.max_batch_auto && !settings.quiet && !json {
+        println!(
+            "{}",
+            auto_batch_line(generator.engine().config().max_batch, &settings)
+        );
+    }
     Ok(report)
 }
 
@@ -384,7 +392,23 @@ fn start_engine(
     )
     .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
     engine.set_stop_flag(control.stop.clone());
+    if settings.max_batch_auto {
+        tracing::info!("{}", auto_batch_line(engine.config().max_batch, settings));
+    }
     EngineGenerator::new(engine).context("rendering the chat template")
+}
+
+/// The sentence naming the batch the engine picked from its KV pool (a GPU run without
+/// `--max-batch`), logged at start and ending the summary.
+fn auto_batch_line(max_batch: usize, settings: &Settings) -> String {
+    format!(
+        "max batch {max_batch}: picked from the KV cache pool (sequences of {} new + {} prompt \
+         tokens that fit, {}..={}); set --max-batch to choose",
+        settings.max_new_tokens,
+        crate::engine::config::AUTO_PROMPT_TOKENS,
+        crate::engine::config::AUTO_MIN_BATCH,
+        settings.max_batch
+    )
 }
 
 /// Print the end-of-run summary on stdout: one JSON object with `json`, else the text

@@ -54,8 +54,12 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// KV cache pool size (`FreeFraction(0.25)`).
     pub kv_budget: KvBudget,
-    /// Most sequences running at once (16).
+    /// Most sequences running at once (16); with [`EngineConfig::auto_max_batch`] the cap of
+    /// the value the engine picks.
     pub max_batch: usize,
+    /// Pick `max_batch` from the KV cache pool once it is sized ([`auto_max_batch`]), at most
+    /// `max_batch` (false). What a run on a GPU does without `--max-batch`.
+    pub auto_max_batch: bool,
     /// Most new tokens per prefill step (4096); longer prompts are prefilled in chunks.
     pub max_batch_tokens: usize,
     /// Default generation limit per request (512).
@@ -101,6 +105,7 @@ impl Default for EngineConfig {
             block_size: 32,
             kv_budget: KvBudget::FreeFraction(0.25),
             max_batch: 16,
+            auto_max_batch: false,
             max_batch_tokens: 4096,
             max_new_tokens: 512,
             prefix_caching: true,
@@ -186,6 +191,25 @@ pub const MAX_POOL_ELEMENTS_PER_LAYER: u64 = u32::MAX as u64;
 pub fn max_pool_blocks(block_size: usize, n_kv_heads: usize, head_dim: usize) -> usize {
     let per_block = (block_size * n_kv_heads * head_dim).max(1) as u64;
     usize::try_from(MAX_POOL_ELEMENTS_PER_LAYER / per_block).unwrap_or(usize::MAX)
+}
+
+/// Tokens one sequence is expected to hold beside its generation budget when
+/// [`auto_max_batch`] sizes the batch: a prompt with one image of about 1 Mpx (Qwen2-VL: ~1,300
+/// tokens at 28 × 28 pixels a token) is of this order.
+pub const AUTO_PROMPT_TOKENS: usize = 1024;
+
+/// Fewest sequences [`auto_max_batch`] picks (a pool too small for them preempts instead).
+pub const AUTO_MIN_BATCH: usize = 16;
+
+/// The batch a pool of `pool_tokens` tokens serves without preempting when every sequence
+/// holds [`AUTO_PROMPT_TOKENS`] of prompt and its whole `max_new_tokens` budget, within
+/// `[AUTO_MIN_BATCH, cap]` (`cap` below the minimum wins): the role of vLLM's `max_num_seqs`,
+/// derived from the device's memory and the model's KV size instead of fixed. The scheduler
+/// still admits by free blocks, so shorter sequences never wait on this bound alone.
+pub fn auto_max_batch(pool_tokens: usize, max_new_tokens: usize, cap: usize) -> usize {
+    (pool_tokens / (max_new_tokens + AUTO_PROMPT_TOKENS))
+        .max(AUTO_MIN_BATCH)
+        .min(cap)
 }
 
 /// Blocks that fit in `budget_bytes` at `bytes_per_block` each (floor).
@@ -328,6 +352,18 @@ mod tests {
         ] {
             assert_eq!(blocks_in_budget(budget, per), want, "{budget}/{per}");
         }
+    }
+
+    #[test]
+    fn auto_max_batch_follows_the_pool() {
+        // An H200-sized pool: 1.75M tokens at 2048 new tokens each → 570, capped at 256.
+        assert_eq!(auto_max_batch(1_750_000, 2048, 256), 256);
+        // 200k tokens: 200000 / 3072 = 65.
+        assert_eq!(auto_max_batch(200_000, 2048, 256), 65);
+        // A tiny pool still runs AUTO_MIN_BATCH (the scheduler preempts as needed) …
+        assert_eq!(auto_max_batch(4096, 2048, 256), AUTO_MIN_BATCH);
+        // … unless the cap is lower.
+        assert_eq!(auto_max_batch(4096, 2048, 8), 8);
     }
 
     #[test]

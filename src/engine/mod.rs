@@ -119,6 +119,11 @@ pub struct EngineStats {
     pub failed: u64,
     /// Generated tokens over all completions.
     pub generated_tokens: u64,
+    /// Most sequences running at once (the engine's `max_batch`, as picked when
+    /// [`EngineConfig::auto_max_batch`]).
+    pub max_batch: usize,
+    /// Whether the engine picked `max_batch` from the KV pool ([`config::auto_max_batch`]).
+    pub max_batch_auto: bool,
 }
 
 /// Prepare one request's input, a panic in the processor being that request's error; the
@@ -146,11 +151,20 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
     ///
     /// Errors: [`EngineError::Config`] (bad settings, unresolvable budget),
     /// [`EngineError::Model`] (pool allocation), [`EngineError::ThreadPool`].
-    pub fn new(model: M, processor: P, cfg: EngineConfig) -> Result<Self, EngineError> {
+    pub fn new(model: M, processor: P, mut cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.validate()?;
         let layout = model.kv_layout();
         let available = config::device_memory(model.device()).map(|(free, _)| free);
+        // Sized with state slots for the cap; an automatic batch below it leaves their memory
+        // unused rather than sizing the pool twice.
         let num_blocks = config::pool_blocks_within(&cfg, &layout, model.device(), available)?;
+        if cfg.auto_max_batch {
+            cfg.max_batch = config::auto_max_batch(
+                num_blocks * cfg.block_size,
+                cfg.max_new_tokens,
+                cfg.max_batch,
+            );
+        }
         let pool_bytes = num_blocks as u64
             * KvCache::bytes_per_block(
                 layout.num_layers,
@@ -211,6 +225,11 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         );
         let placeholders = model.placeholder_token_ids();
         let sampler = Greedy::new(cfg.repetition_penalty.unwrap_or(1.0));
+        let stats = EngineStats {
+            max_batch: cfg.max_batch,
+            max_batch_auto: cfg.auto_max_batch,
+            ..EngineStats::default()
+        };
         let core = Core {
             sampler,
             model,
@@ -218,7 +237,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             cache,
             scheduler,
             vision: Default::default(),
-            stats: EngineStats::default(),
+            stats,
             next_arrival: 0,
             placeholders,
             vision_budget,
