@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark verisample's engine against transformers' batched ``generate`` on CPU.
+"""Benchmark verisample's engine against transformers' batched ``generate`` (CPU, or a CUDA GPU).
 
 Same checkpoint, same images (the first N files of orand-car-a/val by name), same prompt
 (the OrandCar question through the checkpoint's chat template, thinking enabled), greedy, f32,
@@ -20,13 +20,23 @@ prefill seconds) and our decode reaches (2 · decoder-layer parameters · decode
 decode roofline of issue 20). Prefill tokens/s in the table include the vision encoder on both
 sides.
 
+On a GPU (``--device cuda``, default dtype bf16): both engines on ``cuda:0``; peak GPU memory
+instead of peak RSS (transformers: ``torch.cuda.max_memory_allocated``; ours: the device's used
+memory polled with nvidia-smi, less what was in use before); the model ``qwen2_5_vl_7b``, a
+random checkpoint with Qwen2.5-VL-7B-Instruct's published widths (all 28 decoder and 32 vision
+layers, vocabulary 152064) and the qwen2_5_vl fixture's tokenizer and processor, written in
+bf16; and in place of the GEMM rate the device's copy bandwidth, so that batch-1 decode is
+reported as a fraction of the HBM roofline (decode tokens/s × weight bytes / bandwidth).
+Nothing here has run on a GPU yet.
+
 ``--keep DIR`` writes the built random models to DIR/<name> and keeps them (a later run with the
 same DIR reuses them), e.g. to profile one engine on the very checkpoint of the table.
 
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
-        [--models tiny,100m,qwen3_5_100m] [--json OUT.json] [--keep DIR]
+        [--models tiny,100m,qwen3_5_100m,qwen2_5_vl_7b] [--json OUT.json] [--keep DIR]
+        [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_vl")
 FIXTURE_QWEN3_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5")
+FIXTURE_QWEN2_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_5_vl")
 QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."
@@ -74,15 +85,31 @@ def copy_fixture_files(fixture: str, out_dir: str) -> dict:
         return json.load(f)
 
 
-def save_random(cfg: dict, out_dir: str) -> None:
-    """A randomly initialised model of `cfg` (transformers' own init, seed 0), saved f32."""
+def save_random(cfg: dict, out_dir: str, dtype: str = "float32") -> None:
+    """A randomly initialised model of `cfg` (transformers' own init, seed 0), saved in `dtype`."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     config = AutoConfig.for_model(**cfg)
     torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).eval()
+    model = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype)).eval()
     model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def make_qwen2_5_vl_7b(out_dir: str) -> None:
+    """A random Qwen2.5-VL with the published widths of Qwen2.5-VL-7B-Instruct (its
+    config.json), the qwen2_5_vl fixture's tokenizer and processor, saved in bf16 (~16.6 GB)."""
+    cfg = copy_fixture_files(FIXTURE_QWEN2_5, out_dir)
+    cfg["text_config"].update(
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=128000,
+        layer_types=["full_attention"] * 28,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+    )
+    cfg["vision_config"].update(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
+                                out_hidden_size=3584, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
+                                tokens_per_second=2)
+    save_random(cfg, out_dir, "bfloat16")
 
 
 def make_100m(out_dir: str) -> None:
@@ -121,15 +148,64 @@ def decoder_layer_params(model_dir: str) -> tuple[int, int]:
     from safetensors import safe_open
 
     layers = total = 0
-    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            n = 1
-            for d in f.get_slice(k).get_shape():
-                n *= d
-            total += n
-            if ".layers." in k and "visual" not in k:
-                layers += n
+    shards = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+    for shard in shards:
+        with safe_open(os.path.join(model_dir, shard), "pt") as f:
+            for k in f.keys():
+                n = 1
+                for d in f.get_slice(k).get_shape():
+                    n *= d
+                total += n
+                if ".layers." in k and "visual" not in k:
+                    layers += n
     return layers, total
+
+
+def copy_bandwidth() -> float:
+    """The GPU's device-to-device copy bandwidth in bytes/s (a 4 GiB copy, best of 5: reads
+    plus writes), the roofline of a decode step that streams every weight once."""
+    import torch
+
+    x = torch.empty(1 << 31, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(x)
+    y.copy_(x)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        y.copy_(x)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * x.numel() * x.element_size() / best
+
+
+class GpuMemoryPoll:
+    """Peak used memory of GPU 0 (nvidia-smi, every 0.2 s) while a `with` block runs, less the
+    memory in use when it started."""
+
+    def __enter__(self):
+        import threading
+
+        self.base, self.peak, self.stop = self.used(), 0, False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        return self
+
+    @staticmethod
+    def used() -> int:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True).stdout.strip()
+        return int(out.splitlines()[0]) * 2**20 if out else 0
+
+    def loop(self):
+        while not self.stop:
+            self.peak = max(self.peak, self.used())
+            time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+        self.bytes = max(self.peak - self.base, 0)
 
 
 def gemm_gflops(threads: int) -> float:
@@ -154,9 +230,17 @@ def hf_worker(args: argparse.Namespace) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
     processor = AutoProcessor.from_pretrained(args.model, use_fast=False)
     processor.tokenizer.padding_side = "left"
-    model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32).eval()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=dtype).eval()
+    if cuda:
+        model = model.to("cuda")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
     tok = processor.tokenizer
     eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
@@ -166,7 +250,7 @@ def hf_worker(args: argparse.Namespace) -> None:
     # torch are not counted against transformers.
     warm_msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
     warm = processor(text=[processor.apply_chat_template(warm_msgs, add_generation_prompt=True, enable_thinking=True)],
-                     images=[Image.open(files[0])], return_tensors="pt")
+                     images=[Image.open(files[0])], return_tensors="pt").to(model.device)
     with torch.inference_mode():
         model(**warm)
     t_all = time.perf_counter()
@@ -176,20 +260,24 @@ def hf_worker(args: argparse.Namespace) -> None:
         msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
         prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=True)
         inputs = processor(text=[prompt] * len(chunk), images=images, padding=True, return_tensors="pt")
+        inputs = inputs.to(model.device)
         n_in = inputs["input_ids"].shape[1]
         with torch.inference_mode():
+            sync()
             t0 = time.perf_counter()
             model(**inputs)  # prefill alone, timed for prefill tokens/s
+            sync()
             prefill_secs += time.perf_counter() - t0
             t0 = time.perf_counter()
             gen = model.generate(
                 **inputs, do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens,
                 eos_token_id=eos, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
             )
+            sync()
             gen_secs += time.perf_counter() - t0
         out = gen.sequences
         # [batch, steps, vocab] raw logits of every greedy step, to judge near-ties.
-        logits = torch.stack(gen.logits, dim=1)
+        logits = torch.stack(gen.logits, dim=1).float().cpu()
         prefill_tokens += int(inputs["attention_mask"].sum())
         for b, (f, row, mask) in enumerate(zip(chunk, out[:, n_in:].tolist(), inputs["attention_mask"])):
             ids = []
@@ -207,6 +295,7 @@ def hf_worker(args: argparse.Namespace) -> None:
         "prefill_tokens_per_sec": prefill_tokens / prefill_secs, "prefill_tokens": prefill_tokens,
         "prefill_secs": prefill_secs, "decode_tokens_per_sec": decode_tokens / decode_secs,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "items": items,
+        "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else None,
     }))
 
 
@@ -249,10 +338,17 @@ def main() -> None:
     ap.add_argument("--keep", help="build the random models in this folder and keep them (reused when present)")
     ap.add_argument("--tie-tol", type=float, default=1e-3,
                     help="a divergence where transformers' top-2 logit margin is below this is a near-tie")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], help="default: f32 on cpu, bf16 on cuda")
+    ap.add_argument("--kv-cache-gib", type=float, help="our KV cache (default: bench's on cpu, 40 on cuda)")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "f32")
+    cuda = args.device == "cuda"
+    if cuda and args.kv_cache_gib is None:
+        args.kv_cache_gib = 40.0
     if args.hf_worker:
         hf_worker(args)
         return
@@ -267,21 +363,32 @@ def main() -> None:
     for name in args.models.split(","):
         if name == "tiny":
             models[name] = FIXTURE
-        elif name in ("100m", "qwen3_5_100m"):
+        elif name in ("100m", "qwen3_5_100m", "qwen2_5_vl_7b"):
             d = os.path.join(tmp, name)
-            if not os.path.exists(os.path.join(d, "model.safetensors")):
+            if not os.path.exists(os.path.join(d, "config.json")):
                 os.makedirs(d, exist_ok=True)
-                (make_100m if name == "100m" else make_100m_qwen3_5)(d)
+                {"100m": make_100m, "qwen3_5_100m": make_100m_qwen3_5, "qwen2_5_vl_7b": make_qwen2_5_vl_7b}[name](d)
             models[name] = d
-    gflops = gemm_gflops(args.threads)
+    # CPU: the f32 GEMM rate; GPU: the copy bandwidth (the decode roofline).
+    gflops = gemm_gflops(args.threads) if not cuda else None
+    bandwidth = copy_bandwidth() if cuda else None
     rows, results, mismatches = [], [], 0
     for name, mdir in models.items():
         layer_params, total_params = decoder_layer_params(mdir)
         for b in [int(x) for x in args.batch_sizes.split(",")]:
             common = ["--images", args.images, "--num-images", str(args.num_images), "--max-new-tokens", str(args.max_new_tokens)]
-            ours = run_json([args.bin, "bench", "--json", "--model", mdir, "--max-batch", str(b), *common], env)
+            ours_cmd = [args.bin, "bench", "--json", "--model", mdir, "--max-batch", str(b), "--dtype", args.dtype,
+                        "--device", "cuda:0" if cuda else "cpu", *common]
+            if args.kv_cache_gib:
+                ours_cmd += ["--kv-cache-gib", str(args.kv_cache_gib)]
+            if cuda:
+                with GpuMemoryPoll() as poll:
+                    ours = run_json(ours_cmd, env)
+                ours["peak_gpu_bytes"] = poll.bytes
+            else:
+                ours = run_json(ours_cmd, env)
             hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--batch", str(b),
-                           "--threads", str(args.threads), *common], env)
+                           "--threads", str(args.threads), "--device", args.device, "--dtype", args.dtype, *common], env)
             verdicts = [(o["file"], *compare(o, h, args.tie_tol)) for o, h in zip(ours["items"], hf["items"])]
             bad = [v for v in verdicts if v[1] == "MISMATCH"]
             ties = [v for v in verdicts if v[1] == "near-tie"]
@@ -293,24 +400,38 @@ def main() -> None:
             for it in hf["items"]:
                 it.pop("logits", None)
             st = ours["stats"]  # decoder prefill alone (vision encoder excluded) for the FLOP rate
-            frac = st["prefill_tokens"] / max(st["prefill_secs"], 1e-9) * 2 * layer_params / 1e9 / gflops
-            decode_frac = ours["decode_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
+            if cuda:
+                # Batch-1 decode streams every decoder weight once per token: the HBM roofline.
+                weight_bytes = (2 if args.dtype == "bf16" else 4) * layer_params
+                frac = float("nan")
+                decode_frac = ours["decode_tokens_per_sec"] * weight_bytes / bandwidth / b
+            else:
+                frac = st["prefill_tokens"] / max(st["prefill_secs"], 1e-9) * 2 * layer_params / 1e9 / gflops
+                decode_frac = ours["decode_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
             results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
                             "identical_items": same, "near_tie_items": len(ties), "mismatched_items": len(bad),
                             "prefill_fraction_of_gemm": frac, "decode_fraction_of_gemm": decode_frac})
+            mem = "peak_gpu_bytes" if cuda else "peak_rss_bytes"
             for eng, r in (("verisample", ours), ("transformers", hf)):
                 rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, r["images_per_sec"],
-                             r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r["peak_rss_bytes"] / 2**20))
+                             r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r[mem] / 2**20))
             rows.append((name, "", b, "speed-up", ours["images_per_sec"] / hf["images_per_sec"],
                          ours["prefill_tokens_per_sec"] / hf["prefill_tokens_per_sec"],
                          ours["decode_tokens_per_sec"] / hf["decode_tokens_per_sec"],
-                         ours["peak_rss_bytes"] / hf["peak_rss_bytes"]))
-            print(f"# {name} b={b}: our prefill reaches {100 * frac:.1f}%, our decode {100 * decode_frac:.1f}% "
-                  "of the GEMM peak", flush=True)
+                         ours[mem] / max(hf[mem], 1)))
+            if cuda:
+                print(f"# {name} b={b}: our decode reaches {100 * decode_frac:.1f}% of the HBM roofline "
+                      "(per sequence)", flush=True)
+            else:
+                print(f"# {name} b={b}: our prefill reaches {100 * frac:.1f}%, our decode {100 * decode_frac:.1f}% "
+                      "of the GEMM peak", flush=True)
 
-    print(f"\nthreads: {args.threads}; images: {args.num_images} from {args.images}; "
-          f"max_new_tokens: {args.max_new_tokens}; f32 GEMM (torch 2048^3): {gflops:.1f} GFLOP/s\n")
-    print("| model | params | batch | engine | images/s | prefill tok/s | decode tok/s | peak RSS MiB |")
+    rate = (f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {args.dtype}" if cuda
+            else f"f32 GEMM (torch 2048^3): {gflops:.1f} GFLOP/s")
+    print(f"\ndevice: {args.device}; threads: {args.threads}; images: {args.num_images} from {args.images}; "
+          f"max_new_tokens: {args.max_new_tokens}; {rate}\n")
+    mem_col = "peak GPU MiB" if cuda else "peak RSS MiB"
+    print(f"| model | params | batch | engine | images/s | prefill tok/s | decode tok/s | {mem_col} |")
     print("|---|---|---|---|---|---|---|---|")
     for m, p, b, e, ips, pf, dc, rss in rows:
         if e == "speed-up":
@@ -318,11 +439,16 @@ def main() -> None:
         else:
             print(f"| {m} | {p} | {b} | {e} | {ips:.2f} | {pf:.0f} | {dc:.0f} | {rss:.0f} |")
     for r in results:
-        print(f"{r['model']} at batch {r['batch']}: prefill {100 * r['prefill_fraction_of_gemm']:.1f}%, "
-              f"decode {100 * r['decode_fraction_of_gemm']:.1f}% of the GEMM GFLOP/s")
+        if cuda:
+            print(f"{r['model']} at batch {r['batch']}: decode {100 * r['decode_fraction_of_gemm']:.1f}% "
+                  "of the HBM roofline per sequence")
+        else:
+            print(f"{r['model']} at batch {r['batch']}: prefill {100 * r['prefill_fraction_of_gemm']:.1f}%, "
+                  f"decode {100 * r['decode_fraction_of_gemm']:.1f}% of the GEMM GFLOP/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gemm_gflops": gflops, "threads": args.threads, "results": results}, f, indent=1)
+            json.dump({"gemm_gflops": gflops, "copy_bandwidth": bandwidth, "device": args.device,
+                       "dtype": args.dtype, "threads": args.threads, "results": results}, f, indent=1)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     if mismatches:

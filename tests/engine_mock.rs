@@ -451,7 +451,11 @@ fn auto_max_batch_is_picked_from_the_pool() {
             auto_max_batch: true,
             ..cfg(cap, blocks, true)
         });
-        (e.config().max_batch, e.stats().max_batch, e.stats().max_batch_auto)
+        (
+            e.config().max_batch,
+            e.stats().max_batch,
+            e.stats().max_batch_auto,
+        )
     };
     // 40000 blocks of 4 tokens: 160000 / (24 + 1024) = 152 sequences.
     assert_eq!(160_000 / (MAX_NEW + AUTO_PROMPT_TOKENS), 152);
@@ -460,5 +464,8 @@ fn auto_max_batch_is_picked_from_the_pool() {
     assert_eq!(auto(100, 256), (16, 16, true));
     assert_eq!(auto_max_batch(160_000, MAX_NEW, 256), 152);
     let fixed = engine(cfg(7, 100, true));
-    assert_eq!((fixed.config().max_batch, fixed.stats().max_batch_auto), (7, false));
+    assert_eq!(
+        (fixed.config().max_batch, fixed.stats().max_batch_auto),
+        (7, false)
+    );
 }

@@ -42,6 +42,9 @@ pub struct BenchArgs {
     /// Device: cpu, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: crate::settings::DeviceSpec,
+    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::settings::DTypeSpec>,
     /// Print one JSON report instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -70,9 +73,13 @@ pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .model
         .clone()
         .unwrap_or_else(crate::settings::default_model_dir);
+    let dtype = a.dtype.unwrap_or(match a.device {
+        crate::settings::DeviceSpec::Cpu => crate::settings::DTypeSpec::F32,
+        _ => crate::settings::DTypeSpec::Bf16,
+    });
     let mut engine = load_engine(
         &model,
-        candle_core::DType::F32,
+        dtype.to_dtype(),
         &device,
         cfg,
         Some(true),
