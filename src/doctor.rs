@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 use verisample_kernels::{
-    paged_attention_reference, AttentionPath, PagedAttentionParams, PagedStep,
+    max_abs_diff, paged_attention_reference, AttentionPath, PagedAttentionParams, PagedStep,
 };
 use verisample_models::layers::Proj;
 use verisample_models::{ImageProcessor, VlModel};
@@ -343,17 +343,6 @@ fn round(x: Vec<f32>, dtype: DType) -> candle_core::Result<Vec<f32>> {
         .to_vec1()
 }
 
-/// Largest |a - b|; infinite if any value is not finite (a NaN must not pass).
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() || !a.iter().chain(b).all(|x| x.is_finite()) {
-        return f32::INFINITY;
-    }
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// Cache write and attention on `path` in `dtype` against an independent CPU reference in f32
 /// ([`Step::reference`]) on the same (dtype-rounded) inputs: a fresh prefill, a chunk after
 /// cached tokens, decodes.
@@ -388,8 +377,8 @@ fn kernel_accuracy(
         DType::F16 => 1e-3,
         _ => 8e-3,
     };
-    let write = max_abs(&kc, &kc_ref);
-    let attn = max_abs(&out, &out_ref);
+    let write = max_abs_diff(&kc, &kc_ref);
+    let attn = max_abs_diff(&out, &out_ref);
     let judge = |d: f32, bound: f32| {
         if d <= bound {
             Status::Pass
@@ -465,7 +454,7 @@ fn attention_invariance(path: AttentionPath, device: &Device) -> Result<Check, D
     let mut worst = 0f32;
     let mut differ = Vec::new();
     for n in [4, 8, 16, 32, 64] {
-        let d = max_abs(&run_batch(n)?, &alone);
+        let d = max_abs_diff(&run_batch(n)?, &alone);
         if d != 0.0 {
             differ.push(n);
             worst = worst.max(d);
@@ -506,7 +495,7 @@ fn linear_invariance(device: &Device) -> Result<Check, DoctorError> {
     let mut worst = 0f32;
     let mut differ = Vec::new();
     for n in [2, 7, 16, 64] {
-        let d = max_abs(&first(n)?, &alone);
+        let d = max_abs_diff(&first(n)?, &alone);
         if d != 0.0 {
             differ.push(n);
             worst = worst.max(d);

@@ -73,8 +73,7 @@ fn generated_jpeg_variants_decode_like_pillow() {
 
 #[test]
 fn every_orand_image_decodes_like_pillow() {
-    let Some(data) = shared_data::shared_data() else {
-        println!("skipped: no ../shared/data");
+    let Some(data) = shared_data::require_shared_data() else {
         return;
     };
     let rows = table("orand.tsv");

@@ -54,6 +54,20 @@ pub fn lcg_uniform(seed: u64, n: usize, half_width: f32) -> Vec<f32> {
         .collect()
 }
 pub use flash::oracle::paged_attention_reference;
+/// Largest `|a[i] - b[i]|`, NaN-aware: `+∞` when the lengths differ or any value of either
+/// side is not finite, so a NaN or an infinity fails every bound (a plain
+/// `fold(0.0, f32::max)` drops NaN and reports 0). The one comparison of the kernel, model and
+/// engine tests and of `verisample doctor`.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() || !a.iter().chain(b).all(|x| x.is_finite()) {
+        return f32::INFINITY;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{

@@ -5,6 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use verisample_kernels::flash::{self, oracle, FlashStep};
+use verisample_kernels::max_abs_diff;
 use verisample_kernels::{
     paged_attention, paged_attention_reference, reshape_and_cache, AttentionPath, KernelError,
     PagedAttentionParams, PagedStep, SegmentAttentionParams,
@@ -26,19 +27,6 @@ fn flat(t: &Tensor) -> Vec<f32> {
         .unwrap()
         .to_vec1()
         .unwrap()
-}
-
-/// Largest |a - b|, failing on any non-finite value.
-fn max_abs_finite(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(
-        a.iter().chain(b).all(|x| x.is_finite()),
-        "non-finite output"
-    );
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// A ragged step over a scattered pool, its inputs, and the pools holding it.
@@ -192,10 +180,10 @@ fn direct_and_kernel_computations_agree() {
     let c = Case::new(&MIXED, DType::F32);
     let kernel = c.oracle(None, Some(0), None).unwrap();
     let direct = c.oracle(Some(97), Some(0), None).unwrap();
-    let d = max_abs_finite(&flat(&direct), &flat(&kernel));
+    let d = max_abs_diff(&flat(&direct), &flat(&kernel));
     assert!(d <= 1e-5, "direct vs kernel max |Δ| {d}");
     let reference = paged_attention_reference(&c.q, &c.kc, &c.vc, &c.params()).unwrap();
-    let d = max_abs_finite(&flat(&reference), &flat(&kernel));
+    let d = max_abs_diff(&flat(&reference), &flat(&kernel));
     assert!(d <= 1e-5, "reference vs kernel max |Δ| {d}");
 }
 
@@ -208,9 +196,10 @@ fn window_and_softcap_semantics() {
     let local = flat(&c.oracle(Some(8), Some(0), None).unwrap());
     let row = NH * HD;
     // Sequence 0 (40 keys) is cut by the window; sequence 1 (3 keys, row 4) is not.
-    assert!(max_abs_finite(&causal[..4 * row], &local[..4 * row]) > 1e-3);
+    let cut = max_abs_diff(&causal[..4 * row], &local[..4 * row]);
+    assert!(cut.is_finite() && cut > 1e-3, "{cut}");
     // (The causal call runs the kernel, the windowed one the direct loop: equal within 1e-5.)
-    assert!(max_abs_finite(&causal[4 * row..], &local[4 * row..]) <= 1e-5);
+    assert!(max_abs_diff(&causal[4 * row..], &local[4 * row..]) <= 1e-5);
     // A window of 0 to the left: each query sees only its own key, so the output is that
     // key's value (GQA: head h reads KV head h / 3).
     let only_self = flat(&c.oracle(Some(0), Some(0), None).unwrap());
@@ -221,7 +210,8 @@ fn window_and_softcap_semantics() {
         assert_eq!(&only_self[4 * row + h * HD..][..HD], v, "head {h}");
     }
     let capped = flat(&c.oracle(None, Some(0), Some(0.5)).unwrap());
-    assert!(max_abs_finite(&capped, &causal) > 1e-3);
+    let d = max_abs_diff(&capped, &causal);
+    assert!(d.is_finite() && d > 1e-3, "{d}");
 }
 
 /// What the crate refuses, the oracle refuses, with the crate's words.
@@ -334,7 +324,7 @@ fn varlen_segments_equal_native_segment_attention() {
     );
     let full = flash::flash_attn_varlen(&q, &k, &v, &cu, &cu, n, n, 0.1, false).unwrap();
     // The last row sees every row either way (kernel and direct computation: within 1e-5).
-    let d = max_abs_finite(
+    let d = max_abs_diff(
         &flat(&full.narrow(0, n - 1, 1).unwrap()),
         &flat(&causal.narrow(0, n - 1, 1).unwrap()),
     );

@@ -1,6 +1,7 @@
 //! `reshape_and_cache` + `paged_attention` against a dense naive reference.
 
 use candle_core::{DType, Device, Tensor};
+use verisample_kernels::max_abs_diff;
 use verisample_kernels::{paged_attention, reshape_and_cache, KernelError, PagedAttentionParams};
 
 /// Deterministic pseudo-random floats in [-1, 1) (64-bit LCG, Knuth's constants).
@@ -172,21 +173,6 @@ fn run(case: &Case, dtype: DType) -> (Vec<f32>, Vec<f32>) {
         .to_vec1()
         .unwrap();
     (out, reference)
-}
-
-/// Largest |a − b|. Both sides must be finite first: `f32::max` drops NaN, so without the
-/// check a NaN output would report 0. Catches: NaN or infinite attention output.
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    for (what, v) in [("output", a), ("reference", b)] {
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            panic!("{what}: value {i} of {} is {}", v.len(), v[i]);
-        }
-    }
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn mixed_case() -> Case {

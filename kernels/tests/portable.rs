@@ -4,6 +4,7 @@
 //! chunk after cached tokens, and decodes, with GQA and scattered block tables.
 
 use candle_core::{DType, Device, Tensor};
+use verisample_kernels::max_abs_diff;
 use verisample_kernels::{
     paged_attention, reshape_and_cache, AttentionPath, CacheWrite, KernelError,
     PagedAttentionParams, PagedStep, PortableStep, PORTABLE_STEP_POSITIONS,
@@ -12,19 +13,6 @@ use verisample_kernels::{
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
 fn lcg(seed: u64, n: usize) -> Vec<f32> {
     verisample_kernels::lcg_uniform(seed, n, 2.0)
-}
-
-/// Largest |a - b|, failing on any non-finite value.
-fn max_abs_finite(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(
-        a.iter().chain(b).all(|x| x.is_finite()),
-        "non-finite output"
-    );
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn flat(t: &Tensor) -> Vec<f32> {
@@ -118,7 +106,7 @@ fn compare(dtype: DType, tol: f32) {
     let out = portable.attend(&q, &kc_p, &vc_p).unwrap();
     assert_eq!(out.dims(), &[total, NH, HD]);
     assert_eq!(out.dtype(), dtype);
-    let d = max_abs_finite(&flat(&out), &flat(&native));
+    let d = max_abs_diff(&flat(&out), &flat(&native));
     println!("{dtype:?}: portable vs native max |Δ| {d:.3e}");
     assert!(
         d <= tol,
@@ -243,6 +231,6 @@ fn a_large_step_is_cut_into_groups_and_still_matches() {
     let out = step
         .attend(&q, &kc_p, &vc_p, 1.0 / (HD as f32).sqrt())
         .unwrap();
-    let d = max_abs_finite(&flat(&out), &flat(&native));
+    let d = max_abs_diff(&flat(&out), &flat(&native));
     assert!(d <= 1e-5, "grouped portable vs native max |Δ| {d}");
 }

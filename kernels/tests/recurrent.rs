@@ -4,6 +4,7 @@
 //! order and neighbours in the batch.
 
 use std::collections::HashMap;
+use verisample_kernels::max_abs_diff;
 
 use candle_core::{DType, Device, Tensor};
 use verisample_kernels::{
@@ -28,14 +29,6 @@ fn t(v: Vec<f32>, dims: &[usize]) -> Tensor {
 
 fn flat(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1().unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn fixture() -> HashMap<String, Tensor> {
@@ -73,7 +66,7 @@ fn conv1d_update_matches_transformers() {
             true,
         )
         .unwrap();
-        let d = max_diff(&flat(&out), &flat(&f["conv_out"]));
+        let d = max_abs_diff(&flat(&out), &flat(&f["conv_out"]));
         assert!(d < 1e-5, "{name}: conv output differs by {d}");
         // Slot 1 is nobody's: untouched. The others hold the last 3 inputs.
         assert_eq!(flat(&state), flat(&f["conv_state_out"]), "{name}");
@@ -100,9 +93,9 @@ fn gated_delta_rule_matches_transformers() {
             &f["q"], &f["k"], &f["v"], &f["g"], &f["beta"], &state, &step, true,
         )
         .unwrap();
-        let d = max_diff(&flat(&out), &flat(&f["delta_out"]));
+        let d = max_abs_diff(&flat(&out), &flat(&f["delta_out"]));
         assert!(d < 1e-5, "{name}: delta-rule output differs by {d}");
-        let d = max_diff(&flat(&state), &flat(&f["delta_state_out"]));
+        let d = max_abs_diff(&flat(&state), &flat(&f["delta_state_out"]));
         assert!(d < 1e-5, "{name}: delta-rule state differs by {d}");
         assert_eq!(
             flat(&state.get(1).unwrap()),
@@ -180,8 +173,8 @@ fn conv1d_update_matches_a_naive_loop_chunked_and_in_any_order() {
             ch,
             k,
         );
-        assert!(max_diff(&out[start * ch..(start + q) * ch], &o) < 1e-5);
-        assert!(max_diff(&got_state[s * sz..(s + 1) * sz], &ns) < 1e-6);
+        assert!(max_abs_diff(&out[start * ch..(start + q) * ch], &o) < 1e-5);
+        assert!(max_abs_diff(&got_state[s * sz..(s + 1) * sz], &ns) < 1e-6);
         start += q;
     }
     // The first sequence alone, in chunks of 4 then 2 tokens, from the same state: same output.
@@ -317,9 +310,9 @@ fn gated_delta_rule_matches_a_naive_loop_chunked_and_in_any_order() {
             len,
             dims,
         );
-        let d = max_diff(&out[start * hv * dv..(start + len) * hv * dv], &o);
+        let d = max_abs_diff(&out[start * hv * dv..(start + len) * hv * dv], &o);
         assert!(d < 1e-5, "sequence at slot {s}: output differs by {d}");
-        assert!(max_diff(&got_state[s * sz..(s + 1) * sz], &ns) < 1e-5);
+        assert!(max_abs_diff(&got_state[s * sz..(s + 1) * sz], &ns) < 1e-5);
         start += len;
     }
     // The last sequence alone, chunked 2 + 3 tokens: the same numbers (bit for bit: same order

@@ -5,6 +5,7 @@
 //! for the portable path to chunk its queries.
 
 use candle_core::{DType, Device, Tensor};
+use verisample_kernels::max_abs_diff;
 use verisample_kernels::{
     portable_chunk_rows, segment_attention, segment_attention_portable,
     segment_attention_scratch_bytes, AttentionPath, KernelError, SegmentAttentionParams, BLOCK_K,
@@ -64,15 +65,6 @@ fn segments(lens: &[usize]) -> Vec<(usize, usize)> {
         .collect()
 }
 
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(a.iter().all(|x| x.is_finite()), "non-finite output");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// Runs both paths on `lens` segments in `dtype` and returns their largest deviation from
 /// the direct computation on the same (dtype-rounded) inputs.
 fn deviation(lens: &[usize], heads: usize, hd: usize, dtype: DType) -> (f32, f32) {
@@ -106,8 +98,8 @@ fn deviation(lens: &[usize], heads: usize, hd: usize, dtype: DType) -> (f32, f32
         assert_eq!(t.dtype(), dtype);
     }
     (
-        max_abs(&host(&native), &want),
-        max_abs(&host(&portable), &want),
+        max_abs_diff(&host(&native), &want),
+        max_abs_diff(&host(&portable), &want),
     )
 }
 

@@ -11,19 +11,6 @@ mod common;
 use common::*;
 use verisample_models::{AttentionPath, VisionInputs, VlModel};
 
-/// Largest |a - b|, failing on any non-finite value (a NaN would vanish in a `max` fold).
-fn max_abs_finite(what: &str, a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    assert!(
-        a.iter().chain(b).all(|x| x.is_finite()),
-        "{what}: non-finite logits"
-    );
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn sequences(model: &VlModel, g: &Goldens) -> Vec<SeqInput> {
     (0..g.n())
         .map(|i| SeqInput {
@@ -60,11 +47,7 @@ fn portable_matches_native(family: &str) {
     model.set_attention_path(AttentionPath::Portable);
     let portable = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
     for i in 0..g.n() {
-        let d = max_abs_finite(
-            &format!("{family} seq {i}"),
-            &portable.prefill_logits[i],
-            &native.prefill_logits[i],
-        );
+        let d = max_abs(&portable.prefill_logits[i], &native.prefill_logits[i]);
         println!("{family} seq {i}: portable vs native prefill logits max |Δ| {d:.3e}");
         assert!(
             d <= 1e-5,

@@ -7,7 +7,9 @@
 //! `generation` (answer records journaled), `judge` (judge records journaled), `write`
 //! (split rows handed to the writer) or `publish` (outputs in OUT replaced: the JSONL files,
 //! while `run.json` says `writing`). With `:torn` the `n`-th journal record is written
-//! only half before the kill, leaving a torn record for the replay to detect. The variable
+//! only half before the kill, leaving a torn record for the replay to detect. With `:wait`
+//! the process is not killed: it waits there until a stop is requested (SIGINT/SIGTERM), so
+//! a test's signal surely arrives while the run is still running. The variable
 //! is read once at start. The hook is compiled only with the `test-hooks` cargo feature, which
 //! the crate's tests enable (a dev-dependency of the crate on itself); a release build has
 //! neither the variable nor a branch per event.
@@ -67,11 +69,13 @@ pub struct KillAt {
     pub n: u64,
     /// Leave a torn journal record behind.
     pub torn: bool,
+    /// Wait for a stop request instead of dying.
+    pub wait: bool,
 }
 
 #[cfg(feature = "test-hooks")]
 impl KillAt {
-    /// Parse `<stage>:<n>[:torn]`; `None` for anything else.
+    /// Parse `<stage>:<n>[:torn|:wait]`; `None` for anything else.
     pub fn parse(s: &str) -> Option<KillAt> {
         let mut parts = s.split(':');
         let stage = match parts.next()? {
@@ -82,12 +86,18 @@ impl KillAt {
             _ => return None,
         };
         let n = parts.next()?.parse().ok().filter(|&n| n > 0)?;
-        let torn = match parts.next() {
-            None => false,
-            Some("torn") => true,
+        let (torn, wait) = match parts.next() {
+            None => (false, false),
+            Some("torn") => (true, false),
+            Some("wait") => (false, true),
             Some(_) => return None,
         };
-        parts.next().is_none().then_some(KillAt { stage, n, torn })
+        parts.next().is_none().then_some(KillAt {
+            stage,
+            n,
+            torn,
+            wait,
+        })
     }
 
     /// Read [`KILL_AT_ENV`]; `None` when unset or malformed.
@@ -135,12 +145,18 @@ impl RunControl {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Whether the hook fires at the `count`-th event of `stage` (and whether torn).
+    /// Whether the hook kills at the `count`-th event of `stage` (and whether torn); a `:wait`
+    /// hook instead blocks here until a stop is requested and then reports nothing due.
     #[cfg(feature = "test-hooks")]
     fn kill_due(&self, stage: KillStage, count: u64) -> Option<bool> {
-        self.kill_at
-            .filter(|k| k.stage == stage && k.n == count)
-            .map(|k| k.torn)
+        let k = self.kill_at.filter(|k| k.stage == stage && k.n == count)?;
+        if k.wait {
+            while !self.stopped() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            return None;
+        }
+        Some(k.torn)
     }
 
     /// Test kill hook after the `count`-th event of `stage` (a split row written): SIGKILL
@@ -211,10 +227,26 @@ mod tests {
 
     #[test]
     fn kill_at_parse_table() {
-        let k = |stage, n, torn| Some(KillAt { stage, n, torn });
+        let k = |stage, n, torn| {
+            Some(KillAt {
+                stage,
+                n,
+                torn,
+                wait: false,
+            })
+        };
         let cases = [
             ("generation:5", k(KillStage::Generation, 5, false)),
             ("judge:1:torn", k(KillStage::Judge, 1, true)),
+            (
+                "generation:1:wait",
+                Some(KillAt {
+                    stage: KillStage::Generation,
+                    n: 1,
+                    torn: false,
+                    wait: true,
+                }),
+            ),
             ("write:12", k(KillStage::Write, 12, false)),
             ("publish:2", k(KillStage::Publish, 2, false)),
             ("write:0", None),

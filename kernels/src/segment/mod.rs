@@ -588,12 +588,7 @@ mod tests {
                     kernel,
                 };
                 let got = op.run(&q, &k, &v);
-                let dev = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(got.iter().all(|x| x.is_finite()), "{kernel:?}");
+                let dev = crate::max_abs_diff(&got, &want);
                 assert!(
                     dev <= 1e-5,
                     "{kernel:?} heads {heads} hd {hd}: max |Δ| {dev}"

@@ -263,21 +263,11 @@ pub fn assert_finite(what: &str, v: &[f32]) {
     }
 }
 
-/// Largest |a − b|, after asserting both sides are finite.
+/// Largest |a − b| ([`verisample_kernels::max_abs_diff`], infinite on a NaN), after naming the
+/// first non-finite value of either side.
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     assert_finite("got", a);
     assert_finite("want", b);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-/// Mean |a − b|, after asserting both sides are finite.
-pub fn mean_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert_finite("got", a);
-    assert_finite("want", b);
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f32>() / a.len() as f32
+    verisample_kernels::max_abs_diff(a, b)
 }
