@@ -6,13 +6,12 @@
 //! after its first journaled answer until a stop is requested.
 
 mod dataset_util;
-mod shared_data;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use dataset_util::{png, write_input, InputSpec};
+use dataset_util::{png, skip, write_input, InputSpec};
 
 /// The bundled model (committed with the repository).
 fn model() -> PathBuf {
@@ -88,7 +87,7 @@ fn sigterm_exits_143_and_sigint_130() {
 fn proc_cpuinfo_is_read_once_per_run() {
     let model = model();
     if Command::new("strace").arg("-V").output().is_err() {
-        shared_data::skip("no strace");
+        skip("no strace");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -70,7 +70,7 @@ impl CacheWrite {
         while i < slot_mapping.len() {
             let s = slot_mapping[i];
             let whole = bs > 1
-                && s % bs == 0
+                && s.is_multiple_of(bs)
                 && slot_mapping.len() - i >= block_size
                 && slot_mapping[i..i + block_size]
                     .iter()
@@ -111,33 +111,20 @@ impl CacheWrite {
 
     /// The scatter indices for pool rows of `row` elements.
     fn indices(&self, row: usize) -> Result<(Option<Tensor>, Option<Tensor>), KernelError> {
+        // `[n]` ids → `[n, width]`, each row repeating its id (the index `scatter_set` takes).
+        let spread = |part: &Option<(Tensor, Tensor)>, width: usize| -> candle_core::Result<_> {
+            part.as_ref()
+                .map(|(_, ids)| {
+                    let n = ids.dims1()?;
+                    ids.reshape((n, 1))?.broadcast_as((n, width))?.contiguous()
+                })
+                .transpose()
+        };
         let build = || -> Result<(Option<Tensor>, Option<Tensor>), KernelError> {
-            let slot = match &self.by_slot {
-                Some((_, slots)) => {
-                    let n = slots.dims1()?;
-                    Some(
-                        slots
-                            .reshape((n, 1))?
-                            .broadcast_as((n, row))?
-                            .contiguous()?,
-                    )
-                }
-                None => None,
-            };
-            let width = self.block_size * row;
-            let block = match &self.by_block {
-                Some((_, blocks)) => {
-                    let n = blocks.dims1()?;
-                    Some(
-                        blocks
-                            .reshape((n, 1))?
-                            .broadcast_as((n, width))?
-                            .contiguous()?,
-                    )
-                }
-                None => None,
-            };
-            Ok((slot, block))
+            Ok((
+                spread(&self.by_slot, row)?,
+                spread(&self.by_block, self.block_size * row)?,
+            ))
         };
         match self.index.get() {
             Some((r, slot, block)) if *r == row => Ok((slot.clone(), block.clone())),

@@ -218,7 +218,7 @@ fn a_large_step_is_cut_into_groups_and_still_matches() {
     reshape_and_cache(&k, &v, &kc_n, &vc_n, &slots).unwrap();
     let native = paged_attention(&q, &kc_n, &vc_n, &params).unwrap();
     let step = PortableStep::new(&params, &slots, bs, num_blocks, &dev).unwrap();
-    assert!(1100 * 1100 > PORTABLE_STEP_POSITIONS);
+    const { assert!(1100 * 1100 > PORTABLE_STEP_POSITIONS) };
     // The prefill alone is over the bound: its first 953 queries form a group of their own.
     assert!(step.num_groups() >= 2, "{} groups", step.num_groups());
     // 1100 = 34 whole blocks + 12 tokens; positions 400..700 hold the whole blocks 13..=20

@@ -6,7 +6,7 @@ use std::io::Cursor;
 #[path = "../shared_data/mod.rs"]
 mod shared_data;
 #[allow(unused_imports)] // not every dataset_* test needs the real data
-pub use shared_data::require_shared_data;
+pub use shared_data::{require_shared_data, skip};
 use verisample::dataset::writer::sha256_hex;
 use verisample::record::{AcceptedQa, ImageRef, OutputRow, RejectedQa};
 

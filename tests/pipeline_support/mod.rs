@@ -394,6 +394,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         max_new_tokens: 64,
         decoding: Default::default(),
         max_batch: 5,
+        max_batch_auto: false,
         max_batch_tokens: 1024,
         kv_cache_gib: None,
         min_pixels: None,

@@ -25,7 +25,7 @@ use crate::{validate_step, KernelError, PagedAttentionParams, SegmentAttentionPa
 
 /// Whether `candle-flash-attn` takes `head_dim` (a multiple of 8, at most 512).
 pub fn supports_head_dim(head_dim: usize) -> bool {
-    head_dim > 0 && head_dim % 8 == 0 && head_dim <= 512
+    head_dim > 0 && head_dim.is_multiple_of(8) && head_dim <= 512
 }
 
 /// Whether this build can run flash-attn on `device`: CUDA with the `flash-attn` feature, or
@@ -185,7 +185,7 @@ impl FlashPagedArgs {
             kernel: "flash_attn_varlen_paged_windowed",
             msg,
         };
-        if block_size % 32 != 0 {
+        if !block_size.is_multiple_of(32) {
             return Err(bad(format!(
                 "the flash path needs a KV block size that is a multiple of 32, not {block_size}"
             )));

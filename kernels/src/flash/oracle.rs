@@ -141,12 +141,12 @@ fn check_heads(
             "only supports head dimension at most 512 (got {hd})"
         )));
     }
-    if hd % 8 != 0 {
+    if !hd.is_multiple_of(8) {
         return Err(bad(format!(
             "only supports head sizes that are a multiple of 8 (got {hd})"
         )));
     }
-    if kv_heads == 0 || n_heads % kv_heads != 0 {
+    if kv_heads == 0 || !n_heads.is_multiple_of(kv_heads) {
         return Err(bad(format!(
             "number of k/v heads {kv_heads} must divide number of heads in query {n_heads}"
         )));
@@ -154,24 +154,60 @@ fn check_heads(
     Ok(())
 }
 
-fn check_dtypes(
+/// The checks every call starts with: CPU tensors, one dtype of f16/bf16 (f32 on the oracle
+/// only), `q` of rank 3 and `k`/`v` of `kv_rank` (4 for a paged cache, 3 otherwise).
+fn check_inputs(
     kernel: &'static str,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    kv_rank: usize,
 ) -> Result<(), KernelError> {
+    for t in [q, k, v] {
+        require_cpu(kernel, t)?;
+    }
+    let bad = invalid(kernel);
     if !matches!(q.dtype(), DType::F16 | DType::BF16 | DType::F32)
         || k.dtype() != q.dtype()
         || v.dtype() != q.dtype()
     {
-        return Err(invalid(kernel)(format!(
+        return Err(bad(format!(
             "q, k, v must share one of f16/bf16 (f32 on the oracle only), got {:?}, {:?}, {:?}",
             q.dtype(),
             k.dtype(),
             v.dtype()
         )));
     }
+    if q.rank() != 3 || k.rank() != kv_rank || v.rank() != kv_rank {
+        return Err(bad(format!(
+            "{kernel} expects q of rank 3 and k/v of rank {kv_rank} (q: {:?}, k: {:?}, v: {:?})",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        )));
+    }
     Ok(())
+}
+
+/// `seqlens_q` (ending at `total_q`) and `seqlens_k` (ending at `total_k` when given), as
+/// many of each.
+fn cumulative_pair(
+    kernel: &'static str,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    total_q: usize,
+    total_k: Option<usize>,
+) -> Result<(Vec<usize>, Vec<usize>), KernelError> {
+    let cu_q = cumulative(kernel, "seqlens_q", seqlens_q, Some(total_q))?;
+    let cu_k = cumulative(kernel, "seqlens_k", seqlens_k, total_k)?;
+    if cu_k.len() != cu_q.len() {
+        return Err(invalid(kernel)(format!(
+            "seqlens_q and seqlens_k should have the same number of elements {} <> {}",
+            cu_q.len(),
+            cu_k.len()
+        )));
+    }
+    Ok((cu_q, cu_k))
 }
 
 fn lengths(cu: &[usize]) -> Vec<usize> {
@@ -203,19 +239,8 @@ pub fn flash_attn_varlen_paged_windowed(
     page_block_size: usize,
     softcap: Option<f32>,
 ) -> Result<Tensor, KernelError> {
-    for t in [q, k, v] {
-        require_cpu(PAGED, t)?;
-    }
+    check_inputs(PAGED, q, k, v, 4)?;
     let bad = invalid(PAGED);
-    check_dtypes(PAGED, q, k, v)?;
-    if q.rank() != 3 || k.rank() != 4 || v.rank() != 4 {
-        return Err(bad(format!(
-            "flash-attn-varlen paged expects q of rank 3 and k/v of rank 4 (q: {:?}, k: {:?}, v: {:?})",
-            q.dims(),
-            k.dims(),
-            v.dims()
-        )));
-    }
     let (total_q, n_heads, hd) = q.dims3()?;
     let (num_blocks, block_size, kv_heads, k_hd) = k.dims4()?;
     if v.dims() != k.dims() {
@@ -247,15 +272,7 @@ pub fn flash_attn_varlen_paged_windowed(
     if mm_prefix_ranges.is_some() {
         return Err(bad("mm_prefix_ranges: not implemented by the oracle".into()));
     }
-    let cu_q = cumulative(PAGED, "seqlens_q", seqlens_q, Some(total_q))?;
-    let cu_k = cumulative(PAGED, "seqlens_k", seqlens_k, None)?;
-    if cu_k.len() != cu_q.len() {
-        return Err(bad(format!(
-            "seqlens_q and seqlens_k should have the same number of elements {} <> {}",
-            cu_q.len(),
-            cu_k.len()
-        )));
-    }
+    let (cu_q, cu_k) = cumulative_pair(PAGED, seqlens_q, seqlens_k, total_q, None)?;
     let (q_lens, k_lens) = (lengths(&cu_q), lengths(&cu_k));
     let tables: Vec<Vec<u32>> = match block_table.dtype() {
         DType::U32 => block_table.to_vec2::<u32>()?,
@@ -339,19 +356,8 @@ pub fn flash_attn_varlen(
     softmax_scale: f32,
     causal: bool,
 ) -> Result<Tensor, KernelError> {
-    for t in [q, k, v] {
-        require_cpu(VARLEN, t)?;
-    }
+    check_inputs(VARLEN, q, k, v, 3)?;
     let bad = invalid(VARLEN);
-    check_dtypes(VARLEN, q, k, v)?;
-    if q.rank() != 3 || k.rank() != 3 || v.rank() != 3 {
-        return Err(bad(format!(
-            "flash-attn-varlen expects input tensors of rank 3 (q: {:?}, k: {:?}, v: {:?})",
-            q.dims(),
-            k.dims(),
-            v.dims()
-        )));
-    }
     let (total_q, n_heads, hd) = q.dims3()?;
     let (total_k, kv_heads, k_hd) = k.dims3()?;
     if k_hd != hd {
@@ -369,15 +375,7 @@ pub fn flash_attn_varlen(
         )));
     }
     check_heads(VARLEN, n_heads, kv_heads, hd)?;
-    let cu_q = cumulative(VARLEN, "seqlens_q", seqlens_q, Some(total_q))?;
-    let cu_k = cumulative(VARLEN, "seqlens_k", seqlens_k, Some(total_k))?;
-    if cu_k.len() != cu_q.len() {
-        return Err(bad(format!(
-            "seqlens_q and seqlens_k should have the same number of elements {} <> {}",
-            cu_q.len(),
-            cu_k.len()
-        )));
-    }
+    let (cu_q, cu_k) = cumulative_pair(VARLEN, seqlens_q, seqlens_k, total_q, Some(total_k))?;
     let (q_lens, k_lens) = (lengths(&cu_q), lengths(&cu_k));
     check_maxima(VARLEN, &q_lens, &k_lens, max_seqlen_q, max_seqlen_k)?;
     let window = Window::convert(None, causal.then_some(0), max_seqlen_k);
