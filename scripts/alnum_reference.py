@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Python reference of the `alnum` string verifier (SPEC §5) and the generator of the
+"""Python reference of the `alnum` string verifier (contract §5) and the generator of the
 differential-test fixtures under tests/fixtures/alnum/.
 
-The functions `alnum_norm`, `candidates` and `match_variant` below are SPEC §5 verbatim in
+The functions `alnum_norm`, `candidates` and `match_variant` below are contract §5 verbatim in
 Python terms. The Rust implementation (src/verify/alnum.rs, src/verify/pytext.rs) must agree
 with them on every pair of the generated corpus (tests/verify_alnum_differential.rs).
 
@@ -35,7 +35,7 @@ SEED = 20261130
 N_PAIRS = 24000
 
 
-# ---- SPEC §5, verbatim -------------------------------------------------------------------
+# ---- contract §5, verbatim -------------------------------------------------------------------
 def alnum_norm(x):
     return re.sub(r"[^a-z0-9]", "", (x or "").lower())
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Large-image benchmark (issue 14): verisample vs transformers on one big image per size.
+"""Large-image benchmark: verisample vs transformers on one big image per size.
 
 Checkpoint: a random Qwen2-VL-2B-width checkpoint (``check_real_widths.build("2b", ...)``:
 text 1536 / 8960, 12 heads, 2 KV heads, vocabulary 151936, context 32768; vision 1280 wide,

@@ -17,7 +17,7 @@ written to a temporary folder, never committed.
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
 prefill seconds) and our decode reaches (2 · decoder-layer parameters · decode tokens/s: the
-decode roofline of issue 20). Prefill tokens/s in the table include the vision encoder on both
+decode roofline). Prefill tokens/s in the table include the vision encoder on both
 sides.
 
 On a GPU (``--device cuda``, default dtype bf16): both engines on ``cuda:0``; peak GPU memory

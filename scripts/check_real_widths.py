@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real-width check (issue 12 item 4): our greedy tokens vs transformers' at published widths.
+"""Real-width check: our greedy tokens vs transformers' at published widths.
 
 For each family it builds a random checkpoint with the published widths of a real model
 (every hidden size, head count and the 151936-token vocabulary; fewer layers), saves it the

@@ -19,8 +19,8 @@ generation stopped), text (special tokens skipped), answer (after the last </thi
 
 Settings (tests/fixtures/default_model/README.md): processor use_fast=False, chat template with
 enable_thinking=True and add_generation_prompt=True, greedy, max_new_tokens 64, float32, CPU.
-Correctness is SPEC §5 alnum over the three candidates (scripts/alnum_reference.py) of the
-answer after the last </think> (SPEC §4 think split), against the label.
+Correctness is contract §5 alnum over the three candidates (scripts/alnum_reference.py) of the
+answer after the last </think> (contract §4 think split), against the label.
 
 Usage: python scripts/make_default_reference.py [--ckpt assets/model] [--threads 2] [--no-judge]
 """
@@ -62,7 +62,7 @@ def file_sha256(path: str) -> str:
 
 
 def answer_after_think(text: str) -> str:
-    """SPEC §4 split: the text after the last </think>, stripped; "" when a <think> never closed."""
+    """contract §4 split: the text after the last </think>, stripped; "" when a <think> never closed."""
     if "</think>" in text:
         return text.rsplit("</think>", 1)[1].strip()
     if "<think>" in text:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reference outputs of transformers' greedy `generate` for checkpoints that ship a
-`generation_config.json` (issue 13), for tests/generation_config.rs.
+`generation_config.json`, for tests/generation_config.rs.
 
 Each case is a checkpoint of the repository (a tiny parity fixture of models/tests/fixtures, or
 the default model assets/model) plus a `generation_config.json`. The script copies the

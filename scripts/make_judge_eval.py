@@ -8,9 +8,9 @@ the trainer: 1234 (training stream), 999 (its judge eval, used to pick the best 
 4242 (sample-style eval); HELD_OUT_SEED is none of them. (The generator's space is small, so
 some pairs also occur in training; the set is held out by seed, not by content.)
 
-Each pair is run text-only through transformers (the chat template's user turn is the SPEC §6
+Each pair is run text-only through transformers (the chat template's user turn is the contract §6
 judge prompt, enable_thinking=True, greedy, max_new_tokens 64) and its verdict is parsed with
-a port of verisample::judge::parse_verdict (SPEC §6, fail closed).
+a port of verisample::judge::parse_verdict (contract §6, fail closed).
 
 Writes tests/fixtures/default_model/judge_pairs.jsonl: a header line {"meta": {...}}
 (versions, model SHA-256, seed, n, agreed = pairs whose parsed verdict equals the rule), then one
@@ -42,7 +42,7 @@ VERDICTS = ("CORRECT", "WRONG", "UNSURE")
 
 
 def build_judge_prompt(question: str, reference: str, candidate: str) -> str:
-    """One-pass substitution of the SPEC §6 template (verisample::judge::build_judge_prompt)."""
+    """One-pass substitution of the contract §6 template (verisample::judge::build_judge_prompt)."""
     subs = {"{question}": question, "{reference}": reference, "{candidate}": candidate}
     return re.sub(r"\{question\}|\{reference\}|\{candidate\}", lambda m: subs[m.group(0)], tt.JUDGE_TEMPLATE)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write small visual-QA datasets in the layouts found on the Hub, with the real `datasets`
 library (its `Image()` feature and `Dataset.to_parquet`), from ORAND-CAR-A images, for
-tests/input_layouts.rs (issue 15: the reader must take what `datasets` itself writes).
+tests/input_layouts.rs.
 
 Usage (no network; reads only the images and labels.jsonl named):
 
@@ -11,7 +11,7 @@ ORAND_DIR holds labels.jsonl (`file`, `label`, `split`) and the images; the firs
 6) rows of split `val` are used, in labels.jsonl order. Each layout is written to
 OUT_DIR/<layout>/data/val-00000-of-00001.parquet:
 
-  qa        image, qa: [{question, answer}]      (SPEC §2, our layout)
+  qa        image, qa: [{question, answer}]      (contract §2, our layout)
   flat      image, question, answer               (DocVQA-style)
   chartqa   img, query, label, human_or_machine   (ChartQA-style)
   multi     image, question, answers: [string]    (TextVQA-style: a decoy "0" then the label,
@@ -20,7 +20,7 @@ OUT_DIR/<layout>/data/val-00000-of-00001.parquet:
             as `to_parquet` writes images that were files (read with --images-root ORAND_DIR)
 
 Every image column but `paths` embeds the file's bytes unchanged with `path` = its file name.
-The question is OrandCar's fixed question (SPEC §4).
+The question is OrandCar's fixed question (contract §4).
 """
 
 import json

@@ -7,7 +7,7 @@ and optional thousands separators (``.``, ``,``, space). ``train_tiny_vlm.py`` i
 ``render_amount`` so the demo model also learns this style.
 
 CLI: ``python scripts/make_sample.py [--out assets/sample/data/train-00000-of-00001.parquet]
-[--count 48] [--seed 7]`` writes the SPEC §2 input layout: columns ``image``
+[--count 48] [--seed 7]`` writes the contract §2 input layout: columns ``image``
 struct<bytes: binary, path: string>, ``qa`` list<struct<question, answer, source>> (source =
 hex SHA-256 of the image bytes), ``image_sha256`` string, ``family`` = ``OrandCar``; plain
 (non-large) Arrow types and the ``huggingface`` schema metadata (datasets ``Features``).

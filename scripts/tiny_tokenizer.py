@@ -57,7 +57,7 @@ SPECIAL_TOKENS = [
 ]
 NON_SPECIAL_ADDED = ["<think>", "</think>"]
 
-#: The OrandCar question (SPEC §4), byte-identical.
+#: The OrandCar question (contract §4), byte-identical.
 ORAND_QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."

@@ -1,4 +1,4 @@
-//! Cleaning before sampling (SPEC §3) as composable passes over [`InputRow`]s. Each dropped
+//! Cleaning before sampling (contract §3) as composable passes over [`InputRow`]s. Each dropped
 //! or rewritten item is counted in a [`CleanReport`] (serialisable into `run.json`), never
 //! silent; what happened to each row is kept in [`RowNotes`] for its `clean_meta`, together
 //! with the [`CleanPolicy`] applied.
@@ -82,11 +82,11 @@ impl Default for CleanPolicy {
 /// One cleaning pass over a `qa` item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
-    /// SPEC §3 provenance check.
+    /// Contract §3 provenance check.
     Provenance,
-    /// SPEC §3 task purity.
+    /// Contract §3 task purity.
     TaskPurity,
-    /// SPEC §3 multiple-choice normalisation.
+    /// Contract §3 multiple-choice normalisation.
     McNormalise,
 }
 

@@ -1,13 +1,13 @@
 //! Per-family constants: the one place where a benchmark family's name and its
-//! byte-identical question text (SPEC §4) live.
+//! byte-identical question text (contract §4) live.
 //!
 //! The importer (`verisample prepare`) writes these questions into `qa[].question`, and the
 //! cleaning/verification passes compare against them, so both sides use these constants.
 
-/// The OrandCar family name, as used in split names (`OrandCar_RS_think`, SPEC §7).
+/// The OrandCar family name, as used in split names (`OrandCar_RS_think`, contract §7).
 pub const ORAND_CAR: &str = "OrandCar";
 
-/// The OrandCar question, byte-identical to the user text the model receives (SPEC §4).
+/// The OrandCar question, byte-identical to the user text the model receives (contract §4).
 pub const ORAND_CAR_QUESTION: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";
 
 /// Family used in split names when neither `--family` nor the row names one.
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn orand_car_question_is_the_spec_text() {
-        // SPEC §4, copied from /work/shared/SPEC.md (and equal to `ORAND_QUESTION` of
+        // contract §4 (docs/contract.md) (and equal to `ORAND_QUESTION` of
         // scripts/tiny_tokenizer.py, the question the bundled model was trained on).
         // Catches: any byte of the question edited (a word, a space, the full stop).
         const SPEC_TEXT: &str = "What is written in the image? Answer this question using the text in the image directly without any other context. Answer in short without any other content.";

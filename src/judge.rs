@@ -1,4 +1,4 @@
-//! The judge of SPEC §6: the text-only prompt, the fail-closed verdict parser and the number
+//! The judge of contract §6: the text-only prompt, the fail-closed verdict parser and the number
 //! guard. Pure functions: the model call itself belongs to the pipeline.
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ Candidate answer: {candidate}
 The candidate is CORRECT if it gives the same answer as the reference, ignoring case, spacing, punctuation and formatting. Numbers must agree exactly: every digit must match. It is WRONG if it gives a different answer. Say UNSURE only if the reference itself is empty, unreadable or ambiguous.
 Reply with one word: CORRECT, WRONG or UNSURE.";
 
-/// The judge's verdict (SPEC §6). Stored as `CORRECT`, `WRONG`, `UNSURE`.
+/// The judge's verdict (contract §6). Stored as `CORRECT`, `WRONG`, `UNSURE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Verdict {
@@ -170,11 +170,11 @@ pub fn final_answer(raw: &str) -> Option<&str> {
     }
 }
 
-/// Parses a judge output into a verdict, failing closed (SPEC §6): only the final answer
+/// Parses a judge output into a verdict, failing closed (contract §6): only the final answer
 /// ([`final_answer`]) is read; its last non-empty line (Python `splitlines`/`strip`) must hold
 /// verdict words of exactly one kind, as whole upper-case words (surrounding punctuation and
 /// markdown are fine; `CORRECT … CORRECT` is fine, `CORRECT or WRONG` is not). Anything else
-/// is [`Verdict::Unsure`]. Beyond SPEC §6, also fail-closed: a verdict word directly preceded
+/// is [`Verdict::Unsure`]. Beyond contract §6, also fail-closed: a verdict word directly preceded
 /// by a negation (`NOT CORRECT`, `isn't CORRECT`) is `Unsure`.
 pub fn parse_verdict(raw: &str) -> Verdict {
     let Some(answer) = final_answer(raw) else {
@@ -194,7 +194,7 @@ pub fn parse_verdict(raw: &str) -> Verdict {
     }
 }
 
-/// The number guard is on unless switched off (SPEC §6).
+/// The number guard is on unless switched off (contract §6).
 pub const NUMBER_GUARD_DEFAULT: bool = true;
 
 /// All ASCII digits of `s`, in order.
@@ -202,7 +202,7 @@ pub fn ascii_digits(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
 
-/// The number guard's test (SPEC §6): both texts contain ASCII digits and their digit
+/// The number guard's test (contract §6): both texts contain ASCII digits and their digit
 /// sequences differ (`ll.850` → `850` vs `11850`).
 pub fn numbers_disagree(candidate: &str, reference: &str) -> bool {
     let c = ascii_digits(candidate);
@@ -216,7 +216,7 @@ pub fn guard_vetoes(verdict: Verdict, candidate: &str, reference: &str, guard_on
     verdict == Verdict::Correct && guard_on && numbers_disagree(candidate, reference)
 }
 
-/// Calibration tally (SPEC §6): the judge run over items the string verifier accepted; a
+/// Calibration tally (contract §6): the judge run over items the string verifier accepted; a
 /// `CORRECT` counts as agreement. The reference run agreed on 59 of 60.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Calibration {

@@ -1,5 +1,5 @@
 //! Re-checking an output folder (`verisample verify`): re-derives every decision of a
-//! finished run from the stored splits alone (SPEC §7: "any accept/reject decision must be recomputable from the stored splits
+//! finished run from the stored splits alone (contract §7: "any accept/reject decision must be recomputable from the stored splits
 //! plus the stored judge verdicts, with no model") and lists every disagreement.
 //!
 //! Per entry, with the family's verifier and the run's number-guard setting:
@@ -38,7 +38,7 @@ use crate::verify::{VerifierError, VerifierRegistry};
 pub struct RecheckSettings {
     /// Family → verifier.
     pub registry: VerifierRegistry,
-    /// The number guard of SPEC §6 was on (default on).
+    /// The number guard of contract §6 was on (default on).
     pub number_guard: bool,
     /// Reasoning was on (default on): each accepted item is in `_RS_nothink`, and in
     /// `_RS_think` too when its answer came with a reasoning trace; every `_RS_think` entry

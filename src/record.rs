@@ -1,5 +1,5 @@
 //! The records that flow between stages: rows read from an input dataset, per-row errors,
-//! and the `qa` entries written to the three output splits of SPEC §7.
+//! and the `qa` entries written to the three output splits of contract §7.
 //!
 //! These types are the contract between the dataset reader/writer (`dataset`), the cleaning
 //! passes (`clean`), the decisions (`verify`, `judge`, `route`) and the pipeline. They hold
@@ -16,10 +16,10 @@ pub struct ImageRef {
     pub path: Option<String>,
 }
 
-/// One question about an image with its official reference answer (SPEC §2 `qa` entry).
+/// One question about an image with its official reference answer (contract §2 `qa` entry).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct QaItem {
-    /// The user text, byte-identical to what the model receives (SPEC §4).
+    /// The user text, byte-identical to what the model receives (contract §4).
     pub question: String,
     /// The official reference answer; for several references (a list-valued input answer)
     /// their JSON array text, e.g. `["black","Black"]` (what `org_answer` and the rejected
@@ -88,7 +88,7 @@ pub struct InputRow {
     /// Unknown extra columns, carried through into `clean_meta`.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
-    /// The columns of a flat-layout row (one item per row); `None` for SPEC §2's `qa` layout.
+    /// The columns of a flat-layout row (one item per row); `None` for contract §2's `qa` layout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<SourceColumns>,
 }
@@ -112,7 +112,7 @@ pub struct RowError {
     pub message: String,
 }
 
-/// Which of the three per-family splits of SPEC §7 a row belongs to.
+/// Which of the three per-family splits of contract §7 a row belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum SplitKind {
     /// `<Family>_RS_think`: accepted, with the reasoning trace.

@@ -1,4 +1,4 @@
-//! Split routing (SPEC §6–§7): from one QA item, the model's raw generation, the family's
+//! Split routing (contract §6–§7): from one QA item, the model's raw generation, the family's
 //! verifier and the judge's outcome, decide the split and build the `qa` entry. Pure.
 //!
 //! The decision, in order ([`decide`]; `verify` re-runs the same function on stored fields):
@@ -14,11 +14,11 @@
 //! | 7 | judge `UNSURE` (or unparseable) | rejected `judge_unsure` | yes |
 //! | 8 | judge `WRONG`, or the judge did not run | rejected `wrong_answer` | yes |
 //!
-//! SPEC §1 sends every verifier reject to the judge; a truncated or blank answer has nothing
+//! Contract §1 sends every verifier reject to the judge; a truncated or blank answer has nothing
 //! to grade, so rows 1–2 are routed without it ([`Assessment::needs_judge`]). Row 4 comes
 //! before row 6 so a vetoed `CORRECT` is always reported as such.
 //!
-//! Accepted entries carry the model's text, never the reference (SPEC §7): the variant that
+//! Accepted entries carry the model's text, never the reference (contract §7): the variant that
 //! passed the verifier, or the whole answer the judge graded. Rejected entries carry the
 //! reference as `answer` and the model's stripped answer as `wrong_vlm`.
 
@@ -145,7 +145,7 @@ fn renders_as_nothing(c: char) -> bool {
 /// Whether an answer has no visible content: every character is Python whitespace, a
 /// control or format character (zero-width space, BOM, word joiner, soft hyphen, …), a
 /// space/line/paragraph separator or another character that renders as nothing (Hangul
-/// filler, variation selector, blank braille). Such an answer is `no_answer` (SPEC §8, first
+/// filler, variation selector, blank braille). Such an answer is `no_answer` (contract §8, first
 /// row: "4 characters that render as nothing").
 pub fn is_blank(answer: &str) -> bool {
     answer.chars().all(|c| {

@@ -304,12 +304,12 @@ pub struct Settings {
     pub judge: bool,
     /// Number of verifier accepts to also judge (calibration); 0 = off.
     pub judge_calibrate: usize,
-    /// Number guard on the judge's CORRECT (SPEC §6).
+    /// Number guard on the judge's CORRECT (contract §6).
     pub number_guard: bool,
     /// Verifier overrides, `[FAMILY=]NAME`, applied in order to the default registry.
     #[serde(default)]
     pub verifiers: Vec<String>,
-    /// Duplicate questions dropped (SPEC §3; `false`: `--dedup off`).
+    /// Duplicate questions dropped (contract §3; `false`: `--dedup off`).
     #[serde(default = "switch_on")]
     pub dedup: bool,
     /// Device to run on.

@@ -1,4 +1,4 @@
-//! Issue 17: the dataset card's figures are readable on their own. The SVG is rendered to a
+//! The dataset card's figures are readable on their own. The SVG is rendered to a
 //! PNG with a real renderer (`rsvg-convert`, Debian's `librsvg2-bin`, installed by `.ci/run`)
 //! and the texts a reader needs are checked in the SVG; the PNG is kept at
 //! `target/card-figures.png` for a person to look at. Without `rsvg-convert` the rendering

@@ -1,4 +1,4 @@
-//! Issue 15: `--data OWNER/NAME` reads a dataset repo of the local Hugging Face hub cache,
+//! `--data OWNER/NAME` reads a dataset repo of the local Hugging Face hub cache,
 //! offline, like `--model`. The cache is made by hand in a temp folder the way
 //! `huggingface_hub` lays it out (`datasets--OWNER--NAME/{refs/main, blobs/<sha256>,
 //! snapshots/<rev>/…}` with the snapshot's files as relative links into `blobs/`) and found

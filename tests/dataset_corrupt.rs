@@ -1,4 +1,4 @@
-//! Issue 16, item 7: a corrupt parquet file never ends the run. Byte flips, truncations and
+//! A corrupt parquet file never ends the run. Byte flips, truncations and
 //! insertions into a valid input file, from a fixed seed: reading never panics or hangs, a
 //! decoder panic becomes an error of its file or row group (`decoder panicked: …`), and every
 //! row of a row group the corruption did not touch still comes through unchanged. `inspect`

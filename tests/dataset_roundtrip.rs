@@ -95,7 +95,7 @@ fn think_nothink_rejected_round_trip() {
     assert!(qa_names(&s_think.files[0]).contains(&"think".to_string()));
 }
 
-/// The `qa` fields of a think split, in column order (SPEC §7).
+/// The `qa` fields of a think split, in column order (contract §7).
 const THINK_QA_FIELDS: [&str; 8] = [
     "question",
     "answer",

@@ -1,10 +1,10 @@
-//! Issue 7: the default checkpoint (`assets/model`) in our engine against its transformers
+//! The default checkpoint (`assets/model`) in our engine against its transformers
 //! reference outputs (tests/fixtures/default_model, made by
 //! `python scripts/make_default_reference.py`; see the README there):
 //!
 //! - parity: greedy token ids identical to transformers' for the 78 OrandCar-A `val` images
 //!   and the 48 bundled sample images (and the 200 judge prompts);
-//! - accuracy guard: reading accuracy (SPEC §5 alnum of the answer after `</think>` against
+//! - accuracy guard: reading accuracy (contract §5 alnum of the answer after `</think>` against
 //!   the label) at least the checkpoint's accuracy measured by transformers, and on `val` at
 //!   least the issue's floor of 25 %;
 //! - judge agreement: verdicts on 200 held-out rule-labelled pairs agree with the rule at
@@ -230,7 +230,7 @@ fn parity(
     (matched, near_ties)
 }
 
-/// Items whose answer (after the last `</think>`) passes SPEC §5 alnum against the label.
+/// Items whose answer (after the last `</think>`) passes contract §5 alnum against the label.
 fn reading_correct(got: &[Completion], refs: &[ReadingRef]) -> usize {
     got.iter()
         .zip(refs)

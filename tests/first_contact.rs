@@ -1,4 +1,4 @@
-//! Issue 17, first contact: what a newcomer meets with the real `verisample run` binary, the
+//! What a newcomer meets with the real `verisample run` binary, the
 //! bundled tiny model and the bundled sample — output folders that never lose a user's
 //! files, refusals that say what to do in one sentence, and the summary on stdout.
 

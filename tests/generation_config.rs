@@ -1,4 +1,4 @@
-//! Issue 13: greedy decoding honours the checkpoint's `generation_config.json` exactly as
+//! Greedy decoding honours the checkpoint's `generation_config.json` exactly as
 //! transformers' `generate(do_sample=False)` does.
 //!
 //! Each fixture of tests/fixtures/generation_config (made by

@@ -1,4 +1,4 @@
-//! Issue 15, newcomer mends: answers that are numbers are read as Python's `str()` prints
+//! Answers that are numbers are read as Python's `str()` prints
 //! them, a null inside an answer list is dropped while other references remain, and the `qa`
 //! layout's `answer` may be a list of strings too; `prepare --parquet` writes that layout from
 //! flat files (column flags or detection) and `prepare --jsonl` takes list answers. The image

@@ -100,7 +100,7 @@ fn verisample_run(data: &Path, out: &Path) -> Output {
 
 /// `qa` without `image` is refused as `image` without `qa` is: exit 2 before the model
 /// loads (no `errors.jsonl`), naming the file and the column. Catches: a `qa` column alone
-/// taken as SPEC §2's layout, every row then an identical `missing column` error.
+/// taken as contract §2's layout, every row then an identical `missing column` error.
 #[test]
 fn run_refuses_a_missing_image_column_up_front_as_a_missing_qa_column() {
     let tmp = tempfile::tempdir().unwrap();

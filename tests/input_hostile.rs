@@ -1,4 +1,4 @@
-//! Issue 16: inputs that try to escape, lie or repeat, and the debris of a crash. `run`
+//! Inputs that try to escape, lie or repeat, and the debris of a crash. `run`
 //! through the real parquet reader, decisions and split writer, with the scripted model of
 //! `pipeline_support` standing in for the VLM.
 //!

@@ -1,4 +1,4 @@
-//! Issue 15: the layouts visual-QA datasets on the Hub use, read as they are. The parquet
+//! The layouts visual-QA datasets on the Hub use, read as they are. The parquet
 //! files are built here at test time from real OrandCar-A `val` images of the shared data
 //! (no image bytes are committed), in the shapes `datasets`' `to_parquet` writes: an HF
 //! `Image()` struct column, string columns, and `list<string>` for several references.
@@ -277,7 +277,7 @@ fn assert_same_splits(nested: &Path, flat: &Path, columns: &serde_json::Value) -
     counts
 }
 
-/// SPEC §2's `qa` column: one {question, answer} item per sample.
+/// Contract §2's `qa` column: one {question, answer} item per sample.
 fn qa_column(s: &[Sample]) -> ArrayRef {
     let mut qa = ListBuilder::new(arrow::array::StructBuilder::from_fields(
         vec![

@@ -1,4 +1,4 @@
-//! Issue 12: JPEG decoded pixel-exact with Pillow, the decoder transformers sees through
+//! JPEG decoded pixel-exact with Pillow, the decoder transformers sees through
 //! `datasets` (libjpeg-turbo 3.2 bundled with Pillow 13, EXIF orientation applied).
 //! References: `tests/fixtures/jpeg/` made by `scripts/make_jpeg_references.py` (width,
 //! height and SHA-256 of Pillow's RGB per file).

@@ -102,7 +102,7 @@ fn check(out: Output, what: &str) -> Output {
 }
 
 /// Every file under `out` except the volatile ones, relative path → bytes. Hidden files count:
-/// a temporary file a killed run left behind must be gone after the resume (issue 16).
+/// a temporary file a killed run left behind must be gone after the resume.
 fn outputs(out: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, acc: &mut BTreeMap<String, Vec<u8>>) {
         let Ok(entries) = std::fs::read_dir(dir) else {

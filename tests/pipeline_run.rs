@@ -621,7 +621,7 @@ fn a_second_process_in_the_same_output_folder_is_refused_until_the_first_ends() 
     prepare(&s, fp()).expect("the lock is released with the first run");
 }
 
-/// Issue 12: an image over the pipeline's one size limit is an `errors.jsonl` entry on
+/// An image over the pipeline's one size limit is an `errors.jsonl` entry on
 /// `image.bytes` naming its size as width x height, and the run goes on.
 #[test]
 fn an_oversized_image_is_reported_on_image_bytes_with_width_then_height() {

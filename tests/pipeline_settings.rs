@@ -500,7 +500,7 @@ fn pixel_bounds_come_from_flags_or_toml_are_checked_and_fingerprinted() {
 
 #[test]
 fn decoding_settings_come_from_generation_config_flags_and_toml() {
-    // Issue 13: the checkpoint's generation_config.json gives the penalty; --repetition-penalty
+    // The checkpoint's generation_config.json gives the penalty; --repetition-penalty
     // overrides it, --generation-config off drops it; both reach the fingerprint.
     let dir = tempfile::tempdir().unwrap();
     let (model, data) = fixture(dir.path());

@@ -1,4 +1,4 @@
-//! Issue 16, item 8: the `run` process itself. SIGTERM exits 143 (128 + 15) and SIGINT 130,
+//! The `run` process itself. SIGTERM exits 143 (128 + 15) and SIGINT 130,
 //! and `/proc/cpuinfo` is read once per run, not once per matmul. The real binary with the
 //! bundled tiny model (`assets/model`) on a small input made here; the cpuinfo test skips
 //! without `strace` (the shared skip helper: a failure under CI). The signal arrives while the

@@ -1,4 +1,4 @@
-//! Issue 6: the real `verisample` binary end to end on the 78 OrandCar-A `val` images with
+//! The real `verisample` binary end to end on the 78 OrandCar-A `val` images with
 //! the default checkpoint (`assets/model`): `prepare` → `run` → `verify`, then every input
 //! question must be accounted for exactly once (a split, the cleaning report or
 //! `errors.jsonl`), the think and nothink splits must hold the same items, and `run.json`'s

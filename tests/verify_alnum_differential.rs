@@ -1,4 +1,4 @@
-//! Differential test of the `alnum` verifier against the Python reference of SPEC §5.
+//! Differential test of the `alnum` verifier against the Python reference of contract §5.
 //!
 //! Fixtures from `scripts/alnum_reference.py` (see `tests/fixtures/alnum/README.md`):
 //! `pairs.jsonl` (24,000 generated pairs with the reference's results) and `tables.json`

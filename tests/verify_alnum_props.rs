@@ -1,4 +1,4 @@
-//! Property tests of the `alnum` normalisation and candidates (SPEC §5).
+//! Property tests of the `alnum` normalisation and candidates (contract §5).
 
 use proptest::prelude::*;
 use verisample::verify::alnum::{alnum_match, alnum_norm, first_line, first_paragraph};

@@ -1,11 +1,11 @@
-//! Issue 15: the README's table of multi-reference cases (next to SPEC §5) is a test. Each
+//! The table of multi-reference cases in docs/datasets.md is a test. Each
 //! row is run through [`Verifier::verify_any`]; the accepted variant, the text that passed
 //! and the ANLS score must be what the table says, and so must the routing of a rejected row
 //! (`unusable_reference` vs a plain reject).
 
 use verisample::verify::Verifier;
 
-/// The marker line above the table in README.md.
+/// The marker line above the table in docs/datasets.md.
 const MARKER: &str = "<!-- multi-reference cases: tests/verify_multi_reference.rs -->";
 
 /// One table row, cells with their backticks removed.
@@ -19,11 +19,12 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/datasets.md"))
+            .expect("docs/datasets.md");
     let start = readme
         .find(MARKER)
-        .expect("README.md has the multi-reference table");
+        .expect("docs/datasets.md has the multi-reference table");
     readme[start..]
         .lines()
         .skip(3) // marker, header, separator
@@ -50,7 +51,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn readme_multi_reference_table_holds() {
     let cases = cases();
-    assert_eq!(cases.len(), 11, "every row of the README table is read");
+    assert_eq!(cases.len(), 11, "every row of the docs/datasets.md table is read");
     for c in cases {
         let verifier: Verifier = c.verifier.parse().expect("verifier name");
         let refs: Vec<&str> = c.references.iter().map(String::as_str).collect();

@@ -1,4 +1,4 @@
-//! The OrandCar labels under the string verifier (SPEC §8: the reference is the digit string
+//! The OrandCar labels under the string verifier (contract §8: the reference is the digit string
 //! without separators, `1.990` is labelled `1990`). Uses the real data when present.
 
 mod shared_data;

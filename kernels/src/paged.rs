@@ -102,7 +102,7 @@ struct PagedOp<'a> {
 impl PagedOp<'_> {
     /// Decode tokens (a sequence with one new token): one rayon task per (token, KV head),
     /// the `group` query heads that share the KV head computed together, so each key and
-    /// value row is read once for all of them (GQA; the decode profile of issue 20). Runs of
+    /// value row is read once for all of them (GQA; the decode profile). Runs of
     /// two or more new tokens of one sequence (prefill chunks): one task per (sequence, KV
     /// head, block of [`TILE_QUERIES`] tokens), see [`PagedOp::attend_tile`], then its rows
     /// are copied into place. Per head and query the arithmetic is the same on both paths
@@ -451,7 +451,7 @@ struct TileScratch {
 /// products `i ≡ l mod DOT_LANES` in increasing `i`), summed pairwise at the end, then the
 /// products of the tail in order: an order fixed by the length alone (so a query row's scores
 /// do not depend on the batch), which the compiler keeps in SIMD registers — a sequential sum
-/// is a chain of dependent adds, one per product (the decode profile of issue 20: 15 % of the
+/// is a chain of dependent adds, one per product (the decode profile: 15 % of the
 /// time in this loop at batch 16).
 fn dot<T: Element>(k: &[T], q: &[f32]) -> f32 {
     let mut acc = [0f32; DOT_LANES];

@@ -1,5 +1,5 @@
 //! Reading a checkpoint's safetensors shards into tensors of the run's dtype in bounded
-//! memory (issue 12 item 5): one shard mapped at a time, each tensor converted straight from
+//! memory: one shard mapped at a time, each tensor converted straight from
 //! the mapped bytes, its pages released as soon as it is converted.
 //!
 //! Mapping every shard and converting lazily (candle's `VarBuilder::from_mmaped_safetensors`)

@@ -491,7 +491,7 @@ fn a_rope_kind_other_than_mrope_is_refused() {
 fn a_checkpoint_with_the_resaved_rope_block_loads_with_the_same_specs() {
     use candle_core::{DType, Device};
     // The tiny Qwen2-VL checkpoint with its rotary block as transformers 5.24 re-saves a
-    // published config: `rope_type` and the legacy `type` side by side (issue 12).
+    // published config: `rope_type` and the legacy `type` side by side.
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2_vl");
     let dir = std::env::temp_dir().join(format!("verisample-resaved-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

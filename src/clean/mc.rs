@@ -1,4 +1,4 @@
-//! Multiple-choice normalisation (SPEC §3): options flattened into prose ("… Options: A. cat
+//! Multiple-choice normalisation (contract §3): options flattened into prose ("… Options: A. cat
 //! B. dog") are re-rendered as a lettered block, one option per line, and a reference given as
 //! option text is rewritten to the bare letter. When detection is not certain, the item is
 //! left unchanged.

@@ -59,7 +59,7 @@ pub struct PrepareArgs {
     /// Generic QA JSONL (`image`, `question`, `answer`: a string or a list of references).
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
-    /// A parquet file, folder or glob in any layout `run` reads (SPEC §2's, or flat).
+    /// A parquet file, folder or glob in any layout `run` reads (contract §2's, or flat).
     #[arg(long, value_name = "INPUT")]
     pub parquet: Option<String>,
     /// Image column of a flat --parquet input. [default: detected: image, img]
@@ -202,7 +202,7 @@ pub fn prepare_options(a: PrepareArgs) -> anyhow::Result<PrepareOptions> {
                 (Some(q), _) if q.trim().is_empty() => return Err(usage("--question is empty")),
                 (Some(q), Some(fixed)) if q != fixed => {
                     eprintln!(
-                        "warning: family {family} asks its own fixed question (SPEC §4); `run` \
+                        "warning: family {family} asks its own fixed question (contract §4); `run` \
                          drops every item with another question as off_task: leave out \
                          --question, or choose another --family"
                     );

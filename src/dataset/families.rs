@@ -1,6 +1,6 @@
 //! The families an input names, read from its `family` column alone, and the pairs of them
 //! that differ only in case. Split files are named after the family
-//! (`<Family>_RS_think-00000-of-00001.parquet`, SPEC §7), so two such families (`Cheque`,
+//! (`<Family>_RS_think-00000-of-00001.parquet`, contract §7), so two such families (`Cheque`,
 //! `cheque`) would write files whose names differ only in case: on a case-insensitive file
 //! system (macOS, Windows) one would overwrite the other. `run` refuses such an input before
 //! anything loads (`settings`).

@@ -1,6 +1,6 @@
 //! Which input columns hold the image, the question and the reference answer.
 //!
-//! SPEC §2's own layout has an `image` column and a `qa` list of {question, answer}. Most
+//! Contract §2's own layout has an `image` column and a `qa` list of {question, answer}. Most
 //! visual-QA datasets on the Hub are flat instead: one question per row, in columns such as
 //! `image, question, answer` (or `answers: list<string>`: DocVQA, TextVQA, InfoVQA) or
 //! `image, query, label` (ChartQA). [`Layout::resolve`] picks the layout of a file from its
@@ -74,7 +74,7 @@ pub struct ReadOptions {
 }
 
 impl ReadOptions {
-    /// Whether nothing is set (the default reading of SPEC §2).
+    /// Whether nothing is set (the default reading of contract §2).
     pub fn is_default(&self) -> bool {
         *self == ReadOptions::default()
     }
@@ -104,7 +104,7 @@ pub fn file_columns(path: &Path) -> Option<Vec<String>> {
 /// The layout of one input file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
-    /// SPEC §2: `image` + `qa` list of {question, answer, …}; one row, one or more items.
+    /// Contract §2: `image` + `qa` list of {question, answer, …}; one row, one or more items.
     Nested,
     /// One item per row, in these columns.
     Flat(SourceColumns),
@@ -115,7 +115,7 @@ pub enum Layout {
 #[error("{message}; columns found: {}", found.join(", "))]
 pub struct LayoutError {
     /// The field the reader's row errors name: `qa` when no flag was given (the file was
-    /// expected in SPEC §2's layout), else the column a flag names or the role's name.
+    /// expected in contract §2's layout), else the column a flag names or the role's name.
     pub field: String,
     /// What is missing or ambiguous, with the flag that settles it.
     pub message: String,
@@ -171,14 +171,14 @@ impl Layout {
             }
             return Err(LayoutError {
                 field: "image".into(),
-                message: "missing column `image` (SPEC §2's layout: `image` struct{bytes, path} \
+                message: "missing column `image` (contract §2's layout: `image` struct{bytes, path} \
                           next to `qa`)"
                     .into(),
                 found: found.to_vec(),
             });
         }
         let err = |field: &str, message: String| {
-            // Without flags the file was expected in SPEC §2's layout: say so first.
+            // Without flags the file was expected in contract §2's layout: say so first.
             let (field, message) = if flags.is_empty() {
                 ("qa", format!("missing column `qa`, and {message}"))
             } else {
@@ -313,7 +313,7 @@ fn image_problem(name: &str, t: &DataType) -> Option<ColumnProblem> {
 
 /// Why a column of the file (`schema`) that `layout` reads cannot hold its values, from its
 /// type alone (see [`ColumnProblem`]): the image column, not a struct{bytes: binary, path:
-/// string}; in SPEC §2's layout the `qa` column, not a list of structs with a string
+/// string}; in contract §2's layout the `qa` column, not a list of structs with a string
 /// `question` and an `answer`; in a flat layout the question column, not a string, or the
 /// answer column, not a string, number or list of them. The types accepted are those the
 /// row decoders read ([`super::values`]); a column of type `Null` (every value null) passes,
@@ -350,7 +350,7 @@ pub fn column_type_problem(schema: &Schema, layout: &Layout) -> Option<ColumnPro
     None
 }
 
-/// Why an optional provenance column (`image_sha256`, `family`: SPEC §2, strings) of the file
+/// Why an optional provenance column (`image_sha256`, `family`: contract §2, strings) of the file
 /// (`schema`) cannot hold its values, from its type alone (as [`column_type_problem`]; type
 /// `Null` passes). `run` reports such a column as an error on each row, except a `family`
 /// column that `--family` replaces (not read).
@@ -364,7 +364,7 @@ pub fn provenance_type_problem(schema: &Schema) -> Option<ColumnProblem> {
     })
 }
 
-/// Why the `qa` column of a file in SPEC §2's layout cannot hold questions, from its type
+/// Why the `qa` column of a file in contract §2's layout cannot hold questions, from its type
 /// alone: not a list (`list`, `large_list`, `fixed_size_list`) of structs with a `question`
 /// (string) and an `answer` (string, number or list of them).
 fn qa_shape_problem(schema: &Schema) -> Option<ColumnProblem> {
@@ -489,7 +489,7 @@ mod tests {
         }
     }
 
-    /// `qa` without `image` is SPEC §2's layout missing its image: refused naming `image`,
+    /// `qa` without `image` is contract §2's layout missing its image: refused naming `image`,
     /// not taken as nested (every row would fail alike).
     #[test]
     fn qa_without_image_is_a_missing_image_column() {
@@ -497,7 +497,7 @@ mod tests {
         assert_eq!(e.field, "image");
         assert_eq!(
             e.to_string(),
-            "missing column `image` (SPEC §2's layout: `image` struct{bytes, path} next to \
+            "missing column `image` (contract §2's layout: `image` struct{bytes, path} next to \
              `qa`); columns found: qa, id"
         );
     }

@@ -1,15 +1,15 @@
 //! Hugging Face parquet datasets in and out.
 //!
-//! - [`reader`]: stream an input dataset (SPEC §2) row group by row group as
+//! - [`reader`]: stream an input dataset (contract §2) row group by row group as
 //!   `Result<InputRow, RowError>`.
-//! - [`writer`]: write the three output splits of SPEC §7 and read them back.
+//! - [`writer`]: write the three output splits of contract §7 and read them back.
 //! - [`card`]: the dataset card `README.md` and `run.json`.
 //! - [`prepare`]: build the input layout from a folder of images plus JSONL labels.
 //! - [`inspect`]: a human-readable summary of any of these datasets.
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
 //! - [`families`]: the families an input names, and pairs differing only in case.
-//! - [`layout`]: which columns hold the image, the question and the answer (SPEC §2 or flat).
+//! - [`layout`]: which columns hold the image, the question and the answer (contract §2 or flat).
 //! - [`hub`]: a dataset of the local Hugging Face hub cache named by its id.
 //! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
 //! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.

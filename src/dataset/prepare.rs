@@ -1,4 +1,4 @@
-//! `verisample prepare`: build the input layout of SPEC §2 from plain files, so users
+//! `verisample prepare`: build the input layout of contract §2 from plain files, so users
 //! without parquet can start.
 //!
 //! Three sources:
@@ -69,7 +69,7 @@ pub enum PrepareSource {
         labels: PathBuf,
         /// The folder `file` is relative to.
         images: PathBuf,
-        /// The question asked of every image (byte-identical, SPEC §4).
+        /// The question asked of every image (byte-identical, contract §4).
         question: String,
         /// Keep only lines whose `split` field equals this.
         split_filter: Option<String>,

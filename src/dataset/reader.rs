@@ -1,4 +1,4 @@
-//! Streaming reader of an input dataset in the Hugging Face parquet layout (SPEC §2).
+//! Streaming reader of an input dataset in the Hugging Face parquet layout (contract §2).
 //!
 //! The input is a parquet file, a folder (every `*.parquet` below it, sorted, hidden
 //! entries skipped) or a glob. Files are read one row group at a time in batches of
@@ -16,7 +16,7 @@
 //! as is a file whose columns do not resolve to a layout (a missing or ambiguous column).
 //!
 //! Column handling: each file's layout comes from its column names ([`Layout::resolve`]). In
-//! SPEC §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
+//! Contract §2's layout `image` (struct{bytes, path}) and `qa` (list of struct{question, answer,
 //! source?, …}) are required; in a flat layout (`image, question, answer`, `image, query,
 //! label`, …) each row is one item, and [`InputRow::columns`] records the columns used. In
 //! both, an answer is a string or a list of strings (several references,

@@ -1,4 +1,4 @@
-//! Listing the files of an input dataset folder under the link rules of SPEC §3 ("the input
+//! Listing the files of an input dataset folder under the link rules of contract §3 ("the input
 //! stays inside its folder; each file is read once").
 //!
 //! - A symbolic link (to a file or a folder) is followed only when its target, resolved with

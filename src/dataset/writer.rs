@@ -1,4 +1,4 @@
-//! The three output splits of SPEC §7 (`<Family>_RS_think`, `<Family>_RS_nothink`,
+//! The three output splits of contract §7 (`<Family>_RS_think`, `<Family>_RS_nothink`,
 //! `<Family>_rejected`): Arrow schema, typed writer, and the reader that gives the same
 //! [`OutputRow`]s back.
 //!

@@ -1,4 +1,4 @@
-//! The vision encoder within a memory budget (issue 14): which images are refused before they
+//! The vision encoder within a memory budget: which images are refused before they
 //! are decoded, what `--max-pixels` would let them in, and how the images of one step are
 //! split into encoder batches by a token (patch) budget.
 

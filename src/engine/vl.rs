@@ -132,7 +132,7 @@ pub struct VlInputs {
 impl VlInputs {
     /// Load the tokenizer and chat template of the checkpoint in `dir` for `model` (its image
     /// token id) next to its image processor `images`; `enable_thinking` is passed to the chat
-    /// template (SPEC §4 "reasoning enabled"). Generation ends on any of:
+    /// template (contract §4 "reasoning enabled"). Generation ends on any of:
     /// `generation.eos_token_ids` (from `generation_config.json`), `config.json`'s
     /// `eos_token_id`, and `<|im_end|>` and `<|endoftext|>` when the tokenizer has them.
     ///

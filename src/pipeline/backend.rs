@@ -185,7 +185,7 @@ pub trait SplitSink {
     }
 }
 
-/// The cleaning decision for one `qa` entry (SPEC §3).
+/// The cleaning decision for one `qa` entry (contract §3).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CleanedItem {
     /// Keep the entry, possibly rewritten (multiple-choice normalisation).
@@ -253,7 +253,7 @@ pub enum Routed {
     Rejected(RejectedQa),
 }
 
-/// The decisions of SPEC §3 and §5–§7 (pure functions, no I/O, no model). The product
+/// The decisions of contract §3 and §5–§7 (pure functions, no I/O, no model). The product
 /// implementation is [`super::StandardDecisions`] over `clean`, `verify`, `judge` and
 /// `route`.
 pub trait Decisions {

@@ -26,7 +26,7 @@ pub struct ParquetSource {
 }
 
 impl ParquetSource {
-    /// A source for `path`, read as SPEC §2 says (columns detected, images inside the folder).
+    /// A source for `path`, read as contract §2 says (columns detected, images inside the folder).
     pub fn new(path: &Path) -> ParquetSource {
         ParquetSource::with_options(path, ReadOptions::default())
     }

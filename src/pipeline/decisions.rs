@@ -10,7 +10,7 @@ use crate::record::{InputRow, QaItem};
 use crate::route::{self, Assessment};
 use crate::verify::VerifierRegistry;
 
-/// Cleaning policy plus verifier registry; everything else is fixed by SPEC §6–§7.
+/// Cleaning policy plus verifier registry; everything else is fixed by contract §6–§7.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StandardDecisions {
     /// Which cleaning passes run (default: all, OrandCar task purity).

@@ -1,4 +1,4 @@
-//! Duplicate questions (SPEC §3): the same image (by content hash) with the same question and
+//! Duplicate questions (contract §3): the same image (by content hash) with the same question and
 //! the same reference in the same family is sampled once. The first occurrence in input order
 //! is kept; every later one becomes [`ItemPlan::Duplicate`] naming it, and lands in
 //! `cleaning.jsonl` with reason [`DUPLICATE`]. Only questions that cleaning kept take part (a

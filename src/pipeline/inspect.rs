@@ -209,7 +209,7 @@ mod tests {
         }
     }
 
-    /// One limit for the whole pipeline (issue 12): a 16384x5461 image, just inside it,
+    /// One limit for the whole pipeline: a 16384x5461 image, just inside it,
     /// passes the input check and decodes in the image processor (which used to refuse it at
     /// a limit of its own); one row more is refused by both with the same message.
     #[test]

@@ -111,7 +111,7 @@ pub struct CleaningLine {
     pub duplicate_of: Option<DuplicateOf>,
 }
 
-/// The kept occurrence of a duplicate question (SPEC §3 duplicates).
+/// The kept occurrence of a duplicate question (contract §3 duplicates).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DuplicateOf {
     /// Input file of the kept row.

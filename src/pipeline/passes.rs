@@ -644,7 +644,7 @@ pub(crate) fn judge_answers(
 }
 
 /// The clause of the token-limit warning on the judge outputs that reached the limit after a
-/// verdict (those keep it: SPEC §6 reads the verdict from the last non-empty line).
+/// verdict (those keep it: contract §6 reads the verdict from the last non-empty line).
 fn after_verdict(n: usize) -> String {
     match n {
         0 => String::new(),
@@ -655,7 +655,7 @@ fn after_verdict(n: usize) -> String {
 /// Judge generations that gave no verdict: stopped at the token limit (`finish_reason:
 /// length`) with no verdict parsed from them, or failed (a prompt larger than the KV cache,
 /// …). Both count as `UNSURE`. An output that reached the limit after printing its verdict
-/// keeps that verdict (SPEC §6 parses the text, whatever stopped it) and is counted apart.
+/// keeps that verdict (contract §6 parses the text, whatever stopped it) and is counted apart.
 #[derive(Debug, PartialEq, Eq)]
 struct JudgeShortfall {
     /// Stopped at the token limit and parsed as `UNSURE`.
@@ -753,7 +753,7 @@ mod tests {
 
     /// Only an output cut before a verdict counts as UNSURE for the token-limit warning: one
     /// that printed `WRONG` (or `CORRECT`) on its last non-empty line and then ran on to the
-    /// limit keeps that verdict (SPEC §6), as the write phase stores it (`wrong_answer`).
+    /// limit keeps that verdict (contract §6), as the write phase stores it (`wrong_answer`).
     #[test]
     fn judge_outputs_cut_after_their_verdict_are_not_counted_as_unsure() {
         let key = |position| ItemKey { position, qa: 0 };

@@ -1,4 +1,4 @@
-//! Table-driven tests of the routing decision, including the SPEC §8 rows.
+//! Table-driven tests of the routing decision, including the contract §8 rows.
 
 use super::*;
 use crate::family::ORAND_CAR_QUESTION;

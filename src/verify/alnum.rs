@@ -1,8 +1,8 @@
-//! The `alnum` string verifier of SPEC §5 (the scene-text-recognition protocol used by
+//! The `alnum` string verifier of contract §5 (the scene-text-recognition protocol used by
 //! IIIT5K, CUTE80, SVT, IC13/15, WordArt, Total-Text and OrandCar), and the three candidate
 //! variants of a prediction that every verifier tries.
 //!
-//! Reference semantics (Python, SPEC §5):
+//! Reference semantics (Python, contract §5):
 //!
 //! ```text
 //! alnum_norm(x) = re.sub(r"[^a-z0-9]", "", (x or "").lower())
@@ -18,20 +18,20 @@
 use super::pytext::{py_lower_ascii_alnum, py_splitlines, py_strip};
 use super::Variant;
 
-/// `alnum_norm(x)` of SPEC §5: Python's full Unicode `lower()`, then only ASCII `a-z0-9`
+/// `alnum_norm(x)` of contract §5: Python's full Unicode `lower()`, then only ASCII `a-z0-9`
 /// kept. Only `İ` (→ `i`) and the Kelvin sign (→ `k`) are non-ASCII characters that leave
 /// something behind; no Unicode normalisation is applied. Output is ASCII.
 pub fn alnum_norm(x: &str) -> String {
     x.chars().filter_map(py_lower_ascii_alnum).collect()
 }
 
-/// The first line of a prediction per SPEC §5: `(pred.strip().splitlines() or [""])[0]`,
+/// The first line of a prediction per contract §5: `(pred.strip().splitlines() or [""])[0]`,
 /// with Python's whitespace set and line boundaries. A sub-slice of `pred`.
 pub fn first_line(pred: &str) -> &str {
     py_splitlines(py_strip(pred)).first().copied().unwrap_or("")
 }
 
-/// The first paragraph of a prediction per SPEC §5: the lines of `pred.strip()` up to, not
+/// The first paragraph of a prediction per contract §5: the lines of `pred.strip()` up to, not
 /// including, the first line whose `strip()` is empty, joined with `"\n"` (so a `\r\n` or
 /// `\u2028` boundary inside the paragraph becomes `\n`).
 pub fn first_paragraph(pred: &str) -> String {
@@ -43,7 +43,7 @@ pub fn first_paragraph(pred: &str) -> String {
     kept.join("\n")
 }
 
-/// The three candidates of SPEC §5 in trial order: `[(Whole, pred), (FirstLine, …),
+/// The three candidates of contract §5 in trial order: `[(Whole, pred), (FirstLine, …),
 /// (FirstParagraph, …)]`.
 pub fn candidates(pred: &str) -> [(Variant, String); 3] {
     [
@@ -53,7 +53,7 @@ pub fn candidates(pred: &str) -> [(Variant, String); 3] {
     ]
 }
 
-/// The pure reference `match` of SPEC §5 over the three candidates: the first variant whose
+/// The pure reference `match` of contract §5 over the three candidates: the first variant whose
 /// `alnum_norm` equals `alnum_norm(gt)`, or `None`. Keeps the exact reference semantics, so a
 /// reference that normalises to `""` matches a prediction that also does; the pipeline's
 /// [`super::Verifier::verify`] flags such a reference unusable and never accepts it.

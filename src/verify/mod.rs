@@ -1,8 +1,8 @@
-//! String verifiers (SPEC §5): a deterministic accept/reject of a model answer against the
+//! String verifiers (contract §5): a deterministic accept/reject of a model answer against the
 //! official reference, chosen per family from a [`VerifierRegistry`], plus the think/answer
 //! split of a raw generation ([`think`]).
 //!
-//! Every verifier tries the three candidates of SPEC §5 in order (whole prediction, first
+//! Every verifier tries the three candidates of contract §5 in order (whole prediction, first
 //! line, first paragraph; see [`alnum::candidates`]) and records which one matched, so a model
 //! that answers and then explains is not penalised, and the text that passed is known.
 //! Pure functions: no I/O, no model.
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use registry::{VerifierError, VerifierRegistry};
 
-/// Which candidate of the prediction was compared (SPEC §5), in trial order.
+/// Which candidate of the prediction was compared (contract §5), in trial order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Variant {
@@ -50,14 +50,14 @@ impl Variant {
     }
 }
 
-/// A verifier, chosen per family (SPEC §5: "the verifier is chosen per family and is a
+/// A verifier, chosen per family (contract §5: "the verifier is chosen per family and is a
 /// plug-in"). Parse one from its name with [`std::str::FromStr`]: `alnum`, `exact`,
 /// `mc_letter`, `numeric` (tolerance 0), `numeric:<rel_tol>`, `relaxed` (= `numeric:0.05`),
 /// `anls` (τ = 0.5), `anls:<tau>`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "snake_case")]
 pub enum Verifier {
-    /// SPEC §5 `alnum`: lower-case, keep ASCII `a-z0-9`, compare ([`alnum`]).
+    /// Contract §5 `alnum`: lower-case, keep ASCII `a-z0-9`, compare ([`alnum`]).
     Alnum,
     /// Byte equality after Python `strip()` of both sides; case-sensitive.
     Exact,
@@ -100,7 +100,7 @@ pub struct Verification {
     /// The reference's normalised form.
     pub reference_normalised: String,
     /// The reference cannot be string-verified (normalises to empty, has no option letter, …):
-    /// never accepted by the string verifier (SPEC §5); it goes to the judge.
+    /// never accepted by the string verifier (contract §5); it goes to the judge.
     pub unusable_reference: bool,
     /// The three candidates in trial order.
     pub trials: Vec<Trial>,
@@ -122,7 +122,7 @@ impl Verification {
         self.trials.iter().find(|t| Some(t.variant) == self.matched)
     }
 
-    /// `verifier:<name>:<variant>` when accepted (the `accepted_by` value of SPEC §7).
+    /// `verifier:<name>:<variant>` when accepted (the `accepted_by` value of contract §7).
     pub fn accepted_by(&self) -> Option<String> {
         self.accepted_trial()
             .map(|t| format!("verifier:{}:{}", self.verifier, t.variant.as_str()))
@@ -212,7 +212,7 @@ impl Verifier {
     }
 
     /// Verifies `pred` (the model's answer after its reasoning) against `reference`: tries the
-    /// three candidates of SPEC §5 in order and records each trial and the first match.
+    /// three candidates of contract §5 in order and records each trial and the first match.
     pub fn verify(&self, pred: &str, reference: &str) -> Verification {
         self.verify_any(pred, &[reference])
     }
@@ -220,7 +220,7 @@ impl Verifier {
     /// Verifies `pred` against several references (a list-valued answer: DocVQA, TextVQA),
     /// each normalised alike. A candidate matches when it matches any usable reference;
     /// its score (ANLS) is the maximum over them, the ST-VQA / DocVQA definition (Biten et
-    /// al., 2019: `max_j s(a_ij, o_q)`). References the verifier cannot use (SPEC §5: e.g.
+    /// al., 2019: `max_j s(a_ij, o_q)`). References the verifier cannot use (contract §5: e.g.
     /// normalised to empty) are left out while one is usable, so `"?!"` never passes through
     /// a CJK reference beside a usable one; when none is usable the comparison is the pure one
     /// over all of them and `unusable_reference` is set. `reference_normalised` is the

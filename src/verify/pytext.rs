@@ -1,4 +1,4 @@
-//! Python `str` semantics that the reference verifier of SPEC §5 relies on: `isspace`,
+//! Python `str` semantics that the reference verifier of contract §5 relies on: `isspace`,
 //! `strip`, `splitlines` and the part of `lower` that survives an `[a-z0-9]` filter.
 //!
 //! The tables below are those of CPython 3.11 (Unicode 14.0). They were checked exhaustively
@@ -82,7 +82,7 @@ pub fn py_splitlines(s: &str) -> Vec<&str> {
 /// The characters that `c.lower()` in Python contributes to `re.sub(r"[^a-z0-9]", "", …)`:
 /// ASCII letters lower-cased, ASCII digits kept, `İ` (U+0130, lower-cases to `i` + U+0307)
 /// gives `i`, the Kelvin sign (U+212A) gives `k`; every other character gives nothing
-/// (full-width, superscript and Arabic-Indic digits included; SPEC §5).
+/// (full-width, superscript and Arabic-Indic digits included; contract §5).
 pub fn py_lower_ascii_alnum(c: char) -> Option<char> {
     match c {
         'a'..='z' | '0'..='9' => Some(c),

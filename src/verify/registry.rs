@@ -1,4 +1,4 @@
-//! Which verifier a family uses (SPEC §5: "the verifier is chosen per family and is a
+//! Which verifier a family uses (contract §5: "the verifier is chosen per family and is a
 //! plug-in"), and parsing verifier names from the command line or a run config.
 
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ impl fmt::Display for Verifier {
 /// Family → verifier, with a default for families not listed.
 ///
 /// [`VerifierRegistry::default`] maps `OrandCar` to `alnum` and uses `alnum` for unknown
-/// families (the STR protocol of SPEC §5); both are overridable.
+/// families (the STR protocol of contract §5); both are overridable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifierRegistry {
     /// Used for a family with no entry in `by_family`.

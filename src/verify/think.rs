@@ -1,4 +1,4 @@
-//! Think/answer split of a raw generation (SPEC §4: the reasoning trace is the text inside
+//! Think/answer split of a raw generation (contract §4: the reasoning trace is the text inside
 //! `<think>…</think>`; the answer is what follows it).
 //!
 //! Rules:

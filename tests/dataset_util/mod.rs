@@ -142,7 +142,7 @@ impl InputSpec {
     }
 }
 
-/// Write `rows` as an input parquet file (SPEC §2 columns `image`, `qa`, `image_sha256`,
+/// Write `rows` as an input parquet file (contract §2 columns `image`, `qa`, `image_sha256`,
 /// `family` = `TestSet`), `rows_per_group` rows per row group (dictionary-encoded strings,
 /// the writer's default).
 pub fn write_input(path: &std::path::Path, rows: &[InputSpec], rows_per_group: usize) {

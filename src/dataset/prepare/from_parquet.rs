@@ -1,4 +1,4 @@
-//! `prepare --parquet INPUT`: SPEC §2's `qa` layout from any parquet input the reader takes
+//! `prepare --parquet INPUT`: contract §2's `qa` layout from any parquet input the reader takes
 //! (file, folder or glob; the `qa` layout or a flat one, its columns named by
 //! `--image-column`/`--question-column`/`--answer-column` or detected, [`Layout::resolve`]).
 //! One output row per input row: the image bytes as stored (an image given by path is read
@@ -47,7 +47,7 @@ fn unread(e: &RowError) -> PendingRow {
 
 /// What `run` refuses in `row` once its image passed the check, written as `family`:
 /// a family that cannot name a split (`run`'s row error), else a stored `image_sha256`
-/// that is not the image's (cleaning's `image_sha256_mismatch`, SPEC §3). Then per item a
+/// that is not the image's (cleaning's `image_sha256_mismatch`, contract §3). Then per item a
 /// `source` neither the image's hash nor its path (`provenance_mismatch`). `prepare` writes
 /// the true hash and keeps `source` as `orig_source`, so without this `run` would take from
 /// the prepared data what it drops from the input.
