@@ -19,9 +19,8 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/datasets.md"))
-            .expect("docs/datasets.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/datasets.md"))
+        .expect("docs/datasets.md");
     let start = readme
         .find(MARKER)
         .expect("docs/datasets.md has the multi-reference table");
@@ -51,7 +50,11 @@ fn cases() -> Vec<Case> {
 #[test]
 fn readme_multi_reference_table_holds() {
     let cases = cases();
-    assert_eq!(cases.len(), 11, "every row of the docs/datasets.md table is read");
+    assert_eq!(
+        cases.len(),
+        11,
+        "every row of the docs/datasets.md table is read"
+    );
     for c in cases {
         let verifier: Verifier = c.verifier.parse().expect("verifier name");
         let refs: Vec<&str> = c.references.iter().map(String::as_str).collect();

@@ -361,3 +361,128 @@ fn invalid_steps_are_errors_before_any_write() {
     let err = causal_conv1d_update(&x, &half, &w, None, &step, false).unwrap_err();
     assert!(err.to_string().contains("f32"), "{err}");
 }
+
+/// The portable kernels run a step's sequences together (a decode step in one pass; a mixed
+/// step padded, a finished sequence keeping its state): every sequence's output and state are
+/// bitwise those of the sequence run alone, and within 1e-5 of the native kernels. Catches: rows
+/// or slots mixed up across the batch, a finished sequence's state moved by the padding.
+#[test]
+fn portable_kernels_batch_the_step_and_equal_each_sequence_alone() {
+    let (hk, hv, dk, dv, ch, k, num_slots) = (2, 4, 8, 6, 10, 4, 9);
+    for query_lens in [vec![1usize, 1, 1, 1, 1], vec![3, 1, 2]] {
+        let slots: Vec<u32> = [7u32, 2, 5, 0, 8][..query_lens.len()].to_vec();
+        let total: usize = query_lens.iter().sum();
+        let (q, kk, v) = (
+            lcg(11, total * hk * dk),
+            lcg(12, total * hk * dk),
+            lcg(13, total * hv * dv),
+        );
+        let (g, beta) = (lcg(14, total * hv), lcg(15, total * hv));
+        let x = lcg(16, total * ch);
+        let (w, b) = (lcg(17, ch * k), lcg(18, ch));
+        let init_state = lcg(19, num_slots * hv * dk * dv);
+        let init_conv = lcg(20, num_slots * ch * (k - 1));
+        // One sequence `i` alone (rows `lo..hi`) or the whole step: (delta out, state, conv out, conv state).
+        let run = |seqs: &[usize], portable: bool| -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+            let lens: Vec<usize> = seqs.iter().map(|&i| query_lens[i]).collect();
+            let sl: Vec<u32> = seqs.iter().map(|&i| slots[i]).collect();
+            let rows: Vec<usize> = seqs
+                .iter()
+                .flat_map(|&i| {
+                    let lo: usize = query_lens[..i].iter().sum();
+                    lo..lo + query_lens[i]
+                })
+                .collect();
+            let pick = |src: &[f32], width: usize| -> Vec<f32> {
+                rows.iter()
+                    .flat_map(|&r| src[r * width..(r + 1) * width].to_vec())
+                    .collect()
+            };
+            let n = rows.len();
+            let step = RecurrentStep {
+                query_lens: &lens,
+                slots: &sl,
+            };
+            let state = t(init_state.clone(), &[num_slots, hv, dk, dv]);
+            let conv_state = t(init_conv.clone(), &[num_slots, ch, k - 1]);
+            let path = if portable {
+                AttentionPath::Portable
+            } else {
+                AttentionPath::Native
+            };
+            let (conv, delta) = recurrent_kernels(path, &Device::Cpu);
+            let out = delta(
+                &t(pick(&q, hk * dk), &[n, hk, dk]),
+                &t(pick(&kk, hk * dk), &[n, hk, dk]),
+                &t(pick(&v, hv * dv), &[n, hv, dv]),
+                &t(pick(&g, hv), &[n, hv]),
+                &t(pick(&beta, hv), &[n, hv]),
+                &state,
+                &step,
+                true,
+            )
+            .unwrap();
+            let conv_out = conv(
+                &t(pick(&x, ch), &[n, ch]),
+                &conv_state,
+                &t(w.clone(), &[ch, k]),
+                Some(&t(b.clone(), &[ch])),
+                &step,
+                true,
+            )
+            .unwrap();
+            (flat(&out), flat(&state), flat(&conv_out), flat(&conv_state))
+        };
+        let all: Vec<usize> = (0..query_lens.len()).collect();
+        let batch = run(&all, true);
+        let native = run(&all, false);
+        for (got, want, what) in [
+            (&batch.0, &native.0, "delta out"),
+            (&batch.1, &native.1, "state"),
+            (&batch.2, &native.2, "conv out"),
+            (&batch.3, &native.3, "conv state"),
+        ] {
+            let d = max_abs_diff(got, want);
+            assert!(d <= 1e-5, "{query_lens:?} {what}: portable vs native {d}");
+        }
+        let (sz, csz) = (hv * dk * dv, ch * (k - 1));
+        for i in 0..query_lens.len() {
+            let alone = run(&[i], true);
+            let lo: usize = query_lens[..i].iter().sum();
+            let hi = lo + query_lens[i];
+            let s = slots[i] as usize;
+            assert_eq!(
+                batch.0[lo * hv * dv..hi * hv * dv],
+                alone.0[..],
+                "{query_lens:?} seq {i} out"
+            );
+            assert_eq!(
+                batch.1[s * sz..(s + 1) * sz],
+                alone.1[s * sz..(s + 1) * sz],
+                "{query_lens:?} seq {i} state"
+            );
+            assert_eq!(
+                batch.2[lo * ch..hi * ch],
+                alone.2[..],
+                "{query_lens:?} seq {i} conv out"
+            );
+            assert_eq!(
+                batch.3[s * csz..(s + 1) * csz],
+                alone.3[s * csz..(s + 1) * csz],
+                "{query_lens:?} seq {i} conv state"
+            );
+        }
+        // Slots the step does not use keep their values.
+        let unused = (0..num_slots).filter(|s| !slots.contains(&(*s as u32)));
+        for s in unused {
+            assert_eq!(
+                batch.1[s * sz..(s + 1) * sz],
+                init_state[s * sz..(s + 1) * sz]
+            );
+            assert_eq!(
+                batch.3[s * csz..(s + 1) * csz],
+                init_conv[s * csz..(s + 1) * csz]
+            );
+        }
+    }
+}

@@ -171,9 +171,10 @@ impl Layout {
             }
             return Err(LayoutError {
                 field: "image".into(),
-                message: "missing column `image` (contract §2's layout: `image` struct{bytes, path} \
+                message:
+                    "missing column `image` (contract §2's layout: `image` struct{bytes, path} \
                           next to `qa`)"
-                    .into(),
+                        .into(),
                 found: found.to_vec(),
             });
         }
