@@ -37,9 +37,10 @@ pub struct CheckReport {
     pub input_error: Option<String>,
     /// The reference cannot be string-verified (the verifier compares nothing).
     pub unusable_reference: bool,
-    /// The three candidates in trial order, with their normalised forms; `matched` is false
-    /// for every one when the reference is unusable or refused (nothing is compared).
-    pub candidates: Vec<Trial>,
+    /// The three candidates in trial order, with their normalised forms: `matched` is the
+    /// pipeline's view (false for every one when the reference is unusable or the item
+    /// refused: nothing is counted), `verifier_score` the verifier's own value beside it.
+    pub candidates: Vec<CandidateCheck>,
     /// The first matching variant under the pure semantics (`None` when the reference is
     /// unusable or refused).
     pub matched_variant: Option<Variant>,
@@ -58,6 +59,20 @@ pub struct CheckReport {
     /// The number guard would veto a judge `CORRECT`: the answer's digits differ from those
     /// of every reference (the rule of `route`).
     pub numbers_disagree: bool,
+}
+
+/// One of the contract's three candidates (contract §5) as the verifier compares it and as the
+/// pipeline counts it; the contract keeps the two apart for a reference that normalises to
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateCheck {
+    /// The candidate; its `matched` is the pipeline's view (false when not counted).
+    #[serde(flatten)]
+    pub trial: Trial,
+    /// The verifier's own value under the contract's semantics, counted or not: 1.0 or 0.0
+    /// for a match/no match (`alnum_pair` gives 1.0 to two empty normalised forms), the score
+    /// for ANLS.
+    pub verifier_score: f64,
 }
 
 /// Explains the decision of `verifier` on `pred` (reasoning split off) against `references`
@@ -82,10 +97,17 @@ pub fn check_with(
     let accepted = v.accepted() && !blank && input_error.is_none();
     // What the verifier ignores is not reported as matched.
     let compared = !v.unusable_reference && input_error.is_none();
-    let mut candidates = v.trials.clone();
-    for t in &mut candidates {
-        t.matched &= compared;
-    }
+    let candidates = v
+        .trials
+        .iter()
+        .map(|t| CandidateCheck {
+            verifier_score: t.score.unwrap_or(if t.matched { 1.0 } else { 0.0 }),
+            trial: Trial {
+                matched: t.matched && compared,
+                ..t.clone()
+            },
+        })
+        .collect();
     CheckReport {
         family: family.map(str::to_string),
         verifier: verifier.to_string(),
@@ -143,19 +165,23 @@ impl CheckReport {
             let _ = writeln!(s, "reasoning:  {} chars split off", think.chars().count());
         }
         let _ = writeln!(s, "answer:     {:?}", self.answer);
-        for t in &self.candidates {
+        for c in &self.candidates {
+            let t = &c.trial;
             let score = t
                 .score
                 .map(|x| format!(" score {x:.4}"))
                 .unwrap_or_default();
             let mark = if self.unusable_reference || self.input_error.is_some() {
-                "not compared (unusable reference)"
+                format!(
+                    "not compared (unusable reference; the verifier alone gives {})",
+                    c.verifier_score
+                )
             } else if Some(t.variant) == self.matched_variant {
-                "MATCH (first)"
+                "MATCH (first)".to_string()
             } else if t.matched {
-                "match"
+                "match".to_string()
             } else {
-                "no match"
+                "no match".to_string()
             };
             let _ = writeln!(
                 s,
@@ -214,8 +240,12 @@ mod tests {
         assert_eq!(r.matched_variant, Some(Variant::FirstLine));
         assert_eq!(r.accepted_by.as_deref(), Some("verifier:alnum:first_line"));
         assert_eq!(r.stored_answer.as_deref(), Some("11850"));
-        assert_eq!(r.candidates[0].normalised, "11850theamountis11850");
-        assert!(!r.candidates[0].matched && r.candidates[1].matched && r.candidates[2].matched);
+        assert_eq!(r.candidates[0].trial.normalised, "11850theamountis11850");
+        assert!(
+            !r.candidates[0].trial.matched
+                && r.candidates[1].trial.matched
+                && r.candidates[2].trial.matched
+        );
         let human = r.to_human();
         assert!(
             human.contains("first_line       \"11850\" -> \"11850\"  MATCH (first)"),
@@ -245,7 +275,9 @@ mod tests {
             Verifier::Alnum,
         );
         assert_eq!(r.matched_variant, None);
-        assert!(r.candidates.iter().all(|t| !t.matched));
+        assert!(r.candidates.iter().all(|c| !c.trial.matched));
+        // … while the verifier alone, as the contract defines it, gives 1.0 ("" == "").
+        assert!(r.candidates.iter().all(|c| c.verifier_score == 1.0));
         assert!(r.unusable_reference && !r.accepted && r.needs_judge);
         assert_eq!(
             r.input_error, None,
@@ -253,12 +285,14 @@ mod tests {
         );
         let human = r.to_human();
         assert!(
-            human.contains("not compared (unusable reference)") && !human.contains("MATCH"),
+            human.contains("not compared (unusable reference; the verifier alone gives 1)")
+                && !human.contains("MATCH"),
             "{human}"
         );
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["matched_variant"], serde_json::Value::Null);
         assert_eq!(json["candidates"][0]["matched"], false);
+        assert_eq!(json["candidates"][0]["verifier_score"], 1.0);
 
         let r = check_with(
             Some("OrandCar"),
@@ -278,7 +312,7 @@ mod tests {
             let r = check_with(Some("OrandCar"), "12", refs, Verifier::Alnum);
             assert_eq!(r.input_error.as_deref(), Some(BLANK_REFERENCE), "{refs:?}");
             assert!(!r.accepted && !r.needs_judge && r.matched_variant.is_none());
-            assert!(r.candidates.iter().all(|t| !t.matched), "{refs:?}");
+            assert!(r.candidates.iter().all(|c| !c.trial.matched), "{refs:?}");
             let human = r.to_human();
             assert!(human.contains("NOT RUN: `run`'s input check"), "{human}");
             let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
@@ -303,7 +337,7 @@ mod tests {
         let anls = Verifier::Anls { threshold: 0.5 };
         let r = check_with(None, "Main Stret", &["elm road", "main street"], anls);
         assert!(r.accepted);
-        let score = r.candidates[0].score.unwrap();
+        let score = r.candidates[0].trial.score.unwrap();
         assert_eq!(format!("{score:.4}"), "0.9091");
         // The number guard vetoes only when every reference's digits differ.
         let r = check_with(None, "ll.850", &["11850", "850"], Verifier::Alnum);

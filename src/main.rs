@@ -60,7 +60,8 @@ fn main() -> ExitCode {
     let result = dispatch(cli);
     if let Err(e) = &result {
         if e.is::<UsageError>() {
-            eprintln!("{e}");
+            // clap's own usage errors start with `error:` too: one convention for both.
+            eprintln!("error: {e}");
         } else {
             eprintln!("error: {}", error_message(e));
         }

@@ -64,13 +64,13 @@ impl Default for RecheckSettings {
 }
 
 impl RecheckSettings {
-    /// Settings from CLI arguments: `--no-number-guard` and `--verifier [FAMILY=]NAME`
+    /// Settings from CLI arguments: `--number-guard on|off` and `--verifier [FAMILY=]NAME`
     /// overrides (see [`VerifierRegistry::apply_override`]).
     ///
     /// # Errors
     /// [`VerifierError`] for an override that does not parse.
     pub fn from_args(
-        no_number_guard: bool,
+        number_guard: bool,
         verifier_overrides: &[String],
     ) -> Result<RecheckSettings, VerifierError> {
         let mut registry = VerifierRegistry::default();
@@ -79,7 +79,7 @@ impl RecheckSettings {
         }
         Ok(RecheckSettings {
             registry,
-            number_guard: !no_number_guard,
+            number_guard,
             thinking: true,
         })
     }

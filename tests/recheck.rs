@@ -141,7 +141,7 @@ fn verify(s: &Splits, settings: &RecheckSettings) -> verisample::recheck::Rechec
 }
 
 fn guard_on() -> RecheckSettings {
-    RecheckSettings::from_args(false, &[]).expect("default settings")
+    RecheckSettings::from_args(true, &[]).expect("default settings")
 }
 
 /// Asserts the report holds `problem` at `(split, row, qa)`.
@@ -292,7 +292,7 @@ fn finds_changed_verdicts() {
 #[test]
 fn number_guard_setting_is_applied() {
     let s = routed_run();
-    let off = RecheckSettings::from_args(true, &[]).expect("settings");
+    let off = RecheckSettings::from_args(false, &[]).expect("settings");
     // With the guard off, the ll.850 CORRECT would have been accepted.
     assert_found(&s, &off, REJECTED, 0, Some(0), Problem::WrongSplit);
     // A judge-accepted ll.850 under guard on is a wrong split.

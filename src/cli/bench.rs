@@ -14,7 +14,7 @@ use super::UsageError;
 greedy, batched with continuous batching. Prints images/s, prefill and decode tokens/s and peak \
 RSS as a table, or one JSON report (with every image's generated tokens) with --json. \
 scripts/bench_vs_transformers.py runs it side by side with transformers.",
-    after_help = "Example:\n  verisample bench --model assets/model --images ../shared/data/orand-car-a/val --max-batch 16"
+    after_help = "Example:\n  verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-images --max-batch 16"
 )]
 pub struct BenchArgs {
     /// Checkpoint directory (config.json, safetensors, tokenizer, chat template).
@@ -25,25 +25,26 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR")]
     pub images: PathBuf,
     /// Images to run, the first by file name (0 = all); the default keeps a CPU run short.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, value_name = "N", default_value_t = 32)]
     pub num_images: usize,
-    /// Most sequences running at once.
-    #[arg(long, default_value_t = 16)]
-    pub max_batch: usize,
+    /// Most sequences running at once. [default: as `run`: 64 on the CPU; on a GPU picked
+    /// from the KV cache pool, at most 256]
+    #[arg(long, value_name = "N")]
+    pub max_batch: Option<usize>,
     /// Generation limit per image.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_new_tokens: usize,
     /// KV cache pool in GiB.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
     pub kv_cache_gib: f64,
-    /// Turn prefix caching off.
-    #[arg(long)]
-    pub no_prefix_caching: bool,
-    /// Device: cpu, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: crate::settings::DeviceSpec,
+    /// Prefix caching on or off.
+    #[arg(long, value_enum, value_name = "SWITCH", default_value = "on")]
+    pub prefix_caching: crate::settings::Switch,
+    /// cpu, cuda:N or metal. [default: as `run`: cuda:0 / metal when built with it, else cpu]
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<crate::settings::DeviceSpec>,
     /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "DTYPE")]
     pub dtype: Option<crate::settings::DTypeSpec>,
     /// Print one JSON report instead of a table.
     #[arg(long)]
@@ -59,21 +60,40 @@ pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
     use crate::engine::vl::load_engine;
     use crate::engine::{EngineConfig, KvBudget};
 
+    use crate::settings::{DeviceSpec, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH};
+    let spec = a.device.unwrap_or_else(DeviceSpec::default_for_build);
+    // As `run`: a GPU without --max-batch lets the engine pick from its pool.
+    let auto_max_batch = a.max_batch.is_none() && spec != DeviceSpec::Cpu;
     let cfg = EngineConfig {
         kv_budget: KvBudget::Gib(a.kv_cache_gib),
-        max_batch: a.max_batch,
+        max_batch: a.max_batch.unwrap_or(if auto_max_batch {
+            AUTO_MAX_BATCH_CAP
+        } else {
+            DEFAULT_MAX_BATCH
+        }),
+        auto_max_batch,
         max_new_tokens: a.max_new_tokens,
-        prefix_caching: !a.no_prefix_caching,
+        prefix_caching: a.prefix_caching.is_on(),
         ..Default::default()
     };
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
-    a.device.check_built()?;
-    let device = a.device.open().context("opening the device")?;
+    spec.check_built()?;
+    // The images before the model: a missing folder is a usage error found in milliseconds.
+    let all = bench::list_images(&a.images, 0).map_err(|e| UsageError(format!("--images: {e}")))?;
+    if all.is_empty() {
+        return Err(UsageError(format!(
+            "--images {}: no .jpg, .jpeg or .png file",
+            a.images.display()
+        ))
+        .into());
+    }
+    let all = all.len();
+    let device = spec.open().context("opening the device")?;
     let model = a
         .model
         .clone()
         .unwrap_or_else(crate::settings::default_model_dir);
-    let dtype = a.dtype.unwrap_or(match a.device {
+    let dtype = a.dtype.unwrap_or(match spec {
         crate::settings::DeviceSpec::Cpu => crate::settings::DTypeSpec::F32,
         _ => crate::settings::DTypeSpec::Bf16,
     });
@@ -87,7 +107,6 @@ pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("loading {}", model.display()))?;
 
-    let all = bench::list_images(&a.images, 0)?.len();
     let taken = if a.num_images == 0 {
         all
     } else {

@@ -19,11 +19,12 @@ matched. Output is text, or one JSON object with --json.",
 verisample check --verifier exact --pred Black. --ref white --ref black"
 )]
 pub struct CheckArgs {
-    /// Family whose verifier is used [default: OrandCar]; ignored with `--verifier`.
-    #[arg(long)]
+    /// Family whose verifier is used [default: Default, the family of a row without one, as
+    /// `run`]; ignored with `--verifier`.
+    #[arg(long, value_name = "FAMILY")]
     pub family: Option<String>,
     /// The model's output (a `<think>…</think>` block is split off first).
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub pred: String,
     /// The reference answer; repeat for several references (a list-valued answer: accepted
     /// when any matches, `anls` scores the best; the number guard vetoes only when every
@@ -37,7 +38,7 @@ pub struct CheckArgs {
     pub references: Vec<String>,
     /// Use this verifier instead of the family's (`alnum`, `exact`, `mc_letter`, `numeric[:tol]`,
     /// `relaxed`, `anls[:tau]`).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     pub verifier: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
@@ -59,9 +60,9 @@ pub(super) fn run(a: &CheckArgs) -> anyhow::Result<()> {
             (None, v)
         }
         None => {
-            let family = a.family.as_deref().unwrap_or(crate::family::ORAND_CAR);
+            let family = a.family.as_deref().unwrap_or(crate::family::DEFAULT_FAMILY);
             let registry = VerifierRegistry::default();
-            if !registry.by_family.contains_key(family) {
+            if a.family.is_some() && !registry.by_family.contains_key(family) {
                 eprintln!(
                     "note: no verifier is registered for family {family:?}: using the default \
                      ({}), as `run` would; pass --verifier to choose one",

@@ -18,16 +18,16 @@ and compare the greedy tokens. Exits 1 when a check fails.",
 pub struct DoctorArgs {
     /// Device: cpu, cuda:N or metal. [default: cuda:0 in a CUDA build, metal in a Metal build,
     /// else cpu]
-    #[arg(long)]
+    #[arg(long, value_name = "DEVICE")]
     pub device: Option<crate::settings::DeviceSpec>,
     /// Checkpoint for the end-to-end check. [default: the bundled model, found as `run` finds it]
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
     /// Dataset for the end-to-end check. [default: the bundled sample]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "INPUT")]
     pub data: Option<PathBuf>,
     /// New tokens per image in the end-to-end check.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_new_tokens: usize,
     /// Print one JSON report instead of text.
     #[arg(long)]

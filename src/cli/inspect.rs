@@ -24,7 +24,7 @@ pub struct InspectArgs {
     /// Parquet file, dataset folder, output directory or glob.
     pub path: String,
     /// Rows to show per split.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 3)]
     pub rows: usize,
 }
 

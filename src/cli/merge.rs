@@ -40,8 +40,11 @@ pub struct MergeArgs {
     pub restart: bool,
     /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
     /// [default: bar on a terminal, else none]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "MODE")]
     pub progress: Option<ProgressMode>,
+    /// Print the end-of-run summary as one JSON object instead of text (as `run --json`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl MergeArgs {
@@ -54,6 +57,7 @@ impl MergeArgs {
             force,
             restart,
             progress,
+            json: _,
         } = self;
         MergeOptions {
             shards,
@@ -71,6 +75,7 @@ impl MergeArgs {
 ///
 /// Errors: the shards are not one complete job, the input is missing, the run fails.
 pub fn merge_command(args: MergeArgs, quiet: bool) -> anyhow::Result<RunReport> {
+    let json = args.json;
     let options = args.options(quiet);
     let plan = prepare_merge(&options)?;
     let control = RunControl::from_env();
@@ -85,7 +90,7 @@ pub fn merge_command(args: MergeArgs, quiet: bool) -> anyhow::Result<RunReport> 
         &report,
         &plan.settings.out,
         options.quiet,
-        false,
+        json,
         Some(shards),
     );
     Ok(report)

@@ -77,20 +77,20 @@ pub struct PrepareArgs {
     #[arg(long, value_name = "DIR")]
     pub images_root: Option<PathBuf>,
     /// Benchmark family written to the `family` column (required with --labels).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "FAMILY")]
     pub family: Option<String>,
     /// The question for every image with --labels [default: the family's built-in question].
     #[arg(long, value_name = "TEXT", requires = "labels")]
     pub question: Option<String>,
     /// Names the output split [default: train]; with --labels, also keeps only the lines
     /// whose `split` field is this value.
-    #[arg(long, value_name = "SPLIT")]
+    #[arg(long, value_name = "NAME")]
     pub split: Option<String>,
     /// Output dataset folder.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "OUT")]
     pub out: PathBuf,
     /// Start a new shard once one reaches this many MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_shard_mib: u64,
     /// Replace the files of this split already in OUT/data.
     #[arg(long)]

@@ -84,20 +84,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT")]
     pub out: Option<PathBuf>,
     /// Benchmark family used in split names (overrides the input's `family` column).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "FAMILY")]
     pub family: Option<String>,
     /// Reasoning (thinking mode of the chat template). [default: on]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "SWITCH")]
     pub think: Option<Switch>,
     /// Judge pass over the verifier's rejects. [default: on]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "SWITCH")]
     pub judge: Option<Switch>,
     /// Also judge the first N verifier accepts and report the agreement (with `--judge off`
     /// too: the judge then only measures, it rescues no reject). [default: 0]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub judge_calibrate: Option<usize>,
     /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "SWITCH")]
     pub number_guard: Option<Switch>,
     /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
     /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
@@ -106,13 +106,13 @@ pub struct RunArgs {
     pub verifiers: Vec<String>,
     /// Sample a repeated (image, question, reference) of one family once; `off` keeps the
     /// repeats. [default: on]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "SWITCH")]
     pub dedup: Option<Switch>,
     /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
-    #[arg(long, value_parser = DeviceSpec::from_str)]
+    #[arg(long, value_name = "DEVICE", value_parser = DeviceSpec::from_str)]
     pub device: Option<DeviceSpec>,
     /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "DTYPE")]
     pub dtype: Option<DTypeSpec>,
     /// Generation budget per answer in tokens. [default: 2048]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -159,7 +159,7 @@ pub struct RunArgs {
     pub limit: Option<usize>,
     /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
     /// [default: bar on a terminal, else none]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, value_name = "MODE")]
     pub progress: Option<ProgressMode>,
     /// Abort past N input errors; rerunning a finished run, past N new ones (those its
     /// errors.jsonl lists do not count again). [default: unlimited]

@@ -27,9 +27,9 @@ pub struct VerifyArgs {
     /// Print the report as one JSON object per family instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Treat the number guard as off (default: as recorded in OUT/run.json, else on).
-    #[arg(long)]
-    pub no_number_guard: bool,
+    /// The number guard on or off [default: as recorded in OUT/run.json, else on].
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub number_guard: Option<crate::settings::Switch>,
     /// Verifier override `FAMILY=NAME` or `NAME` (default: as recorded in OUT/run.json).
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     pub verifiers: Vec<String>,
@@ -85,9 +85,12 @@ fn verify_settings(
         })
         .unwrap_or_default();
     overrides.extend(a.verifiers.iter().cloned());
-    let guard_off = a.no_number_guard || settings["number_guard"].as_bool() == Some(false);
+    let guard = match a.number_guard {
+        Some(switch) => switch.is_on(),
+        None => settings["number_guard"].as_bool() != Some(false),
+    };
     let mut v =
-        RecheckSettings::from_args(guard_off, &overrides).map_err(|e| UsageError(e.to_string()))?;
+        RecheckSettings::from_args(guard, &overrides).map_err(|e| UsageError(e.to_string()))?;
     v.thinking = settings["think"].as_bool() != Some(false);
     Ok(v)
 }
