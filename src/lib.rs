@@ -17,6 +17,7 @@ pub mod recheck;
 pub mod record;
 pub mod report;
 pub mod route;
+pub mod run_json;
 pub mod settings;
 pub mod shard;
 pub mod verify;

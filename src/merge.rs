@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{read_records, JournalError};
-use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE, RUN_FILE};
+use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE};
 use crate::pipeline::{
     describe_changes, fold_generated, import_results, prepare, BackendError, GenRequest, GenResult,
     Generator, JournalEntry, PipelineError, Prepared, RunReport, STATUS_COMPLETE, STATUS_WRITING,
@@ -167,13 +167,15 @@ fn shard_image_refusals(dir: &Path, into: &mut BTreeMap<u64, String>) {
 }
 
 fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
-    let path = dir.join(RUN_FILE);
+    let path = crate::run_json::path(dir);
     let err = |message: String| MergeError::Report {
         path: path.clone(),
         message,
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
-    let report: RunReport = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let report: RunReport = crate::run_json::read(dir).map_err(|e| match e {
+        crate::run_json::RunJsonError::Io { source, .. } => err(source.to_string()),
+        crate::run_json::RunJsonError::Invalid { message, .. } => err(message),
+    })?;
     if report.status == STATUS_WRITING {
         return Err(MergeError::Unfinished(dir.to_path_buf()));
     }

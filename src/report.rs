@@ -14,9 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::settings::ProgressMode;
 
-/// Name of the run report in OUT (settings, fingerprint, statistics, throughput, peak
-/// memory), which the stdout summary points to.
-pub const RUN_FILE: &str = "run.json";
 /// Seconds between two JSON progress lines.
 pub const JSONL_INTERVAL: Duration = Duration::from_secs(5);
 /// Seconds between two throughput samples kept for the chart.

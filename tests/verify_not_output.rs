@@ -84,7 +84,7 @@ fn a_folder_that_is_not_a_verisample_output_is_a_usage_error() {
         assert_eq!(st.status.code(), Some(2), "{stderr}");
         assert!(
             stderr.starts_with(&format!(
-                "{} is not a verisample output: it has no run.json and no output splits",
+                "error: {} is not a verisample output: it has no run.json and no output splits",
                 folder.display()
             )),
             "{stderr}"

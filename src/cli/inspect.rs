@@ -64,10 +64,7 @@ pub(super) fn run(a: InspectArgs) -> anyhow::Result<()> {
 /// ([`crate::pipeline::STATUS_WRITING`]): that run stopped while replacing its outputs, so the
 /// splits shown may mix two runs' files (`verify` and `merge` refuse such an OUT).
 fn warn_if_unfinished(path: &Path) {
-    let report = std::fs::read(path.join(crate::pipeline::outputs::RUN_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    if report.is_some_and(|r| r["status"] == crate::pipeline::STATUS_WRITING) {
+    if crate::run_json::RunJsonView::read(path).is_some_and(|v| v.is_writing()) {
         eprintln!(
             "note: {} holds a run that stopped while replacing its outputs (run.json status \
              `writing`): the splits may mix two runs' files; rerun the same command to finish it",

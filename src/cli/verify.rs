@@ -13,6 +13,7 @@ use crate::recheck::{
     recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
 };
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
+use crate::run_json::RunJsonView;
 
 /// Recompute every accept/reject decision of an output from its stored splits.
 #[derive(Debug, Args)]
@@ -48,24 +49,12 @@ pub struct VerifyFailed {
     pub row_counts: usize,
 }
 
-/// `OUT/run.json` as JSON, or `Null` when the output has none (e.g. hand-made).
-///
-/// Errors: the file exists but is not valid JSON.
-fn read_run_json(out: &Path) -> anyhow::Result<serde_json::Value> {
-    let run_json = out.join("run.json");
-    match std::fs::read(&run_json) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("{} is not valid JSON", run_json.display())),
-        Err(_) => Ok(serde_json::Value::Null),
-    }
-}
-
 /// Whether `run.json` (`recorded`) says that its run wrote no split: its `stats.split_rows`
 /// is empty (status `no_split`, or an empty shard of several).
-fn no_splits_recorded(recorded: &serde_json::Value) -> bool {
-    recorded["stats"]["split_rows"]
-        .as_object()
-        .is_some_and(serde_json::Map::is_empty)
+fn no_splits_recorded(recorded: Option<&RunJsonView>) -> bool {
+    recorded
+        .and_then(|r| r.stats.split_rows.as_ref())
+        .is_some_and(BTreeMap::is_empty)
 }
 
 /// The settings `verify` applies: those recorded in `run.json` (`settings.number_guard`,
@@ -73,25 +62,18 @@ fn no_splits_recorded(recorded: &serde_json::Value) -> bool {
 /// overrides.
 fn verify_settings(
     a: &VerifyArgs,
-    recorded: &serde_json::Value,
+    recorded: Option<&RunJsonView>,
 ) -> anyhow::Result<RecheckSettings> {
-    let settings = &recorded["settings"];
-    let mut overrides: Vec<String> = settings["verifiers"]
-        .as_array()
-        .map(|v| {
-            v.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let settings = recorded.map(|r| r.settings.clone()).unwrap_or_default();
+    let mut overrides = settings.verifiers.unwrap_or_default();
     overrides.extend(a.verifiers.iter().cloned());
     let guard = match a.number_guard {
         Some(switch) => switch.is_on(),
-        None => settings["number_guard"].as_bool() != Some(false),
+        None => settings.number_guard != Some(false),
     };
     let mut v =
         RecheckSettings::from_args(guard, &overrides).map_err(|e| UsageError(e.to_string()))?;
-    v.thinking = settings["think"].as_bool() != Some(false);
+    v.thinking = settings.think != Some(false);
     Ok(v)
 }
 
@@ -141,13 +123,13 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             a.out.display()
         )));
     }
-    let recorded = read_run_json(&a.out)?;
-    if recorded["status"] == crate::pipeline::STATUS_WRITING {
+    let recorded = RunJsonView::read_strict(&a.out)?;
+    if recorded.as_ref().is_some_and(RunJsonView::is_writing) {
         anyhow::bail!(
             "{} holds an unfinished run (run.json status `{}`: it stopped while replacing its \
              outputs, so data/ may mix the files of two runs); rerun the same command to finish it",
             a.out.display(),
-            crate::pipeline::STATUS_WRITING
+            crate::run_json::STATUS_WRITING
         );
     }
     // A run that wrote no split may have no data/ at all.
@@ -157,7 +139,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    if recorded.is_null() {
+    if recorded.is_none() {
         use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
         if a.out.join(JOURNAL_FILE).exists() {
             anyhow::bail!(
@@ -179,27 +161,26 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             a.out.display()
         );
     }
-    if no_splits_recorded(&recorded) && splits.is_empty() {
+    if no_splits_recorded(recorded.as_ref()) && splits.is_empty() {
         eprintln!(
             "note: {}: this run produced no splits (run.json status `{}`: no item reached a split; \
              errors.jsonl and cleaning.jsonl say why), so there is no decision to verify",
             a.out.display(),
-            recorded["status"].as_str().unwrap_or("?")
+            recorded
+                .as_ref()
+                .and_then(|r| r.status.as_deref())
+                .unwrap_or("?")
         );
         return Ok(());
     }
-    let settings = verify_settings(a, &recorded)?;
+    let settings = verify_settings(a, recorded.as_ref())?;
     let mut problems = 0;
-    if let Some(rows) = recorded["stats"]["split_rows"].as_object() {
-        let want: BTreeMap<String, u64> = rows
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
-            .collect();
+    if let Some(want) = recorded.as_ref().and_then(|r| r.stats.split_rows.as_ref()) {
         let found: BTreeMap<String, u64> = splits
             .iter()
             .map(|s| (s.name.clone(), s.num_examples))
             .collect();
-        for m in row_count_mismatches(&want, &found) {
+        for m in row_count_mismatches(want, &found) {
             println!("MISMATCH {m}");
             problems += 1;
         }

@@ -225,27 +225,18 @@ pub(super) enum EarlierSplits {
 impl EarlierSplits {
     /// Read `out/run.json`.
     pub(super) fn read(out: &Path) -> EarlierSplits {
-        let Some(stats) = std::fs::read(out.join(crate::report::RUN_FILE))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .map(|mut v| v["stats"].take())
-        else {
+        let Some(view) = crate::run_json::RunJsonView::read(out) else {
             return EarlierSplits::Unknown;
         };
-        let mut recorded: BTreeMap<String, Option<BTreeSet<String>>> = stats["split_rows"]
-            .as_object()
+        let stats = view.stats;
+        let mut recorded: BTreeMap<String, Option<BTreeSet<String>>> = stats
+            .split_rows
             .into_iter()
             .flatten()
-            .map(|(split, _)| (split.clone(), None))
+            .map(|(split, _)| (split, None))
             .collect();
-        for (split, names) in stats["split_files"].as_object().into_iter().flatten() {
-            let names = names
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|n| n.as_str().map(str::to_string))
-                .collect();
-            recorded.insert(split.clone(), Some(names));
+        for (split, names) in stats.split_files.into_iter().flatten() {
+            recorded.insert(split, Some(names.into_iter().collect()));
         }
         EarlierSplits::Recorded(recorded)
     }

@@ -38,10 +38,6 @@ mod plan;
 mod resume;
 mod write;
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
 pub use backend::{
     Assessed, BackendError, CleanedItem, CleanedRow, Decisions, FinishReason, GenRequest,
     GenResult, Generation, Generator, ItemKey, JudgeOutcome, Pass, RouteInput, Routed, RowSource,
@@ -77,45 +73,10 @@ pub struct Backends<'a> {
     pub sink: &'a mut dyn SplitSink,
 }
 
-/// `run.json` status of a finished run.
-pub const STATUS_COMPLETE: &str = "complete";
-/// `run.json` status of a finished whole run (not one shard of several) in which no item
-/// reached a split (the command fails).
-pub const STATUS_NO_SPLIT: &str = "no_split";
-/// `run.json` status while a run replaces the outputs in OUT (written before the first of
-/// them, replaced by the final status after the last): OUT may mix this run's files with an
-/// earlier run's, so nothing in it is to be trusted; a rerun of the same command finishes it.
-pub const STATUS_WRITING: &str = "writing";
+pub use crate::run_json::{STATUS_COMPLETE, STATUS_NO_SPLIT, STATUS_WRITING};
 
-/// `run.json`: what ran, on what, and what came out.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunReport {
-    /// [`STATUS_COMPLETE`] or [`STATUS_NO_SPLIT`], written after the splits and logs; or
-    /// [`STATUS_WRITING`], written before the first of them is replaced (its
-    /// `stats.split_files` names the files of both runs).
-    pub status: String,
-    /// `verisample` crate version.
-    pub verisample_version: String,
-    /// The engine's [`Generator::version`].
-    pub engine_version: String,
-    /// The engine's [`Generator::stats`] (this process only).
-    #[serde(default)]
-    pub engine_stats: Option<serde_json::Value>,
-    /// All settings of the run.
-    pub settings: Settings,
-    /// Fingerprint (canonical settings, model file hashes).
-    pub fingerprint: Fingerprint,
-    /// sha256 of each safetensors file of the model.
-    pub model_weights: BTreeMap<String, String>,
-    /// Counts and throughput.
-    pub stats: RunStats,
-    /// Peak resident memory, bytes (`VmHWM`).
-    pub peak_memory_bytes: Option<u64>,
-    /// Generation results replayed from the journal at start.
-    pub replayed_results: usize,
-    /// Bytes of a torn journal record dropped at start.
-    pub torn_journal_bytes: u64,
-}
+/// `run.json` ([`crate::run_json`]) with this crate's settings, fingerprint and statistics.
+pub type RunReport = crate::run_json::RunJson<Settings, Fingerprint, RunStats>;
 
 /// Run the job prepared by [`prepare`] to completion.
 ///

@@ -20,8 +20,8 @@ pub const CLEANING_FILE: &str = "cleaning.jsonl";
 /// One line per question that was generated for: raw text, token ids, prompt length and
 /// finish reason of the answer pass and (when it ran) the judge pass.
 pub const GENERATIONS_FILE: &str = "generations.jsonl";
-/// Run report: settings, fingerprint, statistics, throughput, peak memory.
-pub use crate::report::RUN_FILE;
+/// Run report: settings, fingerprint, statistics, throughput, peak memory ([`crate::run_json`]).
+pub use crate::run_json::FILE as RUN_FILE;
 /// The card's figures (SVG, text included).
 pub const CHART_FILE: &str = "chart.svg";
 /// The dataset card (`load_dataset` reads its configs), written last by a run.

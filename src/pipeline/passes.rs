@@ -83,18 +83,16 @@ pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
 /// cannot be parsed: as before `--limit` existed), `Some(Some(n))` when its `--limit n` left
 /// rows out.
 pub(crate) fn finished_run(out: &std::path::Path) -> Option<Option<u64>> {
-    let bytes = std::fs::read(out.join(super::outputs::RUN_FILE)).ok()?;
-    let report = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
-    if report
-        .as_ref()
-        .is_some_and(|v| v["status"] == super::STATUS_WRITING)
-    {
+    if !crate::run_json::path(out).exists() {
         return None;
     }
-    let limit = report.and_then(|v| {
-        let l = &v["stats"]["limit"];
-        (l["left_out_rows"].as_u64()? > 0).then(|| l["limit"].as_u64())?
-    });
+    let report = crate::run_json::RunJsonView::read(out);
+    if report.as_ref().is_some_and(|v| v.is_writing()) {
+        return None;
+    }
+    let limit = report
+        .and_then(|v| v.stats.limit)
+        .and_then(|l| (l.left_out_rows? > 0).then_some(l.limit)?);
     Some(limit)
 }
 

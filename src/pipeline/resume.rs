@@ -161,12 +161,7 @@ fn check_earlier_run(
     out: &std::path::Path,
     fingerprint: &Fingerprint,
 ) -> Result<(), PipelineError> {
-    let old = std::fs::read(out.join(outputs::RUN_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|mut v| {
-            serde_json::from_value::<Fingerprint>(v.get_mut("fingerprint")?.take()).ok()
-        });
+    let old = crate::run_json::RunJsonView::read(out).and_then(|v| v.fingerprint::<Fingerprint>());
     match old {
         Some(old) if old.sha256 == fingerprint.sha256 => Ok(()),
         Some(old) => {

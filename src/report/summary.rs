@@ -91,7 +91,7 @@ impl Summary {
             out: out.to_path_buf(),
             splits_dir: out.join("data"),
             card: out.join("README.md"),
-            run_report: out.join(super::RUN_FILE),
+            run_report: crate::run_json::path(out),
             questions: stats.input_items,
             input_rows: stats.input_rows,
             limit: stats.limit,

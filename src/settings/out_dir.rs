@@ -14,20 +14,11 @@ use super::{canonical_lenient, SettingsError};
 pub const WRITTEN_IN_OUT: &str = "README.md, data/<split>-*.parquet, run.json, errors.jsonl, \
      cleaning.jsonl, generations.jsonl, chart.svg, journal.bin and .verisample.lock";
 
-/// Whether `path` is a `run.json` written by verisample (a JSON object with its
-/// `verisample_version` and `fingerprint`), not a user's file of the same name.
-fn is_our_run_json(path: &Path) -> bool {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v.get("verisample_version").is_some() && v.get("fingerprint").is_some())
-}
-
 /// Whether `out` holds the output of a `run` or `merge`: its journal (`journal.bin`) or a
-/// `run.json` written by verisample ([`is_our_run_json`]). A lock file alone does not count:
+/// `run.json` written by verisample ([`crate::run_json::is_ours`]). A lock file alone does not count:
 /// `prepare` holds that lock too, and one killed leaves its file behind.
 pub fn holds_run_output(out: &Path) -> bool {
-    out.join("journal.bin").exists() || is_our_run_json(&out.join("run.json"))
+    out.join("journal.bin").exists() || crate::run_json::is_ours(out)
 }
 
 /// Whether `out` holds an earlier verisample output: a run's ([`holds_run_output`]), or the
