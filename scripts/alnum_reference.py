@@ -3,7 +3,7 @@
 differential-test fixtures under tests/fixtures/alnum/.
 
 The functions `alnum_norm`, `candidates` and `match_variant` below are contract §5 verbatim in
-Python terms. The Rust implementation (src/verify/alnum.rs, src/verify/pytext.rs) must agree
+Python terms. The Rust implementation (src/verifiers/alnum.rs, src/verifiers/pytext.rs) must agree
 with them on every pair of the generated corpus (tests/verify_alnum_differential.rs).
 
 Usage (regenerates both fixture files, deterministically: fixed seed, no network):

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::judge::{ascii_digits, numbers_disagree};
 use crate::record::{references_blank, BLANK_REFERENCE};
 use crate::route::is_blank;
-use crate::verify::think::split_think;
-use crate::verify::{Trial, Variant, Verifier};
+use crate::verifiers::think::split_think;
+use crate::verifiers::{Trial, Variant, Verifier};
 
 /// Everything `check` reports; its JSON is the `--json` output (one object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -225,7 +225,7 @@ impl CheckReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::VerifierRegistry;
+    use crate::verifiers::VerifierRegistry;
 
     #[test]
     fn explains_first_line_match() {

@@ -477,7 +477,7 @@ fn one_non_utf8_string_loses_only_its_row() {
 /// names each bad one (`qa[i].question` / `qa[i].answer`), so it alone goes to errors.jsonl.
 #[test]
 fn null_qa_entries_fail_only_themselves() {
-    use verisample::pipeline::inspect::check_qa;
+    use verisample::pipeline::input_check::check_qa;
     let tmp = tempfile::tempdir().unwrap();
     let fields = Fields::from(vec![
         Field::new("question", DataType::Utf8, true),

@@ -29,8 +29,8 @@ use verisample::engine::{
     Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request,
 };
 use verisample::judge::{build_judge_prompt, parse_verdict, Verdict};
-use verisample::verify::alnum::alnum_match;
-use verisample::verify::think::split_think;
+use verisample::verifiers::alnum::alnum_match;
+use verisample::verifiers::think::split_think;
 use verisample_models::VlModel;
 
 /// The fixtures' generation limit (scripts/make_default_reference.py `MAX_NEW_TOKENS`).

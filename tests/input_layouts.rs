@@ -423,8 +423,8 @@ fn several_references_are_kept_run_and_verify() {
         })
         .expect("a verifier-accepted entry with several references");
     {
-        let report = verisample::recheck::recheck_family(
-            &verisample::recheck::FamilySplits {
+        let report = verisample::verify_output::recheck_family(
+            &verisample::verify_output::FamilySplits {
                 family: "OrandCar",
                 think: &[],
                 nothink: &[OutputRow {
@@ -436,13 +436,13 @@ fn several_references_are_kept_run_and_verify() {
                 }],
                 rejected: &[],
             },
-            &verisample::recheck::RecheckSettings::default(),
+            &verisample::verify_output::RecheckSettings::default(),
         );
         assert!(
             report
                 .disagreements
                 .iter()
-                .any(|d| d.problem == verisample::recheck::Problem::WrongSplit),
+                .any(|d| d.problem == verisample::verify_output::Problem::WrongSplit),
             "{report:?}"
         );
     }

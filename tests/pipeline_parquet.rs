@@ -26,9 +26,9 @@ use verisample::pipeline::{
     prepare as prepare_run, run, Backends, Generator, ParquetSink, ParquetSource, PipelineError,
     RunControl, RunReport, StandardDecisions,
 };
-use verisample::recheck::{recheck_family, FamilySplits, RecheckSettings};
 use verisample::settings::{fingerprint, hash_input_files};
 use verisample::shard::Shard;
+use verisample::verify_output::{recheck_family, FamilySplits, RecheckSettings};
 
 /// The val split as an input dataset in `dir`, and the scripted model's answers: the label
 /// for most images; for every 5th a wrong digit string, for every 7th the label inside a

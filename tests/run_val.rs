@@ -19,7 +19,7 @@ use std::time::Instant;
 use verisample::dataset::reader::InputReader;
 use verisample::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
 use verisample::record::{AcceptedQa, OutputRow, RejectedQa};
-use verisample::verify::alnum::alnum_match;
+use verisample::verifiers::alnum::alnum_match;
 
 /// Rows of OrandCar-A with `"split": "val"` in `labels.jsonl`.
 const VAL_ROWS: usize = 78;

@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::Value;
-use verisample::verify::alnum::{alnum_match, alnum_norm, first_line, first_paragraph};
-use verisample::verify::pytext::{
+use verisample::verifiers::alnum::{alnum_match, alnum_norm, first_line, first_paragraph};
+use verisample::verifiers::pytext::{
     py_is_line_boundary, py_isspace, py_lower_ascii_alnum, py_splitlines,
 };
-use verisample::verify::{Variant, Verifier};
+use verisample::verifiers::{Variant, Verifier};
 
 fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,9 +1,9 @@
 //! Property tests of the `alnum` normalisation and candidates (contract §5).
 
 use proptest::prelude::*;
-use verisample::verify::alnum::{alnum_match, alnum_norm, first_line, first_paragraph};
-use verisample::verify::pytext::{py_is_line_boundary, py_strip};
-use verisample::verify::{Variant, Verifier};
+use verisample::verifiers::alnum::{alnum_match, alnum_norm, first_line, first_paragraph};
+use verisample::verifiers::pytext::{py_is_line_boundary, py_strip};
+use verisample::verifiers::{Variant, Verifier};
 
 /// Text mixing ASCII, look-alikes, whitespace and line boundaries of every kind.
 fn mixed_text() -> impl Strategy<Value = String> {

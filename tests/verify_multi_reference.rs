@@ -3,7 +3,7 @@
 //! and the ANLS score must be what the table says, and so must the routing of a rejected row
 //! (`unusable_reference` vs a plain reject).
 
-use verisample::verify::Verifier;
+use verisample::verifiers::Verifier;
 
 /// The marker line above the table in docs/datasets.md.
 const MARKER: &str = "<!-- multi-reference cases: tests/verify_multi_reference.rs -->";

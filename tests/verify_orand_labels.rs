@@ -5,8 +5,8 @@ mod shared_data;
 use shared_data::require_shared_data;
 
 use verisample::judge::numbers_disagree;
-use verisample::verify::alnum::alnum_norm;
-use verisample::verify::{Variant, Verifier};
+use verisample::verifiers::alnum::alnum_norm;
+use verisample::verifiers::{Variant, Verifier};
 
 /// Renders a digit string with `.` thousands separators, as written on a cheque.
 fn with_separators(digits: &str) -> String {

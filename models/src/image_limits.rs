@@ -9,8 +9,10 @@
 pub struct ImageLimits {
     /// Largest accepted width and height in pixels.
     pub max_side: u32,
-    /// Largest accepted `width × height`.
-    pub max_pixels: u64,
+    /// Largest accepted `width × height` of the encoded image, before any resize (a
+    /// decompression cap; `--max-pixels` is another thing: the resize bound of the model's
+    /// processor).
+    pub max_decoded_pixels: u64,
     /// Most bytes the decoder may allocate at once (`image::Limits::max_alloc`).
     pub max_alloc: u64,
 }
@@ -40,7 +42,7 @@ impl Default for ImageLimits {
     fn default() -> Self {
         Self {
             max_side: 16_384,
-            max_pixels: 89_478_485,
+            max_decoded_pixels: 89_478_485,
             max_alloc: 1 << 30,
         }
     }
@@ -48,7 +50,7 @@ impl Default for ImageLimits {
 
 /// An image larger than the [`ImageLimits`]; width first, as `width x height`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("image too large ({width}x{height}); limits: side {max_side}, {max_pixels} pixels")]
+#[error("image too large ({width}x{height}); limits: side {max_side}, {max_decoded_pixels} pixels")]
 pub struct TooLarge {
     /// Width from the header.
     pub width: u32,
@@ -56,8 +58,8 @@ pub struct TooLarge {
     pub height: u32,
     /// [`ImageLimits::max_side`].
     pub max_side: u32,
-    /// [`ImageLimits::max_pixels`].
-    pub max_pixels: u64,
+    /// [`ImageLimits::max_decoded_pixels`].
+    pub max_decoded_pixels: u64,
 }
 
 impl ImageLimits {
@@ -69,14 +71,14 @@ impl ImageLimits {
         let area = u64::from(width) * u64::from(height);
         if width > self.max_side
             || height > self.max_side
-            || area > self.max_pixels
+            || area > self.max_decoded_pixels
             || area * WIDEST_PIXEL_BYTES > self.max_alloc
         {
             return Err(TooLarge {
                 width,
                 height,
                 max_side: self.max_side,
-                max_pixels: self.max_pixels,
+                max_decoded_pixels: self.max_decoded_pixels,
             });
         }
         Ok(())

@@ -487,7 +487,7 @@ mod tests {
             })))
         ));
         proc.limits = ImageLimits {
-            max_pixels: 64 * 32 - 1,
+            max_decoded_pixels: 64 * 32 - 1,
             ..ImageLimits::default()
         };
         assert!(matches!(

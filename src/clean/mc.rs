@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::verify::pytext::py_strip;
+use crate::verifiers::pytext::py_strip;
 
 /// Instruction phrases that may follow the last option on the same line (case-insensitive).
 pub const TRAILING_INSTRUCTIONS: [&str; 6] = [

@@ -4,7 +4,7 @@ use clap::Args;
 
 use super::UsageError;
 use crate::check::{check_with, CheckReport};
-use crate::verify::{Verifier, VerifierRegistry};
+use crate::verifiers::{Verifier, VerifierRegistry};
 
 /// Check one prediction against one or more references (--ref) with a string verifier.
 #[derive(Debug, Args)]
@@ -56,7 +56,7 @@ pub(super) fn run(a: &CheckArgs) -> anyhow::Result<()> {
             }
             let v = spec
                 .parse()
-                .map_err(|e: crate::verify::VerifierError| UsageError(e.to_string()))?;
+                .map_err(|e: crate::verifiers::VerifierError| UsageError(e.to_string()))?;
             (None, v)
         }
         None => {

@@ -73,11 +73,11 @@ fn warn_if_unfinished(path: &Path) {
     }
 }
 
-/// `run`'s input check of an image ([`crate::pipeline::inspect::check_image`]: a full decode
+/// `run`'s input check of an image ([`crate::pipeline::input_check::check_image`]: a full decode
 /// within the pipeline's image limits; the model's own limits are not known here): its
 /// `(width, height)`, or `field: message` as `errors.jsonl` would name it.
 fn run_image_check(bytes: &[u8]) -> Result<(usize, usize), String> {
-    crate::pipeline::inspect::check_image(Some(bytes), |_, _| Ok(()))
+    crate::pipeline::input_check::check_image(Some(bytes), |_, _| Ok(()))
         .map(|rgb| (rgb.width, rgb.height))
         .map_err(|p| format!("{}: {}", p.field, p.message))
 }

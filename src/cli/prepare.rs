@@ -10,7 +10,7 @@ use crate::dataset::prepare::{prepare, ItemProblems, PrepareOptions, PrepareSour
 use crate::dataset::shards::{is_valid_split_name, ShardOptions, MAX_ROWS_PER_GROUP};
 use crate::dataset::DatasetError;
 use crate::family::{family_spec, is_valid_family_name};
-use crate::pipeline::inspect::{check_image, check_qa};
+use crate::pipeline::input_check::{check_image, check_qa};
 use crate::record::{QaItem, SourceColumns};
 
 /// Build an input dataset (HF parquet) from --labels, --jsonl (QA lines) or --parquet input.

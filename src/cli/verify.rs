@@ -9,11 +9,11 @@ use clap::Args;
 use super::UsageError;
 use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
-use crate::recheck::{
-    recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
-};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::run_json::RunJsonView;
+use crate::verify_output::{
+    recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
+};
 
 /// Recompute every accept/reject decision of an output from its stored splits.
 #[derive(Debug, Args)]

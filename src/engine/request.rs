@@ -11,7 +11,7 @@ use verisample_models::RgbImage;
 /// An image attached to a request, encoded or already decoded, with the SHA-256 of its
 /// encoded file. Either way it is decoded once: [`ImageContent::Encoded`] by the input
 /// processor (on its worker threads), [`ImageContent::Decoded`] by whoever built it (the
-/// pipeline's input check, `src/pipeline/inspect.rs`, within the one `ImageLimits`).
+/// pipeline's input check, `src/pipeline/input_check.rs`, within the one `ImageLimits`).
 #[derive(Debug, Clone)]
 pub struct ImageInput {
     /// SHA-256 of the encoded file. Keys the vision-embedding cache (one vision forward per

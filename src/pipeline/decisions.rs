@@ -8,7 +8,7 @@ use super::backend::{
 use crate::clean::{CleanPolicy, Cleaner, DropReason};
 use crate::record::{InputRow, QaItem};
 use crate::route::{self, Assessment};
-use crate::verify::VerifierRegistry;
+use crate::verifiers::VerifierRegistry;
 
 /// Cleaning policy plus verifier registry; everything else is fixed by contract §6–§7.
 #[derive(Debug, Clone, Default, PartialEq)]

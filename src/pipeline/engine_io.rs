@@ -72,7 +72,7 @@ fn prompt_prefills_think<P: InputProcessor>(
     })?;
     Ok(prompt
         .trim_end()
-        .ends_with(crate::verify::think::THINK_OPEN))
+        .ends_with(crate::verifiers::think::THINK_OPEN))
 }
 
 fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> GenResult {

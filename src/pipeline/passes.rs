@@ -14,7 +14,7 @@ use super::backend::{
 };
 use super::control::{KillStage, RunControl};
 use super::dedup::Dedup;
-use super::inspect::{check_image, check_qa, FieldProblem};
+use super::input_check::{check_image, check_qa, FieldProblem};
 use super::plan::{ItemPlan, JudgeRole, RowOk, RowPlan};
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::engine::ImageInput;
@@ -388,7 +388,7 @@ pub(crate) fn generate_answers(
             // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
             // unless that run left rows out with `--limit`, whose errors it does not list.
             if finished_run(&ctx.settings.out) != Some(None) {
-                super::errors::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
+                super::errors_jsonl::write_abort_errors(&ctx.settings.out, &plans, ctx.results)?;
             }
             Err(e)
         }

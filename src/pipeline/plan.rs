@@ -3,7 +3,7 @@
 //! judge looks at an item. Made by the generate phase, marked by [`super::dedup`], read by
 //! the write phase and by the `--max-errors` abort ([`super::errors`]).
 
-use super::inspect::FieldProblem;
+use super::input_check::FieldProblem;
 use super::outputs::DuplicateOf;
 use crate::record::QaItem;
 

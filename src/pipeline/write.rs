@@ -15,7 +15,7 @@ use super::backend::{
 use super::control::{KillStage, RunControl};
 use super::dataset_io::EarlierSplits;
 use super::dedup::DUPLICATE;
-use super::errors::error_line;
+use super::errors_jsonl::error_line;
 use super::outputs::{
     jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
     CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,

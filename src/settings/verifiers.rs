@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::verify::{Verifier, VerifierRegistry};
+use crate::verifiers::{Verifier, VerifierRegistry};
 
 /// The default registry with `verifiers` applied in order (an entry that does not parse is
 /// skipped: [`super::Settings::resolve`] refuses it first).

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::verify::pytext::{py_splitlines, py_strip};
-use crate::verify::think::{THINK_CLOSE, THINK_OPEN};
+use crate::verifiers::pytext::{py_splitlines, py_strip};
+use crate::verifiers::think::{THINK_CLOSE, THINK_OPEN};
 
 /// The judge's user message. Byte-identical to the text a small judge model is trained on:
 /// do not edit. Placeholders `{question}`, `{reference}`, `{candidate}` are substituted in one

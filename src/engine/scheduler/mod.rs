@@ -383,5 +383,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-#[path = "scheduler_tests.rs"]
 mod tests;

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dataset::layout::{ColumnFlags, LayoutError, ReadOptions};
 use crate::shard::{Shard, ShardParseError};
-use crate::verify::VerifierRegistry;
+use crate::verifiers::VerifierRegistry;
 
 mod canonical;
 mod data;

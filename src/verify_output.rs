@@ -30,8 +30,8 @@ use sha2::{Digest, Sha256};
 use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
-use crate::verify::pytext::py_strip;
-use crate::verify::{VerifierError, VerifierRegistry};
+use crate::verifiers::pytext::py_strip;
+use crate::verifiers::{VerifierError, VerifierRegistry};
 
 /// The run settings the decisions depend on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -27,9 +27,9 @@ use unicode_general_category::{get_general_category, GeneralCategory};
 
 use crate::judge::{guard_vetoes, JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, QaItem, RejectedQa};
-use crate::verify::pytext::py_isspace;
-use crate::verify::think::{split_think, ThinkSplit};
-use crate::verify::{Verification, Verifier};
+use crate::verifiers::pytext::py_isspace;
+use crate::verifiers::think::{split_think, ThinkSplit};
+use crate::verifiers::{Verification, Verifier};
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,10 +4,10 @@
 use sha2::{Digest, Sha256};
 use verisample::family::ORAND_CAR_QUESTION;
 use verisample::judge::JudgeOutcome;
-use verisample::recheck::{recheck_family, FamilySplits, Problem, RecheckSettings};
 use verisample::record::{AcceptedQa, ImageRef, OutputRow, QaItem, RejectedQa};
 use verisample::route::{route, Assessment, FinishReason, Generation, Routed};
-use verisample::verify::Verifier;
+use verisample::verifiers::Verifier;
+use verisample::verify_output::{recheck_family, FamilySplits, Problem, RecheckSettings};
 
 const THINK: &str = "OrandCar_RS_think";
 const NOTHINK: &str = "OrandCar_RS_nothink";
@@ -130,7 +130,7 @@ fn routed_run() -> Splits {
     s
 }
 
-fn verify(s: &Splits, settings: &RecheckSettings) -> verisample::recheck::RecheckReport {
+fn verify(s: &Splits, settings: &RecheckSettings) -> verisample::verify_output::RecheckReport {
     let splits = FamilySplits {
         family: "OrandCar",
         think: &s.think,

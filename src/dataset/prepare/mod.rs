@@ -51,7 +51,7 @@ use jsonl::{labels_rows, qa_jsonl_rows};
 /// row is left out), else each item's problem or `None` (only failing items are left out, as
 /// `run` refuses only them). Fields as `errors.jsonl` names them: `image.bytes`,
 /// `qa[0].answer`, …. The CLI passes the pipeline's own checks
-/// (`pipeline::inspect::check_image` and `check_qa`), so every prepared item is one `run`
+/// (`pipeline::input_check::check_image` and `check_qa`), so every prepared item is one `run`
 /// takes. The third argument: the input columns of a flat-layout row (`--parquet`), whose
 /// item problems then name the input's own question or answer column, as `run` does.
 pub type RowCheck<'a> =
