@@ -1,13 +1,10 @@
-//! `verisample run`: its flags ([`RunArgs`], converted into the settings' plain
-//! [`RunOptions`]), then settings → fingerprint → journal check → model → run. Errors are
+//! `verisample run`: its flags ([`RunArgs`]: the settings' [`RunOptions`] and `--json`),
+//! then settings → fingerprint → journal check → model → run. Errors are
 //! `anyhow` here (the CLI edge); [`super::exit_code`] maps them to the process status.
 //!
 //! Order matters: flags and the config file are validated first (milliseconds), then the
 //! model files are hashed and the journal in OUT is checked against the fingerprint (a
 //! changed setting or model is refused before any weight is loaded), then the model loads.
-
-use std::path::PathBuf;
-use std::str::FromStr;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -19,17 +16,15 @@ use crate::pipeline::{
     ParquetSource, PipelineError, Prepared, RunControl, RunReport, StandardDecisions,
 };
 use crate::settings::{
-    fingerprint, hash_input_files, hash_model_files, DTypeSpec, DeviceSpec, ProgressMode,
-    RunOptions, Settings, Switch,
+    fingerprint, hash_input_files, hash_model_files, DeviceSpec, RunOptions, Settings,
 };
-use crate::shard::Shard;
 use verisample_models::PixelBounds;
 use verisample_models::VlModel;
 
 /// Sample, verify, judge and write the three splits per family.
 ///
-/// The flags of `verisample run`. Every value is optional so that a TOML file can supply it;
-/// see [`Settings::resolve`] for precedence and defaults.
+/// The flags of `verisample run`: the settings ([`RunOptions`], which a TOML file can supply
+/// too) and how to print the summary; see [`Settings::resolve`] for precedence and defaults.
 #[derive(Args, Debug, Clone, Default, PartialEq)]
 #[command(
     long_about = "Run the whole job: read the input dataset, check and clean it, prompt the model with its \
@@ -46,219 +41,18 @@ verisample run --data orand --out out --limit 20   (a first try on 20 rows; the 
 verisample run --config job.toml --shard 0/4 --out out-0"
 )]
 pub struct RunArgs {
-    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
-    /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
-    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL) or qwen3_5
-    /// (Qwen3.5/3.6). [default: assets/model]
-    #[arg(long, value_name = "DIR_OR_ID")]
-    pub model: Option<String>,
-    /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
-    /// the local HF cache only (as --model; the parquet files of one config and split, from
-    /// the card's `configs:` or data/<split>-*.parquet). [default: assets/sample/data]
-    #[arg(long, value_name = "INPUT_OR_ID")]
-    pub data: Option<PathBuf>,
-    /// Config of a hub-cache --data OWNER/NAME with several. [default: the only one, or the
-    /// card's default]
-    #[arg(long, value_name = "NAME")]
-    pub data_config: Option<String>,
-    /// Split of a hub-cache --data OWNER/NAME with several. [default: the only one]
-    #[arg(long, value_name = "NAME")]
-    pub data_split: Option<String>,
-    /// Image column of a flat input (one question per row, no `qa` column).
-    /// [default: detected: image, img]
-    #[arg(long, value_name = "COLUMN")]
-    pub image_column: Option<String>,
-    /// Question column of a flat input. [default: detected: question, query, prompt]
-    #[arg(long, value_name = "COLUMN")]
-    pub question_column: Option<String>,
-    /// Reference-answer column of a flat input: a string, or a list of strings (several
-    /// references). [default: detected: answer, answers, label, ground_truth]
-    #[arg(long, value_name = "COLUMN")]
-    pub answer_column: Option<String>,
-    /// Read images given only by path (absolute ones included, as `datasets`' to_parquet
-    /// writes them) from under DIR instead of the dataset folder; paths leading out of DIR are
-    /// refused.
-    #[arg(long, value_name = "DIR")]
-    pub images_root: Option<PathBuf>,
-    /// Output folder. [default: ./verisample-out]
-    #[arg(long, value_name = "OUT")]
-    pub out: Option<PathBuf>,
-    /// Benchmark family used in split names (overrides the input's `family` column).
-    #[arg(long, value_name = "FAMILY")]
-    pub family: Option<String>,
-    /// Reasoning (thinking mode of the chat template). [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
-    pub think: Option<Switch>,
-    /// Judge pass over the verifier's rejects. [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
-    pub judge: Option<Switch>,
-    /// Also judge the first N verifier accepts and report the agreement (with `--judge off`
-    /// too: the judge then only measures, it rescues no reject). [default: 0]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub judge_calibrate: Option<usize>,
-    /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
-    pub number_guard: Option<Switch>,
-    /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
-    /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
-    /// relaxed (numeric, ChartQA's 0.05), anls[:tau]. [default: alnum]
-    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
-    pub verifiers: Vec<String>,
-    /// Sample a repeated (image, question, reference) of one family once; `off` keeps the
-    /// repeats. [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
-    pub dedup: Option<Switch>,
-    /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
-    #[arg(long, value_name = "DEVICE", value_parser = DeviceSpec::from_str)]
-    pub device: Option<DeviceSpec>,
-    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
-    #[arg(long, value_enum, value_name = "DTYPE")]
-    pub dtype: Option<DTypeSpec>,
-    /// Generation budget per answer in tokens. [default: 2048]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_new_tokens: Option<usize>,
-    /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
-    /// eos_token_id; other settings that change greedy output are refused). [default: on]
-    #[arg(long, value_enum, value_name = "SWITCH")]
-    pub generation_config: Option<Switch>,
-    /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
-    /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub repetition_penalty: Option<f64>,
-    /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
-    /// from the KV cache pool, at most 256]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_batch: Option<usize>,
-    /// Most tokens scheduled in one engine step. [default: 16384]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_batch_tokens: Option<usize>,
-    /// KV cache size in GiB. [default: chosen by the engine from free memory]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub kv_cache_gib: Option<f64>,
-    /// Most memory one vision-encoder pass may take, in GiB: a row whose image would need
-    /// more is refused (errors.jsonl, `image.bytes`, with the --max-pixels that would fit).
-    /// [default: half the memory free after the weights and the KV cache]
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub vision_memory_gib: Option<f64>,
-    /// Fewest pixels an image is resized to, overriding the checkpoint's
-    /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub min_pixels: Option<usize>,
-    /// Most pixels an image is resized to, overriding the checkpoint's
-    /// preprocessor_config.json (transformers' `max_pixels`). [default: the checkpoint's]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_pixels: Option<usize>,
-    /// Process shard I of N (0-based I): input positions p with p % N == I.
-    #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
-    pub shard: Option<Shard>,
-    /// Take only the first N input rows (of this shard, with --shard), to try the whole job
-    /// on a few rows first; the rows after them are not decoded, generated or written. A
-    /// later run in the same --out without --limit (or with a larger one) resumes: it
-    /// generates only the rows not generated yet. [default: every row]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub limit: Option<usize>,
-    /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
-    /// [default: bar on a terminal, else none]
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub progress: Option<ProgressMode>,
-    /// Abort past N input errors; rerunning a finished run, past N new ones (those its
-    /// errors.jsonl lists do not count again). [default: unlimited]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_errors: Option<usize>,
-    /// Discard an existing journal and outputs in OUT instead of resuming.
-    #[arg(long)]
-    pub restart: bool,
-    /// Write into an existing non-empty OUT that holds no earlier verisample output: its
-    /// README.md, the split files in data/, run.json, errors.jsonl, cleaning.jsonl,
-    /// generations.jsonl, chart.svg, journal.bin and .verisample.lock are overwritten.
-    #[arg(long)]
-    pub force: bool,
+    /// Every setting (shared with the TOML job file).
+    #[command(flatten)]
+    pub options: RunOptions,
     /// Print the end-of-run summary as one JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
-    #[arg(long, value_name = "FILE.toml")]
-    pub config: Option<PathBuf>,
 }
 
 impl From<RunArgs> for RunOptions {
-    /// The settings' view of the flags: all but `--json` (a display choice of this layer),
-    /// with `quiet` off (the caller sets it from the global `-q`).
+    /// The settings of the flags, with `quiet` off (the caller sets it from the global `-q`).
     fn from(args: RunArgs) -> RunOptions {
-        let RunArgs {
-            model,
-            data,
-            data_config,
-            data_split,
-            image_column,
-            question_column,
-            answer_column,
-            images_root,
-            out,
-            family,
-            think,
-            judge,
-            judge_calibrate,
-            number_guard,
-            verifiers,
-            dedup,
-            device,
-            dtype,
-            max_new_tokens,
-            generation_config,
-            repetition_penalty,
-            max_batch,
-            max_batch_tokens,
-            kv_cache_gib,
-            vision_memory_gib,
-            min_pixels,
-            max_pixels,
-            shard,
-            limit,
-            progress,
-            max_errors,
-            restart,
-            force,
-            config,
-            json: _,
-        } = args;
-        RunOptions {
-            model,
-            data,
-            data_config,
-            data_split,
-            image_column,
-            question_column,
-            answer_column,
-            images_root,
-            out,
-            family,
-            think,
-            judge,
-            judge_calibrate,
-            number_guard,
-            verifiers,
-            dedup,
-            device,
-            dtype,
-            max_new_tokens,
-            generation_config,
-            repetition_penalty,
-            max_batch,
-            max_batch_tokens,
-            kv_cache_gib,
-            vision_memory_gib,
-            min_pixels,
-            max_pixels,
-            shard,
-            limit,
-            progress,
-            max_errors,
-            restart,
-            force,
-            config,
-            quiet: false,
-        }
+        args.options
     }
 }
 

@@ -1,5 +1,6 @@
-//! Settings of `verisample run`: the flags ([`RunOptions`], parsed by the CLI), an optional TOML file
-//! ([`ConfigFile`], `--config FILE.toml`), and the validated result ([`Settings`]).
+//! Settings of `verisample run`: one all-optional layer that the command line and the TOML job
+//! file (`--config FILE.toml`) both fill ([`RunOptions`]), and the validated result
+//! ([`Settings`]).
 //!
 //! Precedence: a flag given on the command line wins over the same key in the TOML file,
 //! which wins over the built-in default. Everything is validated by [`Settings::resolve`]
@@ -24,9 +25,11 @@ mod decoding;
 mod device;
 mod fingerprint;
 mod model;
+mod options;
 pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
+pub use options::RunOptions;
 mod out_dir;
 mod switch;
 mod verifiers;
@@ -132,156 +135,6 @@ impl DTypeSpec {
             DTypeSpec::F16 => candle_core::DType::F16,
         }
     }
-}
-
-/// The flags of `verisample run` as given on the command line, each `None` (or empty) when
-/// not given so that a TOML file can supply it; see [`Settings::resolve`] for precedence and
-/// defaults. The CLI (`src/cli/run.rs`) parses the command line into this; each field's help
-/// text, with its default, is there.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunOptions {
-    /// `--model`: a local folder or a Hugging Face id (local HF cache only).
-    pub model: Option<String>,
-    /// `--data`: a parquet folder, file or glob, or a dataset id OWNER/NAME (local HF cache).
-    pub data: Option<PathBuf>,
-    /// `--data-config`: the config of a hub-cache dataset with several.
-    pub data_config: Option<String>,
-    /// `--data-split`: the split of a hub-cache dataset with several.
-    pub data_split: Option<String>,
-    /// `--image-column` of a flat input.
-    pub image_column: Option<String>,
-    /// `--question-column` of a flat input.
-    pub question_column: Option<String>,
-    /// `--answer-column` of a flat input.
-    pub answer_column: Option<String>,
-    /// `--images-root`: where images given only by path are read from.
-    pub images_root: Option<PathBuf>,
-    /// `--out`: the output folder.
-    pub out: Option<PathBuf>,
-    /// `--family`: the benchmark family of the split names.
-    pub family: Option<String>,
-    /// `--think`: thinking mode of the chat template.
-    pub think: Option<Switch>,
-    /// `--judge`: the judge pass over the verifier's rejects.
-    pub judge: Option<Switch>,
-    /// `--judge-calibrate N`: also judge the first N verifier accepts.
-    pub judge_calibrate: Option<usize>,
-    /// `--number-guard`: refuse a judge CORRECT whose digits differ from the reference.
-    pub number_guard: Option<Switch>,
-    /// `--verifier [FAMILY=]NAME`, in the order given.
-    pub verifiers: Vec<String>,
-    /// `--dedup`: sample a repeated (image, question, reference) of one family once.
-    pub dedup: Option<Switch>,
-    /// `--device`.
-    pub device: Option<DeviceSpec>,
-    /// `--dtype` of the weights.
-    pub dtype: Option<DTypeSpec>,
-    /// `--max-new-tokens`: generation budget per answer, tokens.
-    pub max_new_tokens: Option<usize>,
-    /// `--generation-config`: honour the checkpoint's `generation_config.json`.
-    pub generation_config: Option<Switch>,
-    /// `--repetition-penalty` of greedy decoding (1.0 = none).
-    pub repetition_penalty: Option<f64>,
-    /// `--max-batch`: most sequences in flight.
-    pub max_batch: Option<usize>,
-    /// `--max-batch-tokens`: most tokens per engine step.
-    pub max_batch_tokens: Option<usize>,
-    /// `--kv-cache-gib`: KV cache size, GiB.
-    pub kv_cache_gib: Option<f64>,
-    /// `--vision-memory-gib`: most memory of one vision-encoder pass, GiB.
-    pub vision_memory_gib: Option<f64>,
-    /// `--min-pixels` of the image resize.
-    pub min_pixels: Option<usize>,
-    /// `--max-pixels` of the image resize.
-    pub max_pixels: Option<usize>,
-    /// `--shard I/N`.
-    pub shard: Option<Shard>,
-    /// `--limit N`: take only the first N rows of this shard (a first try on a few rows).
-    pub limit: Option<usize>,
-    /// `--progress`.
-    pub progress: Option<ProgressMode>,
-    /// `--max-errors`: abort past this many input errors, not counting, on a rerun of a
-    /// finished run, those its `errors.jsonl` lists.
-    pub max_errors: Option<usize>,
-    /// `--restart`: discard an existing journal and outputs in OUT instead of resuming.
-    pub restart: bool,
-    /// `--force`: write into a non-empty OUT that holds no earlier verisample output.
-    pub force: bool,
-    /// `--config FILE.toml`.
-    pub config: Option<PathBuf>,
-    /// The CLI's global `-q`: no progress bar (an explicit `--progress jsonl` stays) and no
-    /// summary table.
-    pub quiet: bool,
-}
-
-/// The TOML config file: the same keys as the long flags (kebab-case); unknown keys are an
-/// error so that a typo is not silently ignored. Relative paths are resolved against the
-/// folder of the config file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ConfigFile {
-    /// See [`RunOptions::model`].
-    pub model: Option<String>,
-    /// See [`RunOptions::data`].
-    pub data: Option<PathBuf>,
-    /// See [`RunOptions::data_config`].
-    pub data_config: Option<String>,
-    /// See [`RunOptions::data_split`].
-    pub data_split: Option<String>,
-    /// See [`RunOptions::image_column`].
-    pub image_column: Option<String>,
-    /// See [`RunOptions::question_column`].
-    pub question_column: Option<String>,
-    /// See [`RunOptions::answer_column`].
-    pub answer_column: Option<String>,
-    /// See [`RunOptions::images_root`].
-    pub images_root: Option<PathBuf>,
-    /// See [`RunOptions::out`].
-    pub out: Option<PathBuf>,
-    /// See [`RunOptions::family`].
-    pub family: Option<String>,
-    /// See [`RunOptions::think`].
-    pub think: Option<Switch>,
-    /// See [`RunOptions::judge`].
-    pub judge: Option<Switch>,
-    /// See [`RunOptions::judge_calibrate`].
-    pub judge_calibrate: Option<usize>,
-    /// See [`RunOptions::number_guard`].
-    pub number_guard: Option<Switch>,
-    /// See [`RunOptions::verifiers`] (`verifier = ["MyBench=exact"]`).
-    pub verifier: Option<Vec<String>>,
-    /// See [`RunOptions::dedup`].
-    pub dedup: Option<Switch>,
-    /// See [`RunOptions::device`].
-    pub device: Option<DeviceSpec>,
-    /// See [`RunOptions::dtype`].
-    pub dtype: Option<DTypeSpec>,
-    /// See [`RunOptions::max_new_tokens`].
-    pub max_new_tokens: Option<usize>,
-    /// See [`RunOptions::generation_config`].
-    pub generation_config: Option<Switch>,
-    /// See [`RunOptions::repetition_penalty`].
-    pub repetition_penalty: Option<f64>,
-    /// See [`RunOptions::max_batch`].
-    pub max_batch: Option<usize>,
-    /// See [`RunOptions::max_batch_tokens`].
-    pub max_batch_tokens: Option<usize>,
-    /// See [`RunOptions::kv_cache_gib`].
-    pub kv_cache_gib: Option<f64>,
-    /// See [`RunOptions::vision_memory_gib`].
-    pub vision_memory_gib: Option<f64>,
-    /// See [`RunOptions::min_pixels`].
-    pub min_pixels: Option<usize>,
-    /// See [`RunOptions::max_pixels`].
-    pub max_pixels: Option<usize>,
-    /// See [`RunOptions::shard`], written `"I/N"`.
-    pub shard: Option<String>,
-    /// See [`RunOptions::limit`].
-    pub limit: Option<usize>,
-    /// See [`RunOptions::progress`].
-    pub progress: Option<ProgressMode>,
-    /// See [`RunOptions::max_errors`].
-    pub max_errors: Option<usize>,
 }
 
 /// Validated settings of one run (serialised into `run.json`).
@@ -427,10 +280,6 @@ pub enum SettingsError {
     DeviceNotBuilt(DeviceSpec, &'static str),
 }
 
-fn pick<T>(flag: Option<T>, file: Option<T>, default: T) -> T {
-    flag.or(file).unwrap_or(default)
-}
-
 /// Resolve `p` against `base` unless absolute; a leading `~/` is the home folder (the shell
 /// expands it on the command line, but not inside the TOML file).
 pub(crate) fn rebase(base: &Path, p: PathBuf) -> PathBuf {
@@ -503,38 +352,31 @@ impl Settings {
     pub fn resolve(args: &RunOptions) -> Result<Settings, SettingsError> {
         let (file, base) = match &args.config {
             Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| SettingsError::ConfigRead {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let file: ConfigFile =
-                    toml::from_str(&text).map_err(|e| SettingsError::ConfigParse {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
                 let base = path
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_else(|| PathBuf::from("."));
-                (file, base)
+                (RunOptions::from_toml_file(path)?, base)
             }
-            None => (ConfigFile::default(), PathBuf::from(".")),
+            None => (RunOptions::default(), PathBuf::from(".")),
         };
-        let file_shard = match &file.shard {
-            Some(s) => Some(s.parse::<Shard>()?),
-            None => None,
-        };
-        let device = pick(args.device, file.device, DeviceSpec::default_for_build());
+        // One merge: a flag wins over the file's key, a key over the default. Paths given in
+        // the file are relative to the file's folder (`model`, `data`, `out`, `images-root`
+        // below still ask which side they came from).
+        let opts = args.over(&file).map_err(|e| SettingsError::ConfigParse {
+            path: args.config.clone().unwrap_or_default(),
+            message: e.to_string(),
+        })?;
+        let device = opts.device.unwrap_or(DeviceSpec::default_for_build());
         let default_dtype = match device {
             DeviceSpec::Cpu => DTypeSpec::F32,
             _ => DTypeSpec::Bf16,
         };
-        let settings_family = args.family.clone().or(file.family.clone());
-        let kv_cache_gib = args.kv_cache_gib.or(file.kv_cache_gib);
-        let vision_memory_gib = args.vision_memory_gib.or(file.vision_memory_gib);
+        let settings_family = opts.family.clone();
+        let kv_cache_gib = opts.kv_cache_gib;
+        let vision_memory_gib = opts.vision_memory_gib;
         let quiet = args.quiet;
-        let progress = ProgressMode::chosen(args.progress.or(file.progress), quiet);
+        let progress = ProgressMode::chosen(opts.progress, quiet);
 
         let positive = |key: &'static str, v: usize| {
             if v == 0 {
@@ -549,23 +391,15 @@ impl Settings {
         };
         let max_new_tokens = positive(
             "max-new-tokens",
-            pick(
-                args.max_new_tokens,
-                file.max_new_tokens,
-                DEFAULT_MAX_NEW_TOKENS,
-            ),
+            opts.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS),
         )?;
-        let max_batch_auto =
-            args.max_batch.or(file.max_batch).is_none() && device != DeviceSpec::Cpu;
+        let max_batch_auto = opts.max_batch.is_none() && device != DeviceSpec::Cpu;
         let default_max_batch = if max_batch_auto {
             AUTO_MAX_BATCH_CAP
         } else {
             DEFAULT_MAX_BATCH
         };
-        let max_batch = positive(
-            "max-batch",
-            pick(args.max_batch, file.max_batch, default_max_batch),
-        )?;
+        let max_batch = positive("max-batch", opts.max_batch.unwrap_or(default_max_batch))?;
         // The engine sizes per-sequence buffers (state slots, sampler rows) by it: a value far
         // beyond any batch a device runs would fail as an allocation abort instead.
         if max_batch > MAX_MAX_BATCH {
@@ -577,15 +411,11 @@ impl Settings {
         }
         let max_batch_tokens = positive(
             "max-batch-tokens",
-            pick(
-                args.max_batch_tokens,
-                file.max_batch_tokens,
-                DEFAULT_MAX_BATCH_TOKENS,
-            ),
+            opts.max_batch_tokens.unwrap_or(DEFAULT_MAX_BATCH_TOKENS),
         )?;
-        let min_pixels = args.min_pixels.or(file.min_pixels);
-        let max_pixels = args.max_pixels.or(file.max_pixels);
-        let limit = args.limit.or(file.limit);
+        let min_pixels = opts.min_pixels;
+        let max_pixels = opts.max_pixels;
+        let limit = opts.limit;
         if let Some(v) = limit {
             positive("limit", v)?;
         }
@@ -634,8 +464,8 @@ impl Settings {
             flag: args.data.as_deref(),
             file: file.data.as_deref(),
             base: &base,
-            config: args.data_config.as_deref().or(file.data_config.as_deref()),
-            split: args.data_split.as_deref().or(file.data_split.as_deref()),
+            config: opts.data_config.as_deref(),
+            split: opts.data_split.as_deref(),
         })?;
         let data_root = input_root(&data)?;
         let out = match (&args.out, &file.out) {
@@ -646,12 +476,9 @@ impl Settings {
         out_dir::check_out(&out, data_root.as_deref(), args.force)?;
         let read = ReadOptions {
             columns: ColumnFlags {
-                image: args.image_column.clone().or(file.image_column.clone()),
-                question: args
-                    .question_column
-                    .clone()
-                    .or(file.question_column.clone()),
-                answer: args.answer_column.clone().or(file.answer_column.clone()),
+                image: opts.image_column.clone(),
+                question: opts.question_column.clone(),
+                answer: opts.answer_column.clone(),
             },
             images_root: match (&args.images_root, &file.images_root) {
                 (Some(r), _) => Some(r.clone()),
@@ -674,15 +501,11 @@ impl Settings {
 
         let decoding = Decoding::resolve(
             &model.dir,
-            pick(args.generation_config, file.generation_config, Switch::On),
-            args.repetition_penalty.or(file.repetition_penalty),
+            opts.generation_config.unwrap_or(Switch::On),
+            opts.repetition_penalty,
         )?;
 
-        let verifiers = if args.verifiers.is_empty() {
-            file.verifier.clone().unwrap_or_default()
-        } else {
-            args.verifiers.clone()
-        };
+        let verifiers = opts.verifiers.clone();
         // Each family (and the default, without `FAMILY=`) once: a second one would silently
         // replace the first.
         let mut targets = std::collections::BTreeMap::new();
@@ -717,14 +540,14 @@ impl Settings {
             read,
             out,
             family: settings_family,
-            think: pick(args.think, file.think, Switch::On).is_on(),
-            judge: pick(args.judge, file.judge, Switch::On).is_on(),
-            judge_calibrate: pick(args.judge_calibrate, file.judge_calibrate, 0),
-            number_guard: pick(args.number_guard, file.number_guard, Switch::On).is_on(),
+            think: opts.think.unwrap_or(Switch::On).is_on(),
+            judge: opts.judge.unwrap_or(Switch::On).is_on(),
+            judge_calibrate: opts.judge_calibrate.unwrap_or(0),
+            number_guard: opts.number_guard.unwrap_or(Switch::On).is_on(),
             verifiers,
-            dedup: pick(args.dedup, file.dedup, Switch::On).is_on(),
+            dedup: opts.dedup.unwrap_or(Switch::On).is_on(),
             device,
-            dtype: pick(args.dtype, file.dtype, default_dtype),
+            dtype: opts.dtype.unwrap_or(default_dtype),
             max_new_tokens,
             decoding,
             max_batch,
@@ -734,10 +557,10 @@ impl Settings {
             vision_memory_gib,
             min_pixels,
             max_pixels,
-            shard: pick(args.shard, file_shard, Shard::WHOLE),
+            shard: opts.shard.unwrap_or(Shard::WHOLE),
             limit,
             progress,
-            max_errors: args.max_errors.or(file.max_errors),
+            max_errors: opts.max_errors,
             restart: args.restart,
             quiet,
         })

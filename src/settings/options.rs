@@ -1,0 +1,275 @@
+//! The flags of `verisample run` and the keys of its TOML job file: one all-optional layer
+//! ([`RunOptions`]) that clap fills from the command line and serde from the file (`--config
+//! FILE.toml`, keys as the long flags), merged once ([`RunOptions::over`]: flags win), then
+//! resolved into [`super::Settings`]. Adding a flag is one field here, with its doc (the help
+//! text) and its clap attribute.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{DTypeSpec, DeviceSpec, ProgressMode, SettingsError, Switch};
+use crate::shard::Shard;
+
+/// Every setting of `verisample run`, each `None` (empty, false) when not given. The doc
+/// comments are `run --help`'s texts, defaults included; see [`super::Settings::resolve`].
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct RunOptions {
+    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
+    /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
+    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL) or qwen3_5
+    /// (Qwen3.5/3.6). [default: assets/model]
+    #[arg(long, value_name = "DIR_OR_ID")]
+    pub model: Option<String>,
+    /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
+    /// the local HF cache only (as --model; the parquet files of one config and split, from
+    /// the card's `configs:` or data/<split>-*.parquet). [default: assets/sample/data]
+    #[arg(long, value_name = "INPUT_OR_ID")]
+    pub data: Option<PathBuf>,
+    /// Config of a hub-cache --data OWNER/NAME with several. [default: the only one, or the
+    /// card's default]
+    #[arg(long, value_name = "NAME")]
+    pub data_config: Option<String>,
+    /// Split of a hub-cache --data OWNER/NAME with several. [default: the only one]
+    #[arg(long, value_name = "NAME")]
+    pub data_split: Option<String>,
+    /// Image column of a flat input (one question per row, no `qa` column).
+    /// [default: detected: image, img]
+    #[arg(long, value_name = "COLUMN")]
+    pub image_column: Option<String>,
+    /// Question column of a flat input. [default: detected: question, query, prompt]
+    #[arg(long, value_name = "COLUMN")]
+    pub question_column: Option<String>,
+    /// Reference-answer column of a flat input: a string, or a list of strings (several
+    /// references). [default: detected: answer, answers, label, ground_truth]
+    #[arg(long, value_name = "COLUMN")]
+    pub answer_column: Option<String>,
+    /// Read images given only by path (absolute ones included, as `datasets`' to_parquet
+    /// writes them) from under DIR instead of the dataset folder; paths leading out of DIR are
+    /// refused.
+    #[arg(long, value_name = "DIR")]
+    pub images_root: Option<PathBuf>,
+    /// Output folder. [default: ./verisample-out]
+    #[arg(long, value_name = "OUT")]
+    pub out: Option<PathBuf>,
+    /// Benchmark family used in split names (overrides the input's `family` column).
+    #[arg(long, value_name = "FAMILY")]
+    pub family: Option<String>,
+    /// Reasoning (thinking mode of the chat template). [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub think: Option<Switch>,
+    /// Judge pass over the verifier's rejects. [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub judge: Option<Switch>,
+    /// Also judge the first N verifier accepts and report the agreement (with `--judge off`
+    /// too: the judge then only measures, it rescues no reject). [default: 0]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub judge_calibrate: Option<usize>,
+    /// Refuse a judge CORRECT whose digit sequences differ from the reference. [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub number_guard: Option<Switch>,
+    /// String verifier of one family (`MyBench=exact`) or, without `FAMILY=`, of every family
+    /// that has none of its own; repeatable. Names: alnum, exact, mc_letter, numeric[:tol],
+    /// relaxed (numeric, ChartQA's 0.05), anls[:tau]. [default: alnum]
+    #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
+    #[serde(rename = "verifier")]
+    pub verifiers: Vec<String>,
+    /// Sample a repeated (image, question, reference) of one family once; `off` keeps the
+    /// repeats. [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub dedup: Option<Switch>,
+    /// cpu, cuda:N or metal. [default: cuda:0 / metal when built with it, else cpu]
+    #[arg(long, value_name = "DEVICE", value_parser = DeviceSpec::from_str)]
+    pub device: Option<DeviceSpec>,
+    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub dtype: Option<DTypeSpec>,
+    /// Generation budget per answer in tokens. [default: 2048]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_new_tokens: Option<usize>,
+    /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
+    /// eos_token_id; other settings that change greedy output are refused). [default: on]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub generation_config: Option<Switch>,
+    /// Repetition penalty of greedy decoding, answer and judge pass (transformers'
+    /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub repetition_penalty: Option<f64>,
+    /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
+    /// from the KV cache pool, at most 256]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_batch: Option<usize>,
+    /// Most tokens scheduled in one engine step. [default: 16384]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_batch_tokens: Option<usize>,
+    /// KV cache size in GiB. [default: chosen by the engine from free memory]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub kv_cache_gib: Option<f64>,
+    /// Most memory one vision-encoder pass may take, in GiB: a row whose image would need
+    /// more is refused (errors.jsonl, `image.bytes`, with the --max-pixels that would fit).
+    /// [default: half the memory free after the weights and the KV cache]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub vision_memory_gib: Option<f64>,
+    /// Fewest pixels an image is resized to, overriding the checkpoint's
+    /// preprocessor_config.json (transformers' `min_pixels`). [default: the checkpoint's]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub min_pixels: Option<usize>,
+    /// Most pixels an image is resized to, overriding the checkpoint's
+    /// preprocessor_config.json (transformers' `max_pixels`). [default: the checkpoint's]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_pixels: Option<usize>,
+    /// Process shard I of N (0-based I): input positions p with p % N == I.
+    #[arg(long, value_name = "I/N", value_parser = Shard::from_str)]
+    pub shard: Option<Shard>,
+    /// Take only the first N input rows (of this shard, with --shard), to try the whole job
+    /// on a few rows first; the rows after them are not decoded, generated or written. A
+    /// later run in the same --out without --limit (or with a larger one) resumes: it
+    /// generates only the rows not generated yet. [default: every row]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub limit: Option<usize>,
+    /// Progress on stderr: a bar, JSON lines or none; `-q` keeps only an explicit `jsonl`.
+    /// [default: bar on a terminal, else none]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub progress: Option<ProgressMode>,
+    /// Abort past N input errors; rerunning a finished run, past N new ones (those its
+    /// errors.jsonl lists do not count again). [default: unlimited]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_errors: Option<usize>,
+    /// Discard an existing journal and outputs in OUT instead of resuming.
+    #[arg(long)]
+    #[serde(skip)]
+    pub restart: bool,
+    /// Write into an existing non-empty OUT that holds no earlier verisample output: its
+    /// README.md, the split files in data/, run.json, errors.jsonl, cleaning.jsonl,
+    /// generations.jsonl, chart.svg, journal.bin and .verisample.lock are overwritten.
+    #[arg(long)]
+    #[serde(skip)]
+    pub force: bool,
+    /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// The CLI's global `-q`: no progress bar (an explicit `--progress jsonl` stays) and no
+    /// summary table (set by the caller from `-q`; neither a flag of `run` nor a file key).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub quiet: bool,
+}
+
+impl RunOptions {
+    /// These options (the command line) over `file`'s (the job file): every value given here
+    /// wins, every other comes from the file; the command-line-only ones (`restart`, `force`,
+    /// `config`, `quiet`) are these.
+    ///
+    /// Errors: none in practice (both sides are values of this type); a serialisation error
+    /// is reported as a config parse error of `file`.
+    pub fn over(&self, file: &RunOptions) -> Result<RunOptions, serde_json::Error> {
+        let mut merged = serde_json::to_value(file)?;
+        if let (Some(base), serde_json::Value::Object(top)) =
+            (merged.as_object_mut(), serde_json::to_value(self)?)
+        {
+            for (key, value) in top {
+                let given = !(value.is_null() || value.as_array().is_some_and(Vec::is_empty));
+                if given {
+                    base.insert(key, value);
+                }
+            }
+        }
+        Ok(RunOptions {
+            restart: self.restart,
+            force: self.force,
+            config: self.config.clone(),
+            quiet: self.quiet,
+            ..serde_json::from_value(merged)?
+        })
+    }
+
+    /// The options of the TOML job file at `path`: its keys as the long flags (kebab-case),
+    /// an unknown key an error (a typo is not silently ignored).
+    ///
+    /// Errors: [`SettingsError::ConfigRead`], [`SettingsError::ConfigParse`], and
+    /// [`SettingsError::Shard`] for a `shard` that is not `I/N` with `I < N`.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<RunOptions, SettingsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::ConfigRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parse = |message: String| SettingsError::ConfigParse {
+            path: path.to_path_buf(),
+            message,
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(|e| parse(e.to_string()))?;
+        // A bad shard is its own error, as on the command line.
+        if let Some(shard) = table.get("shard").and_then(toml::Value::as_str) {
+            Shard::from_str(shard)?;
+        }
+        table
+            .try_into()
+            .map_err(|e: toml::de::Error| parse(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, Command, Parser};
+
+    /// Every long flag of `run` is the key of the same name in the job file, but the
+    /// command-line-only ones: one declaration serves both. Catches: a flag added without
+    /// its file key (or named differently there).
+    #[test]
+    fn every_flag_is_a_file_key_of_the_same_name() {
+        let command = RunOptions::augment_args(Command::new("run"));
+        let flags: std::collections::BTreeSet<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .filter(|l| !["restart", "force", "config"].contains(&l.as_str()))
+            .collect();
+        let keys: std::collections::BTreeSet<String> =
+            match serde_json::to_value(RunOptions::default()).unwrap() {
+                serde_json::Value::Object(m) => m.keys().cloned().collect(),
+                other => panic!("{other}"),
+            };
+        assert_eq!(flags, keys);
+        assert!(flags.contains("max-new-tokens") && flags.contains("verifier"));
+    }
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: RunOptions,
+    }
+
+    /// Flags win over the file key by key; a list given on the command line replaces the
+    /// file's; the command-line-only settings come from the command line.
+    #[test]
+    fn flags_over_file() {
+        let flags = Cli::try_parse_from([
+            "x",
+            "--think",
+            "off",
+            "--verifier",
+            "A=exact",
+            "--restart",
+            "--limit",
+            "3",
+        ])
+        .unwrap()
+        .options;
+        let file: RunOptions = toml::from_str(
+            "think = true\nlimit = 9\nmax-new-tokens = 7\nverifier = [\"B=anls\"]\n",
+        )
+        .unwrap();
+        let merged = flags.over(&file).unwrap();
+        assert_eq!(merged.think, Some(Switch::Off));
+        assert_eq!(merged.limit, Some(3));
+        assert_eq!(merged.max_new_tokens, Some(7));
+        assert_eq!(merged.verifiers, ["A=exact"]);
+        assert!(merged.restart);
+        let bare = Cli::try_parse_from(["x"]).unwrap().options;
+        assert_eq!(bare.over(&file).unwrap().verifiers, ["B=anls"]);
+        assert_eq!(bare.over(&file).unwrap().think, Some(Switch::On));
+    }
+}
