@@ -3,6 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::moe::{MoeFamily, MoeFields};
 use super::rope::{RopeParameters, MROPE_TYPES};
 use super::{d_silu, ConfigError, LayerKind, TextSpec};
 
@@ -139,6 +140,33 @@ fn d_eps_qwen3() -> f64 {
     1e-6
 }
 
+/// Text config of Qwen3-VL-MoE (`Qwen3VLMoeTextConfig`): Qwen3-VL's fields plus the MoE ones.
+/// The dense fields take Qwen3-VL's defaults (the published MoE files state them all).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Qwen3VlMoeTextConfig {
+    /// The Qwen3-VL decoder fields.
+    #[serde(flatten)]
+    pub base: Qwen3VlTextConfig,
+    /// `num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `mlp_only_layers`,
+    /// `decoder_sparse_step`.
+    #[serde(flatten)]
+    pub moe: MoeFields,
+}
+
+pub(super) fn qwen3_vl_moe_text(
+    nested: Option<Qwen3VlMoeTextConfig>,
+    rest: &Map<String, Value>,
+    top_tie: Option<bool>,
+) -> Result<TextSpec, ConfigError> {
+    let t = match nested {
+        Some(t) => t,
+        None => serde_json::from_value(Value::Object(rest.clone()))?,
+    };
+    let mut spec = qwen3_text(Some(t.base), rest, top_tie)?;
+    spec.moe = Some(t.moe.resolve(MoeFamily::Qwen3VlMoe, spec.num_layers)?);
+    Ok(spec)
+}
+
 pub(super) fn qwen2_text(
     nested: Option<Qwen2VlTextConfig>,
     rest: &Map<String, Value>,
@@ -183,6 +211,7 @@ pub(super) fn qwen2_text(
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
         max_position_embeddings: t.max_position_embeddings,
+        moe: None,
     };
     check_heads(&spec)?;
     Ok(spec)
@@ -222,6 +251,7 @@ pub(super) fn qwen3_text(
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
         max_position_embeddings: t.max_position_embeddings,
+        moe: None,
     };
     check_heads(&spec)?;
     Ok(spec)
