@@ -122,12 +122,12 @@ def make_100m_qwen3_5(out_dir: str) -> None:
 
 
 def make_100m_qwen3_vl_moe(out_dir: str) -> None:
-    """A random Qwen3-VL-MoE of ~100 M parameters (12 layers, every MLP 8 experts of 384,
+    """A random Qwen3-VL-MoE of ~100 M parameters (16 layers, every MLP 8 experts of 384,
     top-2, 12 heads of 64 over 2 KV heads) with the qwen3_vl_moe fixture's tokenizer and
     processor; about a fifth of the decoder parameters are active per token."""
     cfg = copy_fixture_files(FIXTURE_QWEN3_VL_MOE, out_dir)
     cfg["text_config"].update(
-        hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=16, num_attention_heads=12,
         num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
         moe_intermediate_size=384, mlp_only_layers=[], decoder_sparse_step=1,
         rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [8, 12, 12],
@@ -140,7 +140,7 @@ def make_100m_qwen3_vl_moe(out_dir: str) -> None:
 
 def make_100m_qwen3_5_moe(out_dir: str) -> None:
     """A random Qwen3.5-MoE of ~100 M parameters: the ``qwen3_5_100m`` hybrid decoder with
-    every MLP 8 experts of 320, top-2, plus a shared expert of 320."""
+    every MLP 8 experts of 224, top-2, plus a shared expert of 224."""
     cfg = copy_fixture_files(FIXTURE_QWEN3_5_MOE, out_dir)
     cfg["text_config"].update(
         hidden_size=768, num_hidden_layers=14, num_attention_heads=8,
@@ -148,7 +148,7 @@ def make_100m_qwen3_5_moe(out_dir: str) -> None:
         layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
         linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
         linear_value_head_dim=64, linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=320, shared_expert_intermediate_size=320,
+        moe_intermediate_size=224, shared_expert_intermediate_size=224,
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
                          "mrope_interleaved": True, "partial_rotary_factor": 0.25},
     )
