@@ -102,22 +102,25 @@ def make_100m(out_dir: str) -> None:
     save_random(cfg, out_dir)
 
 
+# The hybrid decoder and vision tower of the ~100 M Qwen3.5 builds (dense and MoE).
+QWEN3_5_100M_TEXT = dict(
+    hidden_size=768, num_hidden_layers=14, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+    layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
+    linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+    linear_value_head_dim=64, linear_conv_kernel_dim=4,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
+                     "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+)
+QWEN3_5_100M_VISION = dict(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6, out_hidden_size=768)
+
+
 def make_100m_qwen3_5(out_dir: str) -> None:
     """A random Qwen3.5 of ~100 M parameters (14 layers: Gated DeltaNet with 4 key heads and 8
     value heads of 64, every 4th layer gated full attention with 8 heads of 128, a quarter of
     each rotated) with the qwen3_5 fixture's tokenizer and processor."""
     cfg = copy_fixture_files(FIXTURE_QWEN3_5, out_dir)
-    cfg["text_config"].update(
-        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=128,
-        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel_dim=4,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
-                         "mrope_interleaved": True, "partial_rotary_factor": 0.25},
-    )
-    cfg["vision_config"].update(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6,
-                                out_hidden_size=768)
+    cfg["text_config"].update(QWEN3_5_100M_TEXT, intermediate_size=2048)
+    cfg["vision_config"].update(QWEN3_5_100M_VISION)
     save_random(cfg, out_dir)
 
 
@@ -142,18 +145,9 @@ def make_100m_qwen3_5_moe(out_dir: str) -> None:
     """A random Qwen3.5-MoE of ~100 M parameters: the ``qwen3_5_100m`` hybrid decoder with
     every MLP 8 experts of 224, top-2, plus a shared expert of 224."""
     cfg = copy_fixture_files(FIXTURE_QWEN3_5_MOE, out_dir)
-    cfg["text_config"].update(
-        hidden_size=768, num_hidden_layers=14, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=128,
-        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=224, shared_expert_intermediate_size=224,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
-                         "mrope_interleaved": True, "partial_rotary_factor": 0.25},
-    )
-    cfg["vision_config"].update(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6,
-                                out_hidden_size=768)
+    cfg["text_config"].update(QWEN3_5_100M_TEXT, num_experts=8, num_experts_per_tok=2,
+                              moe_intermediate_size=224, shared_expert_intermediate_size=224)
+    cfg["vision_config"].update(QWEN3_5_100M_VISION)
     save_random(cfg, out_dir)
 
 

@@ -327,11 +327,24 @@ impl ModelConfig {
         let found = value
             .get("model_type")
             .and_then(Value::as_str)
-            .unwrap_or("<missing>");
-        if !SUPPORTED_MODEL_TYPES.contains(&found) {
-            return Err(ConfigError::Unsupported {
-                found: found.to_string(),
-            });
+            .unwrap_or("<missing>")
+            .to_string();
+        if !SUPPORTED_MODEL_TYPES.contains(&found.as_str()) {
+            return Err(ConfigError::Unsupported { found });
+        }
+        let defaults = moe::dense_defaults(&found);
+        if let Value::Object(top) = &mut value {
+            // The nested text config, or the top level of a flat file.
+            let text = if top.get("text_config").is_some_and(Value::is_object) {
+                top.get_mut("text_config").and_then(Value::as_object_mut)
+            } else {
+                Some(&mut *top)
+            };
+            if let Some(text) = text {
+                for (key, v) in defaults {
+                    text.entry(*key).or_insert(Value::from(*v));
+                }
+            }
         }
         if found == "qwen3_5" || found == "qwen3_5_moe" {
             if let Value::Object(top) = &mut value {

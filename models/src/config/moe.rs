@@ -41,6 +41,28 @@ pub(super) enum MoeFamily {
     Qwen35Moe,
 }
 
+/// Dense text fields whose transformers default differs between an MoE family and its dense
+/// one (`Qwen3VLMoeTextConfig` vs `Qwen3VLTextConfig`, `Qwen3_5MoeTextConfig` vs
+/// `Qwen3_5TextConfig`, transformers 5.24), by `model_type`: [`super::ModelConfig::from_json`]
+/// writes them into a text config that lacks them (transformers saves only the fields that
+/// differ from the class defaults), so the shared dense parsers see the MoE class's values.
+pub(super) fn dense_defaults(model_type: &str) -> &'static [(&'static str, u64)] {
+    match model_type {
+        "qwen3_vl_moe" => &[
+            ("hidden_size", 2048),
+            ("intermediate_size", 5632),
+            ("num_hidden_layers", 24),
+            ("num_attention_heads", 16),
+        ],
+        "qwen3_5_moe" => &[
+            ("hidden_size", 2048),
+            ("num_hidden_layers", 40),
+            ("num_key_value_heads", 2),
+        ],
+        _ => &[],
+    }
+}
+
 /// Resolved sparse-MoE block (transformers `*SparseMoeBlock`): softmax router in f32, top-k
 /// in `torch.topk`'s order, the k weights renormalised to sum to 1 (both families always
 /// renormalise in 5.24), experts `down(silu(gate(x)) · up(x))`, plus a shared expert scaled

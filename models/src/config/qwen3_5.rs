@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::moe::{MoeFamily, MoeFields};
 use super::rope::RopeParameters;
-use super::text::{check_heads, eos_ids, section};
+use super::text::{check_heads, eos_ids, nested_or_flat, section};
 use super::{d_silu, ConfigError, LayerKind, LinearAttentionSpec, TextSpec};
 
 /// Text config of Qwen3.5 (`Qwen3_5TextConfig`); defaults are transformers' own.
@@ -166,10 +166,7 @@ pub(super) fn qwen3_5_moe_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let mut spec = qwen3_5_text(Some(t.base), rest, top_tie)?;
     spec.moe = Some(t.moe.resolve(MoeFamily::Qwen35Moe, spec.num_layers)?);
     Ok(spec)
@@ -180,10 +177,7 @@ pub(super) fn qwen3_5_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let factor = match (rope.partial_rotary_factor, t.partial_rotary_factor) {
         (Some(a), Some(b)) if a != b => {

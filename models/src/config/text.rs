@@ -158,10 +158,7 @@ pub(super) fn qwen3_vl_moe_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let mut spec = qwen3_text(Some(t.base), rest, top_tie)?;
     spec.moe = Some(t.moe.resolve(MoeFamily::Qwen3VlMoe, spec.num_layers)?);
     Ok(spec)
@@ -172,10 +169,7 @@ pub(super) fn qwen2_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     // The flat layout keeps rope_theta at the top level and rope_scaling without it.
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let top_theta = rest.get("rope_theta").and_then(Value::as_f64);
@@ -222,10 +216,7 @@ pub(super) fn qwen3_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let spec = TextSpec {
         vocab_size: t.vocab_size,
@@ -255,6 +246,17 @@ pub(super) fn qwen3_text(
     };
     check_heads(&spec)?;
     Ok(spec)
+}
+
+/// The nested text config, or the flat layout's top-level fields read as one.
+pub(super) fn nested_or_flat<T: serde::de::DeserializeOwned>(
+    nested: Option<T>,
+    rest: &Map<String, Value>,
+) -> Result<T, ConfigError> {
+    match nested {
+        Some(t) => Ok(t),
+        None => Ok(serde_json::from_value(Value::Object(rest.clone()))?),
+    }
 }
 
 /// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE, summing to
