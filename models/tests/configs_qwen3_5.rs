@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use verisample_models::config::{
-    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, SUPPORTED_MODEL_TYPES,
+    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig,
 };
 
 fn read(name: &str) -> Value {
