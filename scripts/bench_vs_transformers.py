@@ -12,7 +12,9 @@ Model sizes: the tiny fixture checkpoint (models/tests/fixtures/qwen2_vl), a ~10
 parameter random Qwen2-VL built here from the fixture's tokenizer and processor (``100m``), and
 a ~100 M parameter random Qwen3.5 (``qwen3_5_100m``: 14 hybrid layers, every 4th gated full
 attention, the others Gated DeltaNet) built likewise from models/tests/fixtures/qwen3_5; both
-written to a temporary folder, never committed.
+written to a temporary folder, never committed; and ~100 M parameter random mixtures of experts
+of both MoE families (``qwen3_vl_moe_100m``, ``qwen3_5_moe_100m``: 8 experts, top-2) built from
+their fixtures.
 
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
@@ -35,8 +37,8 @@ same DIR reuses them), e.g. to profile one engine on the very checkpoint of the 
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
-        [--models tiny,100m,qwen3_5_100m,qwen2_5_vl_7b] [--json OUT.json] [--keep DIR]
-        [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
+        [--models tiny,100m,qwen3_5_100m,qwen3_vl_moe_100m,qwen3_5_moe_100m,qwen2_5_vl_7b]
+        [--json OUT.json] [--keep DIR] [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_vl")
 FIXTURE_QWEN3_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5")
 FIXTURE_QWEN2_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_5_vl")
+FIXTURE_QWEN3_VL_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_vl_moe")
+FIXTURE_QWEN3_5_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5_moe")
 QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."
@@ -124,23 +128,62 @@ def make_100m(out_dir: str) -> None:
     save_random(cfg, out_dir)
 
 
+# The hybrid decoder and vision tower of the ~100 M Qwen3.5 builds (dense and MoE).
+QWEN3_5_100M_TEXT = dict(
+    hidden_size=768, num_hidden_layers=14, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+    layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
+    linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+    linear_value_head_dim=64, linear_conv_kernel_dim=4,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
+                     "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+)
+QWEN3_5_100M_VISION = dict(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6, out_hidden_size=768)
+
+
 def make_100m_qwen3_5(out_dir: str) -> None:
     """A random Qwen3.5 of ~100 M parameters (14 layers: Gated DeltaNet with 4 key heads and 8
     value heads of 64, every 4th layer gated full attention with 8 heads of 128, a quarter of
     each rotated) with the qwen3_5 fixture's tokenizer and processor."""
     cfg = copy_fixture_files(FIXTURE_QWEN3_5, out_dir)
+    cfg["text_config"].update(QWEN3_5_100M_TEXT, intermediate_size=2048)
+    cfg["vision_config"].update(QWEN3_5_100M_VISION)
+    save_random(cfg, out_dir)
+
+
+def make_100m_qwen3_vl_moe(out_dir: str) -> None:
+    """A random Qwen3-VL-MoE of ~100 M parameters (16 layers, every MLP 8 experts of 384,
+    top-2, 12 heads of 64 over 2 KV heads) with the qwen3_vl_moe fixture's tokenizer and
+    processor; about a fifth of the decoder parameters are active per token."""
+    cfg = copy_fixture_files(FIXTURE_QWEN3_VL_MOE, out_dir)
     cfg["text_config"].update(
-        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=128,
-        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(14)],
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel_dim=4,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "mrope_section": [6, 5, 5],
-                         "mrope_interleaved": True, "partial_rotary_factor": 0.25},
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=16, num_attention_heads=12,
+        num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=384, mlp_only_layers=[], decoder_sparse_step=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [8, 12, 12],
+                         "mrope_interleaved": True},
     )
     cfg["vision_config"].update(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6,
-                                out_hidden_size=768)
+                                out_hidden_size=768, deepstack_visual_indexes=[1, 3])
     save_random(cfg, out_dir)
+
+
+def make_100m_qwen3_5_moe(out_dir: str) -> None:
+    """A random Qwen3.5-MoE of ~100 M parameters: the ``qwen3_5_100m`` hybrid decoder with
+    every MLP 8 experts of 224, top-2, plus a shared expert of 224."""
+    cfg = copy_fixture_files(FIXTURE_QWEN3_5_MOE, out_dir)
+    cfg["text_config"].update(QWEN3_5_100M_TEXT, num_experts=8, num_experts_per_tok=2,
+                              moe_intermediate_size=224, shared_expert_intermediate_size=224)
+    cfg["vision_config"].update(QWEN3_5_100M_VISION)
+    save_random(cfg, out_dir)
+
+
+BUILDERS = {
+    "100m": make_100m,
+    "qwen3_5_100m": make_100m_qwen3_5,
+    "qwen3_vl_moe_100m": make_100m_qwen3_vl_moe,
+    "qwen3_5_moe_100m": make_100m_qwen3_5_moe,
+    "qwen2_5_vl_7b": make_qwen2_5_vl_7b,
+}
 
 
 def decoder_layer_params(model_dir: str) -> tuple[int, int]:
@@ -363,11 +406,11 @@ def main() -> None:
     for name in args.models.split(","):
         if name == "tiny":
             models[name] = FIXTURE
-        elif name in ("100m", "qwen3_5_100m", "qwen2_5_vl_7b"):
+        elif name in BUILDERS:
             d = os.path.join(tmp, name)
             if not os.path.exists(os.path.join(d, "config.json")):
                 os.makedirs(d, exist_ok=True)
-                {"100m": make_100m, "qwen3_5_100m": make_100m_qwen3_5, "qwen2_5_vl_7b": make_qwen2_5_vl_7b}[name](d)
+                BUILDERS[name](d)
             models[name] = d
     # CPU: the f32 GEMM rate; GPU: the copy bandwidth (the decode roofline).
     gflops = gemm_gflops(args.threads) if not cuda else None

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the tiny Qwen-VL fixture checkpoints and golden outputs used by models/tests/.
 
-For each family (qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5) this writes, under
+For each family (qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5, and the mixture-of-experts
+qwen3_vl_moe and qwen3_5_moe) this writes, under
 ``models/tests/fixtures/<family>/``:
 
 * a tiny random checkpoint in the Hugging Face layout: ``config.json`` (the nested layout
@@ -22,7 +23,12 @@ processor), ``apply_chat_template(..., add_generation_prompt=True, enable_thinki
 ``processor(text=..., images=...)``, ``AutoModelForImageTextToText`` in f32 with eager
 attention, a manual greedy loop over the model with its KV cache.
 
-Usage:  python scripts/make_fixtures.py [--family qwen2_vl|qwen2_5_vl|qwen3_vl|qwen3_5|all]
+The MoE fixtures have 4 experts, top-2 routing and GQA; qwen3_vl_moe keeps one dense layer
+(``mlp_only_layers``), qwen3_5_moe has its shared expert with the sigmoid gate (every layer
+sparse, as the family defines). ``moe_intermediate_size`` is chosen so ``2 · moe_inter ≠
+hidden``: the expert tensors' orientation is then unambiguous from their shapes.
+
+Usage:  python scripts/make_fixtures.py [--family qwen2_vl|...|qwen3_5_moe|all]
         [--data /work/shared/data]
 """
 
@@ -44,13 +50,24 @@ import tiny_tokenizer  # noqa: E402
 REPO = os.path.dirname(HERE)
 IMAGES = ["a_car_007000.jpg", "a_car_007006.jpg", "a_car_007016.jpg", "a_car_007009.jpg"]
 N_GREEDY = 24
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe"]
+# Sparse MoE block of the two MoE fixtures (transformers `*SparseMoeBlock`).
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48}
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
 def family_config(family: str, vocab: int, ids: dict) -> dict:
     """Tiny config.json content of one family (nested transformers-5 layout)."""
+    if family == "qwen3_vl_moe":
+        cfg = family_config("qwen3_vl", vocab, ids)
+        cfg["text_config"].update(MOE, mlp_only_layers=[1], decoder_sparse_step=1)
+        return {**cfg, "model_type": "qwen3_vl_moe"}
+    if family == "qwen3_5_moe":
+        cfg = family_config("qwen3_5", vocab, ids)
+        cfg["text_config"].update(MOE, shared_expert_intermediate_size=40)
+        del cfg["text_config"]["intermediate_size"]
+        return {**cfg, "model_type": "qwen3_5_moe"}
     tok = {
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
@@ -124,7 +141,7 @@ def family_config(family: str, vocab: int, ids: dict) -> dict:
 
 def preprocessor_config(family: str) -> dict:
     """preprocessor_config.json: the published layout of each family, smaller pixel bounds."""
-    if family in ("qwen3_vl", "qwen3_5"):
+    if family in ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe"):
         return {
             "image_processor_type": "Qwen2VLImageProcessor",
             "processor_class": "Qwen3VLProcessor",
@@ -164,7 +181,8 @@ def randomize(model: torch.nn.Module, seed: int, zero_centred: bool = False) -> 
             elif p.ndim == 1:
                 p.copy_(0.05 * torch.randn(p.shape, generator=g))
             else:
-                fan_in = math.prod(p.shape[1:])
+                # An expert stack [experts, out, in] is `experts` linears of fan-in `in`.
+                fan_in = p.shape[-1] if p.ndim == 3 else math.prod(p.shape[1:])
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
 
 
@@ -189,9 +207,12 @@ def build(family: str, data: str) -> None:
     config._attn_implementation = "eager"
     model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager", dtype=torch.float32)
     # qwen3_5's seed is one whose greedy tokens hold no image/video pad (the tests feed decode
-    # steps no image embeddings) and whose greedy margins are all ≥ 0.007.
-    randomize(model, seed={"qwen2_vl": 1, "qwen2_5_vl": 2, "qwen3_vl": 3, "qwen3_5": 9}[family],
-              zero_centred=family == "qwen3_5")
+    # steps no image embeddings) and whose greedy margins are all ≥ 0.007; qwen3_5_moe's one
+    # whose greedy tokens on all 78 val images (scripts/make_qwen3_5_val_goldens.py) hold no
+    # image pad and no near-tie the engine's f32 noise flips (seeds 12-18 failed one or the other).
+    seeds = {"qwen2_vl": 1, "qwen2_5_vl": 2, "qwen3_vl": 3, "qwen3_5": 9, "qwen3_vl_moe": 11,
+             "qwen3_5_moe": 19}
+    randomize(model, seed=seeds[family], zero_centred=family in ("qwen3_5", "qwen3_5_moe"))
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     for extra in ("generation_config.json",):

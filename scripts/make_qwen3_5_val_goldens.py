@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""transformers' greedy `generate` of the tiny Qwen3.5 fixture on every OrandCar-A val image.
+"""transformers' greedy `generate` of a tiny fixture on every OrandCar-A val image.
 
-Writes ``tests/fixtures/qwen3_5_val/goldens.json``: the transformers / torch versions, the
+The fixture is ``models/tests/fixtures/<family>`` (``--family``: qwen3_5, the default, or the
+mixture-of-experts qwen3_vl_moe / qwen3_5_moe). Writes ``tests/fixtures/<family>_val/goldens.json``: the transformers / torch versions, the
 question, ``max_new_tokens``, and per val row of ``labels.jsonl`` (file order) its image path
 (relative to the shared data directory) and the generated token ids (prompt excluded; the run
 stops at ``<|im_end|>`` or ``<|endoftext|>``, kept as ``generate`` does: the end ids of the
 published Qwen ``generation_config.json`` files, and the engine's own stop set for a
 checkpoint without one).
 
-Reference path: the fixture ``models/tests/fixtures/qwen3_5`` (``scripts/make_fixtures.py``),
+Reference path: the fixture (``scripts/make_fixtures.py``),
 ``AutoProcessor.from_pretrained(dir, use_fast=False)`` (Pillow processor),
 ``apply_chat_template(..., add_generation_prompt=True, enable_thinking=True)``,
 ``AutoModelForImageTextToText`` in f32 with eager attention, ``generate(do_sample=False)``, one
 image at a time (no padding).
 
-Usage:  python scripts/make_qwen3_5_val_goldens.py [--data /work/shared/data]
+Usage:  python scripts/make_qwen3_5_val_goldens.py [--family qwen3_5|qwen3_vl_moe|qwen3_5_moe]
+        [--data /work/shared/data]
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ def main() -> int:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--family", default="qwen3_5", choices=["qwen3_5", "qwen3_vl_moe", "qwen3_5_moe"])
     ap.add_argument("--data", default=os.environ.get("VERISAMPLE_SHARED_DATA", "/work/shared/data"))
     args = ap.parse_args()
     torch.set_num_threads(1)
-    fixture = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5")
+    fixture = os.path.join(REPO, "models", "tests", "fixtures", args.family)
     model = AutoModelForImageTextToText.from_pretrained(
         fixture, dtype=torch.float32, attn_implementation="eager").eval()
     processor = AutoProcessor.from_pretrained(fixture, use_fast=False)
@@ -74,7 +77,7 @@ def main() -> int:
         "eos_token_ids": eos,
         "items": items,
     }
-    out_dir = os.path.join(REPO, "tests", "fixtures", "qwen3_5_val")
+    out_dir = os.path.join(REPO, "tests", "fixtures", f"{args.family}_val")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "goldens.json"), "w") as f:
         json.dump(meta, f, indent=1)

@@ -538,11 +538,33 @@ fn pixel_bounds_override_the_checkpoint_processor() {
 /// difference that changes a token, at either batch size.
 #[test]
 fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
+    val_images_match_transformers_generate("qwen3_5", 512);
+}
+
+/// The mixture-of-experts fixtures likewise (`tests/fixtures/<family>_val`), at `--max-batch
+/// 64` in a pool small enough to preempt. Catches: a token routed to other experts (or
+/// weighted differently) than transformers routes it, alone or among 63 other sequences,
+/// or after a preempted sequence is recomputed.
+#[test]
+fn qwen3_vl_moe_on_the_78_val_images_matches_transformers_generate() {
+    val_images_match_transformers_generate("qwen3_vl_moe", 160);
+}
+
+/// See [`qwen3_vl_moe_on_the_78_val_images_matches_transformers_generate`] (Qwen3.5-MoE:
+/// hybrid decoder, shared expert).
+#[test]
+fn qwen3_5_moe_on_the_78_val_images_matches_transformers_generate() {
+    val_images_match_transformers_generate("qwen3_5_moe", 160);
+}
+
+/// `family`'s fixture on the 78 val images equals its `<family>_val` goldens at `--max-batch`
+/// 1 (512 KV blocks) and 64 (`blocks_at_64`; below 512 it must preempt).
+fn val_images_match_transformers_generate(family: &str, blocks_at_64: usize) {
     let Some(data) = shared_data::require_shared_data() else {
         return;
     };
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_5_val/goldens.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/{family}_val/goldens.json"));
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(path).expect("goldens.json")).unwrap();
     assert_eq!(meta["question"], QUESTION);
@@ -575,18 +597,22 @@ fn qwen3_5_on_the_78_val_images_matches_transformers_generate() {
             ..Default::default()
         })
         .collect();
-    for max_batch in [1, 64] {
+    for (max_batch, blocks) in [(1, 512), (64, blocks_at_64)] {
         let cfg = EngineConfig {
-            kv_budget: KvBudget::Blocks(512),
+            kv_budget: KvBudget::Blocks(blocks),
             max_batch,
             max_new_tokens: max_new,
             ..Default::default()
         };
-        let got = tokens(&run(&mut load_family("qwen3_5", cfg), reqs.clone()));
+        let mut engine = load_family(family, cfg);
+        let got = tokens(&run(&mut engine, reqs.clone()));
+        if blocks < 512 {
+            assert!(engine.stats().preemptions > 0, "{:?}", engine.stats());
+        }
         let differ: Vec<&u64> = want.keys().filter(|k| got.get(k) != want.get(k)).collect();
         assert!(
             differ.is_empty(),
-            "max_batch {max_batch}: images {differ:?} differ, first: {:?} vs {:?}",
+            "{family} max_batch {max_batch}: images {differ:?} differ, first: {:?} vs {:?}",
             got.get(differ[0]),
             want.get(differ[0])
         );

@@ -248,6 +248,17 @@ impl Mlp {
         })
     }
 
+    /// A gated MLP from its fused `[gate | up]` projection (`2 · inner` outputs) and `down`
+    /// (an MoE expert whose weights come from a fused 3-D stack).
+    pub fn gated(up: Proj, down: Proj, inner: usize, act: Act) -> Self {
+        Self {
+            up,
+            down,
+            act,
+            gate: Some(inner),
+        }
+    }
+
     /// `[n, dim] → [n, dim]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.up.forward(x)?;

@@ -35,6 +35,7 @@ pub mod image_limits;
 pub mod layers;
 pub mod load;
 pub mod model;
+pub mod moe;
 pub mod processor;
 mod resample;
 pub mod rope_index;
@@ -46,8 +47,8 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{
-    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, TextSpec, VisionSpec,
-    SUPPORTED_MODEL_TYPES,
+    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, MoeSpec, TextSpec,
+    VisionSpec, SUPPORTED_MODEL_TYPES,
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};
 pub use image_limits::{ImageLimits, TooLarge};

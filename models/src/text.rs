@@ -2,8 +2,10 @@
 //! RMSNorm, interleaved M-RoPE) or Qwen3.5's hybrid decoder, over a flattened ragged batch,
 //! the paged KV cache and (Qwen3.5) the per-sequence recurrent state slots.
 //!
-//! Reference: transformers `Qwen2VLTextModel` / `Qwen3VLTextModel` / `Qwen3_5TextModel`. Every
-//! layer is `x + mixer(norm(x))` then `x + mlp(norm(x))`; the mixer is attention, or for
+//! Reference: transformers `Qwen2VLTextModel` / `Qwen3VLTextModel` / `Qwen3_5TextModel` (and
+//! their MoE variants `Qwen3VLMoeTextModel` / `Qwen3_5MoeTextModel`). Every layer is
+//! `x + mixer(norm(x))` then `x + mlp(norm(x))`, the MLP dense or, in the MoE families' sparse
+//! layers, a mixture of experts ([`crate::moe`]); the mixer is attention, or for
 //! Qwen3.5's `linear_attention` layers Gated DeltaNet ([`crate::gated_delta_net`]). Qwen3.5's
 //! attention is gated (`q_proj` yields query and gate per head; output × `sigmoid(gate)`) and
 //! rotates only the leading `rotary_dim` of each head; its norms are zero-centred
@@ -21,6 +23,7 @@ use crate::gated_delta_net::{reset_new_sequences, GatedDeltaNet};
 use crate::layers::{
     apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, MlpNames, Proj, RmsNorm,
 };
+use crate::moe::SparseMoe;
 
 /// Softmax attention over the paged KV cache (`self_attn.*`).
 struct Attention {
@@ -42,11 +45,19 @@ enum Mixer {
     DeltaNet(GatedDeltaNet),
 }
 
+/// A decoder layer's feed-forward block.
+enum FeedForward {
+    /// The dense gated MLP (`mlp.{gate,up,down}_proj`).
+    Dense(Mlp),
+    /// A sparse mixture of experts (`TextSpec::moe`, this layer among its sparse ones).
+    Sparse(SparseMoe),
+}
+
 struct Layer {
     input_norm: RmsNorm,
     post_norm: RmsNorm,
     mixer: Mixer,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 /// The input embedding `[vocab, hidden]`.
@@ -128,18 +139,24 @@ impl TextModel {
                             "layer {i} is linear attention but the config has no linear_* sizes"
                         ),
                     };
-                    Ok(Layer {
-                        input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
-                        post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
-                        mixer,
-                        mlp: Mlp::new(
+                    let mlp = match &spec.moe {
+                        Some(moe) if moe.sparse_layers.get(i) == Some(&true) => {
+                            FeedForward::Sparse(SparseMoe::new(moe, h, act, l.pp("mlp"))?)
+                        }
+                        _ => FeedForward::Dense(Mlp::new(
                             h,
                             spec.intermediate_size,
                             MlpNames::Gated,
                             false,
                             act,
                             l.pp("mlp"),
-                        )?,
+                        )?),
+                    };
+                    Ok(Layer {
+                        input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
+                        post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
+                        mixer,
+                        mlp,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -280,7 +297,12 @@ impl TextModel {
                 }
             };
             x = (x + mixed)?;
-            x = (&x + l.mlp.forward(&l.post_norm.forward(&x)?)?)?;
+            let normed = l.post_norm.forward(&x)?;
+            let ff = match &l.mlp {
+                FeedForward::Dense(m) => m.forward(&normed)?,
+                FeedForward::Sparse(m) => m.forward(&normed)?,
+            };
+            x = (&x + ff)?;
             if let Some((rows, feats)) = deepstack {
                 if let Some(f) = feats.get(i) {
                     x = x.index_add(rows, &f.to_dtype(x.dtype())?, 0)?;

@@ -80,3 +80,5 @@ family_tests!(qwen2_vl, "qwen2_vl");
 family_tests!(qwen2_5_vl, "qwen2_5_vl");
 family_tests!(qwen3_vl, "qwen3_vl");
 family_tests!(qwen3_5, "qwen3_5");
+family_tests!(qwen3_vl_moe, "qwen3_vl_moe");
+family_tests!(qwen3_5_moe, "qwen3_5_moe");

@@ -19,8 +19,9 @@ use crate::shard::Shard;
 pub struct RunOptions {
     /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
     /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
-    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL) or qwen3_5
-    /// (Qwen3.5/3.6). [default: assets/model]
+    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL), qwen3_5
+    /// (Qwen3.5/3.6), or the mixtures of experts qwen3_vl_moe (Qwen3-VL-30B-A3B, 235B-A22B)
+    /// and qwen3_5_moe (Qwen3.5 MoE). [default: assets/model]
     #[arg(long, value_name = "DIR_OR_ID")]
     pub model: Option<String>,
     /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in

@@ -17,6 +17,7 @@
 //! (`configuration_qwen2_vl.py`, `configuration_qwen2_5_vl.py`, `configuration_qwen3_vl.py`,
 //! `configuration_qwen3_5.py`).
 
+mod moe;
 mod qwen3_5;
 mod rope;
 mod text;
@@ -25,14 +26,17 @@ mod vision;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-pub use qwen3_5::{Qwen35TextConfig, DEFAULT_MROPE_SECTION, DEFAULT_PARTIAL_ROTARY_FACTOR};
+pub use moe::{MoeFields, MoeSpec};
+pub use qwen3_5::{
+    Qwen35MoeTextConfig, Qwen35TextConfig, DEFAULT_MROPE_SECTION, DEFAULT_PARTIAL_ROTARY_FACTOR,
+};
 pub use rope::RopeParameters;
-pub use text::{Qwen2VlTextConfig, Qwen3VlTextConfig};
+pub use text::{Qwen2VlTextConfig, Qwen3VlMoeTextConfig, Qwen3VlTextConfig};
 pub use vision::{Qwen25VlVisionConfig, Qwen2VlVisionConfig, Qwen3VlVisionConfig};
 
-use qwen3_5::{qwen3_5_text, TOKEN_ID_DEFAULTS};
+use qwen3_5::{qwen3_5_moe_text, qwen3_5_text, TOKEN_ID_DEFAULTS};
 use rope::normalize;
-use text::{qwen2_text, qwen3_text};
+use text::{qwen2_text, qwen3_text, qwen3_vl_moe_text};
 
 /// Errors reading a config file.
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +55,20 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The `model_type` values this crate implements (the MoE variants `qwen3_vl_moe` and
-/// `qwen3_5_moe` are not among them).
-pub const SUPPORTED_MODEL_TYPES: [&str; 4] = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"];
+/// The `model_type` values this crate implements.
+pub const SUPPORTED_MODEL_TYPES: [&str; 6] = [
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_vl_moe",
+    "qwen3_5_moe",
+];
 
 /// Model architecture (the `model_type` of `config.json`), the switch every architectural
-/// difference hangs on.
+/// difference hangs on. The mixture-of-experts variants share their dense family's
+/// architecture (`qwen3_vl_moe` is [`Self::Qwen3Vl`], `qwen3_5_moe` [`Self::Qwen35`]): their
+/// vision tower and attention are the same; the sparse MLP is [`TextSpec::moe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     /// Qwen2-VL: LayerNorm + QuickGELU vision blocks, full attention, Qwen2 decoder.
@@ -201,6 +213,12 @@ pub enum ModelConfig {
     /// `qwen3_5` (the vision config is Qwen3-VL's; DeepStack is dropped in [`Self::vision`]).
     #[serde(rename = "qwen3_5")]
     Qwen35(ArchitectureConfig<Qwen35TextConfig, Qwen3VlVisionConfig>),
+    /// `qwen3_vl_moe`: Qwen3-VL with sparse MoE decoder layers.
+    #[serde(rename = "qwen3_vl_moe")]
+    Qwen3VlMoe(ArchitectureConfig<Qwen3VlMoeTextConfig, Qwen3VlVisionConfig>),
+    /// `qwen3_5_moe`: Qwen3.5 with sparse MoE decoder layers (shared expert).
+    #[serde(rename = "qwen3_5_moe")]
+    Qwen35Moe(ArchitectureConfig<Qwen35MoeTextConfig, Qwen3VlVisionConfig>),
 }
 
 /// Resolved decoder switches and sizes.
@@ -254,6 +272,9 @@ pub struct TextSpec {
     pub eos_token_ids: Vec<u32>,
     /// The model's context in tokens (`max_position_embeddings`), when the config gives it.
     pub max_position_embeddings: Option<usize>,
+    /// Sparse mixture-of-experts blocks (Qwen3-VL-MoE, Qwen3.5-MoE): which layers route
+    /// their tokens to experts instead of the dense MLP; `None` for the dense families.
+    pub moe: Option<MoeSpec>,
 }
 
 /// Resolved vision-tower switches and sizes.
@@ -306,13 +327,26 @@ impl ModelConfig {
         let found = value
             .get("model_type")
             .and_then(Value::as_str)
-            .unwrap_or("<missing>");
-        if !SUPPORTED_MODEL_TYPES.contains(&found) {
-            return Err(ConfigError::Unsupported {
-                found: found.to_string(),
-            });
+            .unwrap_or("<missing>")
+            .to_string();
+        if !SUPPORTED_MODEL_TYPES.contains(&found.as_str()) {
+            return Err(ConfigError::Unsupported { found });
         }
-        if found == "qwen3_5" {
+        let defaults = moe::dense_defaults(&found);
+        if let Value::Object(top) = &mut value {
+            // The nested text config, or the top level of a flat file.
+            let text = if top.get("text_config").is_some_and(Value::is_object) {
+                top.get_mut("text_config").and_then(Value::as_object_mut)
+            } else {
+                Some(&mut *top)
+            };
+            if let Some(text) = text {
+                for (key, v) in defaults {
+                    text.entry(*key).or_insert(Value::from(*v));
+                }
+            }
+        }
+        if found == "qwen3_5" || found == "qwen3_5_moe" {
             if let Value::Object(top) = &mut value {
                 for (key, id) in TOKEN_ID_DEFAULTS {
                     top.entry(key).or_insert(Value::from(id));
@@ -327,8 +361,8 @@ impl ModelConfig {
         match self {
             Self::Qwen2Vl(_) => Architecture::Qwen2Vl,
             Self::Qwen25Vl(_) => Architecture::Qwen25Vl,
-            Self::Qwen3Vl(_) => Architecture::Qwen3Vl,
-            Self::Qwen35(_) => Architecture::Qwen35,
+            Self::Qwen3Vl(_) | Self::Qwen3VlMoe(_) => Architecture::Qwen3Vl,
+            Self::Qwen35(_) | Self::Qwen35Moe(_) => Architecture::Qwen35,
         }
     }
 
@@ -339,6 +373,8 @@ impl ModelConfig {
             Self::Qwen25Vl(c) => &c.token_ids,
             Self::Qwen3Vl(c) => &c.token_ids,
             Self::Qwen35(c) => &c.token_ids,
+            Self::Qwen3VlMoe(c) => &c.token_ids,
+            Self::Qwen35Moe(c) => &c.token_ids,
         }
     }
 
@@ -353,6 +389,12 @@ impl ModelConfig {
             Self::Qwen25Vl(c) => qwen2_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
             Self::Qwen3Vl(c) => qwen3_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
             Self::Qwen35(c) => qwen3_5_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings),
+            Self::Qwen3VlMoe(c) => {
+                qwen3_vl_moe_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings)
+            }
+            Self::Qwen35Moe(c) => {
+                qwen3_5_moe_text(c.text_config.clone(), &c.rest, c.tie_word_embeddings)
+            }
         }
     }
 
@@ -362,10 +404,12 @@ impl ModelConfig {
             Self::Qwen2Vl(c) => c.vision_config.spec(),
             Self::Qwen25Vl(c) => c.vision_config.spec(),
             Self::Qwen3Vl(c) => c.vision_config.spec(),
-            Self::Qwen35(c) => VisionSpec {
+            Self::Qwen3VlMoe(c) => c.vision_config.spec(),
+            Self::Qwen35(ArchitectureConfig { vision_config, .. })
+            | Self::Qwen35Moe(ArchitectureConfig { vision_config, .. }) => VisionSpec {
                 architecture: Architecture::Qwen35,
                 deepstack_visual_indexes: Vec::new(),
-                ..c.vision_config.spec()
+                ..vision_config.spec()
             },
         }
     }

@@ -6,8 +6,9 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::moe::{MoeFamily, MoeFields};
 use super::rope::RopeParameters;
-use super::text::{check_heads, eos_ids, section};
+use super::text::{check_heads, eos_ids, nested_or_flat, section};
 use super::{d_silu, ConfigError, LayerKind, LinearAttentionSpec, TextSpec};
 
 /// Text config of Qwen3.5 (`Qwen3_5TextConfig`); defaults are transformers' own.
@@ -147,15 +148,36 @@ pub(super) const TOKEN_ID_DEFAULTS: [(&str, u32); 4] = [
 ];
 
 /// Resolves a Qwen3.5 text config (nested `text_config`, or the flat top level `rest`).
+/// Text config of Qwen3.5-MoE (`Qwen3_5MoeTextConfig`): Qwen3.5's fields plus the MoE ones
+/// (`intermediate_size` is unused: every layer is sparse).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Qwen35MoeTextConfig {
+    /// The Qwen3.5 decoder fields.
+    #[serde(flatten)]
+    pub base: Qwen35TextConfig,
+    /// `num_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+    /// `shared_expert_intermediate_size`.
+    #[serde(flatten)]
+    pub moe: MoeFields,
+}
+
+pub(super) fn qwen3_5_moe_text(
+    nested: Option<Qwen35MoeTextConfig>,
+    rest: &Map<String, Value>,
+    top_tie: Option<bool>,
+) -> Result<TextSpec, ConfigError> {
+    let t = nested_or_flat(nested, rest)?;
+    let mut spec = qwen3_5_text(Some(t.base), rest, top_tie)?;
+    spec.moe = Some(t.moe.resolve(MoeFamily::Qwen35Moe, spec.num_layers)?);
+    Ok(spec)
+}
+
 pub(super) fn qwen3_5_text(
     nested: Option<Qwen35TextConfig>,
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let factor = match (rope.partial_rotary_factor, t.partial_rotary_factor) {
         (Some(a), Some(b)) if a != b => {
@@ -232,6 +254,7 @@ pub(super) fn qwen3_5_text(
         max_position_embeddings: Some(t.max_position_embeddings),
         layer_types,
         linear_attention: Some(linear),
+        moe: None,
     };
     check_heads(&spec)?;
     Ok(spec)

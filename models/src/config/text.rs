@@ -3,6 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::moe::{MoeFamily, MoeFields};
 use super::rope::{RopeParameters, MROPE_TYPES};
 use super::{d_silu, ConfigError, LayerKind, TextSpec};
 
@@ -139,15 +140,36 @@ fn d_eps_qwen3() -> f64 {
     1e-6
 }
 
+/// Text config of Qwen3-VL-MoE (`Qwen3VLMoeTextConfig`): Qwen3-VL's fields plus the MoE ones.
+/// The dense fields take Qwen3-VL's defaults (the published MoE files state them all).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Qwen3VlMoeTextConfig {
+    /// The Qwen3-VL decoder fields.
+    #[serde(flatten)]
+    pub base: Qwen3VlTextConfig,
+    /// `num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `mlp_only_layers`,
+    /// `decoder_sparse_step`.
+    #[serde(flatten)]
+    pub moe: MoeFields,
+}
+
+pub(super) fn qwen3_vl_moe_text(
+    nested: Option<Qwen3VlMoeTextConfig>,
+    rest: &Map<String, Value>,
+    top_tie: Option<bool>,
+) -> Result<TextSpec, ConfigError> {
+    let t = nested_or_flat(nested, rest)?;
+    let mut spec = qwen3_text(Some(t.base), rest, top_tie)?;
+    spec.moe = Some(t.moe.resolve(MoeFamily::Qwen3VlMoe, spec.num_layers)?);
+    Ok(spec)
+}
+
 pub(super) fn qwen2_text(
     nested: Option<Qwen2VlTextConfig>,
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     // The flat layout keeps rope_theta at the top level and rope_scaling without it.
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let top_theta = rest.get("rope_theta").and_then(Value::as_f64);
@@ -183,6 +205,7 @@ pub(super) fn qwen2_text(
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
         max_position_embeddings: t.max_position_embeddings,
+        moe: None,
     };
     check_heads(&spec)?;
     Ok(spec)
@@ -193,10 +216,7 @@ pub(super) fn qwen3_text(
     rest: &Map<String, Value>,
     top_tie: Option<bool>,
 ) -> Result<TextSpec, ConfigError> {
-    let t = match nested {
-        Some(t) => t,
-        None => serde_json::from_value(Value::Object(rest.clone()))?,
-    };
+    let t = nested_or_flat(nested, rest)?;
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let spec = TextSpec {
         vocab_size: t.vocab_size,
@@ -222,9 +242,21 @@ pub(super) fn qwen3_text(
         hidden_act: t.hidden_act,
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
         max_position_embeddings: t.max_position_embeddings,
+        moe: None,
     };
     check_heads(&spec)?;
     Ok(spec)
+}
+
+/// The nested text config, or the flat layout's top-level fields read as one.
+pub(super) fn nested_or_flat<T: serde::de::DeserializeOwned>(
+    nested: Option<T>,
+    rest: &Map<String, Value>,
+) -> Result<T, ConfigError> {
+    match nested {
+        Some(t) => Ok(t),
+        None => Ok(serde_json::from_value(Value::Object(rest.clone()))?),
+    }
 }
 
 /// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE, summing to
