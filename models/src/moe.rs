@@ -110,15 +110,24 @@ impl SparseMoe {
                 rows[e].1.push(v / sum);
             }
         }
+        // Every expert's tokens and weights in one upload each (on a GPU: two host→device
+        // copies per layer, not two per active expert); each expert reads its run of them.
         let dev = x.device();
+        let all_tokens: Vec<u32> = rows.iter().flat_map(|r| r.0.iter().copied()).collect();
+        let all_weights: Vec<f32> = rows.iter().flat_map(|r| r.1.iter().copied()).collect();
+        let count = all_tokens.len();
+        let all_tokens = Tensor::from_vec(all_tokens, count, dev)?;
+        let all_weights = Tensor::from_vec(all_weights, (count, 1), dev)?.to_dtype(x.dtype())?;
         let mut out = x.zeros_like()?;
-        for (expert, (tokens, weights)) in self.experts.iter().zip(&rows) {
-            if tokens.is_empty() {
+        let mut start = 0;
+        for (expert, (tokens, _)) in self.experts.iter().zip(&rows) {
+            let len = tokens.len();
+            if len == 0 {
                 continue;
             }
-            let idx = Tensor::new(tokens.as_slice(), dev)?;
-            let w =
-                Tensor::from_vec(weights.clone(), (tokens.len(), 1), dev)?.to_dtype(x.dtype())?;
+            let idx = all_tokens.narrow(0, start, len)?;
+            let w = all_weights.narrow(0, start, len)?;
+            start += len;
             let y = expert
                 .forward(&x.index_select(&idx, 0)?)?
                 .broadcast_mul(&w)?;
