@@ -5,16 +5,15 @@
 //! through `HF_HUB_CACHE`. The parquet file is the bundled sample (`assets/sample/data`), so
 //! no shared data is needed.
 
+mod shared_data;
+use shared_data::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use verisample::settings::sha256_file;
 
 const REV: &str = "89abcdef0123456789abcdef0123456789abcdef";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn sample() -> PathBuf {
     repo().join("assets/sample/data/train-00000-of-00001.parquet")

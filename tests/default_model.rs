@@ -14,7 +14,7 @@
 //! checkpoint they must be regenerated (the tests say so).
 
 mod shared_data;
-use shared_data::require_shared_data;
+use shared_data::{repo, require_shared_data};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,10 +41,6 @@ const JUDGE_TARGET: f64 = 0.95;
 /// forward-pass bug shows up as lost accuracy.
 const VAL_FLOOR: f64 = 0.25;
 const REGENERATE: &str = "python scripts/make_default_reference.py";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn fixture_dir() -> PathBuf {
     repo().join("tests/fixtures/default_model")

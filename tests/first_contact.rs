@@ -2,14 +2,13 @@
 //! bundled tiny model and the bundled sample — output folders that never lose a user's
 //! files, refusals that say what to do in one sentence, and the summary on stdout.
 
+mod shared_data;
+use shared_data::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_verisample");
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// `verisample run` of the bundled model on the bundled sample into `out`, with `extra` flags.
 fn run(out: &Path, extra: &[&str]) -> Output {

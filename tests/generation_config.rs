@@ -9,8 +9,11 @@
 //! requires our engine's tokens to be identical for every image at `--max-batch 1` and `64`;
 //! with `--generation-config off` they must equal transformers' tokens without the settings.
 
+mod shared_data;
+use shared_data::repo;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
@@ -20,10 +23,6 @@ use verisample::engine::vl::load_engine;
 use verisample::engine::{EngineConfig, EngineStats, ImageInput, KvBudget, Request};
 
 const REGENERATE: &str = "python scripts/make_generation_fixtures.py";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 #[derive(Debug, Deserialize)]
 struct Meta {

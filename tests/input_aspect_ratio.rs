@@ -5,13 +5,7 @@
 
 mod dataset_util;
 
-use std::path::PathBuf;
-
-use dataset_util::{bin, png, write_input, InputSpec};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use dataset_util::{bin, png, repo, write_input, InputSpec};
 
 #[test]
 fn an_image_with_an_aspect_ratio_over_200_is_an_image_error() {

@@ -14,14 +14,14 @@
 mod dataset_util;
 mod pipeline_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray};
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields};
-use dataset_util::{bin, png, write_input, InputSpec};
+use dataset_util::{bin, png, repo, write_input, InputSpec};
 use verisample::dataset::reader::InputReader;
 use verisample::pipeline::{
     prepare, run, Backends, ParquetSink, ParquetSource, PipelineError, RunControl,
@@ -77,10 +77,6 @@ fn write(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn verisample_run(data: &Path, out: &Path) -> Output {

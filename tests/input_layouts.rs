@@ -10,11 +10,11 @@
 //! `<repo>/../shared/data`); without it prints "skipped: …" (and fails under CI, see
 //! tests/shared_data).
 
-mod shared_data;
-use shared_data::{require_shared_data, skip};
+mod dataset_util;
+use dataset_util::{bin, check, repo, require_shared_data, skip};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, ListBuilder, RecordBatch, StringArray, StringBuilder};
@@ -27,25 +27,6 @@ use verisample::record::{AcceptedQa, ImageRef, InputRow, OutputRow, RejectedQa, 
 /// Images taken from the `val` split: enough for accepted and rejected rows with the
 /// bundled model, few enough for a quick run.
 const N: usize = 6;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_verisample"))
-}
-
-fn check(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// One real image with its label.
 struct Sample {

@@ -10,6 +10,7 @@
 //! documented test hook `VERISAMPLE_TEST_KILL_AT=<stage>:<n>[:torn]` (src/pipeline/control.rs).
 
 mod shared_data;
+use shared_data::repo;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -22,10 +23,6 @@ use std::process::{Command, Output, Stdio};
 /// card `README.md` (they show throughput over time) and `journal.bin` (the run's history,
 /// kills and resumes included) for presence. Every other file is compared byte for byte.
 const VOLATILE: [&str; 4] = ["run.json", "chart.svg", "README.md", "journal.bin"];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The binary and assets; panics when any is missing. Catches: a binary whose `run` lost a
 /// flag (or is not built) turning every test here into a no-op that passes.

@@ -6,9 +6,7 @@
 //! `tests/fixtures/default_model/val_reference.jsonl`).
 
 mod shared_data;
-use shared_data::require_shared_data;
-
-use std::path::PathBuf;
+use shared_data::{repo, require_shared_data};
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
@@ -16,10 +14,6 @@ use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::VlInputs;
 use verisample::engine::{Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
 use verisample_models::{AttentionPath, ImageProcessor, VlModel};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 #[derive(Deserialize)]
 struct ValRef {

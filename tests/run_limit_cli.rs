@@ -5,6 +5,9 @@
 //! none, and `--limit 0` is refused.
 //! The pipeline's properties (prefix equality, shards, duplicates, merge): tests/run_limit.rs.
 
+mod shared_data;
+use shared_data::repo;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -14,10 +17,6 @@ use verisample::dataset::writer::{read_split, split_files};
 use verisample::record::{AcceptedQa, RejectedQa};
 
 const BIN: &str = env!("CARGO_BIN_EXE_verisample");
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn sample() -> PathBuf {
     repo().join("assets/sample/data")

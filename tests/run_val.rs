@@ -8,12 +8,11 @@
 //! `<repo>/../shared/data`); without it prints "skipped: …"
 //! (and fails under CI, see tests/shared_data).
 
-mod shared_data;
-use shared_data::require_shared_data;
+mod dataset_util;
+use dataset_util::{bin, check, repo, require_shared_data};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::time::Instant;
 
 use verisample::dataset::reader::InputReader;
@@ -31,25 +30,6 @@ const MAX_NEW_TOKENS: &str = "64";
 const THINK: &str = "OrandCar_RS_think";
 const NOTHINK: &str = "OrandCar_RS_nothink";
 const REJECTED: &str = "OrandCar_rejected";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_verisample"))
-}
-
-fn check(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn accepted(out: &Path, split: &str) -> Vec<OutputRow<AcceptedQa>> {
     split_files(out, split)

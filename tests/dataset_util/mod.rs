@@ -6,13 +6,26 @@ use std::io::Cursor;
 #[path = "../shared_data/mod.rs"]
 mod shared_data;
 #[allow(unused_imports)] // not every dataset_* test needs the real data
-pub use shared_data::{require_shared_data, skip};
+pub use shared_data::{repo, require_shared_data, skip};
 use verisample::dataset::writer::sha256_hex;
 use verisample::record::{AcceptedQa, ImageRef, OutputRow, RejectedQa};
 
 /// The built `verisample` binary.
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_verisample"))
+}
+
+/// `out` of a command that must have succeeded (`what` names it), else a panic with its
+/// status and both streams.
+pub fn check(out: std::process::Output, what: &str) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// A small PNG whose pixels depend on `seed` (so different seeds give different bytes).

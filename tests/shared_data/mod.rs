@@ -11,9 +11,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+/// The folder of the crate under test (`CARGO_MANIFEST_DIR`): the repository root for the
+/// integration tests of the `verisample` crate.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The shared data folder holding `orand-car-a/labels.jsonl`, if any.
 pub fn shared_data() -> Option<PathBuf> {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let repo = repo();
     let candidates = [
         std::env::var_os("VERISAMPLE_SHARED_DATA").map(PathBuf::from),
         Some(repo.join("../../shared/data")),
