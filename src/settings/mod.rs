@@ -26,6 +26,7 @@ mod device;
 mod fingerprint;
 mod model;
 mod options;
+pub mod prepare;
 pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
@@ -278,6 +279,9 @@ pub enum SettingsError {
         "--device {0}: this binary was built without {1} support (rebuild with --features {1})"
     )]
     DeviceNotBuilt(DeviceSpec, &'static str),
+    /// An invalid `prepare` argument, named in the message.
+    #[error("{0}")]
+    Prepare(String),
 }
 
 /// Resolve `p` against `base` unless absolute; a leading `~/` is the home folder (the shell
