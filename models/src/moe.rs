@@ -244,3 +244,80 @@ pub fn topk_torch_order(values: &[f32], k: usize) -> Vec<usize> {
     insertion_sort(&mut q[..nth]);
     q[..k].iter().map(|p| p.1).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use candle_nn::Linear;
+
+    /// A block of `e` experts of `inner` over `hidden`, top-2, with a shared expert, from the
+    /// same weights twice: packed CPU projections (what the CPU runs) and candle's `Linear`
+    /// (the portable projections other devices run, through the same routing code).
+    fn blocks(hidden: usize, inner: usize, e: usize) -> (SparseMoe, SparseMoe) {
+        let dev = Device::Cpu;
+        let mut seed = 0;
+        let mut w = |rows: usize, cols: usize| {
+            seed += 1;
+            Tensor::from_vec(
+                verisample_kernels::lcg_uniform(seed, rows * cols, 0.3),
+                (rows, cols),
+                &dev,
+            )
+            .unwrap()
+        };
+        let router = w(e, hidden);
+        let experts: Vec<(Tensor, Tensor)> = (0..e)
+            .map(|_| (w(2 * inner, hidden), w(hidden, inner)))
+            .collect();
+        let shared = (w(2 * inner, hidden), w(hidden, inner), w(1, hidden));
+        let build = |portable: bool| {
+            let proj = |t: &Tensor| {
+                if portable {
+                    Proj::Portable(Linear::new(t.clone(), None))
+                } else {
+                    Proj::from_parts(vec![(t.clone(), None)]).unwrap()
+                }
+            };
+            SparseMoe {
+                router: proj(&router),
+                experts: experts
+                    .iter()
+                    .map(|(up, down)| Mlp::gated(proj(up), proj(down), inner, Act::Silu))
+                    .collect(),
+                shared: Some((
+                    Mlp::gated(proj(&shared.0), proj(&shared.1), inner, Act::Silu),
+                    proj(&shared.2),
+                )),
+                top_k: 2,
+            }
+        };
+        (build(false), build(true))
+    }
+
+    /// The portable (candle-op) expert path equals the packed CPU one, and a token's output
+    /// on the CPU path is bitwise the same alone as inside a batch (tokens gathered per expert
+    /// onto batch-invariant linears). Catches: tokens scattered back to the wrong rows, a
+    /// routing weight applied to another token, an expert's run of the uploaded indices
+    /// misaligned.
+    #[test]
+    fn portable_experts_equal_the_packed_ones_and_tokens_are_batch_invariant() {
+        let (hidden, inner, e, n) = (32, 24, 6, 40);
+        let (packed, portable) = blocks(hidden, inner, e);
+        let x = Tensor::from_vec(
+            verisample_kernels::lcg_uniform(99, n * hidden, 1.0),
+            (n, hidden),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let flat = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let a = flat(packed.forward(&x).unwrap());
+        let b = flat(portable.forward(&x).unwrap());
+        let d = verisample_kernels::max_abs_diff(&a, &b);
+        assert!(d <= 1e-5, "portable vs packed experts: max |Δ| {d}");
+        for t in [0, 7, n - 1] {
+            let alone = flat(packed.forward(&x.narrow(0, t, 1).unwrap()).unwrap());
+            assert_eq!(alone, a[t * hidden..(t + 1) * hidden], "token {t}");
+        }
+    }
+}
