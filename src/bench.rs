@@ -189,6 +189,7 @@ pub fn run<M: EngineModel, P: InputProcessor>(
             source,
         })?;
         requests.push(Request {
+            enable_thinking: Some(true),
             id: i as u64,
             system: None,
             image: Some(ImageInput::new(bytes)),

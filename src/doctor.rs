@@ -614,6 +614,7 @@ fn sample_requests(opts: &DoctorOptions) -> Result<Vec<Request>, DoctorError> {
         let bytes = row.image.bytes.clone().unwrap_or_default();
         for qa in &row.qa {
             requests.push(Request {
+                enable_thinking: Some(true),
                 id: requests.len() as u64,
                 system: None,
                 image: Some(ImageInput::new(bytes.clone())),
@@ -647,8 +648,8 @@ fn generate(
     model.set_attention_path(path);
     let images = ImageProcessor::from_dir(&opts.model).map_err(|e| load(&e))?;
     let generation = GenerationConfig::resolve(&opts.model, true, None).map_err(|e| load(&e))?;
-    let inputs = VlInputs::from_dir(&opts.model, &model, images, Some(true), &generation)
-        .map_err(|e| load(&e))?;
+    let inputs =
+        VlInputs::from_dir(&opts.model, &model, images, &generation).map_err(|e| load(&e))?;
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(512),
         max_batch: 16,

@@ -15,10 +15,12 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{read_records, JournalError};
+use crate::pipeline::job::run_parquet;
 use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE};
 use crate::pipeline::{
-    describe_changes, fold_generated, import_results, prepare, BackendError, GenRequest, GenResult,
-    Generator, JournalEntry, PipelineError, Prepared, RunReport, STATUS_COMPLETE, STATUS_WRITING,
+    describe_changes, fold_generated, import_results, install_ctrlc, prepare, BackendError,
+    GenRequest, GenResult, Generator, JournalEntry, PipelineError, Prepared, RunControl, RunReport,
+    STATUS_COMPLETE, STATUS_WRITING,
 };
 use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
@@ -349,6 +351,24 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
         engine_version: first.engine_version.clone(),
         refused_images,
     })
+}
+
+/// Merge the shards `args` names into `args.out`: check them, build the merged journal, and
+/// run the unsharded pipeline with [`JournalOnly`] in place of the engine. Returns the merged
+/// run's report and its settings.
+///
+/// Errors: [`MergeError`] from the checks; the Ctrl-C handler; [`PipelineError`] from the run.
+pub fn run_merge(args: &MergeOptions) -> anyhow::Result<(RunReport, Settings)> {
+    use anyhow::Context as _;
+    let plan = prepare_merge(args)?;
+    let control = RunControl::from_env();
+    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
+    let mut generator = JournalOnly {
+        engine_version: plan.engine_version,
+        refused_images: plan.refused_images,
+    };
+    let report = run_parquet(plan.prepared, &plan.settings, &mut generator, &control)?;
+    Ok((report, plan.settings))
 }
 
 /// The engine stand-in of a merge: every generation must come from the shard journals, so

@@ -24,6 +24,7 @@ use candle_core::{DType, Device};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use verisample::dataset::reader::InputReader;
+use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::{load_engine, VlInputs};
 use verisample::engine::{
     Completion, Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request,
@@ -142,7 +143,7 @@ fn engine() -> Engine<VlModel, VlInputs> {
         DType::F32,
         &Device::Cpu,
         cfg,
-        Some(true),
+        &GenerationConfig::resolve(&model_dir(), true, None).expect("generation_config.json"),
         Default::default(),
     )
     .expect("load assets/model")
@@ -255,6 +256,7 @@ fn check_reading_set(
         .zip(images)
         .enumerate()
         .map(|(i, (r, bytes))| Request {
+            enable_thinking: Some(true),
             id: i as u64,
             system: None,
             image: Some(ImageInput::new(bytes)),
@@ -389,6 +391,7 @@ fn judge_agrees_with_the_rule_at_least_as_well_as_transformers() {
         .iter()
         .enumerate()
         .map(|(i, r)| Request {
+            enable_thinking: Some(true),
             id: i as u64,
             system: None,
             image: None,

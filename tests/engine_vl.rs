@@ -12,6 +12,7 @@ use std::io::Cursor;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device};
+use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::{load_engine, VlInputs};
 use verisample::engine::{
     Completion, Engine, EngineConfig, FinishReason, ImageInput, InputProcessor, KvBudget, Request,
@@ -84,6 +85,7 @@ fn items(id0: u64) -> Vec<Request> {
             format!("{QUESTION} ({i})")
         };
         out.push(Request {
+            enable_thinking: Some(true),
             id: id0 + i,
             system: None,
             image: Some(png(k, 60 + 20 * k, 28 + 6 * k)),
@@ -94,6 +96,7 @@ fn items(id0: u64) -> Vec<Request> {
     }
     for i in 0..8u64 {
         out.push(Request {
+            enable_thinking: Some(true),
             id: id0 + 16 + i,
             system: Some(JUDGE.to_string()),
             image: None,
@@ -208,6 +211,7 @@ fn image_requests_match_the_transformers_goldens() {
         let mut reqs = items(0);
         for (i, (_, image)) in golden.iter().enumerate() {
             reqs.push(Request {
+                enable_thinking: Some(true),
                 id: 100 + i as u64,
                 system: None,
                 image: Some(image.clone()),
@@ -357,7 +361,7 @@ fn load_family(family: &str, cfg: EngineConfig) -> Engine<VlModel, VlInputs> {
         DType::F32,
         &Device::Cpu,
         cfg,
-        Some(true),
+        &GenerationConfig::resolve(&dir, true, None).expect("generation_config.json"),
         Default::default(),
     )
     .expect("load fixture")
@@ -379,6 +383,7 @@ fn qwen3_5_matches_transformers_at_max_batch_1_and_64() {
     let mut reqs: Vec<Request> = (0..3).flat_map(|k| items(100 * k)).collect();
     for (i, (_, image)) in golden.iter().enumerate() {
         reqs.push(Request {
+            enable_thinking: Some(true),
             id: 1000 + i as u64,
             system: None,
             image: Some(image.clone()),
@@ -465,6 +470,7 @@ fn a_decoded_image_prepares_exactly_as_its_encoded_file() {
     assert!(decoded.encoded().is_none());
     let prepare = |image: ImageInput| {
         let req = Request {
+            enable_thinking: Some(true),
             image: Some(image),
             text: "What is written?".into(),
             ..Default::default()
@@ -500,7 +506,7 @@ fn pixel_bounds_override_the_checkpoint_processor() {
             DType::F32,
             &Device::Cpu,
             cfg.clone(),
-            Some(true),
+            &GenerationConfig::resolve(&fixture(), true, None).expect("generation_config.json"),
             pixels,
         )
     };
@@ -587,6 +593,7 @@ fn val_images_match_transformers_generate(family: &str, blocks_at_64: usize) {
         .iter()
         .enumerate()
         .map(|(i, it)| Request {
+            enable_thinking: Some(true),
             id: i as u64,
             system: None,
             image: Some(ImageInput::new(

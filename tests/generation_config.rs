@@ -19,6 +19,7 @@ use candle_core::{DType, Device};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use verisample::dataset::reader::InputReader;
+use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::load_engine;
 use verisample::engine::{EngineConfig, EngineStats, ImageInput, KvBudget, Request};
 
@@ -111,31 +112,32 @@ fn sample() -> BTreeMap<String, (Vec<u8>, String)> {
 }
 
 /// An engine setting for `f`: `max_batch` sequences at once, a pool of 4096 blocks.
-fn config(f: &Fixture, max_batch: usize, generation_config: bool) -> EngineConfig {
+fn config(f: &Fixture, max_batch: usize) -> EngineConfig {
     EngineConfig {
         kv_budget: KvBudget::Blocks(4096),
         max_batch,
         max_new_tokens: f.meta.max_new_tokens,
-        generation_config,
         ..Default::default()
     }
 }
 
-/// Generated ids and prompt length per item from an engine on `dir` with `cfg`, each item
-/// requested `copies` times in a row (every copy must give the same tokens), and the engine's
-/// statistics.
+/// Generated ids and prompt length per item from an engine on `dir` with `cfg`, honouring its
+/// `generation_config.json` when `use_file` (`--generation-config`), each item requested
+/// `copies` times in a row (every copy must give the same tokens), and the engine's statistics.
 fn generate(
     dir: &Path,
     f: &Fixture,
     cfg: EngineConfig,
+    use_file: bool,
     copies: usize,
 ) -> (Vec<(Vec<u32>, usize)>, EngineStats) {
+    let generation = GenerationConfig::resolve(dir, use_file, None).expect("generation_config");
     let mut engine = load_engine(
         dir,
         DType::F32,
         &Device::Cpu,
         cfg,
-        Some(true),
+        &generation,
         Default::default(),
     )
     .expect("load checkpoint");
@@ -149,6 +151,7 @@ fn generate(
                 .get(&it.file)
                 .unwrap_or_else(|| panic!("{} not in the sample", it.file));
             (0..copies).map(move |k| Request {
+                enable_thinking: Some(true),
                 id: (i * copies + k) as u64,
                 system: None,
                 image: Some(ImageInput::new(bytes.clone())),
@@ -205,7 +208,7 @@ fn check(case: &str) {
     let f = load(case);
     let dir = checkpoint(&f);
     for max_batch in [1, 64] {
-        let (got, _) = generate(dir.path(), &f, config(&f, max_batch, true), 1);
+        let (got, _) = generate(dir.path(), &f, config(&f, max_batch), true, 1);
         let bad = mismatches(&f, &got, |it| &it.generated_ids);
         assert!(
             bad.is_empty(),
@@ -215,7 +218,7 @@ fn check(case: &str) {
             bad.join("\n")
         );
     }
-    let (plain, _) = generate(dir.path(), &f, config(&f, 64, false), 1);
+    let (plain, _) = generate(dir.path(), &f, config(&f, 64), false, 1);
     let bad = mismatches(&f, &plain, |it| &it.plain_ids);
     assert!(
         bad.is_empty(),
@@ -272,9 +275,9 @@ fn prefix_cache_hits_and_preemption_do_not_change_the_seen_ids() {
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(48),
         inline_inputs: true,
-        ..config(&f, 64, true)
+        ..config(&f, 64)
     };
-    let (got, stats) = generate(dir.path(), &f, cfg, 2);
+    let (got, stats) = generate(dir.path(), &f, cfg, true, 2);
     assert!(stats.cached_prompt_tokens > 0, "{stats:?}");
     assert!(stats.preemptions > 0, "{stats:?}");
     let bad = mismatches(&f, &got, |it| &it.generated_ids);
@@ -315,30 +318,23 @@ fn an_unsupported_setting_is_refused_by_name() {
         kv_budget: KvBudget::Blocks(64),
         ..Default::default()
     };
-    let err = match load_engine(
-        dir.path(),
-        DType::F32,
-        &Device::Cpu,
-        cfg.clone(),
-        None,
-        Default::default(),
-    ) {
+    let err = match GenerationConfig::resolve(dir.path(), true, None) {
         Ok(_) => panic!("an active no_repeat_ngram_size must be refused"),
         Err(e) => e.to_string(),
     };
     assert!(err.contains("`no_repeat_ngram_size` = 3"), "{err}");
-    let off = EngineConfig {
-        generation_config: false,
-        ..cfg
-    };
-    let engine = load_engine(
-        dir.path(),
-        DType::F32,
-        &Device::Cpu,
-        off,
-        None,
-        Default::default(),
-    )
-    .expect("off");
-    assert_eq!(engine.config().repetition_penalty, Some(1.0));
+    // Off reads nothing of the file; the engine takes the resolved value it is given.
+    for (use_file, penalty, expect) in [(false, None, 1.0), (false, Some(1.25), 1.25)] {
+        let generation = GenerationConfig::resolve(dir.path(), use_file, penalty).expect("off");
+        let engine = load_engine(
+            dir.path(),
+            DType::F32,
+            &Device::Cpu,
+            cfg.clone(),
+            &generation,
+            Default::default(),
+        )
+        .expect("load");
+        assert_eq!(engine.config().repetition_penalty, Some(expect));
+    }
 }

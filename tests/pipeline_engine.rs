@@ -16,6 +16,7 @@ use pipeline_support::{
     assert_same_outputs, deterministic_outputs, mixed_rows, model_files, qa, row, settings,
     MemSource,
 };
+use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::load_engine;
 use verisample::engine::{EngineConfig, EngineModel, KvBudget, VisionMemory};
 use verisample::pipeline::{
@@ -49,11 +50,11 @@ fn generator_with(vision_memory: VisionMemory) -> Box<dyn Generator> {
         DType::F32,
         &Device::Cpu,
         cfg,
-        Some(true),
+        &GenerationConfig::resolve(&fixture(), true, None).expect("generation_config.json"),
         Default::default(),
     )
     .expect("load fixture");
-    Box::new(EngineGenerator::new(engine).expect("template"))
+    Box::new(EngineGenerator::new(engine))
 }
 
 /// Raises the stop flag after `n` completions, as a Ctrl-C would.

@@ -30,7 +30,7 @@ fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
     assert_eq!(model.attention_path(), path);
     let images = ImageProcessor::from_dir(&dir).unwrap();
     let generation = GenerationConfig::resolve(&dir, true, None).unwrap();
-    let inputs = VlInputs::from_dir(&dir, &model, images, Some(true), &generation).unwrap();
+    let inputs = VlInputs::from_dir(&dir, &model, images, &generation).unwrap();
     let cfg = EngineConfig {
         kv_budget: KvBudget::Blocks(1024),
         max_batch: 16,
@@ -70,6 +70,7 @@ fn val_images_portable_and_flash_paths_match_native_kernels_and_transformers() {
         .iter()
         .enumerate()
         .map(|(i, r)| Request {
+            enable_thinking: Some(true),
             id: i as u64,
             system: None,
             image: Some(ImageInput::new(

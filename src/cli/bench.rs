@@ -57,7 +57,8 @@ pub struct BenchArgs {
 /// Errors: invalid settings (usage), model loading, unreadable images, engine errors.
 pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
     use crate::bench::{self, BenchOptions};
-    use crate::engine::vl::load_engine;
+    use crate::engine::generation::GenerationConfig;
+    use crate::engine::vl::{load_engine, VlLoadError};
     use crate::engine::{EngineConfig, KvBudget};
 
     use crate::settings::{DeviceSpec, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH};
@@ -97,12 +98,16 @@ pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
         crate::settings::DeviceSpec::Cpu => crate::settings::DTypeSpec::F32,
         _ => crate::settings::DTypeSpec::Bf16,
     });
+    // A generation_config.json the engine cannot honour is a load error (exit 2), as in `run`.
+    let generation = GenerationConfig::resolve(&model, true, None)
+        .map_err(VlLoadError::from)
+        .with_context(|| format!("loading {}", model.display()))?;
     let mut engine = load_engine(
         &model,
         dtype.to_dtype(),
         &device,
         cfg,
-        Some(true),
+        &generation,
         Default::default(),
     )
     .with_context(|| format!("loading {}", model.display()))?;

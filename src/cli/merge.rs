@@ -2,12 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::Args;
 
-use super::run::{print_summary, run_parquet};
-use crate::merge::{prepare_merge, JournalOnly, MergeOptions};
-use crate::pipeline::{install_ctrlc, RunControl, RunReport};
+use super::summary::print_summary;
+use crate::merge::{run_merge, MergeOptions};
+use crate::pipeline::RunReport;
 use crate::settings::ProgressMode;
 
 /// Join the outputs of `run --shard I/N` into one dataset (same bytes as an unsharded run).
@@ -77,21 +76,8 @@ impl MergeArgs {
 pub fn merge_command(args: MergeArgs, quiet: bool) -> anyhow::Result<RunReport> {
     let json = args.json;
     let options = args.options(quiet);
-    let plan = prepare_merge(&options)?;
-    let control = RunControl::from_env();
-    install_ctrlc(&control).context("installing the Ctrl-C handler")?;
-    let mut generator = JournalOnly {
-        engine_version: plan.engine_version.clone(),
-        refused_images: plan.refused_images.clone(),
-    };
-    let report = run_parquet(plan.prepared, &plan.settings, &mut generator, &control)?;
+    let (report, settings) = run_merge(&options)?;
     let shards = options.shards.len();
-    print_summary(
-        &report,
-        &plan.settings.out,
-        options.quiet,
-        json,
-        Some(shards),
-    );
+    print_summary(&report, &settings.out, options.quiet, json, Some(shards));
     Ok(report)
 }

@@ -13,6 +13,7 @@ mod inspect;
 mod merge;
 mod prepare;
 mod run;
+mod summary;
 mod values;
 mod verify;
 

@@ -90,13 +90,9 @@ pub struct EngineConfig {
     /// (0.01, vLLM's `watermark`).
     pub watermark: f64,
     /// Repetition penalty of greedy decoding (transformers' `repetition_penalty`, see
-    /// [`super::sampler`]); `None` (the default): the checkpoint's `generation_config.json`
-    /// value when loaded through [`super::vl::load_engine`] (with `generation_config` on), else
-    /// 1.0, no penalty.
+    /// [`super::sampler`]); `None` (the default): 1.0, no penalty. [`super::vl::load_engine`]
+    /// sets it from the resolved [`super::generation::GenerationConfig`].
     pub repetition_penalty: Option<f64>,
-    /// Whether [`super::vl::load_engine`] honours the checkpoint's `generation_config.json`
-    /// (its `repetition_penalty` and `eos_token_id`; see [`super::generation`]) (true).
-    pub generation_config: bool,
 }
 
 impl Default for EngineConfig {
@@ -117,7 +113,6 @@ impl Default for EngineConfig {
             vision_memory: VisionMemory::FreeFraction(0.5),
             watermark: 0.01,
             repetition_penalty: None,
-            generation_config: true,
         }
     }
 }

@@ -120,6 +120,10 @@ pub struct PreparedInput {
     pub next_position: u32,
     /// The prompt's images, in token order.
     pub images: Vec<PreparedImage>,
+    /// The chat template ended the prompt with an open `<think>` (Qwen3 thinking templates
+    /// pre-fill it, so the generated text starts inside the reasoning and holds only the
+    /// closing tag).
+    pub prefilled_think: bool,
 }
 
 /// Why generation of a sequence ended.
@@ -161,6 +165,10 @@ pub struct Completion {
     /// the whole pool (cut at `Length`). With a larger `--kv-cache-gib` it may run further.
     #[serde(default)]
     pub exceeds_capacity: bool,
+    /// The prompt ended with an open `<think>` ([`PreparedInput::prefilled_think`]; false
+    /// when the request failed before its prompt was rendered).
+    #[serde(default)]
+    pub prefilled_think: bool,
 }
 
 impl Completion {
@@ -176,6 +184,7 @@ impl Completion {
             finish_reason: FinishReason::Error,
             error: Some(message.into()),
             exceeds_capacity: false,
+            prefilled_think: false,
         }
     }
 

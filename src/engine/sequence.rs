@@ -131,6 +131,8 @@ pub struct Sequence {
     pub preemptions: u32,
     /// Prompt tokens served from the prefix cache at the last admission.
     pub cached_tokens: usize,
+    /// The prompt ended with an open `<think>` ([`super::PreparedInput::prefilled_think`]).
+    pub prefilled_think: bool,
 }
 
 impl Sequence {
@@ -235,6 +237,7 @@ mod tests {
             hashes: vec![],
             preemptions: 0,
             cached_tokens: 0,
+            prefilled_think: false,
         };
         assert_eq!(seq.position(1), [1, 3, 2]);
         assert_eq!(seq.position(2), [4, 4, 4]);

@@ -120,6 +120,7 @@ impl<M: EngineModel> Core<M> {
             hashes: vec![],
             preemptions: 0,
             cached_tokens: 0,
+            prefilled_think: p.prefilled_think,
         });
         None
     }
@@ -291,6 +292,7 @@ impl<M: EngineModel> Core<M> {
             finish_reason: reason,
             error,
             exceeds_capacity: false,
+            prefilled_think: s.prefilled_think,
         }
     }
 

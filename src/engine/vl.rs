@@ -119,6 +119,10 @@ impl EngineModel for VlModel {
     }
 }
 
+/// Prompt tokens decoded to learn whether a prompt ends with an open `<think>`: the tag and
+/// the newline(s) a template puts after it.
+const PREFILL_TAIL_TOKENS: usize = 4;
+
 /// Chat template + tokenizer + image processor + M-RoPE index of a checkpoint.
 #[derive(Debug)]
 pub struct VlInputs {
@@ -126,13 +130,13 @@ pub struct VlInputs {
     prompts: PromptBuilder,
     image_token_id: u32,
     eos: Vec<u32>,
-    render: RenderOptions,
 }
 
 impl VlInputs {
     /// Load the tokenizer and chat template of the checkpoint in `dir` for `model` (its image
-    /// token id) next to its image processor `images`; `enable_thinking` is passed to the chat
-    /// template (contract §4 "reasoning enabled"). Generation ends on any of:
+    /// token id) next to its image processor `images`; each request's thinking mode goes to the
+    /// chat template as `enable_thinking` (contract §4 "reasoning enabled"; `None`: the
+    /// template's own default). Generation ends on any of:
     /// `generation.eos_token_ids` (from `generation_config.json`), `config.json`'s
     /// `eos_token_id`, and `<|im_end|>` and `<|endoftext|>` when the tokenizer has them.
     ///
@@ -141,7 +145,6 @@ impl VlInputs {
         dir: &Path,
         model: &VlModel,
         images: ImageProcessor,
-        enable_thinking: Option<bool>,
         generation: &GenerationConfig,
     ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
@@ -159,10 +162,6 @@ impl VlInputs {
             prompts,
             image_token_id,
             eos,
-            render: RenderOptions {
-                add_generation_prompt: true,
-                enable_thinking,
-            },
         })
     }
 
@@ -191,12 +190,27 @@ impl VlInputs {
         messages
     }
 
-    /// The template switches of `req`: its thinking mode, else the loaded one.
-    fn render_options(&self, req: &Request) -> RenderOptions {
+    /// The template switches of `req`: a generation prompt, its thinking mode.
+    fn render_options(req: &Request) -> RenderOptions {
         RenderOptions {
-            enable_thinking: req.enable_thinking.or(self.render.enable_thinking),
-            ..self.render
+            add_generation_prompt: true,
+            enable_thinking: req.enable_thinking,
         }
+    }
+
+    /// Whether the prompt `ids` ends with an open `<think>` (whitespace after it aside): the
+    /// template pre-filled it, so the generated text starts inside the reasoning.
+    ///
+    /// Errors: [`InputError::Decode`] from the tokenizer.
+    fn ends_in_think(&self, ids: &[u32]) -> Result<bool, InputError> {
+        let tail = &ids[ids.len().saturating_sub(PREFILL_TAIL_TOKENS)..];
+        let text = self
+            .prompts
+            .decode(tail, false)
+            .map_err(InputError::Decode)?;
+        Ok(text
+            .trim_end()
+            .ends_with(crate::verifiers::think::THINK_OPEN))
     }
 }
 
@@ -215,7 +229,7 @@ impl InputProcessor for VlInputs {
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
         let ids = self
             .prompts
-            .encode(&Self::messages(req), self.render_options(req), &grids)
+            .encode(&Self::messages(req), Self::render_options(req), &grids)
             .map_err(InputError::Prompt)?;
         let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
         let [t, h, w] = &rope.positions;
@@ -240,7 +254,9 @@ impl InputProcessor for VlInputs {
             });
         }
         let next_position = decode_position(ids.len(), rope.rope_delta);
+        let prefilled_think = self.ends_in_think(&ids)?;
         Ok(PreparedInput {
+            prefilled_think,
             token_ids: ids,
             positions,
             next_position,
@@ -251,7 +267,7 @@ impl InputProcessor for VlInputs {
     fn render_prompt(&self, req: &Request) -> Result<String, InputError> {
         self.prompts
             .template()
-            .render(&Self::messages(req), self.render_options(req))
+            .render(&Self::messages(req), Self::render_options(req))
             .map_err(InputError::Prompt)
     }
 
@@ -286,9 +302,10 @@ impl InputProcessor for VlInputs {
 
 /// Load a checkpoint directory into a ready engine: weights in `dtype` on `device`, its
 /// processor (with `pixels` over the checkpoint's pixel bounds), tokenizer and chat template,
-/// and a KV cache pool sized by `cfg`. Greedy decoding follows the checkpoint's
-/// `generation_config.json` when `cfg.generation_config` is on ([`GenerationConfig::resolve`]);
-/// `cfg.repetition_penalty`, when set, overrides its penalty.
+/// and a KV cache pool sized by `cfg`. Greedy decoding follows `generation`, the checkpoint's
+/// `generation_config.json` as resolved once by the caller ([`GenerationConfig::resolve`]): its
+/// repetition penalty replaces `cfg.repetition_penalty`, its end-of-sequence ids join the
+/// model's.
 ///
 /// Errors: [`VlLoadError`]; a bad `cfg` or `pixels` before any weight is read.
 pub fn load_engine(
@@ -296,16 +313,15 @@ pub fn load_engine(
     dtype: DType,
     device: &Device,
     mut cfg: EngineConfig,
-    enable_thinking: Option<bool>,
+    generation: &GenerationConfig,
     pixels: PixelBounds,
 ) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
     cfg.validate()?;
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
-    let generation = GenerationConfig::resolve(dir, cfg.generation_config, cfg.repetition_penalty)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;
     let model = VlModel::load(dir, dtype, device)?;
-    let inputs = VlInputs::from_dir(dir, &model, images, enable_thinking, &generation)?;
+    let inputs = VlInputs::from_dir(dir, &model, images, generation)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }
 

@@ -7,9 +7,7 @@ use std::ops::ControlFlow;
 use super::backend::{
     BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, ItemKey, Pass,
 };
-use crate::engine::{
-    self, Completion, Engine, EngineError, EngineModel, InputError, InputProcessor,
-};
+use crate::engine::{self, Completion, Engine, EngineError, EngineModel, InputProcessor};
 
 /// Returned by the completion callback to make the engine stop (a Ctrl-C or a journal
 /// failure); [`EngineGenerator::generate`] turns it back into a clean return.
@@ -25,29 +23,16 @@ impl fmt::Display for Stopped {
 impl std::error::Error for Stopped {}
 
 /// An [`Engine`] as the pipeline's [`Generator`]. Each [`GenRequest::think`] becomes the
-/// engine request's thinking mode; whether the chat template ends such a prompt with an open
-/// `<think>` is asked of the engine once per mode when wrapping it.
+/// engine request's thinking mode; whether the chat template then ended the prompt with an
+/// open `<think>` comes back with each completion.
 pub struct EngineGenerator<M, P> {
     engine: Engine<M, P>,
-    /// `prefilled_think[think as usize]`: the prompt with thinking off / on ends with an open
-    /// `<think>`.
-    prefilled_think: [bool; 2],
 }
 
 impl<M: EngineModel, P: InputProcessor> EngineGenerator<M, P> {
-    /// Wrap a loaded engine, asking it to render a prompt with thinking off and on to learn
-    /// whether its chat template pre-fills an open `<think>`.
-    ///
-    /// Errors: the processor cannot render a prompt ([`InputError`]).
-    pub fn new(engine: Engine<M, P>) -> Result<Self, InputError> {
-        let prefilled_think = [
-            prompt_prefills_think(engine.processor(), false)?,
-            prompt_prefills_think(engine.processor(), true)?,
-        ];
-        Ok(EngineGenerator {
-            engine,
-            prefilled_think,
-        })
+    /// Wrap a loaded engine.
+    pub fn new(engine: Engine<M, P>) -> Self {
+        EngineGenerator { engine }
     }
 
     /// The engine (for its statistics).
@@ -56,26 +41,7 @@ impl<M: EngineModel, P: InputProcessor> EngineGenerator<M, P> {
     }
 }
 
-/// Whether the prompt `processor` renders for one text-only user turn with thinking mode
-/// `thinking` ends with an open `<think>` (Qwen3 thinking templates pre-fill it, so the
-/// generated text starts inside the reasoning and has only the closing tag).
-///
-/// Errors: the processor cannot render a prompt ([`InputError`]).
-fn prompt_prefills_think<P: InputProcessor>(
-    processor: &P,
-    thinking: bool,
-) -> Result<bool, InputError> {
-    let prompt = processor.render_prompt(&engine::Request {
-        text: "x".into(),
-        enable_thinking: Some(thinking),
-        ..Default::default()
-    })?;
-    Ok(prompt
-        .trim_end()
-        .ends_with(crate::verifiers::think::THINK_OPEN))
-}
-
-fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> GenResult {
+fn to_result(c: Completion, key: ItemKey, pass: Pass) -> GenResult {
     let finish = match c.finish_reason {
         engine::FinishReason::Stop => FinishReason::Stop,
         engine::FinishReason::Length => FinishReason::Length,
@@ -96,7 +62,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass, prefilled_think: bool) -> 
             token_ids: c.token_ids,
             prompt_tokens: c.prompt_tokens,
             finish,
-            prefilled_think,
+            prefilled_think: c.prefilled_think,
         }),
         exceeds_capacity: c.exceeds_capacity,
     }
@@ -108,10 +74,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
         requests: Vec<GenRequest>,
         on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
     ) -> Result<(), BackendError> {
-        let keys: Vec<(ItemKey, Pass, bool)> = requests
-            .iter()
-            .map(|r| (r.key, r.pass, self.prefilled_think[usize::from(r.think)]))
-            .collect();
+        let keys: Vec<(ItemKey, Pass)> = requests.iter().map(|r| (r.key, r.pass)).collect();
         let engine_requests = requests
             .into_iter()
             .enumerate()
@@ -125,12 +88,10 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
                 stop_token_ids: Vec::new(),
             });
         let result = self.engine.generate(engine_requests, |c: Completion| {
-            let Some(&(key, pass, prefilled)) =
-                usize::try_from(c.id).ok().and_then(|i| keys.get(i))
-            else {
+            let Some(&(key, pass)) = usize::try_from(c.id).ok().and_then(|i| keys.get(i)) else {
                 return Ok(());
             };
-            match on_done(to_result(c, key, pass, prefilled)) {
+            match on_done(to_result(c, key, pass)) {
                 ControlFlow::Continue(()) => Ok(()),
                 ControlFlow::Break(()) => Err(Box::new(Stopped)),
             }
@@ -173,30 +134,20 @@ mod tests {
             finish_reason,
             error: error.map(str::to_string),
             exceeds_capacity: false,
+            prefilled_think: true,
         };
-        let r = to_result(
-            done(engine::FinishReason::Stop, None),
-            key,
-            Pass::Answer,
-            true,
-        );
+        let r = to_result(done(engine::FinishReason::Stop, None), key, Pass::Answer);
         let g = r.outcome.unwrap();
         assert_eq!(
             (g.finish, g.prompt_tokens, g.prefilled_think),
             (FinishReason::Stop, 9, true)
         );
-        let r = to_result(
-            done(engine::FinishReason::Length, None),
-            key,
-            Pass::Judge,
-            false,
-        );
+        let r = to_result(done(engine::FinishReason::Length, None), key, Pass::Judge);
         assert_eq!(r.outcome.unwrap().finish, FinishReason::Length);
         let r = to_result(
             done(engine::FinishReason::Error, Some("image: bad")),
             key,
             Pass::Answer,
-            false,
         );
         assert!(!r.exceeds_capacity);
         assert_eq!(r.outcome.unwrap_err(), "image: bad");
@@ -204,7 +155,6 @@ mod tests {
             Completion::exceeds_capacity(0, 300, "prompt of 300 tokens needs 19 KV cache blocks"),
             key,
             Pass::Judge,
-            false,
         );
         assert!(r.exceeds_capacity);
         assert!(r.outcome.unwrap_err().starts_with("prompt of 300 tokens"));

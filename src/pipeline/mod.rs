@@ -31,6 +31,7 @@ mod engine_io;
 mod error;
 mod errors_jsonl;
 pub mod input_check;
+pub mod job;
 mod lock;
 pub mod outputs;
 mod passes;

@@ -37,6 +37,16 @@ impl Default for Decoding {
 }
 
 impl Decoding {
+    /// What the engine takes from these settings: the effective penalty and the file's
+    /// end-of-sequence ids (resolved once here, passed down to
+    /// [`crate::engine::vl::load_engine`]).
+    pub fn generation(&self) -> GenerationConfig {
+        GenerationConfig {
+            repetition_penalty: self.repetition_penalty,
+            eos_token_ids: self.eos_token_ids.clone(),
+        }
+    }
+
     /// Resolve the switch and the override against the model folder `model_dir` (reads its
     /// `generation_config.json` when the switch is on).
     ///

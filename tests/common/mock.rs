@@ -229,6 +229,7 @@ impl InputProcessor for MockProcessor {
             positions,
             next_position: next,
             images,
+            prefilled_think: false,
         })
     }
 

@@ -23,6 +23,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         hashes: vec![],
         preemptions: 0,
         cached_tokens: 0,
+        prefilled_think: false,
     }
 }
 

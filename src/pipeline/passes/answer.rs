@@ -1,0 +1,368 @@
+//! Phase 1: plan every element of the shard (checks, cleaning, `clean_meta`, duplicates) and
+//! generate the answers the journal does not hold yet, in chunks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::{chunk_size, finished_run, run_requests, PassContext, MAX_CHUNK_PIXEL_BYTES};
+use crate::engine::ImageInput;
+use crate::pipeline::backend::{
+    CleanedItem, Decisions, GenRequest, Generator, ItemKey, Pass, RowSource,
+};
+use crate::pipeline::dedup::Dedup;
+use crate::pipeline::input_check::{check_image, check_qa, FieldProblem};
+use crate::pipeline::plan::{ItemPlan, RowOk, RowPlan};
+use crate::pipeline::{JournalOutcome, PipelineError};
+use crate::record::{InputRow, QaItem, RowError};
+use crate::settings::Settings;
+
+fn row_error(position: u64, e: RowError) -> RowPlan {
+    RowPlan {
+        position,
+        file: e.file,
+        row: e.row,
+        rows: e.rows,
+        body: Err(FieldProblem {
+            field: e.field,
+            message: e.message,
+        }),
+    }
+}
+
+/// Plan one stream element: checks (the image's size against `generator`'s vision memory
+/// budget among them), cleaning, `clean_meta`. Returns the plan and, for a readable row, its
+/// image for the answer requests: decoded by the check, hashed once (the hash is also the
+/// plan's `image_sha256`).
+fn plan_row(
+    position: u64,
+    element: Result<InputRow, RowError>,
+    settings: &Settings,
+    decisions: &dyn Decisions,
+    generator: &dyn Generator,
+) -> (RowPlan, Option<ImageInput>) {
+    let mut row = match element {
+        Ok(row) => row,
+        Err(e) => return (row_error(position, e), None),
+    };
+    let fail = |field: &str, message: String| {
+        row_error(
+            position,
+            RowError {
+                file: row.source_file.clone(),
+                row: Some(row.row_index),
+                rows: None,
+                field: field.into(),
+                message,
+            },
+        )
+    };
+    let rgb = match check_image(row.image.bytes.as_deref(), |w, h| {
+        generator.check_image(position, w, h)
+    }) {
+        Ok(rgb) => rgb,
+        Err(p) => return (fail(&p.field, p.message), None),
+    };
+    if row.qa.is_empty() {
+        return (fail("qa", "row has no questions".into()), None);
+    }
+    let family = settings
+        .family
+        .clone()
+        .unwrap_or_else(|| crate::family::split_family(row.family.as_deref()));
+    if !crate::family::is_valid_family_name(&family) {
+        let rule = crate::family::FAMILY_NAME_RULE;
+        let msg = format!("family {family:?} cannot name a split ({rule})");
+        return (fail("family", msg), None);
+    }
+    // `--family` says which benchmark the rows belong to: cleaning (task purity) and the
+    // verifier choice follow it.
+    row.family = Some(family.clone());
+    let cleaned = decisions.clean(&row);
+    if cleaned.items.len() != row.qa.len() {
+        let msg = format!(
+            "cleaning returned {} decisions for {} questions",
+            cleaned.items.len(),
+            row.qa.len()
+        );
+        return (fail("qa", msg), None);
+    }
+    let items = row
+        .qa
+        .iter()
+        .zip(cleaned.items)
+        .enumerate()
+        .map(
+            |(i, (qa, c))| match (check_qa(i, qa, row.columns.as_ref()), c) {
+                (Err(p), _) => ItemPlan::Invalid(p),
+                (Ok(()), CleanedItem::Keep(q)) => ItemPlan::Keep(q),
+                (Ok(()), CleanedItem::Drop { reason, detail }) => {
+                    ItemPlan::Dropped { reason, detail }
+                }
+            },
+        )
+        .collect();
+    let sha256: [u8; 32] = Sha256::digest(row.image.bytes.as_deref().unwrap_or_default()).into();
+    // Only the file name: the path as typed on the command line (often absolute and local)
+    // would leak into a published dataset and make its bytes depend on how `--data` was spelt.
+    let source_name = std::path::Path::new(&row.source_file)
+        .file_name()
+        .map_or_else(
+            || row.source_file.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+    // Provenance next to the cleaner's own keys (`policy`, `cleaning`), one level deep.
+    let mut clean_meta = serde_json::json!({
+        "source_file": source_name,
+        "row_index": row.row_index,
+        "position": position,
+    });
+    // A flat-layout row records the input columns it was read from.
+    if let (Some(top), Some(columns)) = (clean_meta.as_object_mut(), &row.columns) {
+        top.insert("columns".into(), serde_json::json!(columns));
+    }
+    // Several references are stored as their JSON array text; `verify` reads them back so.
+    if let Some(top) = clean_meta.as_object_mut() {
+        if row.qa.iter().any(|q| q.answer_list.is_some()) {
+            top.insert("answer_list".into(), true.into());
+        }
+    }
+    if let (Some(top), serde_json::Value::Object(cleaner_keys)) =
+        (clean_meta.as_object_mut(), cleaned.meta)
+    {
+        top.extend(cleaner_keys);
+    }
+    let clean_meta = clean_meta.to_string();
+    let plan = RowPlan {
+        position,
+        file: row.source_file.clone(),
+        row: Some(row.row_index),
+        rows: None,
+        body: Ok(RowOk {
+            family,
+            clean_meta,
+            image_sha256: hex::encode(sha256),
+            items,
+        }),
+    };
+    (plan, Some(ImageInput::decoded(Arc::new(rgb), sha256)))
+}
+
+/// Phase 1: plan every element of the shard and generate the missing answers.
+/// On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
+/// before the error is returned, so the message's pointer to it holds — unless OUT holds a
+/// finished run (`run.json`) that took every row, whose complete `errors.jsonl` is kept.
+pub(crate) fn generate_answers(
+    ctx: &mut PassContext<'_>,
+    source: &dyn RowSource,
+    generator: &mut dyn Generator,
+) -> Result<Vec<RowPlan>, PipelineError> {
+    let mut plans = Vec::new();
+    match generate_answers_into(ctx, source, generator, &mut plans) {
+        Ok(()) => Ok(plans),
+        Err(e @ PipelineError::TooManyErrors { .. }) => {
+            // A finished output's errors.jsonl already lists every error of this input and
+            // these settings (the fingerprint matched): a rerun that aborts leaves it whole —
+            // unless that run left rows out with `--limit`, whose errors it does not list.
+            if finished_run(&ctx.settings.out) != Some(None) {
+                crate::pipeline::errors_jsonl::write_abort_errors(
+                    &ctx.settings.out,
+                    &plans,
+                    ctx.results,
+                )?;
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The answer requests waiting for the engine: sent as a chunk once they number
+/// [`chunk_size`] or their decoded images reach [`MAX_CHUNK_PIXEL_BYTES`].
+struct AnswerQueue {
+    requests: Vec<GenRequest>,
+    /// Decoded pixel bytes of the images the queued requests hold.
+    pixel_bytes: usize,
+    /// (family, question) of each queued answer, for the live accept rate.
+    verify_ctx: HashMap<ItemKey, (String, QaItem)>,
+    chunk: usize,
+    /// Journal records appended by this pass (the kill hook's counter).
+    appended: u64,
+}
+
+impl AnswerQueue {
+    fn new(settings: &Settings) -> Self {
+        Self {
+            requests: Vec::new(),
+            pixel_bytes: 0,
+            verify_ctx: HashMap::new(),
+            chunk: chunk_size(settings),
+            appended: 0,
+        }
+    }
+
+    /// Send the queued requests when the chunk is full (`force`: whatever is queued).
+    ///
+    /// Errors: from [`run_requests`].
+    fn flush(
+        &mut self,
+        ctx: &mut PassContext<'_>,
+        generator: &mut dyn Generator,
+        force: bool,
+    ) -> Result<(), PipelineError> {
+        if !force && self.requests.len() < self.chunk && self.pixel_bytes < MAX_CHUNK_PIXEL_BYTES {
+            return Ok(());
+        }
+        self.pixel_bytes = 0;
+        let requests = std::mem::take(&mut self.requests);
+        run_requests(
+            ctx,
+            generator,
+            requests,
+            Pass::Answer,
+            &self.verify_ctx,
+            &mut self.appended,
+        )?;
+        self.verify_ctx.clear();
+        Ok(())
+    }
+}
+
+/// Rows of the shard the pass will take, when the source knows its length (after `--shard`
+/// and `--limit`), for the progress bar.
+fn rows_estimate(settings: &Settings, source: &dyn RowSource) -> Option<u64> {
+    source.len_hint().map(|n| {
+        let rows = settings.shard.share_of(n);
+        settings.limit.map_or(rows, |l| rows.min(l as u64))
+    })
+}
+
+/// For one readable row: count its invalid questions against `--max-errors`, then replay each
+/// kept question's journaled answer or queue its request.
+///
+/// Errors: [`PipelineError::TooManyErrors`].
+fn answer_row(
+    ctx: &mut PassContext<'_>,
+    queue: &mut AnswerQueue,
+    position: u64,
+    body: &RowOk,
+    image: Option<&ImageInput>,
+) -> Result<(), PipelineError> {
+    let invalid = body
+        .items
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| matches!(i, ItemPlan::Invalid(_)))
+        .map(|(qa, _)| (position, Some(qa as u32)));
+    ctx.count_errors(invalid)?;
+    let before = queue.requests.len();
+    for (qa, item) in body.items.iter().enumerate() {
+        let ItemPlan::Keep(q) = item else { continue };
+        let key = ItemKey {
+            position,
+            qa: qa as u32,
+        };
+        forget_if_image_changed(ctx, key, &body.image_sha256);
+        match ctx.results.get(&(key, Pass::Answer)) {
+            Some(JournalOutcome::Done(g)) => {
+                let ok = ctx.decisions.assess(&body.family, q, g);
+                ctx.progress.advance(0, false, Some(ok.accepted));
+                ctx.replayed += 1;
+            }
+            Some(JournalOutcome::Failed(_)) => {
+                ctx.progress.advance(0, false, None);
+                ctx.replayed += 1;
+                ctx.count_errors([(position, Some(key.qa))])?;
+            }
+            None => {
+                queue
+                    .verify_ctx
+                    .insert(key, (body.family.clone(), q.clone()));
+                queue.requests.push(GenRequest {
+                    key,
+                    pass: Pass::Answer,
+                    image: image.cloned(),
+                    user_text: q.question.clone(),
+                    think: ctx.settings.think,
+                    max_new_tokens: ctx.settings.max_new_tokens,
+                });
+            }
+        }
+    }
+    if queue.requests.len() > before {
+        queue.pixel_bytes += image.map_or(0, |i| i.content.pixel_bytes());
+    }
+    Ok(())
+}
+
+/// An answer journaled for another image (one given by path and changed since, which the
+/// input's hashes do not cover) is answered again, and judged again.
+fn forget_if_image_changed(ctx: &mut PassContext<'_>, key: ItemKey, image_sha256: &str) {
+    if ctx
+        .answer_images
+        .get(&key)
+        .is_some_and(|sha| sha != image_sha256)
+    {
+        ctx.results.remove(&(key, Pass::Answer));
+        ctx.results.remove(&(key, Pass::Judge));
+    }
+}
+
+/// Phase 1's loop over the input stream: plan each element (the rows of other shards only
+/// for the duplicate marker), then [`answer_row`] for this shard's readable rows, sending a
+/// chunk whenever it fills. `plans` holds every row planned so far, also on error.
+fn generate_answers_into(
+    ctx: &mut PassContext<'_>,
+    source: &dyn RowSource,
+    generator: &mut dyn Generator,
+    plans: &mut Vec<RowPlan>,
+) -> Result<(), PipelineError> {
+    let settings = ctx.settings;
+    let rows_est = rows_estimate(settings, source);
+    ctx.progress.phase("generate", rows_est.unwrap_or(0));
+    let mut queue = AnswerQueue::new(settings);
+    let mut items_seen = 0u64;
+    // Duplicates are marked over the whole input, so the rows of other shards are planned
+    // too (only to be seen by the marker).
+    let mut dedup = Dedup::new(settings.dedup);
+    let stream = source.rows().map_err(PipelineError::Source)?;
+    for (position, element) in stream.enumerate() {
+        let position = position as u64;
+        // `--limit N`: the stream ends after this shard's Nth element; the rows after it are
+        // neither decoded nor seen by the duplicate marker (whose decisions over a prefix are
+        // those over the whole input, as it keeps first occurrences).
+        if settings.limit.is_some_and(|n| plans.len() >= n) {
+            break;
+        }
+        let mine = settings.shard.contains(position);
+        if !mine && !settings.dedup {
+            continue;
+        }
+        if ctx.control.stopped() {
+            return Err(PipelineError::Interrupted);
+        }
+        let (mut plan, image) = plan_row(position, element, settings, ctx.decisions, &*generator);
+        dedup.mark(&mut plan);
+        if !mine {
+            continue;
+        }
+        let answered = match &plan.body {
+            Ok(body) => {
+                items_seen += body.items.len() as u64;
+                if let Some(rows) = rows_est {
+                    // Items per row so far, times the rows: the bar's total grows with the input.
+                    let per_row = items_seen as f64 / (plans.len() + 1) as f64;
+                    let total = ((rows as f64) * per_row).round().max(items_seen as f64);
+                    ctx.progress.set_total(total as u64);
+                }
+                answer_row(ctx, &mut queue, position, body, image.as_ref())
+            }
+            Err(_) => ctx.count_errors([(position, None)]),
+        };
+        plans.push(plan);
+        answered?;
+        queue.flush(ctx, generator, false)?;
+    }
+    queue.flush(ctx, generator, true)
+}
