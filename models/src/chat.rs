@@ -106,6 +106,12 @@ impl ChatMessage {
     }
 }
 
+/// The opening reasoning tag of the Qwen3 chat templates (a thinking template pre-fills it
+/// at the end of the generation prompt).
+pub const THINK_OPEN: &str = "<think>";
+/// The closing reasoning tag of the Qwen3 chat templates.
+pub const THINK_CLOSE: &str = "</think>";
+
 /// Rendering switches passed to the template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderOptions {

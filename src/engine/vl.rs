@@ -210,7 +210,7 @@ impl VlInputs {
             .map_err(InputError::Decode)?;
         Ok(text
             .trim_end()
-            .ends_with(crate::verifiers::think::THINK_OPEN))
+            .ends_with(verisample_models::chat::THINK_OPEN))
     }
 }
 

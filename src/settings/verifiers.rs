@@ -1,10 +1,37 @@
-//! `--verifier` entries against the input and against the defaults: the ones that would decide
-//! nothing, warned about before anything loads ([`idle_verifiers`]), and the ones that change
-//! no family's verifier, left out of the run's identity ([`effective_verifiers`]).
+//! `--verifier` entries: each parses and names a family once ([`check_entries`]); those that
+//! would decide nothing for the input, warned about before anything loads ([`idle_verifiers`]);
+//! those that change no family's verifier, left out of the run's identity ([`effective_verifiers`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::SettingsError;
 use crate::verifiers::{Verifier, VerifierRegistry};
+
+/// Every `--verifier` entry parses, and each family (and the default, without `FAMILY=`) has
+/// at most one: a second one would silently replace the first.
+///
+/// Errors: [`SettingsError::Invalid`] naming the first entry at fault.
+pub(super) fn check_entries(verifiers: &[String]) -> Result<(), SettingsError> {
+    let mut targets = BTreeMap::new();
+    for v in verifiers {
+        let invalid = |why: String| SettingsError::Invalid {
+            key: "verifier",
+            value: v.clone(),
+            why,
+        };
+        VerifierRegistry::default()
+            .apply_override(v)
+            .map_err(|e| invalid(e.to_string()))?;
+        let family = v.split_once('=').map(|(f, _)| f);
+        if let Some(first) = targets.insert(family, v) {
+            return Err(invalid(format!(
+                "{} already has the verifier {first:?}: give one per family",
+                family.map_or("the default".to_string(), |f| format!("family {f}"))
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// The default registry with `verifiers` applied in order (an entry that does not parse is
 /// skipped: [`super::Settings::resolve`] refuses it first).

@@ -17,10 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::pytext::py_strip;
 
-/// The opening reasoning tag.
-pub const THINK_OPEN: &str = "<think>";
-/// The closing reasoning tag.
-pub const THINK_CLOSE: &str = "</think>";
+/// The reasoning tags of the Qwen3 chat templates (declared with the templates).
+pub use verisample_models::chat::{THINK_CLOSE, THINK_OPEN};
 
 /// A raw generation split into reasoning and answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
