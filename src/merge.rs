@@ -15,8 +15,9 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{read_records, JournalError};
+use crate::pipeline::image_refusals;
 use crate::pipeline::job::run_parquet;
-use crate::pipeline::outputs::{ErrorLine, ERRORS_FILE, JOURNAL_FILE};
+use crate::pipeline::outputs::JOURNAL_FILE;
 use crate::pipeline::{
     describe_changes, fold_generated, import_results, install_ctrlc, prepare, BackendError,
     GenRequest, GenResult, Generator, JournalEntry, PipelineError, Prepared, RunControl, RunReport,
@@ -146,26 +147,9 @@ pub struct MergePlan {
     pub prepared: Prepared,
     /// The shards' engine version.
     pub engine_version: String,
-    /// The shards' `image.bytes` errors by stream position ([`shard_image_refusals`]).
+    /// The shards' `image.bytes` errors by stream position ([`image_refusals`]): their
+    /// engines' refusals, which the merge repeats instead of loading a model.
     pub refused_images: BTreeMap<u64, String>,
-}
-
-/// The `image.bytes` errors of a shard folder's `errors.jsonl`, by stream position: among them
-/// the images its engine refused for its vision memory budget before decoding (a decision
-/// of the shard's engine and machine, which the merge has not loaded) — the merge repeats
-/// them ([`JournalOnly`]) instead of asking for generations the journals cannot hold. An
-/// unreadable file or line adds nothing (the merge then names the missing generations).
-fn shard_image_refusals(dir: &Path, into: &mut BTreeMap<u64, String>) {
-    let Ok(text) = std::fs::read_to_string(dir.join(ERRORS_FILE)) else {
-        return;
-    };
-    for line in text.lines() {
-        if let Ok(e) = serde_json::from_str::<ErrorLine>(line) {
-            if e.field == "image.bytes" && e.qa.is_none() {
-                into.insert(e.position, e.message);
-            }
-        }
-    }
 }
 
 fn read_report(dir: &Path) -> Result<RunReport, MergeError> {
@@ -343,7 +327,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     }
     let mut refused_images = BTreeMap::new();
     for (dir, _) in &reports {
-        shard_image_refusals(dir, &mut refused_images);
+        image_refusals(dir, &mut refused_images);
     }
     Ok(MergePlan {
         settings,

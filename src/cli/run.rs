@@ -64,8 +64,10 @@ pub fn run_command(args: RunArgs, quiet: bool) -> anyhow::Result<RunReport> {
     }
     let job = run_job(&settings)?;
     print_summary(&job.report, &settings.out, settings.quiet, json, None);
-    if settings.max_batch_auto && !settings.quiet && !json {
-        println!("{}", auto_batch_line(job.max_batch, &settings));
+    if let (Some(max_batch), true) = (job.max_batch, settings.max_batch_auto) {
+        if !settings.quiet && !json {
+            println!("{}", auto_batch_line(max_batch, &settings));
+        }
     }
     Ok(job.report)
 }

@@ -77,6 +77,15 @@ pub struct ImageCost<'a> {
     pub pixel_bounds: (usize, usize),
 }
 
+/// The words that mark a [`refusal`] message (after the budget it names).
+const BUDGET_MARK: &str = "(--vision-memory-gib)";
+
+/// Whether `message` (an `errors.jsonl` line's) is a [`refusal`] for the vision memory budget:
+/// a decision of that run's machine, which another budget may reverse.
+pub fn is_refusal(message: &str) -> bool {
+    message.contains(BUDGET_MARK)
+}
+
 /// Why an image of `width × height` pixels cannot be encoded within `budget` bytes, or `None`
 /// when it can (or when its cost is unknown). The message names the size, the patches after
 /// resizing, the estimate, the budget and the largest `--max-pixels` that would fit (or says
@@ -102,7 +111,7 @@ pub fn refusal(width: u32, height: u32, budget: u64, cost: &ImageCost<'_>) -> Op
     };
     Some(format!(
         "image of {width}x{height} pixels ({patches} patches once resized) needs about {} for \
-         its vision pass, over the vision memory budget of {} (--vision-memory-gib); {hint}",
+         its vision pass, over the vision memory budget of {} {BUDGET_MARK}; {hint}",
         gib(need),
         gib(budget)
     ))
@@ -204,6 +213,7 @@ mod tests {
         assert!(msg.contains("--max-pixels 3312399 would fit"), "{msg}");
         assert_eq!(square_patches(3000, 3_312_399), 16384);
         assert!(square_patches(3000, 3_312_400) > 16384);
+        assert!(is_refusal(&msg) && !is_refusal("image does not decode: eof"));
         assert_eq!(refusal(3000, 3000, 1 << 30, &cost), None);
         let msg = refusal(3000, 3000, 1 << 10, &cost).expect("refused");
         assert!(

@@ -22,6 +22,9 @@ impl fmt::Display for Stopped {
 
 impl std::error::Error for Stopped {}
 
+/// The engine's [`Generator::version`], recorded in `run.json`.
+pub const ENGINE_VERSION: &str = concat!("verisample-engine ", env!("CARGO_PKG_VERSION"));
+
 /// An [`Engine`] as the pipeline's [`Generator`]. Each [`GenRequest::think`] becomes the
 /// engine request's thinking mode; whether the chat template then ended the prompt with an
 /// open `<think>` comes back with each completion.
@@ -109,7 +112,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
     }
 
     fn version(&self) -> String {
-        format!("verisample-engine {}", env!("CARGO_PKG_VERSION"))
+        ENGINE_VERSION.to_string()
     }
 
     fn stats(&self) -> Option<serde_json::Value> {

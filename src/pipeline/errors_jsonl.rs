@@ -10,6 +10,25 @@ use super::plan::{ItemPlan, RowPlan};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
 
+/// The `image.bytes` errors of an output folder's `errors.jsonl`, by stream position: among
+/// them the images its engine refused (for its vision memory budget, or its processor's
+/// bounds) before decoding — a decision of that run's engine and machine, which a merge, or a
+/// rerun that loads no model, repeats ([`crate::merge::JournalOnly`],
+/// [`super::job::run_job`]) instead of asking for generations. An unreadable file or line
+/// adds nothing.
+pub fn image_refusals(dir: &std::path::Path, into: &mut BTreeMap<u64, String>) {
+    let Ok(text) = std::fs::read_to_string(dir.join(ERRORS_FILE)) else {
+        return;
+    };
+    for line in text.lines() {
+        if let Ok(e) = serde_json::from_str::<ErrorLine>(line) {
+            if e.field == "image.bytes" && e.qa.is_none() {
+                into.insert(e.position, e.message);
+            }
+        }
+    }
+}
+
 /// The `errors.jsonl` line of `plan`'s row (`qa`: the question, `None` for the whole row):
 /// `field` is the field at fault (`image.bytes`, `qa[1].answer`, `generation`, …).
 pub(crate) fn error_line(plan: &RowPlan, qa: Option<u32>, field: &str, message: &str) -> ErrorLine {

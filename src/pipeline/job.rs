@@ -7,16 +7,23 @@
 //! fingerprint (a changed setting or model is refused before any weight is loaded), then the
 //! model loads.
 
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
 use anyhow::Context as _;
 
 use super::{
-    install_ctrlc, prepare_with, run, Backends, EngineGenerator, Generator, ParquetSink,
-    ParquetSource, PipelineError, Prepared, RunControl, RunReport, StandardDecisions,
+    install_ctrlc, prepare_with, run, BackendError, Backends, EngineGenerator, GenRequest,
+    GenResult, Generator, ParquetSink, ParquetSource, PipelineError, Prepared, RunControl,
+    RunReport, StandardDecisions, ENGINE_VERSION,
 };
-use crate::engine::vl::{load_engine, VlInputs};
+use crate::engine::vision_budget;
+use crate::engine::vl::{load_engine, weights_bytes, VlInputs};
 use crate::engine::{EngineConfig, KvBudget, VisionMemory};
+use crate::report::start::{gb, Measure, StartStep};
 use crate::settings::{
-    data_spec, fingerprint, hash_input_files, hash_model_files, DeviceSpec, Fingerprint, Settings,
+    data_spec, default_cache_file, fingerprint, hash_input_files_with, hash_model_files,
+    model_files, DeviceSpec, FileHasher, Fingerprint, Settings,
 };
 use verisample_models::{PixelBounds, VlModel};
 
@@ -57,18 +64,30 @@ pub struct JobReport {
     /// The run's report (also written to OUT/run.json).
     pub report: RunReport,
     /// The engine's batch cap ([`EngineConfig::max_batch`]), as picked from its KV pool when
-    /// `settings.max_batch_auto`.
-    pub max_batch: usize,
+    /// `settings.max_batch_auto`; `None` when the run needed no model.
+    pub max_batch: Option<usize>,
 }
 
 /// The fingerprint of a run with `settings`: its canonical settings, the hashes of its model
-/// and input files, the model and data as given.
+/// and input files, the model and data as given. Files are hashed through the user's hash
+/// cache ([`FileHasher`]; in full with `settings.verify_weights`), with progress on stderr.
 ///
-/// Errors: a model or input file cannot be read.
+/// Errors: a model or input file cannot be read; a damaged Hugging Face blob with
+/// `--verify-weights`.
 pub fn job_fingerprint(settings: &Settings) -> anyhow::Result<Fingerprint> {
-    let model_files = hash_model_files(&settings.model.dir)
-        .with_context(|| format!("hashing model files in {}", settings.model.dir.display()))?;
-    let input_files = hash_input_files(&settings.data)?;
+    let mut hasher = FileHasher::open(default_cache_file(), settings.verify_weights);
+    let dir = &settings.model.dir;
+    let total = model_files(dir)
+        .map(|files| files.values().map(|(_, size)| size).sum())
+        .ok();
+    let mut step = StartStep::begin(settings.progress, "hash model files", Measure::Bytes(total));
+    let model_files = hash_model_files(dir, &mut hasher, &mut |n| step.advance(n))
+        .with_context(|| format!("hashing model files in {}", dir.display()))?;
+    step.finish();
+    let mut step = StartStep::begin(settings.progress, "hash input files", Measure::Bytes(None));
+    let input_files = hash_input_files_with(&settings.data, &mut hasher, &mut |n| step.advance(n))?;
+    step.finish();
+    hasher.save();
     let mut fp = fingerprint(settings.canonical(), model_files, input_files);
     fp.model = Some(settings.model.spec.clone());
     fp.data_spec = Some(data_spec(&settings.data));
@@ -78,19 +97,115 @@ pub fn job_fingerprint(settings: &Settings) -> anyhow::Result<Fingerprint> {
 /// Run the job `settings` describe, end to end: fingerprint, journal check (resume or
 /// refuse), engine start, the run, `run.json`.
 ///
+/// A rerun over a finished output ([`deferred_load`]) loads the model only when a request
+/// needs it: with nothing left to generate or judge it rewrites the same outputs from the
+/// journal without reading the weights.
+///
 /// Errors: hashing, a refused resume ([`PipelineError`]), the device, the model, the run.
 pub fn run_job(settings: &Settings) -> anyhow::Result<JobReport> {
     let fingerprint = job_fingerprint(settings)?;
     let control = RunControl::from_env();
+    let deferred = deferred_load(settings);
     // A start that fails leaves nothing behind that would block the corrected command, and
     // a `--restart` discards the earlier output only once the model has loaded.
-    let (prepared, mut generator) =
-        prepare_with(settings, fingerprint, || start_engine(settings, &control))?;
+    let (prepared, mut generator) = prepare_with(settings, fingerprint, || {
+        let mut lazy = LazyEngine {
+            settings,
+            control: &control,
+            engine: None,
+            refused_images: deferred.clone().unwrap_or_default(),
+        };
+        if deferred.is_none() {
+            lazy.load()?;
+        } else {
+            install_ctrlc(&control).context("installing the Ctrl-C handler")?;
+        }
+        anyhow::Ok(lazy)
+    })?;
+    if let Some(refused) = &deferred {
+        tracing::info!(
+            "OUT holds a finished run of this job: the model loads only if something is left \
+             to generate ({} image refusals of that run repeated until then)",
+            refused.len()
+        );
+    }
     let report = run_parquet(prepared, settings, &mut generator, &control)?;
     Ok(JobReport {
         report,
-        max_batch: generator.engine().config().max_batch,
+        max_batch: generator
+            .engine
+            .as_ref()
+            .map(|g| g.engine().config().max_batch),
     })
+}
+
+/// Whether the model may load only when a request needs it, with the image refusals to repeat
+/// until then: when OUT holds a finished run that took every row of its shard
+/// ([`super::passes::finished_run`]), not `--restart`, and none of its refusals came from the
+/// vision memory budget (a rerun with another budget must decide those again, which needs the
+/// engine). `None`: load before the run, as a first run does.
+fn deferred_load(settings: &Settings) -> Option<BTreeMap<u64, String>> {
+    if settings.restart || super::passes::finished_run(&settings.out) != Some(None) {
+        return None;
+    }
+    let mut refused = BTreeMap::new();
+    super::image_refusals(&settings.out, &mut refused);
+    let budget = refused.values().any(|m| vision_budget::is_refusal(m));
+    (!budget).then_some(refused)
+}
+
+/// The engine of a run, loaded before the run or at the first request that needs it
+/// ([`deferred_load`]). Until it loads, an image is refused exactly where the finished run in
+/// OUT refused it (as a merge does), and the version is the engine's own.
+struct LazyEngine<'a> {
+    settings: &'a Settings,
+    control: &'a RunControl,
+    engine: Option<EngineGenerator<VlModel, VlInputs>>,
+    refused_images: BTreeMap<u64, String>,
+}
+
+impl LazyEngine<'_> {
+    /// The engine, loaded now if it is not yet.
+    ///
+    /// Errors: from [`start_engine`].
+    fn load(&mut self) -> anyhow::Result<&mut EngineGenerator<VlModel, VlInputs>> {
+        if self.engine.is_none() {
+            self.engine = Some(start_engine(self.settings, self.control)?);
+        }
+        Ok(self.engine.as_mut().expect("loaded above"))
+    }
+}
+
+impl Generator for LazyEngine<'_> {
+    fn generate(
+        &mut self,
+        requests: Vec<GenRequest>,
+        on_done: &mut dyn FnMut(GenResult) -> ControlFlow<()>,
+    ) -> Result<(), BackendError> {
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let engine = self.load().map_err(|e| format!("{e:#}"))?;
+        engine.generate(requests, on_done)
+    }
+
+    fn check_image(&self, position: u64, width: u32, height: u32) -> Result<(), String> {
+        match &self.engine {
+            Some(engine) => engine.check_image(position, width, height),
+            None => self
+                .refused_images
+                .get(&position)
+                .map_or(Ok(()), |m| Err(m.clone())),
+        }
+    }
+
+    fn version(&self) -> String {
+        ENGINE_VERSION.to_string()
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        self.engine.as_ref()?.stats()
+    }
 }
 
 /// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
@@ -137,6 +252,12 @@ fn start_engine(
 ) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
     install_ctrlc(control).context("installing the Ctrl-C handler")?;
     let device = settings.device.open().context("opening the device")?;
+    let dir = &settings.model.dir;
+    let what = match weights_bytes(dir, settings.dtype.to_dtype()) {
+        Ok(bytes) => format!("load the model ({} of weights)", gb(bytes)),
+        Err(_) => "load the model".to_string(),
+    };
+    let step = StartStep::begin(settings.progress, what, Measure::Time);
     let mut engine = load_engine(
         &settings.model.dir,
         settings.dtype.to_dtype(),
@@ -148,7 +269,8 @@ fn start_engine(
             max_pixels: settings.max_pixels,
         },
     )
-    .with_context(|| format!("loading the model from {}", settings.model.dir.display()))?;
+    .with_context(|| format!("loading the model from {}", dir.display()))?;
+    step.finish();
     engine.set_stop_flag(control.stop.clone());
     if settings.max_batch_auto {
         tracing::info!("{}", auto_batch_line(engine.config().max_batch, settings));

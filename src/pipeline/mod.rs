@@ -50,8 +50,9 @@ pub use control::KillAt;
 pub use control::{install_ctrlc, interrupted_exit_code, KillStage, RunControl, EXIT_INTERRUPTED};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
-pub use engine_io::EngineGenerator;
+pub use engine_io::{EngineGenerator, ENGINE_VERSION};
 pub use error::PipelineError;
+pub use errors_jsonl::image_refusals;
 pub use lock::OutLock;
 pub use resume::{
     fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,

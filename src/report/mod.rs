@@ -3,6 +3,7 @@
 //! card and its chart ([`chart`]).
 
 pub mod chart;
+pub mod start;
 pub mod summary;
 
 use std::collections::BTreeMap;

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{sha256_file, CanonicalSettings, SettingsError};
+use super::{CanonicalSettings, FileHasher, SettingsError};
 
 /// The identity of a run: canonical settings, model file hashes and their combined sha256.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +40,18 @@ pub struct Fingerprint {
 ///
 /// Errors: the spec resolves to no file (as a message), or a file cannot be read.
 pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsError> {
+    hash_input_files_with(data, &mut FileHasher::open(None, false), &mut |_| {})
+}
+
+/// [`hash_input_files`] with `hasher` (its cache answers for files unchanged since an earlier
+/// start); `progress` gets the bytes of each read.
+///
+/// Errors: as [`hash_input_files`].
+pub fn hash_input_files_with(
+    data: &Path,
+    hasher: &mut FileHasher,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Vec<(String, String)>, SettingsError> {
     let spec = data.to_string_lossy();
     let inputs = crate::dataset::reader::resolve_inputs(&spec)
         .map_err(|e| SettingsError::DataUnreadable(e.to_string()))?;
@@ -48,7 +60,8 @@ pub fn hash_input_files(data: &Path) -> Result<Vec<(String, String)>, SettingsEr
         .files
         .iter()
         .map(|f| {
-            let sha = sha256_file(f)
+            let sha = hasher
+                .sha256(f, progress)
                 .map_err(|e| SettingsError::DataUnreadable(format!("{}: {e}", f.display())))?;
             let name = f.strip_prefix(&base).unwrap_or(f);
             Ok((name.display().to_string(), sha))

@@ -23,6 +23,7 @@ mod canonical;
 mod data;
 mod decoding;
 mod device;
+mod file_hash;
 mod fingerprint;
 mod model;
 mod options;
@@ -35,8 +36,11 @@ pub use options::RunOptions;
 mod out_dir;
 mod switch;
 mod verifiers;
-pub use fingerprint::{data_spec, fingerprint, hash_input_files, input_identity, Fingerprint};
-pub use model::{hash_model_files, hf_cache_dir, resolve_model, sha256_file, ResolvedModel};
+pub use file_hash::{default_cache_file, sha256_file, FileHasher};
+pub use fingerprint::{
+    data_spec, fingerprint, hash_input_files, hash_input_files_with, input_identity, Fingerprint,
+};
+pub use model::{hash_model_files, hf_cache_dir, model_files, resolve_model, ResolvedModel};
 pub use out_dir::{
     check_out, check_writable, holds_run_output, input_root, is_verisample_output, WRITTEN_IN_OUT,
 };
@@ -208,6 +212,10 @@ pub struct Settings {
     pub max_errors: Option<usize>,
     /// Discard an existing journal instead of resuming.
     pub restart: bool,
+    /// Hash every file in full for the fingerprint ([`RunOptions::verify_weights`]); not
+    /// recorded in `run.json`.
+    #[serde(skip)]
+    pub verify_weights: bool,
     /// Silence the progress bar and the summary table.
     pub quiet: bool,
 }

@@ -2,12 +2,11 @@
 //! of its files for the run fingerprint.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use super::file_hash::FileHasher;
 use super::{rebase, SettingsError};
 
 /// Where the model weights come from.
@@ -21,27 +20,12 @@ pub struct ResolvedModel {
     pub from_hub_cache: bool,
 }
 
-/// Hex sha256 of a file, streamed in 1 MiB reads. Errors: I/O.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
-}
-
-/// Hash the files of a model folder that define its behaviour: every `*.safetensors`
-/// (weights), `*.json` (config, tokenizer, chat template), `*.jinja` and `*.txt` (merges).
-/// Symlinks (HF cache snapshots) are followed. Returns file name → hex sha256, sorted.
+/// The files of a model folder that define its behaviour: every `*.safetensors` (weights),
+/// `*.json` (config, tokenizer, chat template), `*.jinja` and `*.txt` (merges), by name,
+/// sorted, with their sizes in bytes (symlinks of HF cache snapshots followed).
 ///
-/// Errors: I/O on listing or reading.
-pub fn hash_model_files(dir: &Path) -> std::io::Result<BTreeMap<String, String>> {
+/// Errors: I/O on listing.
+pub fn model_files(dir: &Path) -> std::io::Result<BTreeMap<String, (PathBuf, u64)>> {
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -53,10 +37,27 @@ pub fn hash_model_files(dir: &Path) -> std::io::Result<BTreeMap<String, String>>
             .iter()
             .any(|ext| name.ends_with(ext));
         if wanted && path.is_file() {
-            out.insert(name, sha256_file(&path)?);
+            let size = std::fs::metadata(&path)?.len();
+            out.insert(name, (path, size));
         }
     }
     Ok(out)
+}
+
+/// Hash the files of a model folder ([`model_files`]) with `hasher` (HF blob names and the
+/// hash cache where they answer). Returns file name → hex sha256, sorted; `progress` gets the
+/// bytes of each read.
+///
+/// Errors: I/O on listing or reading; a damaged HF blob with `--verify-weights`.
+pub fn hash_model_files(
+    dir: &Path,
+    hasher: &mut FileHasher,
+    progress: &mut dyn FnMut(u64),
+) -> std::io::Result<BTreeMap<String, String>> {
+    model_files(dir)?
+        .into_iter()
+        .map(|(name, (path, _))| Ok((name, hasher.sha256(&path, progress)?)))
+        .collect()
 }
 
 /// The Hugging Face hub cache folder: `HF_HUB_CACHE`, else `HF_HOME/hub`, else

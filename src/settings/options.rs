@@ -148,6 +148,12 @@ pub struct RunOptions {
     #[arg(long)]
     #[serde(skip)]
     pub force: bool,
+    /// Hash every model and input file in full for the fingerprint, and check each weight file
+    /// of the Hugging Face cache against the SHA-256 its blob is named by (otherwise the name
+    /// is trusted, and other files are hashed once, then known by size, time and inode).
+    #[arg(long)]
+    #[serde(skip)]
+    pub verify_weights: bool,
     /// Read settings from a TOML file (keys as the long flags, e.g. `max-new-tokens = 512`).
     #[arg(long, value_name = "FILE.toml")]
     #[serde(skip)]
@@ -162,7 +168,7 @@ pub struct RunOptions {
 impl RunOptions {
     /// These options (the command line) over `file`'s (the job file): every value given here
     /// wins, every other comes from the file; the command-line-only ones (`restart`, `force`,
-    /// `config`, `quiet`) are these.
+    /// `verify-weights`, `config`, `quiet`) are these.
     ///
     /// Errors: none in practice (both sides are values of this type); a serialisation error
     /// is reported as a config parse error of `file`.
@@ -181,6 +187,7 @@ impl RunOptions {
         Ok(RunOptions {
             restart: self.restart,
             force: self.force,
+            verify_weights: self.verify_weights,
             config: self.config.clone(),
             quiet: self.quiet,
             ..serde_json::from_value(merged)?
@@ -226,7 +233,7 @@ mod tests {
         let flags: std::collections::BTreeSet<String> = command
             .get_arguments()
             .filter_map(|a| a.get_long().map(str::to_string))
-            .filter(|l| !["restart", "force", "config"].contains(&l.as_str()))
+            .filter(|l| !["restart", "force", "verify-weights", "config"].contains(&l.as_str()))
             .collect();
         let keys: std::collections::BTreeSet<String> =
             match serde_json::to_value(RunOptions::default()).unwrap() {

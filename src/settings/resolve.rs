@@ -85,6 +85,7 @@ impl Settings {
             progress: ProgressMode::chosen(opts.progress, args.quiet),
             max_errors: opts.max_errors,
             restart: args.restart,
+            verify_weights: args.verify_weights,
             quiet: args.quiet,
         })
     }

@@ -405,6 +405,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         progress: ProgressMode::None,
         max_errors: None,
         restart: false,
+        verify_weights: false,
         quiet: true,
     }
 }
