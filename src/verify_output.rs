@@ -9,7 +9,8 @@
 //!   of the model's answer, or the whole answer for the judge) — so a reference copied into
 //!   `answer` is caught;
 //! - rejected: the same on `wrong_vlm` against `answer`; the decision must reject with the
-//!   stored `reason`. `truncated` cannot be recomputed (the finish reason is not stored): it
+//!   stored `reason` (for a run with `--samples K > 1`, each wrong sample of the entry:
+//!   [`crate::record::sampled`]). `truncated` cannot be recomputed (the finish reason is not stored): it
 //!   is taken as stored and counted in [`RecheckReport::taken_as_stored`];
 //! - the stored verdict must be what the stored raw judge text parses to, and judge fields
 //!   appear only where the judge decided;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
+use crate::record::sampled::{samples_of, split_wrong};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
 use crate::verifiers::pytext::py_strip;
@@ -560,21 +562,36 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
     for (r, row) in splits.rejected.iter().enumerate() {
         c.check_row(rejected_name, r, row);
         let list = answer_is_list(&row.clean_meta);
+        let sampled = samples_of(&row.clean_meta).is_some();
         for (q, e) in row.qa.iter().enumerate() {
-            c.check_rejected(rejected_name, r, q, e, list);
-            if let Some((name, ar, aq)) = accepted_items.get(&item_key(
-                &row.image_sha256,
-                &e.question,
-                &e.answer,
-                &e.wrong_vlm,
-            )) {
-                c.flag(
-                    rejected_name,
-                    r,
-                    Some(q),
-                    Problem::AcceptedAndRejected,
-                    format!("also accepted in {name} row {ar} qa {aq}"),
-                );
+            // A sampled run's entry holds every wrong sample of its question: each is checked.
+            let entries = if sampled {
+                match split_wrong(e) {
+                    Ok(entries) => entries,
+                    Err(m) => {
+                        c.flag(rejected_name, r, Some(q), Problem::UnknownValue, m);
+                        continue;
+                    }
+                }
+            } else {
+                vec![e.clone()]
+            };
+            for e in &entries {
+                c.check_rejected(rejected_name, r, q, e, list);
+                if let Some((name, ar, aq)) = accepted_items.get(&item_key(
+                    &row.image_sha256,
+                    &e.question,
+                    &e.answer,
+                    &e.wrong_vlm,
+                )) {
+                    c.flag(
+                        rejected_name,
+                        r,
+                        Some(q),
+                        Problem::AcceptedAndRejected,
+                        format!("also accepted in {name} row {ar} qa {aq}"),
+                    );
+                }
             }
         }
     }

@@ -410,7 +410,7 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
     };
     let mut first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
     // One generation journaled: from now on the folder holds work a changed run would lose.
-    let key = ItemKey { position: 0, qa: 0 };
+    let key = ItemKey::question(0, 0);
     let failed = JournalOutcome::Failed("x".into());
     let mut journaled = Replayed::default();
     journaled.results.insert((key, Pass::Answer), failed);

@@ -106,13 +106,30 @@ pub enum GenerationConfigError {
     },
 }
 
-/// What greedy decoding takes from `generation_config.json` (defaults when the file is absent).
+/// What decoding takes from `generation_config.json` (defaults when the file is absent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationConfig {
     /// `repetition_penalty` (1.0 when absent: no penalty). Positive and finite.
     pub repetition_penalty: f64,
     /// `eos_token_id`, a number or a list (empty when absent).
     pub eos_token_ids: Vec<u32>,
+    /// The sampling knobs, used only when a run samples (greedy ignores them, as
+    /// transformers' greedy search does).
+    pub sampling: SamplingDefaults,
+}
+
+/// `temperature`, `top_k`, `top_p` and `min_p` of `generation_config.json`, where given as
+/// numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingDefaults {
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_k` (0: off).
+    pub top_k: Option<usize>,
+    /// `top_p`.
+    pub top_p: Option<f64>,
+    /// `min_p`.
+    pub min_p: Option<f64>,
 }
 
 impl Default for GenerationConfig {
@@ -120,6 +137,7 @@ impl Default for GenerationConfig {
         Self {
             repetition_penalty: 1.0,
             eos_token_ids: Vec::new(),
+            sampling: SamplingDefaults::default(),
         }
     }
 }
@@ -197,9 +215,16 @@ impl GenerationConfig {
                     ))
                 })?,
         };
+        let number = |key: &str| obj.get(key).and_then(Value::as_f64);
         Ok(Self {
             repetition_penalty,
             eos_token_ids: parse_eos(obj.get("eos_token_id")).map_err(Refusal::Invalid)?,
+            sampling: SamplingDefaults {
+                temperature: number("temperature"),
+                top_k: number("top_k").map(|k| k.max(0.0) as usize),
+                top_p: number("top_p"),
+                min_p: number("min_p"),
+            },
         })
     }
 }

@@ -25,6 +25,7 @@ pub mod generation;
 pub mod model;
 pub mod request;
 pub mod sampler;
+pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
 mod state_slots;

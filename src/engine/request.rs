@@ -84,9 +84,11 @@ pub struct Request {
     pub text: String,
     /// Per-request generation limit; `None` takes the engine's `max_new_tokens`.
     pub max_new_tokens: Option<usize>,
-    /// The chat template's thinking mode (`enable_thinking`) for this request; `None` takes
-    /// the processor's (the one the engine was loaded with).
+    /// The chat template's thinking mode (`enable_thinking`) for this request; `None` leaves
+    /// it to the template.
     pub enable_thinking: Option<bool>,
+    /// Sample at a temperature from this stream ([`super::sampling`]); `None`: greedy.
+    pub sampling: Option<super::sampling::SampleStream>,
     /// Token ids that end this request besides the model's end-of-sequence ids: generated, one
     /// is kept as the last token and the request finishes with `FinishReason::Stop`.
     pub stop_token_ids: Vec<u32>,

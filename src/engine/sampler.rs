@@ -59,13 +59,30 @@ impl Greedy {
             // A step that samples no sequence (chunked prefill); candle cannot reduce nothing.
             return Ok(Vec::new());
         }
+        self.argmax(&self.scores(logits, seen)?)
+    }
+
+    /// `logits` `[rows, vocab]` as f32 with the penalty applied over `seen` (as
+    /// [`Greedy::sample`]): what the argmax, or a sampler's warpers, read.
+    ///
+    /// Errors: as [`Greedy::sample`].
+    pub fn scores(&self, logits: &Tensor, seen: &[&[u32]]) -> candle_core::Result<Tensor> {
         let scores = logits.to_dtype(DType::F32)?;
-        let scores = if self.penalizes() {
-            self.penalize(&scores, seen)?
+        if self.penalizes() {
+            self.penalize(&scores, seen)
         } else {
-            scores
-        };
-        first_argmax(&scores)
+            Ok(scores)
+        }
+    }
+
+    /// The first maximum of every row of `scores` ([`Greedy::scores`]), NaN skipped.
+    ///
+    /// Errors: candle errors.
+    pub fn argmax(&self, scores: &Tensor) -> candle_core::Result<Vec<Option<u32>>> {
+        if scores.dim(0)? == 0 {
+            return Ok(Vec::new());
+        }
+        first_argmax(scores)
     }
 
     /// `scores` `[rows, vocab]` f32 with the penalty applied to each row's `seen` ids.

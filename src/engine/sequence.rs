@@ -133,6 +133,9 @@ pub struct Sequence {
     pub cached_tokens: usize,
     /// The prompt ended with an open `<think>` ([`super::PreparedInput::prefilled_think`]).
     pub prefilled_think: bool,
+    /// Sampling settings and stream key ([`super::sampling::SampleStream::key`]); `None`:
+    /// greedy.
+    pub sampling: Option<(super::sampling::SamplingParams, [u8; 32])>,
 }
 
 impl Sequence {
@@ -238,6 +241,7 @@ mod tests {
             preemptions: 0,
             cached_tokens: 0,
             prefilled_think: false,
+            sampling: None,
         };
         assert_eq!(seq.position(1), [1, 3, 2]);
         assert_eq!(seq.position(2), [4, 4, 4]);

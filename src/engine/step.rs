@@ -121,6 +121,7 @@ impl<M: EngineModel> Core<M> {
             preemptions: 0,
             cached_tokens: 0,
             prefilled_think: p.prefilled_think,
+            sampling: req.sampling.map(|s| (s.params, s.key())),
         });
         None
     }
@@ -253,19 +254,36 @@ impl<M: EngineModel> Core<M> {
         Ok(done)
     }
 
-    /// Greedy tokens of the sampled sequences of `plan` from their `logits` rows, each row
-    /// penalized over its own sequence's seen ids.
+    /// The next token of each sampled sequence of `plan` from its `logits` row, penalized over
+    /// its own sequence's seen ids: the greedy token, or for a sequence that samples, a draw
+    /// from its own stream at its own token index ([`super::sampling::sample_row`]) on the
+    /// host. Every row's token depends on its own row only.
     fn sample(&self, plan: &Schedule, logits: &Tensor) -> Result<Vec<Option<u32>>, EngineError> {
-        let mut seen: Vec<&[u32]> = Vec::new();
-        if self.sampler.penalizes() {
-            for sc in plan.seqs.iter().filter(|s| s.sample) {
-                let s = self.scheduler.seq(sc.seq).ok_or_else(|| {
-                    EngineError::Internal(format!("sampled sequence {} is gone", sc.seq))
-                })?;
-                seen.push(s.seen.ids());
+        let mut seqs = Vec::new();
+        for sc in plan.seqs.iter().filter(|s| s.sample) {
+            let s = self.scheduler.seq(sc.seq).ok_or_else(|| {
+                EngineError::Internal(format!("sampled sequence {} is gone", sc.seq))
+            })?;
+            seqs.push(s);
+        }
+        let seen: Vec<&[u32]> = if self.sampler.penalizes() {
+            seqs.iter().map(|s| s.seen.ids()).collect()
+        } else {
+            Vec::new()
+        };
+        if seqs.iter().all(|s| s.sampling.is_none()) {
+            return Ok(self.sampler.sample(logits, &seen)?);
+        }
+        let scores = self.sampler.scores(logits, &seen)?;
+        let mut tokens = self.sampler.argmax(&scores)?;
+        for (row, s) in seqs.iter().enumerate() {
+            if let Some((params, key)) = &s.sampling {
+                let mut scores = scores.get(row)?.to_vec1::<f32>()?;
+                let index = s.generated().len() as u64;
+                tokens[row] = super::sampling::sample_row(&mut scores, params, key, index);
             }
         }
-        Ok(self.sampler.sample(logits, &seen)?)
+        Ok(tokens)
     }
 
     fn completion<P: InputProcessor>(

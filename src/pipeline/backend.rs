@@ -25,6 +25,30 @@ pub struct ItemKey {
     pub position: u64,
     /// 0-based index in the row's `qa` list.
     pub qa: u32,
+    /// 0-based sample index of the answer (`--samples K`: `0..K`; always 0 for greedy runs,
+    /// and then absent from the journal and `generations.jsonl`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl ItemKey {
+    /// Sample 0 of question `qa` of the row at `position` (the only one of a greedy run).
+    pub fn question(position: u64, qa: u32) -> Self {
+        Self {
+            position,
+            qa,
+            sample: 0,
+        }
+    }
+
+    /// The same question's sample `sample`.
+    pub fn with_sample(self, sample: u32) -> Self {
+        Self { sample, ..self }
+    }
 }
 
 /// Which generation pass.
@@ -54,6 +78,8 @@ pub struct GenRequest {
     pub think: bool,
     /// Token budget for the generated text.
     pub max_new_tokens: usize,
+    /// Sample from this stream (`--samples`, `--temperature`); `None`: greedy.
+    pub sampling: Option<crate::engine::sampling::SampleStream>,
 }
 
 /// The engine's output for one request.

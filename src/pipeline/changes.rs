@@ -126,6 +126,7 @@ mod tests {
             decoding: crate::settings::CanonicalDecoding::from(
                 &crate::settings::Decoding::default(),
             ),
+            sampling: None,
         };
         let mut fp = fingerprint(
             settings,

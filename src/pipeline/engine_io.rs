@@ -88,6 +88,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
                 text: r.user_text,
                 max_new_tokens: Some(r.max_new_tokens),
                 enable_thinking: Some(r.think),
+                sampling: r.sampling,
                 stop_token_ids: Vec::new(),
             });
         let result = self.engine.generate(engine_requests, |c: Completion| {
@@ -126,7 +127,7 @@ mod tests {
 
     #[test]
     fn completions_map_to_results() {
-        let key = ItemKey { position: 3, qa: 1 };
+        let key = ItemKey::question(3, 1);
         let done = |finish_reason, error: Option<&str>| Completion {
             id: 0,
             token_ids: vec![1, 2],

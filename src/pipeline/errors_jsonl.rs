@@ -38,13 +38,15 @@ pub(crate) fn error_line(plan: &RowPlan, qa: Option<u32>, field: &str, message: 
         rows: plan.rows,
         position: plan.position,
         qa,
+        sample: None,
         field: field.to_string(),
         message: message.to_string(),
     }
 }
 
 /// Write `OUT/errors.jsonl` (atomically) for the rows planned so far: unreadable rows,
-/// invalid questions and failed answer generations, in input order. Used before a
+/// invalid questions and failed answer generations (each of `samples` per question), in
+/// input order. Used before a
 /// `--max-errors` abort, when the write phase that normally writes it never runs.
 ///
 /// Errors: writing the file.
@@ -52,6 +54,7 @@ pub(crate) fn write_abort_errors(
     out: &std::path::Path,
     plans: &[RowPlan],
     results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    samples: u32,
 ) -> Result<(), PipelineError> {
     let mut lines = Vec::new();
     for plan in plans {
@@ -64,15 +67,18 @@ pub(crate) fn write_abort_errors(
             }
         };
         for (qa, item) in body.items.iter().enumerate() {
-            let key = ItemKey {
-                position: plan.position,
-                qa: qa as u32,
-            };
+            let key = ItemKey::question(plan.position, qa as u32);
             match item {
                 ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
                 ItemPlan::Keep(_) => {
-                    if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
-                        lines.push(line(Some(key.qa), "generation", m));
+                    for s in 0..samples {
+                        let key = key.with_sample(s);
+                        if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
+                            lines.push(ErrorLine {
+                                sample: (samples > 1).then_some(s),
+                                ..line(Some(key.qa), "generation", m)
+                            });
+                        }
                     }
                 }
                 ItemPlan::Dropped { .. } | ItemPlan::Duplicate(_) => {}

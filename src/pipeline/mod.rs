@@ -37,6 +37,7 @@ pub mod outputs;
 mod passes;
 mod plan;
 mod resume;
+pub mod sampled;
 mod write;
 
 pub use backend::{

@@ -83,6 +83,10 @@ pub struct ErrorLine {
     pub position: u64,
     /// `qa` index when the error concerns one question, `None` for the whole row.
     pub qa: Option<u32>,
+    /// The sample whose generation failed, in a run with `--samples K > 1` (absent
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<u32>,
     /// Field at fault (`image.bytes`, `qa[1].answer`, `generation`, …).
     pub field: String,
     /// What is wrong.

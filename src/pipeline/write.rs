@@ -21,8 +21,10 @@ use super::outputs::{
     CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
 };
 use super::plan::{ItemPlan, JudgeRole, RowPlan};
+use super::sampled::QuestionSamples;
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
+use crate::record::sampled::{clean_meta_with_samples, merge_wrong};
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};
 use crate::settings::Settings;
@@ -71,6 +73,10 @@ struct RowSplits {
     think: Vec<AcceptedQa>,
     nothink: Vec<AcceptedQa>,
     rejected: Vec<RejectedQa>,
+    /// The sample of each entry of `think`, `nothink`; the wrong samples of each of `rejected`.
+    think_samples: Vec<u32>,
+    nothink_samples: Vec<u32>,
+    rejected_samples: Vec<Vec<u32>>,
 }
 
 /// Everything the write phase accumulates.
@@ -194,35 +200,74 @@ fn count_verdict(stats: &mut RunStats, role: JudgeRole, judge: &JudgeOutcome) {
     }
 }
 
-/// Count one routed item and put it into the row's `splits` (`rescue`: the judge decided).
+/// Count one routed sample of a question and put an accepted one into the row's `splits`
+/// (`rescue`: the judge decided); a rejected one is kept in `outcome` until the question's
+/// samples are all routed ([`place_question`]).
 fn place_routed(
     c: &mut Collected,
-    unit: (u64, Option<u32>),
+    sample: u32,
     routed: Routed,
     rescue: bool,
     splits: &mut RowSplits,
+    outcome: &mut QuestionSamples,
 ) {
     match routed {
         Routed::Accepted { think, nothink } => {
-            c.stats.accepted += 1;
             bump(&mut c.stats.accepted_by, &nothink.accepted_by);
             if rescue {
                 c.stats.judge.overturns += 1;
             }
-            splits.think.extend(think);
+            if let Some(t) = think {
+                splits.think.push(t);
+                splits.think_samples.push(sample);
+            }
             splits.nothink.push(nothink);
-            c.ledger.place(unit, "accepted");
+            splits.nothink_samples.push(sample);
+            outcome.accepted.push(sample);
         }
         Routed::Rejected(r) => {
-            c.stats.rejected += 1;
             bump(&mut c.stats.reject_reasons, &r.reason);
             if r.reason == "judge_numbers_disagree" {
                 c.stats.judge.number_guard_blocks += 1;
             }
-            splits.rejected.push(r);
-            c.ledger.place(unit, "rejected");
+            outcome.wrong.push((sample, r));
         }
     }
+}
+
+/// Place a question whose samples are routed: accepted when one of them is, else rejected
+/// when one was wrong (its wrong samples in one rejected entry: [`merge_wrong`]), else in
+/// `errors.jsonl` (every generation failed).
+fn place_question(
+    c: &mut Collected,
+    unit: (u64, Option<u32>),
+    outcome: QuestionSamples,
+    samples: usize,
+    splits: &mut RowSplits,
+) {
+    if let Some(stats) = &mut c.stats.sampling {
+        outcome.count(stats);
+    }
+    let destination = if !outcome.accepted.is_empty() {
+        c.stats.accepted += 1;
+        "accepted"
+    } else if !outcome.wrong.is_empty() {
+        c.stats.rejected += 1;
+        "rejected"
+    } else {
+        "errors"
+    };
+    if !outcome.wrong.is_empty() {
+        let (entry, indices) = if samples > 1 {
+            merge_wrong(outcome.wrong)
+        } else {
+            let (s, r) = outcome.wrong.into_iter().next().expect("one wrong sample");
+            (r, vec![s])
+        };
+        splits.rejected.push(entry);
+        splits.rejected_samples.push(indices);
+    }
+    c.ledger.place(unit, destination);
 }
 
 /// The image as a split stores it: the bytes, and the path as given unless it is absolute —
@@ -243,7 +288,8 @@ fn published_image(image: &crate::record::ImageRef) -> crate::record::ImageRef {
     }
 }
 
-/// Route the kept questions of one readable row into `splits`.
+/// Route the kept questions of one readable row into `splits`, each of its samples
+/// ([`route_sample`]), then the question ([`place_question`]).
 fn route_row(
     w: &WriteInput<'_>,
     c: &mut Collected,
@@ -252,55 +298,88 @@ fn route_row(
     items: &[ItemPlan],
     splits: &mut RowSplits,
 ) -> Result<(), PipelineError> {
+    let samples = w.settings.sampling.samples;
     for (qa, item) in items.iter().enumerate() {
-        let key = ItemKey {
-            position: plan.position,
-            qa: qa as u32,
-        };
+        let key = ItemKey::question(plan.position, qa as u32);
         let unit = (plan.position, Some(key.qa));
         c.ledger.expect(unit);
         let Some(q) = kept_question(c, plan, key, item) else {
             continue;
         };
-        let (answer, judge_pass) = journaled(w, key)?;
-        c.generations.push(GenerationLine {
-            file: plan.file.clone(),
-            row: plan.row.unwrap_or(0),
-            key,
-            answer: pass_record(answer),
-            judge: judge_pass.map(|(_, o)| pass_record(o)),
-            judge_role: judge_pass.map(|(r, _)| r.name().to_string()),
-        });
-        let generation = match answer {
-            JournalOutcome::Done(g) => g,
-            JournalOutcome::Failed(m) => {
-                c.errors
-                    .push(error_line(plan, Some(key.qa), "generation", m));
-                c.ledger.place(unit, "errors");
-                continue;
-            }
-        };
-        let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, o)));
-        if let Some((role, j)) = &judge {
-            count_verdict(&mut c.stats, *role, j);
+        let mut outcome = QuestionSamples::default();
+        for s in 0..samples as u32 {
+            route_sample(
+                w,
+                c,
+                plan,
+                family,
+                q,
+                key.with_sample(s),
+                splits,
+                &mut outcome,
+            )?;
         }
-        let rescue = matches!(judge, Some((JudgeRole::Rescue, _)));
-        let routed = w.decisions.route(&RouteInput {
-            family,
-            item: q,
-            generation,
-            judge: judge.as_ref().filter(|_| rescue).map(|(_, j)| j),
-            number_guard: w.settings.number_guard,
-            thinking: w.settings.think,
-        });
-        c.stats.answer_lengths.record(
-            generation.token_ids.len() as u64,
-            matches!(routed, Routed::Accepted { .. }),
-        );
-        place_routed(c, unit, routed, rescue, splits);
+        place_question(c, unit, outcome, samples, splits);
     }
     Ok(())
 }
+
+/// Route the answer of `key` (one sample of question `q`): its `generations.jsonl` line, its
+/// judge verdict, its decision; a failed generation is an `errors.jsonl` line.
+///
+/// Errors: [`PipelineError::Missing`] for a pass the journal should hold and does not.
+#[allow(clippy::too_many_arguments)]
+fn route_sample(
+    w: &WriteInput<'_>,
+    c: &mut Collected,
+    plan: &RowPlan,
+    family: &str,
+    q: &QaItem,
+    key: ItemKey,
+    splits: &mut RowSplits,
+    outcome: &mut QuestionSamples,
+) -> Result<(), PipelineError> {
+    let (answer, judge_pass) = journaled(w, key)?;
+    c.generations.push(GenerationLine {
+        file: plan.file.clone(),
+        row: plan.row.unwrap_or(0),
+        key,
+        answer: pass_record(answer),
+        judge: judge_pass.map(|(_, o)| pass_record(o)),
+        judge_role: judge_pass.map(|(r, _)| r.name().to_string()),
+    });
+    let generation = match answer {
+        JournalOutcome::Done(g) => g,
+        JournalOutcome::Failed(m) => {
+            c.errors.push(ErrorLine {
+                sample: (w.settings.sampling.samples > 1).then_some(key.sample),
+                ..error_line(plan, Some(key.qa), "generation", m)
+            });
+            outcome.failed += 1;
+            return Ok(());
+        }
+    };
+    let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, o)));
+    if let Some((role, j)) = &judge {
+        count_verdict(&mut c.stats, *role, j);
+    }
+    let rescue = matches!(judge, Some((JudgeRole::Rescue, _)));
+    let routed = w.decisions.route(&RouteInput {
+        family,
+        item: q,
+        generation,
+        judge: judge.as_ref().filter(|_| rescue).map(|(_, j)| j),
+        number_guard: w.settings.number_guard,
+        thinking: w.settings.think,
+    });
+    c.stats.answer_lengths.record(
+        generation.token_ids.len() as u64,
+        matches!(routed, Routed::Accepted { .. }),
+    );
+    place_routed(c, key.sample, routed, rescue, splits, outcome);
+    Ok(())
+}
+
 fn write_row_splits(
     w: &mut WriteInput<'_>,
     c: &mut Collected,
@@ -310,29 +389,41 @@ fn write_row_splits(
     image_sha256: &str,
     splits: RowSplits,
 ) -> Result<(), PipelineError> {
-    fn make<Q>(row: &InputRow, qa: Vec<Q>, clean_meta: &str, sha: &str) -> OutputRow<Q> {
-        OutputRow {
-            image: published_image(&row.image),
-            qa,
-            clean_meta: clean_meta.to_string(),
-            image_sha256: sha.to_string(),
+    // A sampled run's rows say which sample each item is ([`super::sampled`]).
+    let samples = w.settings.sampling.samples;
+    let meta = |index: serde_json::Value| {
+        if samples > 1 {
+            clean_meta_with_samples(clean_meta, samples, index)
+        } else {
+            clean_meta.to_string()
         }
-    }
+    };
+    let make = |qa, index: serde_json::Value| OutputRow {
+        image: published_image(&row.image),
+        qa,
+        clean_meta: meta(index),
+        image_sha256: image_sha256.to_string(),
+    };
     let rows = [
         (
             SplitKind::Think,
             splits.think.len(),
-            SplitRow::Accepted(make(row, splits.think, clean_meta, image_sha256)),
+            SplitRow::Accepted(make(splits.think, splits.think_samples.into())),
         ),
         (
             SplitKind::NoThink,
             splits.nothink.len(),
-            SplitRow::Accepted(make(row, splits.nothink, clean_meta, image_sha256)),
+            SplitRow::Accepted(make(splits.nothink, splits.nothink_samples.into())),
         ),
         (
             SplitKind::Rejected,
             splits.rejected.len(),
-            SplitRow::Rejected(make(row, splits.rejected, clean_meta, image_sha256)),
+            SplitRow::Rejected(OutputRow {
+                image: published_image(&row.image),
+                qa: splits.rejected,
+                clean_meta: meta(splits.rejected_samples.into()),
+                image_sha256: image_sha256.to_string(),
+            }),
         ),
     ];
     for (kind, n, out) in rows {
@@ -369,7 +460,17 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     let shard = w.settings.shard;
     w.progress.phase("write", w.plans.len() as u64);
     let mut c = Collected {
-        stats: RunStats::default(),
+        stats: RunStats {
+            sampling: w
+                .settings
+                .sampling
+                .params
+                .map(|_| crate::report::SamplingStats {
+                    samples: w.settings.sampling.samples as u64,
+                    ..Default::default()
+                }),
+            ..RunStats::default()
+        },
         ledger: Ledger::new(),
         errors: Vec::new(),
         cleaning: Vec::new(),

@@ -33,6 +33,22 @@ pub struct ThroughputSample {
     pub tokens: u64,
 }
 
+/// Rejection sampling with `--samples K`: how many questions one sample (sample 0) answers,
+/// how many any of the K do, and how many samples were accepted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingStats {
+    /// Samples per question (K).
+    pub samples: u64,
+    /// Questions sampled (kept questions of readable rows).
+    pub questions: u64,
+    /// Questions whose sample 0 was accepted (pass@1 is this over `questions`).
+    pub pass_at_1: u64,
+    /// Questions with at least one accepted sample (pass@K).
+    pub pass_at_k: u64,
+    /// Accepted samples, over all questions.
+    pub accepted_samples: u64,
+}
+
 /// Judge pass statistics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JudgeStats {
@@ -183,6 +199,9 @@ pub struct RunStats {
     /// Lengths of the answer generations that reached a split (judge generations excluded).
     #[serde(default)]
     pub answer_lengths: AnswerLengths,
+    /// Rejection sampling (absent for a greedy run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingStats>,
 }
 
 /// Peak resident memory of this process in bytes: `VmHWM` of `/proc/self/status` (Linux);
@@ -414,14 +433,34 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
         stats.cleaning_drops.values().sum::<u64>(),
         stats.errors
     ));
+    // With `--samples K`, split entries, reasons and acceptances count samples.
+    let unit = if stats.sampling.is_some() {
+        "samples"
+    } else {
+        "questions"
+    };
+    if let Some(k) = &stats.sampling {
+        let pct = |n: u64| 100.0 * n as f64 / k.questions.max(1) as f64;
+        s.push_str(&format!(
+            "Rejection sampling: {} samples per question. pass@1 {:.1} % ({} of {} questions), \
+             pass@{} {:.1} % ({}), {} accepted samples. Each accepted sample is its own QA item \
+             (`clean_meta.sample_index`); the rejected split holds each question once with all \
+             its wrong samples as JSON arrays.\n\n",
+            k.samples,
+            pct(k.pass_at_1),
+            k.pass_at_1,
+            k.questions,
+            k.samples,
+            pct(k.pass_at_k),
+            k.pass_at_k,
+            k.accepted_samples
+        ));
+    }
     s.push_str(&md_table(("split", "questions"), &stats.split_items));
     s.push('\n');
-    s.push_str(&md_table(
-        ("reject reason", "questions"),
-        &stats.reject_reasons,
-    ));
+    s.push_str(&md_table(("reject reason", unit), &stats.reject_reasons));
     s.push('\n');
-    s.push_str(&md_table(("accepted by", "questions"), &stats.accepted_by));
+    s.push_str(&md_table(("accepted by", unit), &stats.accepted_by));
     s.push('\n');
     s.push_str(&md_table(
         ("cleaning drop", "questions"),

@@ -63,6 +63,11 @@ pub struct Summary {
     /// The shard folders a merge joined ([`Summary::of_merge`]); absent for a run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merged_shards: Option<usize>,
+    /// Rejection sampling (`--samples K`): pass@1, pass@K, accepted samples; absent for a
+    /// greedy run. With it, `accepted` and `rejected` count questions, `accepted_by_*` and
+    /// `reject_reasons` samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<super::SamplingStats>,
     /// Generations per second in this process.
     pub items_per_s: f64,
     /// Generated tokens per second in this process.
@@ -76,6 +81,31 @@ fn counts(map: &BTreeMap<String, u64>) -> String {
         .map(|(k, n)| format!("{k} {n}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The sampling line of the summary: K, pass@1, pass@K and the accepted samples.
+fn sampling_line(k: &super::SamplingStats) -> String {
+    let pct = |n: u64| {
+        if k.questions == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / k.questions as f64
+        }
+    };
+    format!(
+        "sampling: {} samples per question; pass@1 {:.1} %, pass@{} {:.1} %; {} accepted samples \
+         ({:.2} per question)\n",
+        k.samples,
+        pct(k.pass_at_1),
+        k.samples,
+        pct(k.pass_at_k),
+        k.accepted_samples,
+        if k.questions == 0 {
+            0.0
+        } else {
+            k.accepted_samples as f64 / k.questions as f64
+        }
+    )
 }
 
 impl Summary {
@@ -101,7 +131,10 @@ impl Summary {
             } else {
                 100.0 * stats.accepted as f64 / stats.input_items as f64
             },
-            accepted_by_verifier: stats.accepted.saturating_sub(by_judge),
+            accepted_by_verifier: match &stats.sampling {
+                Some(s) => s.accepted_samples.saturating_sub(by_judge),
+                None => stats.accepted.saturating_sub(by_judge),
+            },
             accepted_by_judge: by_judge,
             rejected: stats.rejected,
             reject_reasons: stats.reject_reasons.clone(),
@@ -115,6 +148,7 @@ impl Summary {
             generated: t.generated_items,
             replayed: t.replayed_items,
             merged_shards: None,
+            sampling: stats.sampling.clone(),
             items_per_s: t.items_per_s,
             tokens_per_s: t.tokens_per_s,
         }
@@ -175,10 +209,14 @@ impl Summary {
         )
     }
 
-    /// The summary as text lines, headline first.
+    /// The summary as text lines, headline first (with sampling, the headline counts
+    /// questions with an accepted sample, and its "by the verifier / judge" samples).
     pub fn text(&self) -> String {
+        let samples = self.sampling.as_ref().map_or(String::new(), |k| {
+            format!(", {} samples", k.accepted_samples)
+        });
         let mut s = format!(
-            "accepted {} of {} questions ({:.1} %): {} by the verifier, {} by the judge\n",
+            "accepted {} of {} questions ({:.1} %){samples}: {} by the verifier, {} by the judge\n",
             self.accepted,
             self.questions,
             self.accepted_percent,
@@ -188,9 +226,17 @@ impl Summary {
         if let Some(l) = self.limit {
             s.push_str(&self.limit_line(l));
         }
+        if let Some(k) = &self.sampling {
+            s.push_str(&sampling_line(k));
+        }
         s.push_str(&format!("rejected {}", self.rejected));
         if !self.reject_reasons.is_empty() {
-            s.push_str(&format!(": {}", counts(&self.reject_reasons)));
+            let what = if self.sampling.is_some() {
+                " questions; wrong samples by reason"
+            } else {
+                ""
+            };
+            s.push_str(&format!("{what}: {}", counts(&self.reject_reasons)));
         }
         s.push_str(&format!(
             "\nerrors {}, cleaning drops {}",

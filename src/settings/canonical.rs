@@ -56,6 +56,10 @@ pub struct CanonicalSettings {
     /// before the setting existed.
     #[serde(flatten)]
     pub decoding: CanonicalDecoding,
+    /// Samples per question and the warpers; left out for greedy runs, so their fingerprint
+    /// stays what it was before sampling existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<super::CanonicalSampling>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference

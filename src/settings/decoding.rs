@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{SettingsError, Switch};
-use crate::engine::generation::GenerationConfig;
+use crate::engine::generation::{GenerationConfig, SamplingDefaults};
 
 /// Decoding settings of one run, as resolved ([`Decoding::resolve`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,6 +22,10 @@ pub struct Decoding {
     /// End-of-sequence ids taken from `generation_config.json` (generation also ends on
     /// `config.json`'s `eos_token_id` and the tokenizer's `<|im_end|>` / `<|endoftext|>`).
     pub eos_token_ids: Vec<u32>,
+    /// The file's sampling knobs (for the defaults of a run that samples,
+    /// [`super::Sampling::resolve`]); not recorded.
+    #[serde(skip)]
+    pub file_sampling: SamplingDefaults,
 }
 
 impl Default for Decoding {
@@ -32,6 +36,7 @@ impl Default for Decoding {
             repetition_penalty_override: None,
             repetition_penalty: 1.0,
             eos_token_ids: Vec::new(),
+            file_sampling: SamplingDefaults::default(),
         }
     }
 }
@@ -44,6 +49,7 @@ impl Decoding {
         GenerationConfig {
             repetition_penalty: self.repetition_penalty,
             eos_token_ids: self.eos_token_ids.clone(),
+            sampling: self.file_sampling,
         }
     }
 
@@ -72,6 +78,7 @@ impl Decoding {
             repetition_penalty_override: repetition_penalty,
             repetition_penalty: g.repetition_penalty,
             eos_token_ids: g.eos_token_ids,
+            file_sampling: g.sampling,
         })
     }
 }

@@ -29,10 +29,12 @@ mod model;
 mod options;
 pub mod prepare;
 mod resolve;
+mod sampling;
 pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 pub use options::RunOptions;
+pub use sampling::{CanonicalSampling, Sampling, SamplingFlags, MAX_SAMPLES};
 mod out_dir;
 mod switch;
 mod verifiers;
@@ -180,6 +182,9 @@ pub struct Settings {
     /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
     #[serde(default)]
     pub decoding: Decoding,
+    /// Samples per question and the sampling warpers (absent in `run.json` of greedy runs).
+    #[serde(default, skip_serializing_if = "Sampling::is_greedy")]
+    pub sampling: Sampling,
     /// Most sequences in flight (with `max_batch_auto`, the cap of the engine's pick).
     pub max_batch: usize,
     /// Whether the engine picks `max_batch` from its KV pool: a GPU run without
@@ -385,6 +390,7 @@ impl Settings {
             max_pixels: self.max_pixels,
             read: self.read.clone(),
             decoding: CanonicalDecoding::from(&self.decoding),
+            sampling: CanonicalSampling::of(&self.sampling),
         }
     }
 

@@ -98,6 +98,31 @@ pub struct RunOptions {
     /// repetition_penalty; 1.0 = none). [default: the checkpoint's generation_config.json]
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub repetition_penalty: Option<f64>,
+    /// Answers per question (rejection sampling: every one verified, judged and routed on its
+    /// own). More than 1 samples at a temperature. [default: 1]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub samples: Option<usize>,
+    /// Sampling temperature; above 0 samples even with --samples 1, 0 is greedy. [default:
+    /// greedy; when sampling, the checkpoint's generation_config.json, else 1.0]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub temperature: Option<f64>,
+    /// Sample among the N most likely tokens only; 0 is off. [default when sampling: the
+    /// checkpoint's generation_config.json, else 50]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub top_k: Option<usize>,
+    /// Sample among the most likely tokens whose probabilities add up to X (nucleus), in
+    /// (0, 1]. [default when sampling: the checkpoint's generation_config.json, else 1.0: off]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than X times the most likely one, in [0, 1]. [default when
+    /// sampling: the checkpoint's generation_config.json, else off]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub min_p: Option<f64>,
+    /// Seed of the samples' random streams: each sample's tokens depend only on it, the row,
+    /// the question and the sample index, whatever the batch, threads or interruptions.
+    /// [default: 0]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
     /// from the KV cache pool, at most 256]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]

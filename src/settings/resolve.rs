@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::{
     data, default_model_dir, out_dir, rebase, resolve_model, verifiers, DTypeSpec, Decoding,
-    DeviceSpec, ProgressMode, ResolvedModel, RunOptions, Settings, SettingsError, Switch,
-    AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_OUT, MAX_MAX_BATCH,
+    DeviceSpec, ProgressMode, ResolvedModel, RunOptions, Sampling, SamplingFlags, Settings,
+    SettingsError, Switch, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_MAX_NEW_TOKENS, DEFAULT_OUT, MAX_MAX_BATCH,
 };
 use crate::dataset::layout::{ColumnFlags, ReadOptions};
 use crate::shard::Shard;
@@ -48,6 +48,17 @@ impl Settings {
             opts.generation_config.unwrap_or(Switch::On),
             opts.repetition_penalty,
         )?;
+        let sampling = Sampling::resolve(
+            SamplingFlags {
+                samples: opts.samples,
+                temperature: opts.temperature,
+                top_k: opts.top_k,
+                top_p: opts.top_p,
+                min_p: opts.min_p,
+                seed: opts.seed,
+            },
+            decoding.file_sampling,
+        )?;
         verifiers::check_entries(&opts.verifiers)?;
         // Before anything loads: a `--verifier` that would decide nothing (a misspelt family).
         for warning in verifiers::idle_verifiers(&opts.verifiers, io.families.as_ref()) {
@@ -73,6 +84,7 @@ impl Settings {
             dtype: opts.dtype.unwrap_or(default_dtype),
             max_new_tokens: sizes.max_new_tokens,
             decoding,
+            sampling,
             max_batch: sizes.max_batch,
             max_batch_auto: sizes.max_batch_auto,
             max_batch_tokens: sizes.max_batch_tokens,

@@ -22,6 +22,7 @@ fn fingerprint_changes_with_settings_and_weights() {
         max_pixels: None,
         read: Default::default(),
         decoding: CanonicalDecoding::from(&Decoding::default()),
+        sampling: None,
     };
     let w = BTreeMap::from([("model.safetensors".to_string(), "aa".to_string())]);
     let a = fingerprint(s.clone(), w.clone(), Vec::new());
@@ -81,6 +82,7 @@ fn column_flags_and_images_root_change_the_fingerprint() {
         max_pixels: None,
         read: ReadOptions::default(),
         decoding: CanonicalDecoding::from(&Decoding::default()),
+        sampling: None,
     };
     // Unset, the key is left out: runs from before the flags keep their fingerprint.
     assert!(!serde_json::to_string(&s).unwrap().contains("read"));

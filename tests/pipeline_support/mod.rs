@@ -393,6 +393,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         dtype: DTypeSpec::F32,
         max_new_tokens: 64,
         decoding: Default::default(),
+        sampling: Default::default(),
         max_batch: 5,
         max_batch_auto: false,
         max_batch_tokens: 1024,

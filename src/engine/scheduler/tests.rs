@@ -24,6 +24,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         preemptions: 0,
         cached_tokens: 0,
         prefilled_think: false,
+        sampling: None,
     }
 }
 

@@ -170,6 +170,7 @@ pub(crate) fn generate_answers(
                     &ctx.settings.out,
                     &plans,
                     ctx.results,
+                    ctx.settings.sampling.samples as u32,
                 )?;
             }
             Err(e)
@@ -257,12 +258,13 @@ fn answer_row(
         .map(|(qa, _)| (position, Some(qa as u32)));
     ctx.count_errors(invalid)?;
     let before = queue.requests.len();
-    for (qa, item) in body.items.iter().enumerate() {
+    let sampling = ctx.settings.sampling;
+    let keys = body.items.iter().enumerate().flat_map(|(qa, item)| {
+        (0..sampling.samples as u32)
+            .map(move |s| (item, ItemKey::question(position, qa as u32).with_sample(s)))
+    });
+    for (item, key) in keys {
         let ItemPlan::Keep(q) = item else { continue };
-        let key = ItemKey {
-            position,
-            qa: qa as u32,
-        };
         forget_if_image_changed(ctx, key, &body.image_sha256);
         match ctx.results.get(&(key, Pass::Answer)) {
             Some(JournalOutcome::Done(g)) => {
@@ -286,6 +288,7 @@ fn answer_row(
                     user_text: q.question.clone(),
                     think: ctx.settings.think,
                     max_new_tokens: ctx.settings.max_new_tokens,
+                    sampling: sampling.stream(position, key.qa, key.sample),
                 });
             }
         }
@@ -349,7 +352,7 @@ fn generate_answers_into(
         }
         let answered = match &plan.body {
             Ok(body) => {
-                items_seen += body.items.len() as u64;
+                items_seen += (body.items.len() * settings.sampling.samples) as u64;
                 if let Some(rows) = rows_est {
                     // Items per row so far, times the rows: the bar's total grows with the input.
                     let per_row = items_seen as f64 / (plans.len() + 1) as f64;

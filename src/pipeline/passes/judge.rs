@@ -26,12 +26,17 @@ pub(crate) fn judge_answers(
     let mut calibrated = 0usize;
     for plan in plans {
         let Ok(body) = &plan.body else { continue };
-        for (qa, item) in body.items.iter().enumerate() {
+        let samples = settings.sampling.samples as u32;
+        let keys = body.items.iter().enumerate().flat_map(|(qa, item)| {
+            (0..samples).map(move |s| {
+                (
+                    item,
+                    ItemKey::question(plan.position, qa as u32).with_sample(s),
+                )
+            })
+        });
+        for (item, key) in keys {
             let ItemPlan::Keep(q) = item else { continue };
-            let key = ItemKey {
-                position: plan.position,
-                qa: qa as u32,
-            };
             let Some(JournalOutcome::Done(g)) = ctx.results.get(&(key, Pass::Answer)) else {
                 continue;
             };
@@ -61,6 +66,7 @@ pub(crate) fn judge_answers(
                 ),
                 think: settings.think,
                 max_new_tokens: settings.max_new_tokens,
+                sampling: None,
             });
         }
     }
@@ -190,7 +196,7 @@ mod tests {
 
     #[test]
     fn judge_outputs_cut_or_failed_are_counted_answer_passes_are_not() {
-        let key = |position| ItemKey { position, qa: 0 };
+        let key = |position| ItemKey::question(position, 0);
         let roles = BTreeMap::from([
             (key(0), JudgeRole::Rescue),
             (key(1), JudgeRole::Calibration),
@@ -223,7 +229,7 @@ mod tests {
     /// limit keeps that verdict (contract §6), as the write phase stores it (`wrong_answer`).
     #[test]
     fn judge_outputs_cut_after_their_verdict_are_not_counted_as_unsure() {
-        let key = |position| ItemKey { position, qa: 0 };
+        let key = |position| ItemKey::question(position, 0);
         let cut = |text: &str| said(text, FinishReason::Length);
         let outputs = [
             // A verdict, then only blank lines up to the limit: WRONG stands.

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod sampled;
+
 /// The HF `Image()` feature: `struct<bytes: binary, path: string>`, both nullable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ImageRef {
