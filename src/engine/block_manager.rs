@@ -11,9 +11,16 @@
 //! 0 stays in the prefix cache as *evictable* until a fresh allocation needs it, oldest
 //! release first (LRU).
 //!
+//! Unlike vLLM's single free queue, which cycles through the whole pool, a fresh block is the
+//! lowest free id among the blocks handed out before (the *touched* ones, below a high-water
+//! mark), else an evicted cached block, else the lowest never-used id. The blocks in use stay
+//! packed at the start of the pool, so the memory a run touches is its working set, not the
+//! whole pool: on the CPU, whose pool is plain memory whose pages become resident when first
+//! written, resident memory then stops growing with the number of rows.
+//!
 //! Everything here is deterministic: same calls, same block ids.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Index of a block in the KV cache pool, `0..num_blocks`.
 pub type BlockId = u32;
@@ -43,8 +50,10 @@ pub struct BlockManager {
     hash_of: Vec<Option<BlockHash>>,
     /// Registered blocks by hash.
     cached: HashMap<BlockHash, BlockId>,
-    /// Free blocks holding nothing reusable, handed out first (FIFO, lowest id first at start).
-    free_plain: VecDeque<BlockId>,
+    /// Free blocks holding nothing reusable, lowest id first.
+    free_plain: BTreeSet<BlockId>,
+    /// Blocks `0..high_water` have been handed out at least once (touched).
+    high_water: BlockId,
     /// Free but registered blocks, by release tick (LRU order: smallest tick is evicted first).
     evictable: BTreeMap<u64, BlockId>,
     /// Release tick of each evictable block (key into `evictable`).
@@ -64,6 +73,7 @@ impl BlockManager {
             hash_of: vec![None; n as usize],
             cached: HashMap::new(),
             free_plain: (0..n).collect(),
+            high_water: 0,
             evictable: BTreeMap::new(),
             evict_tick: vec![0; n as usize],
             tick: 0,
@@ -193,7 +203,7 @@ impl BlockManager {
                     self.evict_tick[b as usize] = self.tick;
                     self.evictable.insert(self.tick, b);
                 } else {
-                    self.free_plain.push_back(b);
+                    self.free_plain.insert(b);
                 }
             }
         }
@@ -207,16 +217,32 @@ impl BlockManager {
         self.ref_counts[b as usize] += 1;
     }
 
-    /// A fresh block with ref count 1: a plain free block, else the least recently released
-    /// cached block (dropped from the prefix cache).
+    /// A fresh block with ref count 1: the lowest plain free block already touched, else the
+    /// least recently released cached block (dropped from the prefix cache), else the lowest
+    /// never-used block (raising the high-water mark).
     fn pop_free(&mut self) -> Option<BlockId> {
-        let b = match self.free_plain.pop_front() {
-            Some(b) => b,
-            None => {
-                let (_, b) = self.evictable.pop_first()?;
+        let touched = self
+            .free_plain
+            .first()
+            .copied()
+            .filter(|&b| b < self.high_water);
+        let b = match (touched, self.evictable.pop_first()) {
+            (Some(b), evicted) => {
+                if let Some((tick, e)) = evicted {
+                    self.evictable.insert(tick, e);
+                }
+                self.free_plain.remove(&b);
+                b
+            }
+            (None, Some((_, b))) => {
                 if let Some(h) = self.hash_of[b as usize].take() {
                     self.cached.remove(&h);
                 }
+                b
+            }
+            (None, None) => {
+                let b = self.free_plain.pop_first()?;
+                self.high_water = self.high_water.max(b + 1);
                 b
             }
         };
@@ -242,9 +268,34 @@ mod tests {
         assert_eq!(bm.num_free(), 1, "failed allocation changes nothing");
         bm.release(&t);
         assert_eq!(bm.num_free(), 4);
-        // Released tail first: plain free list order is 3, 2, 1, 0.
+        // The touched blocks again, lowest first, then the never-used one.
         let (t2, _) = bm.allocate(&[], 4).unwrap();
-        assert_eq!(t2, vec![3, 2, 1, 0]);
+        assert_eq!(t2, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_working_set_stays_at_the_start_of_the_pool() {
+        // 1000 sequences of 3 blocks, 2 at a time, each with its own registered prefix: the
+        // blocks handed out never go past what two sequences hold at once, as cached blocks
+        // are evicted before a never-used block is touched.
+        let mut bm = BlockManager::new(1000, 16, true);
+        let mut highest = 0;
+        let mut running: Vec<Vec<BlockId>> = Vec::new();
+        for seq in 0..1000u128 {
+            let hashes = [seq * 10 + 1, seq * 10 + 2];
+            let (t, hits) = bm.allocate(&hashes, 3).unwrap();
+            assert_eq!(hits, 0);
+            for (b, h) in t.iter().zip(hashes) {
+                bm.register(*b, h);
+            }
+            highest = highest.max(*t.iter().max().unwrap());
+            running.push(t);
+            if running.len() == 2 {
+                bm.release(&running.remove(0));
+            }
+        }
+        assert!(highest < 6, "touched up to block {highest}");
+        assert_eq!(bm.num_free(), 1000 - 3);
     }
 
     #[test]
