@@ -19,29 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-
-
-def shared_data() -> str:
-    return os.environ.get("VERISAMPLE_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], env=env, capture_output=True, text=True)
-    wall = time.monotonic() - start
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
-    return wall, rss
+sys.path.insert(0, HERE)
+from bench_vs_transformers import shared_data, time_v  # noqa: E402
 
 
 def main() -> None:
@@ -65,7 +51,7 @@ def main() -> None:
     results = {}
     for name, extra in runs.items():
         out = os.path.join(work, name)
-        wall, rss = timed([args.bin, "run", "-q", "--data", data, "--out", out, "--progress", "none", *extra], env)
+        wall, rss = time_v([args.bin, "run", "-q", "--data", data, "--out", out, "--progress", "none", *extra], env)
         with open(os.path.join(out, "run.json")) as f:
             stats = json.load(f)["stats"]
         t = stats["throughput"]

@@ -16,22 +16,14 @@ import argparse
 import io
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from bench_vs_transformers import QUESTION, shared_data, time_v  # noqa: E402
 ROWS_PER_FILE = 10_000
-# OrandCar's task question (contract §3; `src/clean`'s ORAND_CAR_QUESTION).
-QUESTION = ("What is written in the image? Answer this question using the text in the image directly "
-            "without any other context. Answer in short without any other content.")
-
-
-def shared_data() -> str:
-    return os.environ.get("VERISAMPLE_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
 
 
 def build(rows: int, folder: str) -> None:
@@ -70,16 +62,6 @@ def build(rows: int, folder: str) -> None:
     open(os.path.join(folder, "done"), "w").close()
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], env=env, capture_output=True, text=True)
-    wall = time.monotonic() - start
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
-    return wall, rss
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "verisample"))
@@ -96,8 +78,8 @@ def main() -> None:
         out = os.path.join(args.cache, f"out-{rows}")
         shutil.rmtree(out, ignore_errors=True)
         cmd = [args.bin, "run", "-q", "--family", "OrandCar", "--data", data, "--out", out, "--progress", "none"]
-        wall, rss = timed(cmd, env)
-        again, again_rss = timed(cmd, env)
+        wall, rss = time_v(cmd, env)
+        again, again_rss = time_v(cmd, env)
         with open(os.path.join(out, "run.json")) as f:
             stats = json.load(f)["stats"]
         results[rows] = {

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -73,6 +74,17 @@ def shared_data() -> str:
         if os.path.isdir(cand):
             return os.path.abspath(cand)
     return os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
+
+
+def time_v(cmd: list[str], env: dict) -> tuple[float, int]:
+    """Run `cmd` under `/usr/bin/time -v`: wall seconds and peak RSS in kB; exits on failure."""
+    start = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
+    return wall, rss
 
 
 def list_images(folder: str, n: int) -> list[str]:

@@ -307,38 +307,35 @@ fn route_row(
             continue;
         };
         let mut outcome = QuestionSamples::default();
+        let question = Question { plan, family, q };
         for s in 0..samples as u32 {
-            route_sample(
-                w,
-                c,
-                plan,
-                family,
-                q,
-                key.with_sample(s),
-                splits,
-                &mut outcome,
-            )?;
+            route_sample(w, c, &question, key.with_sample(s), splits, &mut outcome)?;
         }
         place_question(c, unit, outcome, samples, splits);
     }
     Ok(())
 }
 
-/// Route the answer of `key` (one sample of question `q`): its `generations.jsonl` line, its
+/// A kept question of a readable row: its row's plan, the row's family, the cleaned question.
+struct Question<'a> {
+    plan: &'a RowPlan,
+    family: &'a str,
+    q: &'a QaItem,
+}
+
+/// Route the answer of `key` (one sample of `question`): its `generations.jsonl` line, its
 /// judge verdict, its decision; a failed generation is an `errors.jsonl` line.
 ///
 /// Errors: [`PipelineError::Missing`] for a pass the journal should hold and does not.
-#[allow(clippy::too_many_arguments)]
 fn route_sample(
     w: &WriteInput<'_>,
     c: &mut Collected,
-    plan: &RowPlan,
-    family: &str,
-    q: &QaItem,
+    question: &Question<'_>,
     key: ItemKey,
     splits: &mut RowSplits,
     outcome: &mut QuestionSamples,
 ) -> Result<(), PipelineError> {
+    let Question { plan, family, q } = *question;
     let (answer, judge_pass) = journaled(w, key)?;
     c.generations.push(GenerationLine {
         file: plan.file.clone(),
