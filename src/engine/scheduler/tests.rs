@@ -97,7 +97,8 @@ fn admits_up_to_max_batch_then_decodes_everyone() {
     assert_eq!(s.blocks().num_free(), 14);
     let p = run(&mut s, 1);
     assert_eq!(spans(&p), vec![(2, 0, 4, true)]);
-    assert_eq!(s.seq(2).unwrap().block_table, vec![4]);
+    // The lowest block already touched: seq 0's first, not the never-used block 4.
+    assert_eq!(s.seq(2).unwrap().block_table, vec![0]);
     assert_eq!(s.running(), &[1, 2]);
 }
 
@@ -134,11 +135,12 @@ fn exhausted_pool_preempts_the_youngest_and_recomputes_it() {
     // Both have 4 tokens, 3 computed; decode computes token 3 which fits block 2 of each.
     run(&mut s, 51);
     assert_eq!(s.blocks().num_free(), 0);
-    // Now both need a third block: seq 0 (oldest) takes the one freed by preempting seq 1.
+    // Now both need a third block: seq 0 (oldest) takes one freed by preempting seq 1 (its
+    // blocks 2 and 3; the lowest first).
     let d = run(&mut s, 52);
     assert_eq!(d.preempted, vec![1]);
     assert_eq!(spans(&d), vec![(0, 4, 5, true)]);
-    assert_eq!(s.seq(0).unwrap().block_table, vec![0, 1, 3]);
+    assert_eq!(s.seq(0).unwrap().block_table, vec![0, 1, 2]);
     assert_eq!(s.waiting().collect::<Vec<_>>(), vec![1]);
     let s1 = s.seq(1).unwrap();
     assert_eq!(
