@@ -137,6 +137,17 @@ pub struct RecordedSettings {
     /// Verifier overrides, `[FAMILY=]NAME`.
     #[serde(default)]
     pub verifiers: Option<Vec<String>>,
+    /// `--samples` and the sampling knobs (absent for a greedy run).
+    #[serde(default)]
+    pub sampling: Option<RecordedSampling>,
+}
+
+/// The sampling settings a [`RunJsonView`] reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RecordedSampling {
+    /// Samples per question.
+    #[serde(default)]
+    pub samples: Option<usize>,
 }
 
 /// Statistics a [`RunJsonView`] reads.

@@ -48,6 +48,14 @@ pub struct RecheckSettings {
     /// `_RS_think` row is itself a disagreement.
     #[serde(default = "thinking_default")]
     pub thinking: bool,
+    /// Samples per question of the run (`--samples K`, 1 for greedy): with K > 1 every row's
+    /// `clean_meta` must say so and name each item's sample ([`crate::record::sampled`]).
+    #[serde(default = "one")]
+    pub samples: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn thinking_default() -> bool {
@@ -61,6 +69,7 @@ impl Default for RecheckSettings {
             registry: VerifierRegistry::default(),
             number_guard: NUMBER_GUARD_DEFAULT,
             thinking: true,
+            samples: 1,
         }
     }
 }
@@ -83,6 +92,7 @@ impl RecheckSettings {
             registry,
             number_guard,
             thinking: true,
+            samples: 1,
         })
     }
 }
@@ -108,6 +118,9 @@ pub enum Problem {
     ImageHashMismatch,
     /// A row with no `qa` entries.
     EmptyRow,
+    /// `clean_meta` is not a JSON object, or (a run with `--samples K > 1`) does not say K or
+    /// name a valid sample for each entry.
+    CleanMeta,
     /// The accepted `answer` is not the model text the decision picks (e.g. the reference).
     AnswerNotModelText,
     /// `accepted_by` differs from the recomputed one.
@@ -247,6 +260,13 @@ impl Checker<'_> {
     }
 
     fn check_row<Q>(&mut self, split: &str, index: usize, row: &OutputRow<Q>) {
+        // The rejected split's sample indices are checked with its entries' wrong samples.
+        let wrong = split.ends_with("_rejected");
+        let counts = (!wrong).then(|| vec![1; row.qa.len()]);
+        if let Err(m) = check_clean_meta(&row.clean_meta, self.settings.samples, counts.as_deref())
+        {
+            self.flag(split, index, None, Problem::CleanMeta, m);
+        }
         *self.report.rows.entry(split.to_string()).or_default() += 1;
         *self.report.entries.entry(split.to_string()).or_default() += row.qa.len();
         if row.qa.is_empty() {
@@ -457,6 +477,69 @@ fn accepted_key(sha: &str, e: &AcceptedQa) -> String {
     )
 }
 
+/// A split row's `clean_meta` against the run's `samples` (K): a JSON object; with K > 1,
+/// `"samples": K` and a `"sample_index"` naming, for each entry, its sample (`counts[i]` = 1:
+/// one index; in the rejected split, checked per entry with `counts` of its wrong samples)
+/// below K, the indices of one entry distinct. `counts` `None`: the indices' shape is checked
+/// by the caller.
+///
+/// Errors: what is wrong, in words.
+fn check_clean_meta(meta: &str, samples: usize, counts: Option<&[usize]>) -> Result<(), String> {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(meta) else {
+        return Err(format!("clean_meta is not a JSON object: {meta:?}"));
+    };
+    let stored = samples_of(meta).unwrap_or(1);
+    if stored != samples {
+        return Err(format!(
+            "clean_meta says {stored} sample(s) per question, run.json {samples}"
+        ));
+    }
+    let (Some(counts), true) = (counts, samples > 1) else {
+        return Ok(());
+    };
+    let index = m.get(crate::record::sampled::SAMPLE_INDEX_KEY);
+    let valid = |v: &serde_json::Value| v.as_u64().is_some_and(|s| (s as usize) < samples);
+    let ok = index
+        .and_then(|v| v.as_array())
+        .is_some_and(|a| a.len() == counts.len() && a.iter().all(valid));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "clean_meta sample_index {index:?} does not name a sample below {samples} for each of {} entries",
+            counts.len()
+        ))
+    }
+}
+
+/// The rejected split's `sample_index` of a sampled run: for entry `q`, a list of `n` distinct
+/// samples below `samples`.
+fn check_wrong_samples(meta: &str, q: usize, n: usize, samples: usize) -> Result<(), String> {
+    let meta: serde_json::Value = serde_json::from_str(meta).unwrap_or_default();
+    let list = meta
+        .get(crate::record::sampled::SAMPLE_INDEX_KEY)
+        .and_then(|v| v.get(q))
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .map(serde_json::Value::as_u64)
+                .collect::<Option<Vec<u64>>>()
+        });
+    match list {
+        Some(Some(mut l)) if l.len() == n && l.iter().all(|&s| (s as usize) < samples) => {
+            l.sort_unstable();
+            l.dedup();
+            if l.len() == n {
+                return Ok(());
+            }
+            Err(format!("clean_meta sample_index of entry {q} repeats a sample"))
+        }
+        _ => Err(format!(
+            "clean_meta sample_index of entry {q} does not list its {n} wrong sample(s) below {samples}"
+        )),
+    }
+}
+
 /// The identity of an item across accepted and rejected splits.
 fn item_key(
     sha: &str,
@@ -562,7 +645,7 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
     for (r, row) in splits.rejected.iter().enumerate() {
         c.check_row(rejected_name, r, row);
         let list = answer_is_list(&row.clean_meta);
-        let sampled = samples_of(&row.clean_meta).is_some();
+        let sampled = settings.samples > 1 || samples_of(&row.clean_meta).is_some();
         for (q, e) in row.qa.iter().enumerate() {
             // A sampled run's entry holds every wrong sample of its question: each is checked.
             let entries = if sampled {
@@ -576,6 +659,12 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
             } else {
                 vec![e.clone()]
             };
+            if settings.samples > 1 {
+                let n = entries.len();
+                if let Err(m) = check_wrong_samples(&row.clean_meta, q, n, settings.samples) {
+                    c.flag(rejected_name, r, Some(q), Problem::CleanMeta, m);
+                }
+            }
             for e in &entries {
                 c.check_rejected(rejected_name, r, q, e, list);
                 if let Some((name, ar, aq)) = accepted_items.get(&item_key(
@@ -625,6 +714,37 @@ pub fn row_count_mismatches(
 #[cfg(test)]
 mod row_count_tests {
     use super::*;
+
+    #[test]
+    fn a_sampled_runs_clean_meta_must_name_each_entrys_sample() {
+        let ok = r#"{"position":0,"sample_index":[0,3],"samples":4}"#;
+        assert_eq!(check_clean_meta(ok, 4, Some(&[1, 1])), Ok(()));
+        for (meta, why) in [
+            ("{not json", "not a JSON object"),
+            (
+                r#"{"position":0}"#,
+                "says 1 sample(s) per question, run.json 4",
+            ),
+            (r#"{"sample_index":[0,7],"samples":4}"#, "below 4"),
+            (r#"{"sample_index":[0],"samples":4}"#, "each of 2 entries"),
+            (
+                r#"{"sample_index":[0,1],"samples":1e30}"#,
+                "says 1 sample(s)",
+            ),
+        ] {
+            let err = check_clean_meta(meta, 4, Some(&[1, 1])).unwrap_err();
+            assert!(err.contains(why), "{meta}: {err}");
+        }
+        // A greedy run's rows: any JSON object without K.
+        assert_eq!(check_clean_meta(r#"{"a":1}"#, 1, Some(&[1])), Ok(()));
+        let rejected = r#"{"sample_index":[[1,2],[0]],"samples":4}"#;
+        assert_eq!(check_wrong_samples(rejected, 0, 2, 4), Ok(()));
+        assert!(check_wrong_samples(rejected, 1, 2, 4).is_err());
+        let repeated = r#"{"sample_index":[[2,2]],"samples":4}"#;
+        assert!(check_wrong_samples(repeated, 0, 2, 4)
+            .unwrap_err()
+            .contains("repeats"));
+    }
 
     #[test]
     fn row_counts_table() {

@@ -175,6 +175,14 @@ fn sampling_settings_that_cannot_work_are_refused() {
         ),
         (vec!["--top-p", "0.9"], "--top-p"),
         (vec!["--samples", "0"], "--samples"),
+        // NaN and infinity are refused, not read as "not given".
+        (
+            vec!["--samples", "2", "--temperature", "NaN"],
+            "--temperature NaN",
+        ),
+        (vec!["--temperature", "inf"], "--temperature inf"),
+        (vec!["--repetition-penalty", "NaN"], "--repetition-penalty"),
+        (vec!["--kv-cache-gib", "inf"], "--kv-cache-gib"),
     ] {
         let out = bin()
             .current_dir(repo())

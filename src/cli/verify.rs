@@ -74,6 +74,7 @@ fn verify_settings(
     let mut v =
         RecheckSettings::from_args(guard, &overrides).map_err(|e| UsageError(e.to_string()))?;
     v.thinking = settings.think != Some(false);
+    v.samples = settings.sampling.and_then(|s| s.samples).unwrap_or(1);
     Ok(v)
 }
 

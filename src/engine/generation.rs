@@ -55,6 +55,35 @@ pub const UNSUPPORTED: &[(&str, Inactive)] = &[
     ("custom_generate", Inactive::Null),
 ];
 
+/// The sampling knobs of the file: `temperature` a positive number, `top_k` a non-negative
+/// integer, `top_p` in (0, 1], `min_p` in [0, 1] (each may be absent or `null`).
+fn sampling_defaults(obj: &serde_json::Map<String, Value>) -> Result<SamplingDefaults, Refusal> {
+    let number = |key: &str, ok: &dyn Fn(f64) -> bool, what: &str| match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite() && ok(*x))
+            .map(Some)
+            .ok_or_else(|| Refusal::Invalid(format!("`{key}` = {v} must be {what}"))),
+    };
+    let top_k = number(
+        "top_k",
+        &|k| k >= 0.0 && k.fract() == 0.0,
+        "a non-negative integer",
+    )?;
+    Ok(SamplingDefaults {
+        unsupported: SAMPLING_UNSUPPORTED.iter().find_map(|(key, inactive)| {
+            obj.get(*key)
+                .filter(|v| !inactive.holds(v))
+                .map(|v| (*key, v.to_string()))
+        }),
+        temperature: number("temperature", &|t| t > 0.0, "a positive number")?,
+        top_k: top_k.map(|k| k as usize),
+        top_p: number("top_p", &|p| p > 0.0 && p <= 1.0, "in (0, 1]")?,
+        min_p: number("min_p", &|m| (0.0..=1.0).contains(&m), "in [0, 1]")?,
+    })
+}
+
 /// When a setting of [`UNSUPPORTED`] has no effect.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Inactive {
@@ -118,10 +147,21 @@ pub struct GenerationConfig {
     pub sampling: SamplingDefaults,
 }
 
-/// `temperature`, `top_k`, `top_p` and `min_p` of `generation_config.json`, where given as
-/// numbers.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Sampling settings of `generation_config.json` that change transformers' sampled output
+/// and that the engine does not implement, with the value at which each is off.
+pub const SAMPLING_UNSUPPORTED: &[(&str, Inactive)] = &[
+    ("typical_p", Inactive::NullOr(1.0)),
+    ("epsilon_cutoff", Inactive::NullOrAtMost(0.0)),
+    ("eta_cutoff", Inactive::NullOrAtMost(0.0)),
+];
+
+/// `temperature`, `top_k`, `top_p` and `min_p` of `generation_config.json` (each checked
+/// for its range when given), and the first active setting of [`SAMPLING_UNSUPPORTED`]:
+/// used only when a run samples.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SamplingDefaults {
+    /// The first active sampling setting not implemented, with its value as JSON.
+    pub unsupported: Option<(&'static str, String)>,
     /// `temperature`.
     pub temperature: Option<f64>,
     /// `top_k` (0: off).
@@ -215,16 +255,10 @@ impl GenerationConfig {
                     ))
                 })?,
         };
-        let number = |key: &str| obj.get(key).and_then(Value::as_f64);
         Ok(Self {
             repetition_penalty,
             eos_token_ids: parse_eos(obj.get("eos_token_id")).map_err(Refusal::Invalid)?,
-            sampling: SamplingDefaults {
-                temperature: number("temperature"),
-                top_k: number("top_k").map(|k| k.max(0.0) as usize),
-                top_p: number("top_p"),
-                min_p: number("min_p"),
-            },
+            sampling: sampling_defaults(obj)?,
         })
     }
 }

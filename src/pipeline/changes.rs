@@ -13,6 +13,9 @@ fn setting_name(key: &str) -> String {
         "data" => "the input (--data)".into(),
         "device" => "the device kind (--device)".into(),
         "verifiers" => "--verifier".into(),
+        "sampling" => {
+            "sampling (--samples, --temperature, --top-k, --top-p, --min-p, --seed)".into()
+        }
         other => format!("--{}", other.replace('_', "-")),
     }
 }
@@ -46,7 +49,7 @@ pub fn describe_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     // Keys of both sides: a field left out when at its default is on one side only.
     let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     let default_of = |k: &str| match k {
-        "dedup" => serde_json::Value::Bool(true),
+        "dedup" | "generation_config" => serde_json::Value::Bool(true),
         _ => serde_json::Value::Null,
     };
     for k in keys {

@@ -92,9 +92,15 @@ fn sampling_line(k: &super::SamplingStats) -> String {
             100.0 * n as f64 / k.questions as f64
         }
     };
+    if k.samples == 1 {
+        return format!(
+            "sampling: 1 sample per question; pass@1 {:.1} %\n",
+            pct(k.pass_at_1)
+        );
+    }
     format!(
         "sampling: {} samples per question; pass@1 {:.1} %, pass@{} {:.1} %; {} accepted samples \
-         ({:.2} per question)\n",
+         ({:.2} per question); the rejected split also keeps accepted questions' wrong samples\n",
         k.samples,
         pct(k.pass_at_1),
         k.samples,
@@ -232,7 +238,7 @@ impl Summary {
         s.push_str(&format!("rejected {}", self.rejected));
         if !self.reject_reasons.is_empty() {
             let what = if self.sampling.is_some() {
-                " questions; wrong samples by reason"
+                " questions (no sample accepted); wrong samples by reason"
             } else {
                 ""
             };

@@ -49,7 +49,7 @@ impl Decoding {
         GenerationConfig {
             repetition_penalty: self.repetition_penalty,
             eos_token_ids: self.eos_token_ids.clone(),
-            sampling: self.file_sampling,
+            sampling: self.file_sampling.clone(),
         }
     }
 

@@ -196,7 +196,8 @@ impl FileHasher {
 
     /// Write the cache back when a hash was added (atomically: temporary file, then rename;
     /// two processes saving at once keep one of their caches, which only costs a rehash).
-    /// A cache that cannot be written is skipped with a debug message: it only saves time.
+    /// A cache that cannot be written is a warning (the run goes on: the cache only saves
+    /// time; the next start hashes again).
     pub fn save(&self) {
         let (Some(path), true) = (&self.cache_file, self.changed) else {
             return;
@@ -211,7 +212,11 @@ impl FileHasher {
                 .map_err(std::io::Error::other)
         };
         if let Err(e) = write() {
-            tracing::debug!("hash cache {} not written: {e}", path.display());
+            tracing::warn!(
+                "hash cache {} not written ({e}): the next start hashes the files again; set \
+                 {CACHE_DIR_ENV} to a writable folder, or empty for no cache",
+                path.display()
+            );
         }
     }
 }

@@ -198,6 +198,8 @@ impl RunOptions {
     /// Errors: none in practice (both sides are values of this type); a serialisation error
     /// is reported as a config parse error of `file`.
     pub fn over(&self, file: &RunOptions) -> Result<RunOptions, serde_json::Error> {
+        // JSON has no NaN or infinity (serde_json writes them as null, which would read as
+        // "not given"): [`RunOptions::non_finite`] refuses them before this merge.
         let mut merged = serde_json::to_value(file)?;
         if let (Some(base), serde_json::Value::Object(top)) =
             (merged.as_object_mut(), serde_json::to_value(self)?)
@@ -217,6 +219,21 @@ impl RunOptions {
             quiet: self.quiet,
             ..serde_json::from_value(merged)?
         })
+    }
+
+    /// The first decimal setting that is NaN or infinite, by its flag name (they would be lost
+    /// as "not given" by [`RunOptions::over`]'s JSON merge, and no setting accepts them).
+    pub fn non_finite(&self) -> Option<(&'static str, f64)> {
+        [
+            ("repetition-penalty", self.repetition_penalty),
+            ("kv-cache-gib", self.kv_cache_gib),
+            ("vision-memory-gib", self.vision_memory_gib),
+            ("temperature", self.temperature),
+            ("top-p", self.top_p),
+            ("min-p", self.min_p),
+        ]
+        .into_iter()
+        .find_map(|(key, v)| v.filter(|v| !v.is_finite()).map(|v| (key, v)))
     }
 
     /// The options of the TOML job file at `path`: its keys as the long flags (kebab-case),

@@ -30,6 +30,15 @@ impl Settings {
             }
             None => (RunOptions::default(), PathBuf::from(".")),
         };
+        for side in [args, &file] {
+            if let Some((key, v)) = side.non_finite() {
+                return Err(SettingsError::Invalid {
+                    key,
+                    value: v.to_string(),
+                    why: "must be a finite number".into(),
+                });
+            }
+        }
         // One merge: a flag wins over the file's key, a key over the default. Paths given in
         // the file are relative to the file's folder (`model`, `data`, `out`, `images-root`
         // below still ask which side they came from).
@@ -57,7 +66,7 @@ impl Settings {
                 min_p: opts.min_p,
                 seed: opts.seed,
             },
-            decoding.file_sampling,
+            decoding.file_sampling.clone(),
         )?;
         verifiers::check_entries(&opts.verifiers)?;
         // Before anything loads: a `--verifier` that would decide nothing (a misspelt family).

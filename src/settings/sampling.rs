@@ -64,8 +64,10 @@ impl Sampling {
     /// Resolve `flags` against the checkpoint's knobs `file` (empty with
     /// `--generation-config off`).
     ///
-    /// Errors: [`SettingsError::Invalid`] for a value out of range, a knob given without
-    /// sampling, or several samples at temperature 0 (they would all be the greedy answer).
+    /// Errors: [`SettingsError::Invalid`] for a value out of range, a warper given without
+    /// sampling (`--seed` is accepted and ignored then, so that a script may always pass it),
+    /// several samples at temperature 0 (they would all be the greedy answer), or a sampling
+    /// setting of the checkpoint's `generation_config.json` that is not implemented.
     pub fn resolve(flags: SamplingFlags, file: SamplingDefaults) -> Result<Self, SettingsError> {
         let invalid = |key: &'static str, value: String, why: &str| SettingsError::Invalid {
             key,
@@ -86,7 +88,6 @@ impl Sampling {
                 ("top-k", flags.top_k.map(|v| v.to_string())),
                 ("top-p", flags.top_p.map(|v| v.to_string())),
                 ("min-p", flags.min_p.map(|v| v.to_string())),
-                ("seed", flags.seed.map(|v| v.to_string())),
             ] {
                 if let Some(value) = given {
                     return Err(invalid(
@@ -97,6 +98,17 @@ impl Sampling {
                 }
             }
             return Ok(Self::GREEDY);
+        }
+        if let Some((key, value)) = file.unsupported {
+            return Err(SettingsError::Invalid {
+                key: "samples",
+                value: samples.to_string(),
+                why: format!(
+                    "the checkpoint's generation_config.json sets {key} = {value}, a sampling \
+                     setting verisample does not implement (transformers would apply it); \
+                     remove it from the file, or run with --generation-config off"
+                ),
+            });
         }
         let temperature = flags
             .temperature
@@ -180,19 +192,19 @@ mod tests {
             temperature: Some(0.7),
             top_k: Some(20),
             top_p: Some(0.8),
-            min_p: None,
+            ..Default::default()
         };
-        assert!(Sampling::resolve(none, file).unwrap().is_greedy());
+        assert!(Sampling::resolve(none, file.clone()).unwrap().is_greedy());
         let t0 = SamplingFlags {
             temperature: Some(0.0),
             ..none
         };
-        assert!(Sampling::resolve(t0, file).unwrap().is_greedy());
+        assert!(Sampling::resolve(t0, file.clone()).unwrap().is_greedy());
         let k4 = SamplingFlags {
             samples: Some(4),
             ..none
         };
-        let s = Sampling::resolve(k4, file).unwrap();
+        let s = Sampling::resolve(k4, file.clone()).unwrap();
         let p = s.params.unwrap();
         assert_eq!(
             (s.samples, p.temperature, p.top_k, p.top_p, p.min_p, p.seed),
@@ -249,6 +261,13 @@ mod tests {
             (
                 SamplingFlags {
                     samples: Some(2),
+                    ..Default::default()
+                },
+                "typical_p = 0.5",
+            ),
+            (
+                SamplingFlags {
+                    samples: Some(2),
                     top_p: Some(1.5),
                     ..Default::default()
                 },
@@ -264,6 +283,13 @@ mod tests {
             ),
         ];
         for (flags, key) in cases {
+            let file = match key {
+                "typical_p = 0.5" => SamplingDefaults {
+                    unsupported: Some(("typical_p", "0.5".into())),
+                    ..file.clone()
+                },
+                _ => file.clone(),
+            };
             let err = Sampling::resolve(flags, file).unwrap_err().to_string();
             assert!(err.contains(key), "{flags:?}: {err}");
         }
