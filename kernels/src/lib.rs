@@ -83,7 +83,7 @@ pub use segment::{
     segment_attention, segment_attention_scratch_bytes, SegmentAttentionParams, BLOCK_K, BLOCK_Q,
 };
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 /// Which implementation of the paged-attention ops a model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,19 +98,13 @@ pub enum AttentionPath {
 }
 
 impl AttentionPath {
-    /// The path for a model computing in `dtype` whose attention head dimensions are
-    /// `head_dims`, on `device`: native on the CPU; flash on CUDA when this build has it, the
-    /// dtype is bf16 or f16 and the crate takes every head dimension
-    /// ([`flash::supports_head_dim`]); portable otherwise.
-    pub fn for_device(device: &Device, dtype: DType, head_dims: &[usize]) -> Self {
+    /// The default path on `device`: native on the CPU, portable elsewhere. The flash path is
+    /// never a default: it has not run on a GPU yet, so it is chosen only explicitly (`doctor`
+    /// compares it with the portable path and the CPU on the device) until `doctor` has passed
+    /// there.
+    pub fn for_device(device: &Device) -> Self {
         if device.is_cpu() {
             Self::Native
-        } else if device.is_cuda()
-            && flash::available_on(device)
-            && flash::supports_dtype(dtype)
-            && head_dims.iter().all(|&d| flash::supports_head_dim(d))
-        {
-            Self::Flash
         } else {
             Self::Portable
         }

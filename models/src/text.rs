@@ -176,7 +176,7 @@ impl TextModel {
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
             inv_freq: inv_freq(spec.rotary_dim, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device(), vb.dtype(), &[spec.head_dim]),
+            attention: AttentionPath::for_device(vb.device()),
             spec: spec.clone(),
             embed,
             layers,

@@ -193,7 +193,7 @@ impl VisionTower {
             merger,
             deepstack,
             inv_freq: inv_freq(head_dim / 2, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device(), vb.dtype(), &[head_dim]),
+            attention: AttentionPath::for_device(vb.device()),
         })
     }
 
