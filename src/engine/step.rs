@@ -276,11 +276,18 @@ impl<M: EngineModel> Core<M> {
         }
         let scores = self.sampler.scores(logits, &seen)?;
         let mut tokens = self.sampler.argmax(&scores)?;
-        for (row, s) in seqs.iter().enumerate() {
+        // The sampling rows' scores reach the host in one copy.
+        let rows: Vec<u32> = (0..seqs.len() as u32)
+            .filter(|&r| seqs[r as usize].sampling.is_some())
+            .collect();
+        let index = Tensor::new(rows.as_slice(), scores.device())?;
+        let host = scores.index_select(&index, 0)?.to_vec2::<f32>()?;
+        for (&row, mut row_scores) in rows.iter().zip(host) {
+            let s = seqs[row as usize];
             if let Some((params, key)) = &s.sampling {
-                let mut scores = scores.get(row)?.to_vec1::<f32>()?;
-                let index = s.generated().len() as u64;
-                tokens[row] = super::sampling::sample_row(&mut scores, params, key, index);
+                let at = s.generated().len() as u64;
+                tokens[row as usize] =
+                    super::sampling::sample_row(&mut row_scores, params, key, at);
             }
         }
         Ok(tokens)

@@ -19,10 +19,8 @@ use crate::report::SamplingStats;
 pub(crate) struct QuestionSamples {
     /// Samples accepted (their entries are in the accepted splits already).
     pub accepted: Vec<u32>,
-    /// Samples rejected, with their entries.
+    /// Samples rejected, with their entries (a failed sample is in `errors.jsonl` only).
     pub wrong: Vec<(u32, RejectedQa)>,
-    /// Samples whose generation failed (listed in `errors.jsonl`).
-    pub failed: u32,
 }
 
 impl QuestionSamples {

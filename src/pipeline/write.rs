@@ -352,7 +352,6 @@ fn route_sample(
                 sample: (w.settings.sampling.samples > 1).then_some(key.sample),
                 ..error_line(plan, Some(key.qa), "generation", m)
             });
-            outcome.failed += 1;
             return Ok(());
         }
     };
