@@ -8,7 +8,7 @@
 #        scripts/build-cuda.sh --flash-attn   # dist/verisample-cuda.xz (or without
 #                                             # --flash-attn: the portable path only)
 #        scripts/gpu-check.sh prepare         # .gpu/: the binary, the 78 val images as an
-#                                             # input dataset
+#                                             # input dataset and as a folder (for bench)
 #   2. On the GPU machine, in the repository root with .gpu/ carried over:
 #        scripts/gpu-check.sh [OUTDIR]        # default OUTDIR: $OUT, else .gpu/results
 #
@@ -17,10 +17,12 @@
 # every attention path (portable, and flash-attn in a --flash-attn build) against a direct
 # reference, batch invariance, and greedy tokens of the device against the CPU's native kernels
 # (f32) and of flash-attn against the portable path (bf16), within doctor's one token tolerance
-# (TOKEN_DIFF_PER in src/doctor.rs: 2 of 78); then `run` of the val images on cuda:0 in f32
-# (portable path) and bf16 (flash-attn where built) with `verify` and their accuracy. The runs
-# write under .gpu/work; OUTDIR receives only gpu-check.log, doctor.json and each run's
-# run.json, so what comes back stays a handful of small files.
+# (TOKEN_DIFF_PER in src/doctor/models.rs: 2 of 78); then `run` of the val images on cuda:0 in
+# f32 and bf16 (the path `run` takes there: portable) with `verify` and their accuracy; the
+# bf16 run again at --max-batch 1 and 7, its splits compared byte for byte with the first
+# (batch invariance where users run); and `bench` at --max-batch 1 and 16. The runs write under
+# .gpu/work; OUTDIR receives only gpu-check.log, doctor.json, each run's run.json and the bench
+# reports, so what comes back stays a handful of small files.
 # Exit status: 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +38,7 @@ if [ "${1:-}" = prepare ]; then
     rm -rf "$gpu" && mkdir -p "$gpu"
     cp dist/verisample-cuda.xz "$gpu/"
     "$cpu_bin" -q prepare --labels "$data/labels.jsonl" --family OrandCar --split val --out "$gpu/val"
+    mkdir -p "$gpu/val-images" && cp "$data"/val/* "$gpu/val-images/"
     du -sh "$gpu"
     echo "carry $gpu to the GPU machine and run scripts/gpu-check.sh there"
     exit 0
@@ -108,6 +111,46 @@ for dtype in f32 bf16; do
     echo "wall seconds: $((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
     check "verify cuda-$dtype" "$bin" verify "$dir"
     summary "$dir" "cuda-$dtype"
+done
+
+splits() { # RUN_DIR: sha256 of every split file, sorted by name
+    (cd "$1/data" && sha256sum -- *.parquet | sort -k 2)
+}
+same_splits() { # BATCH: the bf16 run again at --max-batch BATCH, splits equal to the first
+    local dir="$work/cuda-bf16-b$1"
+    rm -rf "$dir"
+    "$bin" -q run --model assets/model --data "$gpu/val" --out "$dir" --device cuda:0 \
+        --dtype bf16 --progress none --max-batch "$1" || return 1
+    diff <(splits "$work/cuda-bf16") <(splits "$dir") && echo "splits identical at --max-batch $1"
+}
+for batch in 1 7; do
+    check "splits of bf16 at --max-batch $batch equal the first run's" same_splits "$batch"
+done
+accuracy() { # NAME ARGS...: a bf16 run of the val images with ARGS; its accepted count
+    local dir="$work/$1"; shift
+    rm -rf "$dir"
+    "$bin" -q run --model assets/model --data "$gpu/val" --out "$dir" --device cuda:0 \
+        --dtype bf16 --progress none "$@" || return 1
+    python3 -c "import json, sys; s = json.load(open(sys.argv[1]))['stats']
+print(sys.argv[2], 'accepted', s['accepted'], 'of', s['input_items'])" "$dir/run.json" "$*"
+}
+# Session 38 saw bf16 runs with the default KV pool (80 % of free memory) accept 39 of 78
+# where the CPU accepts 65; these locate it: a small pool, a small batch.
+check "bf16 with a 2 GiB KV pool" accuracy bf16-kv2 --kv-cache-gib 2
+check "bf16 at --max-batch 16" accuracy bf16-b16 --max-batch 16
+
+bench() { # BATCH: bench on the val images, bf16, JSON report kept
+    "$bin" -q bench --model assets/model --images "$gpu/val-images" --num-images 0 \
+        --device cuda:0 --dtype bf16 --max-new-tokens 64 --max-batch "$1" --json \
+        >"$out/bench-b$1.json" || return 1
+    python3 - "$out/bench-b$1.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print({k: v for k, v in r.items() if not isinstance(v, (list, dict))})
+EOF
+}
+for batch in 1 16; do
+    check "bench bf16 --max-batch $batch" bench "$batch"
 done
 
 echo "gpu-check: $failures failure(s)"

@@ -11,13 +11,14 @@ const COMMANDS: [&str; 8] = [
 ];
 
 /// The value names in use, each for one kind of value.
-const VALUE_NAMES: [&str; 19] = [
+const VALUE_NAMES: [&str; 20] = [
     "N",             // an integer
     "X",             // a decimal number
     "SWITCH",        // on | off
     "MODE",          // --progress: bar | jsonl | none
     "DTYPE",         // f32 | bf16 | f16
     "DEVICE",        // cpu | cuda:N | metal
+    "KERNELS",       // native | portable | flash
     "FAMILY",        // a family name
     "NAME",          // another name (split, dataset config, verifier)
     "[FAMILY=]NAME", // a verifier override

@@ -141,7 +141,7 @@ fn engine() -> Engine<VlModel, VlInputs> {
     load_engine(
         &model_dir(),
         DType::F32,
-        &Device::Cpu,
+        (&Device::Cpu, verisample_models::AttentionPath::Native),
         cfg,
         &GenerationConfig::resolve(&model_dir(), true, None).expect("generation_config.json"),
         Default::default(),

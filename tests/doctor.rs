@@ -1,8 +1,8 @@
 //! `verisample doctor` on the CPU, as CI runs it: every kernel of the three attention paths
 //! (native, portable, flash through its CPU oracle) in f32/f16/bf16 against an independent
-//! direct reference (plain loops, no code shared with the kernels), batch invariance of the
-//! native kernels, and the default model's tokens on the bundled sample on every path; a
-//! device this binary was not built for is a usage error.
+//! direct reference (plain loops, no code shared with the kernels), bitwise batch invariance
+//! of every path (attention, linears, whole models), and the default model's tokens on the
+//! bundled sample on every path; a device this binary was not built for is a usage error.
 
 use std::process::Command;
 
@@ -55,12 +55,43 @@ fn doctor_on_cpu_passes_every_check_it_reports() {
             assert!(attn.contains("vs direct f32 reference"), "{attn}");
         }
     }
-    // The native kernels compute each query row on its own: bitwise invariant, required; so
-    // is the flash oracle on the CPU, which runs them.
-    assert_eq!(status("batch invariance: attention native f32"), "pass");
-    assert_eq!(status("batch invariance: attention flash f32"), "pass");
-    // So does the packed CPU linear (a fixed reduction order): required too.
-    assert_eq!(status("batch invariance: linear (packed)"), "pass");
+    // Batch invariance is required, bitwise, of every path in f32 and bf16: attention rows
+    // (alone, in batches of 7 to 100, chunked, decoded), linear rows (tiled and packed), and
+    // whole models (the default one and every family's fixture, found in the checkout).
+    for dtype in ["f32", "bf16"] {
+        for path in ["native", "portable", "flash"] {
+            let name = format!("batch invariance: attention {path} {dtype}");
+            assert_eq!(status(&name), "pass", "{name}");
+            let d = detail(&name);
+            assert!(
+                d.contains("batch of 100") && d.contains("decoded token by token"),
+                "{d}"
+            );
+            let name = format!("batch invariance: models {path} {dtype}");
+            assert_eq!(status(&name), "pass", "{name}");
+            let d = detail(&name);
+            for family in [
+                "qwen2_vl",
+                "qwen2_5_vl",
+                "qwen3_vl",
+                "qwen3_5",
+                "qwen3_5_moe",
+            ] {
+                assert!(d.contains(family), "{name} did not check {family}: {d}");
+            }
+        }
+        for kind in ["tiled", "packed"] {
+            let name = format!("batch invariance: linear {kind} {dtype}");
+            assert_eq!(status(&name), "pass", "{name}");
+        }
+        assert_eq!(status(&format!("ops vs cpu {dtype}")), "pass");
+    }
+    // The path `run` takes here, named.
+    assert!(
+        report["run_path"].as_str().unwrap().starts_with("native"),
+        "{}",
+        report["run_path"]
+    );
     for path in ["portable", "flash"] {
         let name = format!("default model tokens {path} vs cpu native");
         assert_eq!(status(&name), "pass", "{name}");

@@ -359,7 +359,7 @@ fn load_family(family: &str, cfg: EngineConfig) -> Engine<VlModel, VlInputs> {
     load_engine(
         &dir,
         DType::F32,
-        &Device::Cpu,
+        (&Device::Cpu, verisample_models::AttentionPath::Native),
         cfg,
         &GenerationConfig::resolve(&dir, true, None).expect("generation_config.json"),
         Default::default(),
@@ -504,7 +504,7 @@ fn pixel_bounds_override_the_checkpoint_processor() {
         load_engine(
             &fixture(),
             DType::F32,
-            &Device::Cpu,
+            (&Device::Cpu, verisample_models::AttentionPath::Native),
             cfg.clone(),
             &GenerationConfig::resolve(&fixture(), true, None).expect("generation_config.json"),
             pixels,

@@ -135,7 +135,7 @@ fn generate(
     let mut engine = load_engine(
         dir,
         DType::F32,
-        &Device::Cpu,
+        (&Device::Cpu, verisample_models::AttentionPath::Native),
         cfg,
         &generation,
         Default::default(),
@@ -329,7 +329,7 @@ fn an_unsupported_setting_is_refused_by_name() {
         let engine = load_engine(
             dir.path(),
             DType::F32,
-            &Device::Cpu,
+            (&Device::Cpu, verisample_models::AttentionPath::Native),
             cfg.clone(),
             &generation,
             Default::default(),

@@ -48,7 +48,7 @@ fn generator_with(vision_memory: VisionMemory) -> Box<dyn Generator> {
     let engine = load_engine(
         &fixture(),
         DType::F32,
-        &Device::Cpu,
+        (&Device::Cpu, verisample_models::AttentionPath::Native),
         cfg,
         &GenerationConfig::resolve(&fixture(), true, None).expect("generation_config.json"),
         Default::default(),

@@ -25,8 +25,7 @@ struct ValRef {
 /// Greedy ids per request of the default model with `path`.
 fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
     let dir = repo().join("assets/model");
-    let mut model = VlModel::load(&dir, DType::F32, &Device::Cpu).unwrap();
-    model.set_attention_path(path);
+    let model = VlModel::load_on_path(&dir, DType::F32, &Device::Cpu, path).unwrap();
     assert_eq!(model.attention_path(), path);
     let images = ImageProcessor::from_dir(&dir).unwrap();
     let generation = GenerationConfig::resolve(&dir, true, None).unwrap();

@@ -9,7 +9,7 @@ mod dataset_util;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use dataset_util::{bin, check, repo};
+use dataset_util::{bin, check, output_hashes as outputs, repo};
 
 const SAMPLING: [&str; 6] = [
     "--samples",
@@ -19,26 +19,6 @@ const SAMPLING: [&str; 6] = [
     "--max-new-tokens",
     "48",
 ];
-
-/// sha256 of every output file but those that hold timings or the order generations
-/// finished in (`run.json`, `chart.svg`, `journal.bin`).
-fn outputs(out: &Path) -> BTreeMap<String, String> {
-    let mut files = BTreeMap::new();
-    for dir in [out.to_path_buf(), out.join("data")] {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if path.is_file()
-                && !["run.json", "chart.svg", "journal.bin"].contains(&name.as_str())
-                && !name.starts_with('.')
-            {
-                let bytes = std::fs::read(&path).unwrap();
-                files.insert(name, verisample::dataset::writer::sha256_hex(&bytes));
-            }
-        }
-    }
-    files
-}
 
 /// `verisample run` with the sampling flags into `out`, `threads` rayon threads, more
 /// arguments `extra`, and the environment `env`.

@@ -32,6 +32,7 @@ pub mod flash;
 mod linear;
 mod paged;
 mod portable;
+pub mod probe;
 mod recurrent;
 mod recurrent_portable;
 mod segment;
@@ -68,11 +69,13 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-pub use linear::{PackedLinear, DEPTH_BLOCK, PANEL_COLS, ROW_BLOCK, TILE_ROWS};
+pub use linear::{
+    PackedLinear, TiledLinear, DEPTH_BLOCK, LINEAR_TILE_ROWS, PANEL_COLS, ROW_BLOCK, TILE_ROWS,
+};
 pub use paged::{paged_attention, PagedAttentionParams};
 pub use portable::{
-    portable_chunk_rows, segment_attention_portable, CacheWrite, PortableStep,
-    PORTABLE_SCORE_ELEMENTS, PORTABLE_STEP_POSITIONS,
+    portable_chunk_rows, segment_attention_portable, CacheWrite, PortableStep, PORTABLE_KV_BLOCK,
+    PORTABLE_QUERY_TILE, PORTABLE_SCORE_ELEMENTS, PORTABLE_TILES_PER_CALL,
 };
 pub use recurrent::{causal_conv1d_update, gated_delta_rule_recurrent, RecurrentStep, L2NORM_EPS};
 pub use recurrent_portable::{
@@ -119,10 +122,12 @@ impl AttentionPath {
         }
     }
 
-    /// Whether the linear-attention layers' recurrent kernels on this path are the CPU ones
-    /// (native; flash on the CPU, where flash is the oracle over the CPU kernels) rather than
-    /// the candle-op ones (portable; flash on CUDA, which has no recurrent kernels of its own).
-    pub fn recurrent_on_cpu_kernels(self, device: &Device) -> bool {
+    /// Whether this path runs the CPU's own kernels for everything but attention — the packed
+    /// linear ([`PackedLinear`]) and the linear-attention layers' recurrent kernels — rather
+    /// than candle ops ([`TiledLinear`], [`gated_delta_rule_portable`]): native, and flash on
+    /// the CPU (where flash is its oracle over the CPU kernels); not portable, and not flash on
+    /// CUDA (which has no linear or recurrent kernels of its own).
+    pub fn uses_cpu_kernels(self, device: &Device) -> bool {
         match self {
             Self::Native => true,
             Self::Portable => false,

@@ -4,16 +4,26 @@
 //! The step's metadata (slot indices, per-sequence gathers, causal positions) is uploaded once
 //! per step as a few `u32` tensors ([`PortableStep::new`]) and reused by every layer.
 //!
-//! Attention pads the step's sequences to `[num_seqs, max_query_len]` queries over
-//! `[num_seqs, max_context_len]` cache positions gathered through the block tables, applies the
-//! causal rule of `verisample_models::batch` as an additive mask, and computes scores, softmax
-//! and the weighted sum in f32 whatever the storage dtype (as the CPU kernel accumulates).
-//! Padded query rows attend to position 0 (always valid) and are dropped at the end; padded
-//! cache positions are masked out. The padded work is bounded: the step is cut into groups of
-//! consecutive sequences (a long prefill chunk into runs of its queries, each a sequence of its
-//! own whose context ends at its last query's causal limit) holding at most
-//! [`PORTABLE_STEP_POSITIONS`] padded query × context positions each, so the f32 scores of one
-//! group take at most `n_heads · PORTABLE_STEP_POSITIONS · 4` bytes, whatever the batch.
+//! Attention is batch-invariant by construction: every query row goes through the same
+//! sequence of fixed-shape operations whatever else is in the step, so its output is bitwise
+//! the same alone, beside 63 other sequences, in a prefill chunk cut anywhere, or recomputed
+//! after a preemption. The design is FlashAttention's (Dao et al., 2022) made of candle ops,
+//! with the fixed split size of "Defeating Nondeterminism in LLM Inference" (Thinking Machines
+//! Lab, 2025):
+//! - a sequence's queries are cut into tiles of [`PORTABLE_QUERY_TILE`] (4) positions aligned
+//!   to its absolute positions; a tile never mixes sequences;
+//! - the cache is read in blocks of [`PORTABLE_KV_BLOCK`] positions from position 0, with an
+//!   online softmax in f32 (running maximum, denominator and weighted sum, rescaled block by
+//!   block in increasing order);
+//! - tiles run [`PORTABLE_TILES_PER_CALL`] at a time (padded), so every batched matmul has one
+//!   shape per model (`[64 · kv_heads, 4 · group, head_dim] × [.., head_dim, 256]` and
+//!   `[.., 4 · group, 256] × [.., 256, head_dim]`) and every max and sum reduces 256 values.
+//!
+//! A row's own blocks are `0..=position / 256`; a call runs as many blocks as its longest tile,
+//! and a block wholly past a row's position is masked (score −10³⁰): it changes its running
+//! maximum by nothing, its denominator by `+0` and its weighted sum by `±0`, exactly (the one
+//! exception: an output element that is exactly zero may carry either sign). The causal rule
+//! is an additive mask computed on the device from the queries' positions.
 //!
 //! The cache write ([`CacheWrite`]) scatters whole blocks (every slot of a block written in
 //! this step, as a prefill writes them) as one row of the pool viewed `[num_blocks, block_size ·
@@ -31,11 +41,6 @@ use crate::{validate_step, KernelError, PagedAttentionParams};
 /// Additive mask value for cache positions a query may not see: `exp(x - max)` underflows to
 /// exactly 0 in f32, and unlike `-inf` it cannot turn a fully masked row into NaN.
 const MASKED: f64 = -1e30;
-
-/// Padded query × context positions one group of a portable attention step may hold: 2²⁰ (the
-/// group's f32 scores: 4 MiB per query head). A single query row over a longer context forms a
-/// group of its own.
-pub const PORTABLE_STEP_POSITIONS: usize = 1 << 20;
 
 /// One step's cache write on the portable path, prepared once per step.
 #[derive(Debug)]
@@ -183,37 +188,63 @@ impl CacheWrite {
     }
 }
 
-/// One group of a portable attention step: consecutive (virtual) sequences, padded together.
+/// Query positions per tile of the portable attention: 4. A tile's rows are rows of the same
+/// fixed-shape matmuls and reductions, so which rows share a tile changes no row's bits; tiles
+/// are aligned to a sequence's absolute positions (`[4·a, 4·a + 4)`) so that a chunk cut
+/// anywhere adds at most one partial tile and a tile's rows have their last block in common.
+///
+/// Why 4: a decode row computes a whole tile (its 3 neighbours are padding), while a prefill's
+/// rows share each gathered block of keys and values across the tile. 16 made decode attention
+/// 16× the useful arithmetic (in f32, on a GPU's CUDA cores: more than the step's weight reads
+/// at a 7B model's 2k-token contexts); 1 would make a prefill gather every block once per row
+/// (for a 2,000-token prompt of a 7B model, about 8 GB per layer). 4 bounds both: 4× on decode,
+/// a quarter of the per-row gathers on prefill. Measured on the CPU: BENCHMARKS.md.
+pub const PORTABLE_QUERY_TILE: usize = 4;
+
+/// Cache positions per block of the portable attention's online softmax: 256 (a multiple of
+/// [`PORTABLE_QUERY_TILE`], so every row of a tile has its last visible block in common): the
+/// fixed split size; a row's reduction order is fixed by its position alone.
+pub const PORTABLE_KV_BLOCK: usize = 256;
+
+/// Query tiles per batched call of the portable attention: 64, every call padded to it, so the
+/// batched matmuls always have the batch count `64 · n_kv_heads` (a GEMM library's choice of
+/// algorithm reads the batch count too). 64 tiles hold a decode step of 64 sequences in one
+/// call per block.
+pub const PORTABLE_TILES_PER_CALL: usize = 64;
+
+/// One batched call of a portable attention step: [`PORTABLE_TILES_PER_CALL`] query tiles
+/// (real ones, then padding) over their first `blocks` blocks of [`PORTABLE_KV_BLOCK`]
+/// positions.
 #[derive(Debug)]
-struct Group {
-    /// `[seqs * max_q]` u32: the flattened query row of each padded query (0 for padding).
-    q_gather: Tensor,
-    /// `[seqs * max_c]` u32: the cache slot of each padded context position (slot of position
-    /// 0 for padding; masked out).
+struct Call {
+    /// `[tiles · TILE]` u32: the step row of each query of the call's tiles (0 for padding).
+    q_rows: Tensor,
+    /// `[1, tiles, TILE, 1]` f32: the cache position of each query (0 for padding: it sees
+    /// position 0 only, so its softmax stays finite; its output is dropped).
+    q_pos: Tensor,
+    /// `[blocks, tiles · KV_BLOCK]` u32: the cache slot of each position of each block (the
+    /// slot of position 0 past the sequence's context; masked).
     kv_slots: Tensor,
-    /// `[seqs, max_q, max_c]` f32: 0 where the query may attend, [`MASKED`] elsewhere.
-    bias: Tensor,
-    /// `[rows]` u32: the padded row `s * max_q + j` of each real query row, in step order.
+    /// `[real rows]` u32: the padded row (`tile · TILE + offset`) of each real query.
     out_index: Tensor,
-    seqs: usize,
-    max_q: usize,
-    max_c: usize,
+    blocks: usize,
 }
 
-/// A sequence (or a run of a long prefill chunk's queries) of a portable step: its first query
-/// row in the step, its query count, its context length after its last query, its sequence.
-#[derive(Debug, Clone, Copy)]
-struct Unit {
-    first_row: usize,
-    q: usize,
-    c: usize,
+/// A query tile: a sequence's rows at positions `[16·a, 16·a + 16)` that this step computes.
+#[derive(Debug, Clone)]
+struct Tile {
     seq: usize,
+    /// `(step row, position)` of each of the tile's queries in this step.
+    rows: Vec<(usize, usize)>,
+    /// Blocks of [`PORTABLE_KV_BLOCK`] positions its rows see: `16·a / 256 + 1`.
+    blocks: usize,
 }
 
-/// Cuts the step into units of at most [`PORTABLE_STEP_POSITIONS`] positions (a single query
-/// row may exceed it) and packs consecutive units into groups within that bound.
-fn plan_groups(params: &PagedAttentionParams<'_>) -> Vec<Vec<Unit>> {
-    let mut units = Vec::new();
+/// The step's query tiles, most blocks first (ties in step order): a call holds tiles of
+/// similar context, so few of its blocks are masked for most of its tiles. Any grouping gives
+/// the same bits (module docs).
+fn plan_tiles(params: &PagedAttentionParams<'_>) -> Vec<Tile> {
+    let mut tiles: Vec<Tile> = Vec::new();
     let mut row = 0;
     for (seq, (&q, &c)) in params
         .query_lens
@@ -221,43 +252,32 @@ fn plan_groups(params: &PagedAttentionParams<'_>) -> Vec<Vec<Unit>> {
         .zip(params.context_lens)
         .enumerate()
     {
-        let chunk = (PORTABLE_STEP_POSITIONS / c.max(1)).clamp(1, q.max(1));
-        let mut j0 = 0;
-        while j0 < q {
-            let j1 = (j0 + chunk).min(q);
-            units.push(Unit {
-                first_row: row + j0,
-                q: j1 - j0,
-                c: c - q + j1,
-                seq,
-            });
-            j0 = j1;
-        }
-        row += q;
-    }
-    let mut groups: Vec<Vec<Unit>> = Vec::new();
-    let (mut mq, mut mc) = (0, 0);
-    for u in units {
-        let fits = groups
-            .last()
-            .is_some_and(|g| (g.len() + 1) * mq.max(u.q) * mc.max(u.c) <= PORTABLE_STEP_POSITIONS);
-        if fits {
-            mq = mq.max(u.q);
-            mc = mc.max(u.c);
-            groups.last_mut().expect("fits implies a group").push(u);
-        } else {
-            (mq, mc) = (u.q, u.c);
-            groups.push(vec![u]);
+        for p in c - q..c {
+            let a = p / PORTABLE_QUERY_TILE;
+            match tiles.last_mut() {
+                Some(t) if t.seq == seq && t.rows[0].1 / PORTABLE_QUERY_TILE == a => {
+                    t.rows.push((row, p))
+                }
+                _ => tiles.push(Tile {
+                    seq,
+                    rows: vec![(row, p)],
+                    blocks: a * PORTABLE_QUERY_TILE / PORTABLE_KV_BLOCK + 1,
+                }),
+            }
+            row += 1;
         }
     }
-    groups
+    tiles.sort_by_key(|t| std::cmp::Reverse(t.blocks));
+    tiles
 }
 
 /// Device-side metadata of one step for the portable path, built once per step.
 #[derive(Debug)]
 pub struct PortableStep {
     write: CacheWrite,
-    groups: Vec<Group>,
+    calls: Vec<Call>,
+    /// `[total_tokens]` u32: where each step row is in the calls' outputs, concatenated.
+    order: Tensor,
     total: usize,
 }
 
@@ -284,55 +304,61 @@ impl PortableStep {
                 msg: format!("slot {bad} outside the pool of {num_slots} slots"),
             });
         }
-        let mut groups = Vec::new();
-        for units in plan_groups(params) {
-            let seqs = units.len();
-            let max_q = units.iter().map(|u| u.q).max().unwrap_or(0).max(1);
-            let max_c = units.iter().map(|u| u.c).max().unwrap_or(0).max(1);
-            let mut q_gather = vec![0u32; seqs * max_q];
-            let mut kv_slots = vec![0u32; seqs * max_c];
-            let mut bias = vec![MASKED as f32; seqs * max_q * max_c];
+        const TILE: usize = PORTABLE_QUERY_TILE;
+        const KV: usize = PORTABLE_KV_BLOCK;
+        const TILES: usize = PORTABLE_TILES_PER_CALL;
+        let tiles = plan_tiles(params);
+        let mut calls = Vec::new();
+        let mut order = vec![0u32; total];
+        let mut done = 0u32;
+        for chunk in tiles.chunks(TILES) {
+            let blocks = chunk[0].blocks;
+            let mut q_rows = vec![0u32; TILES * TILE];
+            let mut q_pos = vec![0f32; TILES * TILE];
+            let mut kv_slots = vec![0u32; blocks * TILES * KV];
             let mut out_index = Vec::new();
-            for (s, u) in units.iter().enumerate() {
-                let table = &params.block_tables[u.seq];
+            for (u, tile) in chunk.iter().enumerate() {
+                let table = &params.block_tables[tile.seq];
+                let context = params.context_lens[tile.seq];
                 let slot =
                     |p: usize| table[p / block_size] * block_size as u32 + (p % block_size) as u32;
-                for p in 0..max_c {
-                    // Padding repeats position 0, which every sequence has (c >= 1 when q >= 1).
-                    kv_slots[s * max_c + p] = if p < u.c { slot(p) } else { slot(0) };
+                for &(row, p) in &tile.rows {
+                    let padded = u * TILE + p % TILE;
+                    q_rows[padded] = row as u32;
+                    q_pos[padded] = p as f32;
+                    out_index.push(padded as u32);
+                    order[row] = done;
+                    done += 1;
                 }
-                for j in 0..max_q {
-                    let padded = s * max_q + j;
-                    // A padded query sees position 0 only, so its softmax row stays finite.
-                    let last = if j < u.q { u.c - u.q + j } else { 0 };
-                    if j < u.q {
-                        q_gather[padded] = (u.first_row + j) as u32;
-                        out_index.push(padded as u32);
+                for j in 0..blocks {
+                    for i in 0..KV {
+                        let p = j * KV + i;
+                        kv_slots[(j * TILES + u) * KV + i] =
+                            if p < context { slot(p) } else { slot(0) };
                     }
-                    bias[padded * max_c..padded * max_c + last + 1].fill(0.0);
                 }
             }
-            let up = |v: &[u32]| Tensor::new(v, device);
-            groups.push(Group {
-                q_gather: up(&q_gather)?,
-                kv_slots: up(&kv_slots)?,
-                bias: Tensor::from_vec(bias, (seqs, max_q, max_c), device)?,
-                out_index: up(&out_index)?,
-                seqs,
-                max_q,
-                max_c,
+            let n_out = out_index.len();
+            calls.push(Call {
+                q_rows: Tensor::from_vec(q_rows, TILES * TILE, device)?,
+                q_pos: Tensor::from_vec(q_pos, (1, TILES, TILE, 1), device)?,
+                kv_slots: Tensor::from_vec(kv_slots, (blocks, TILES * KV), device)?,
+                out_index: Tensor::from_vec(out_index, n_out, device)?,
+                blocks,
             });
         }
         Ok(Self {
             write: CacheWrite::new(slot_mapping, block_size, device)?,
-            groups,
+            calls,
+            order: Tensor::from_vec(order, total, device)?,
             total,
         })
     }
 
-    /// Groups the step's attention is computed in (see [`PORTABLE_STEP_POSITIONS`]).
-    pub fn num_groups(&self) -> usize {
-        self.groups.len()
+    /// Batched calls the step's attention is computed in (each of
+    /// [`PORTABLE_TILES_PER_CALL`] query tiles).
+    pub fn num_calls(&self) -> usize {
+        self.calls.len()
     }
 
     /// Writes `key`/`value` `[total_tokens, n_kv_heads, head_dim]` into the pools
@@ -378,51 +404,81 @@ impl PortableStep {
         if total == 0 {
             return Ok(query.clone());
         }
+        const TILE: usize = PORTABLE_QUERY_TILE;
+        const KV: usize = PORTABLE_KV_BLOCK;
+        const TILES: usize = PORTABLE_TILES_PER_CALL;
         let group = nh / kvh;
+        let batch = TILES * kvh;
         let scaled = (query.to_dtype(DType::F32)? * scale as f64)?;
-        let mut outs = Vec::with_capacity(self.groups.len());
-        for g in &self.groups {
-            let (b, mq, mc) = (g.seqs, g.max_q, g.max_c);
-            // [b * max_q, nh, hd] -> [b, kvh, group, max_q, hd] -> [b * kvh, group * max_q, hd]
-            let q = scaled
-                .index_select(&g.q_gather, 0)?
-                .reshape((b, mq, kvh, group, hd))?
-                .permute((0, 2, 3, 1, 4))?
+        let keys = key_cache.reshape((num_blocks * block_size, kvh, hd))?;
+        let values = value_cache.reshape((num_blocks * block_size, kvh, hd))?;
+        // `[blocks · TILES · KV]` slots → `[TILES · kvh, KV, hd]` f32 of block `j`.
+        let gather = |pool: &Tensor, slots: &Tensor| -> candle_core::Result<Tensor> {
+            pool.index_select(slots, 0)?
+                .to_dtype(DType::F32)?
+                .reshape((TILES, KV, kvh, hd))?
+                .transpose(1, 2)?
                 .contiguous()?
-                .reshape((b * kvh, group * mq, hd))?;
-            let gather = |pool: &Tensor| -> Result<Tensor, KernelError> {
-                Ok(pool
-                    .reshape((num_blocks * block_size, kvh, hd))?
-                    .index_select(&g.kv_slots, 0)?
-                    .to_dtype(DType::F32)?
-                    .reshape((b, mc, kvh, hd))?
-                    .transpose(1, 2)?
-                    .contiguous()?
-                    .reshape((b * kvh, mc, hd))?)
-            };
-            let (k, v) = (gather(key_cache)?, gather(value_cache)?);
-            let scores = q
-                .matmul(&k.t()?)?
-                .reshape((b, kvh, group, mq, mc))?
-                .broadcast_add(&g.bias.reshape((b, 1, 1, mq, mc))?)?;
-            let probs =
-                candle_nn::ops::softmax_last_dim(&scores)?.reshape((b * kvh, group * mq, mc))?;
+                .reshape((batch, KV, hd))
+        };
+        let mut outs = Vec::with_capacity(self.calls.len());
+        for call in &self.calls {
+            // [TILES · TILE, nh, hd] → [TILES, kvh, TILE, group, hd] → [TILES · kvh, TILE · group, hd]
+            let q = scaled
+                .index_select(&call.q_rows, 0)?
+                .reshape((TILES, TILE, kvh, group, hd))?
+                .permute((0, 2, 1, 3, 4))?
+                .contiguous()?
+                .reshape((batch, TILE * group, hd))?;
+            // `[blocks, TILES, TILE, KV]`: 0 where position `j·KV + i` ≤ the query's, else MASKED.
+            let key_pos = Tensor::arange(0u32, (call.blocks * KV) as u32, q.device())?
+                .to_dtype(DType::F32)?
+                .reshape((call.blocks, 1, 1, KV))?;
+            let bias =
+                ((key_pos.broadcast_le(&call.q_pos)?.to_dtype(DType::F32)? - 1.0)? * -MASKED)?;
+            let mut state: Option<(Tensor, Tensor, Tensor)> = None;
+            for j in 0..call.blocks {
+                let slots = call.kv_slots.get(j)?;
+                let (k, v) = (gather(&keys, &slots)?, gather(&values, &slots)?);
+                let scores = q
+                    .matmul(&k.t()?)?
+                    .reshape((TILES, kvh, TILE, group, KV))?
+                    .broadcast_add(&bias.get(j)?.reshape((TILES, 1, TILE, 1, KV))?)?
+                    .reshape((batch, TILE * group, KV))?;
+                let block_max = scores.max_keepdim(2)?;
+                state = Some(match state {
+                    None => {
+                        let p = scores.broadcast_sub(&block_max)?.exp()?;
+                        (block_max, p.sum_keepdim(2)?, p.matmul(&v)?)
+                    }
+                    Some((max, sum, acc)) => {
+                        let new_max = max.maximum(&block_max)?;
+                        let alpha = (max - &new_max)?.exp()?;
+                        let p = scores.broadcast_sub(&new_max)?.exp()?;
+                        (
+                            new_max,
+                            ((sum * &alpha)? + p.sum_keepdim(2)?)?,
+                            (acc.broadcast_mul(&alpha)? + p.matmul(&v)?)?,
+                        )
+                    }
+                });
+            }
+            let (_, sum, acc) = state.expect("every call has at least one block");
             outs.push(
-                probs
-                    .matmul(&v)?
-                    .reshape((b, kvh, group, mq, hd))?
-                    .permute((0, 3, 1, 2, 4))?
+                acc.broadcast_div(&sum)?
+                    .reshape((TILES, kvh, TILE, group, hd))?
+                    .permute((0, 2, 1, 3, 4))?
                     .contiguous()?
-                    .reshape((b * mq, nh, hd))?
-                    .index_select(&g.out_index, 0)?,
+                    .reshape((TILES * TILE, nh, hd))?
+                    .index_select(&call.out_index, 0)?,
             );
         }
         let out = if outs.len() == 1 {
-            outs.pop().expect("one group")
+            outs.pop().expect("one call")
         } else {
             Tensor::cat(&outs, 0)?
         };
-        Ok(out.to_dtype(query.dtype())?)
+        Ok(out.index_select(&self.order, 0)?.to_dtype(query.dtype())?)
     }
 }
 

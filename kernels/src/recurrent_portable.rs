@@ -35,13 +35,13 @@ pub type GatedDeltaRule = fn(
 ) -> Result<Tensor, KernelError>;
 
 /// The recurrent kernels that go with attention `path` on `device`: the CPU ones where the
-/// path runs the CPU's own kernels ([`AttentionPath::recurrent_on_cpu_kernels`]), the candle-op
+/// path runs the CPU's own kernels ([`AttentionPath::uses_cpu_kernels`]), the candle-op
 /// ones otherwise.
 pub fn recurrent_kernels(
     path: AttentionPath,
     device: &Device,
 ) -> (CausalConv1dUpdate, GatedDeltaRule) {
-    if path.recurrent_on_cpu_kernels(device) {
+    if path.uses_cpu_kernels(device) {
         (causal_conv1d_update, gated_delta_rule_recurrent)
     } else {
         (causal_conv1d_update_portable, gated_delta_rule_portable)

@@ -7,7 +7,8 @@ use candle_core::{DType, Device, Tensor};
 use verisample_kernels::max_abs_diff;
 use verisample_kernels::{
     paged_attention, reshape_and_cache, AttentionPath, CacheWrite, KernelError,
-    PagedAttentionParams, PagedStep, PortableStep, PORTABLE_STEP_POSITIONS,
+    PagedAttentionParams, PagedStep, PortableStep, PORTABLE_KV_BLOCK, PORTABLE_QUERY_TILE,
+    PORTABLE_TILES_PER_CALL,
 };
 
 /// Deterministic pseudo-random floats in [-2, 2) (64-bit LCG, Knuth's constants).
@@ -175,12 +176,12 @@ fn portable_step_checks_metadata() {
     assert_eq!(AttentionPath::for_device(&dev), AttentionPath::Native);
 }
 
-/// A step whose padded positions exceed [`PORTABLE_STEP_POSITIONS`] is cut into groups (a long
-/// prefill chunk into runs of its queries): the output still matches the native kernels, and
-/// whole blocks of a long prefill go through the block-level write. Catches: a query run whose
-/// context does not end at its last query's causal limit, groups concatenated out of order.
+/// A step of more query tiles than one batched call holds, over contexts of several blocks of
+/// the online softmax: the output still matches the native kernels, and whole blocks of a long
+/// prefill go through the block-level write. Catches: calls' outputs put back in the wrong rows,
+/// a block's causal mask off by one, the rescaling between blocks wrong.
 #[test]
-fn a_large_step_is_cut_into_groups_and_still_matches() {
+fn a_large_step_runs_in_several_calls_and_blocks_and_still_matches() {
     let dev = Device::Cpu;
     let bs = 32;
     // A 1100-token prefill (1.2M positions alone), a decode, a chunk of 300 over 400 cached.
@@ -215,9 +216,11 @@ fn a_large_step_is_cut_into_groups_and_still_matches() {
     reshape_and_cache(&k, &v, &kc_n, &vc_n, &slots).unwrap();
     let native = paged_attention(&q, &kc_n, &vc_n, &params).unwrap();
     let step = PortableStep::new(&params, &slots, bs, num_blocks, &dev).unwrap();
-    const { assert!(1100 * 1100 > PORTABLE_STEP_POSITIONS) };
-    // The prefill alone is over the bound: its first 953 queries form a group of their own.
-    assert!(step.num_groups() >= 2, "{} groups", step.num_groups());
+    // 275 + 1 + 75 query tiles of 4 over contexts of up to 5 blocks: 6 calls of 64 tiles.
+    const { assert!(1100 / PORTABLE_QUERY_TILE > PORTABLE_TILES_PER_CALL) };
+    const { assert!(1100 > 4 * PORTABLE_KV_BLOCK) };
+    let tiles = 1100 / PORTABLE_QUERY_TILE + 1 + 300 / PORTABLE_QUERY_TILE;
+    assert_eq!(step.num_calls(), tiles.div_ceil(PORTABLE_TILES_PER_CALL));
     // 1100 = 34 whole blocks + 12 tokens; positions 400..700 hold the whole blocks 13..=20
     // (416..672) and two partial ones.
     let plan = CacheWrite::new(&slots, bs, &dev).unwrap();

@@ -48,7 +48,7 @@ pub struct GatedDeltaNet {
 
 impl GatedDeltaNet {
     /// Loads `linear_attn.*` from `vb` for a decoder of width `hidden`; `act` is the config's
-    /// `hidden_act` (the conv activation).
+    /// `hidden_act` (the conv activation); its projections for attention `path`.
     ///
     /// Errors: a candle error naming a missing or mis-shaped tensor, an activation other
     /// than SiLU (the only one the conv kernel applies).
@@ -58,6 +58,7 @@ impl GatedDeltaNet {
         eps: f64,
         act: &str,
         vb: VarBuilder,
+        path: AttentionPath,
     ) -> Result<Self> {
         if !matches!(act, "silu" | "swish") {
             candle_core::bail!("Gated DeltaNet conv activation `{act}` is not supported (silu)");
@@ -72,6 +73,7 @@ impl GatedDeltaNet {
                 (nv, vb.pp("in_proj_a")),
             ],
             false,
+            path,
         )?;
         let conv_weight = vb
             .pp("conv1d")
@@ -91,7 +93,7 @@ impl GatedDeltaNet {
             neg_a,
             dt_bias,
             norm: RmsNorm::new(spec.value_head_dim, eps, vb.pp("norm"))?,
-            out_proj: linear(vd, hidden, false, vb.pp("out_proj"))?,
+            out_proj: linear(vd, hidden, false, vb.pp("out_proj"), path)?,
         })
     }
 
@@ -134,7 +136,7 @@ impl GatedDeltaNet {
         let beta = candle_nn::ops::sigmoid(&p.narrow(1, cd + vd, nv)?.contiguous()?)?;
         let g = self.decay(
             &p.narrow(1, cd + vd + nv, nv)?,
-            path.recurrent_on_cpu_kernels(x.device()),
+            path.uses_cpu_kernels(x.device()),
         )?;
         let o = delta(&q, &k, &v, &g, &beta, state, &step, true)?.to_dtype(dtype)?;
         // Gated RMSNorm (`Qwen3_5RMSNormGated`): `(w · x̂) · silu(z)` with the gate in f32.

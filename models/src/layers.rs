@@ -3,8 +3,8 @@
 //! Architecture differences are arguments.
 
 use candle_core::{DType, Module, Result, Tensor, D};
-use candle_nn::{Linear, VarBuilder};
-use verisample_kernels::PackedLinear;
+use candle_nn::VarBuilder;
+use verisample_kernels::{AttentionPath, PackedLinear, TiledLinear};
 
 /// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,27 +47,29 @@ impl Act {
 /// A linear projection `y = x Wᵀ (+ b)`, possibly fused: several checkpoint linears with one
 /// input width side by side (q/k/v, gate/up), their outputs concatenated in order.
 ///
-/// On the CPU the weights are packed once, here, for [`PackedLinear`] (batch-invariant: a
-/// row's output does not depend on the other rows); elsewhere candle's `Linear` over the
-/// concatenated weights (the portable path).
+/// Both kinds are batch-invariant: a row's output does not depend on the other rows. On the
+/// CPU's own kernels (native path, and the flash oracle) the weights are packed once, here,
+/// for [`PackedLinear`]; on the portable path (CUDA, Metal, or the CPU when asked for it)
+/// candle's matmul over fixed row tiles ([`TiledLinear`]).
 #[derive(Debug, Clone)]
 pub enum Proj {
     /// The packed CPU kernel.
     Packed(PackedLinear),
-    /// candle's matmul, any device.
-    Portable(Linear),
+    /// candle's matmul in row tiles of [`verisample_kernels::LINEAR_TILE_ROWS`], any device.
+    Portable(TiledLinear),
 }
 
 impl Proj {
     /// Fuses `parts` (weight `[n_i, k]`, optional bias `[n_i]`, one device) into one
-    /// projection of `Σ n_i` outputs.
+    /// projection of `Σ n_i` outputs for attention `path`: packed where the path runs the
+    /// CPU's own kernels ([`AttentionPath::uses_cpu_kernels`]), tiled otherwise.
     ///
     /// Errors: a candle error for mismatched shapes or devices, or no parts.
-    pub fn from_parts(parts: Vec<(Tensor, Option<Tensor>)>) -> Result<Self> {
+    pub fn from_parts(parts: Vec<(Tensor, Option<Tensor>)>, path: AttentionPath) -> Result<Self> {
         let Some((first, _)) = parts.first() else {
             candle_core::bail!("a projection needs at least one weight");
         };
-        if first.device().is_cpu() {
+        if path.uses_cpu_kernels(first.device()) {
             return Ok(Self::Packed(PackedLinear::pack(&parts)?));
         }
         let weights: Vec<&Tensor> = parts.iter().map(|(w, _)| w).collect();
@@ -83,7 +85,10 @@ impl Proj {
         } else {
             None
         };
-        Ok(Self::Portable(Linear::new(Tensor::cat(&weights, 0)?, bias)))
+        Ok(Self::Portable(TiledLinear::new(
+            Tensor::cat(&weights, 0)?,
+            bias,
+        )))
     }
 
     /// `[.., k] → [.., Σ n_i]`.
@@ -96,13 +101,25 @@ impl Proj {
 }
 
 /// A linear layer `y = x Wᵀ (+ b)` loaded from `<prefix>.weight` `[out_dim, in_dim]` (and
-/// `.bias`).
-pub fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Proj> {
-    fused_linear(in_dim, &[(out_dim, vb)], bias)
+/// `.bias`), for attention `path` ([`Proj::from_parts`]).
+pub fn linear(
+    in_dim: usize,
+    out_dim: usize,
+    bias: bool,
+    vb: VarBuilder,
+    path: AttentionPath,
+) -> Result<Proj> {
+    fused_linear(in_dim, &[(out_dim, vb)], bias, path)
 }
 
-/// Linears `(out_dim_i, prefix_i)` of one input width loaded as one fused [`Proj`].
-pub fn fused_linear(in_dim: usize, parts: &[(usize, VarBuilder)], bias: bool) -> Result<Proj> {
+/// Linears `(out_dim_i, prefix_i)` of one input width loaded as one fused [`Proj`] for
+/// attention `path`.
+pub fn fused_linear(
+    in_dim: usize,
+    parts: &[(usize, VarBuilder)],
+    bias: bool,
+    path: AttentionPath,
+) -> Result<Proj> {
     let parts = parts
         .iter()
         .map(|(out, vb)| {
@@ -111,7 +128,7 @@ pub fn fused_linear(in_dim: usize, parts: &[(usize, VarBuilder)], bias: bool) ->
             Ok((w, b))
         })
         .collect::<Result<Vec<_>>>()?;
-    Proj::from_parts(parts)
+    Proj::from_parts(parts, path)
 }
 
 /// RMSNorm (`weight * x / sqrt(mean(x²) + eps)`), transformers `Qwen2RMSNorm`; or Qwen3.5's
@@ -214,7 +231,8 @@ pub enum MlpNames {
 }
 
 impl Mlp {
-    /// Loads an MLP `dim → inner → dim` with the given names, bias and activation.
+    /// Loads an MLP `dim → inner → dim` with the given names, bias and activation, its
+    /// projections for attention `path` ([`Proj::from_parts`]).
     pub fn new(
         dim: usize,
         inner: usize,
@@ -222,6 +240,7 @@ impl Mlp {
         bias: bool,
         act: Act,
         vb: VarBuilder,
+        path: AttentionPath,
     ) -> Result<Self> {
         let (up, down, gate) = match names {
             MlpNames::Gated => (
@@ -229,20 +248,21 @@ impl Mlp {
                     dim,
                     &[(inner, vb.pp("gate_proj")), (inner, vb.pp("up_proj"))],
                     bias,
+                    path,
                 )?,
                 "down_proj",
                 Some(inner),
             ),
-            MlpNames::Fc => (linear(dim, inner, bias, vb.pp("fc1"))?, "fc2", None),
+            MlpNames::Fc => (linear(dim, inner, bias, vb.pp("fc1"), path)?, "fc2", None),
             MlpNames::LinearFc => (
-                linear(dim, inner, bias, vb.pp("linear_fc1"))?,
+                linear(dim, inner, bias, vb.pp("linear_fc1"), path)?,
                 "linear_fc2",
                 None,
             ),
         };
         Ok(Self {
             up,
-            down: linear(inner, dim, bias, vb.pp(down))?,
+            down: linear(inner, dim, bias, vb.pp(down), path)?,
             act,
             gate,
         })

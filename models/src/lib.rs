@@ -24,7 +24,8 @@
 //! Modules: [`config`] (config.json), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
 //! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`] (the
 //! decoder, a mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer),
-//! [`model`], [`batch`] (the engine interface types).
+//! [`model`], [`batch`] (the engine interface types), [`probe`] (batch invariance of a whole
+//! model, for `doctor` and the tests).
 
 pub mod batch;
 pub mod chat;
@@ -36,6 +37,7 @@ pub mod layers;
 pub mod load;
 pub mod model;
 pub mod moe;
+pub mod probe;
 pub mod processor;
 mod resample;
 pub mod rope_index;

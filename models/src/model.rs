@@ -81,8 +81,33 @@ impl VlModel {
     /// Accepts both tensor layouts: published (`visual.*`, `model.layers.*`) and transformers 5
     /// (`model.visual.*`, `model.language_model.*`); `lm_head.weight` unless embeddings are tied.
     ///
+    /// Attention and the other kernels take the default path for `device`
+    /// ([`AttentionPath::for_device`]; [`Self::load_on_path`] chooses).
+    ///
     /// Errors: [`LoadError`] naming the file or the missing / mis-shaped tensor.
     pub fn load(dir: &Path, dtype: DType, device: &Device) -> std::result::Result<Self, LoadError> {
+        Self::load_on_path(dir, dtype, device, AttentionPath::for_device(device))
+    }
+
+    /// [`Self::load`] with the implementation of attention, and with it of the projections and
+    /// the recurrent kernels, chosen: `path` (native: the CPU's own kernels, CPU only;
+    /// portable: candle ops on any device, batch-invariant by construction; flash:
+    /// FlashAttention-2 on CUDA in a `flash-attn` build, its oracle on the CPU).
+    ///
+    /// Errors: as [`Self::load`]; [`LoadError::Weights`] when `path` cannot run on `device` in
+    /// this build.
+    pub fn load_on_path(
+        dir: &Path,
+        dtype: DType,
+        device: &Device,
+        path: AttentionPath,
+    ) -> std::result::Result<Self, LoadError> {
+        if !path.available_on(device) {
+            return Err(LoadError::Weights(format!(
+                "the {} attention path cannot run on {device:?} in this build",
+                path.name()
+            )));
+        }
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|source| LoadError::Io {
             path: cfg_path.clone(),
@@ -104,10 +129,11 @@ impl VlModel {
             dtype,
             device.clone(),
         );
-        Self::from_var_builder(config, vb, dtype, device)
+        Self::from_var_builder(config, vb, dtype, device, path)
     }
 
-    /// Builds the model from a parsed config and a `VarBuilder` at the checkpoint root.
+    /// Builds the model from a parsed config and a `VarBuilder` at the checkpoint root, on
+    /// attention `path` ([`Self::load_on_path`]).
     ///
     /// Errors: [`LoadError::Config`] for inconsistent configs, [`LoadError::Candle`] for weights.
     pub fn from_var_builder(
@@ -115,6 +141,7 @@ impl VlModel {
         vb: VarBuilder,
         dtype: DType,
         device: &Device,
+        path: AttentionPath,
     ) -> std::result::Result<Self, LoadError> {
         let text_spec = config.text().map_err(|source| LoadError::Config {
             path: PathBuf::from("config.json"),
@@ -127,8 +154,8 @@ impl VlModel {
             } else {
                 ("model", "visual")
             };
-        let vision = VisionTower::new(&vision_spec, vb.pp(vision_prefix))?;
-        let text = TextModel::new(&text_spec, vb.pp(text_prefix), vb.clone())?;
+        let vision = VisionTower::new(&vision_spec, vb.pp(vision_prefix), path)?;
+        let text = TextModel::new(&text_spec, vb.pp(text_prefix), vb.clone(), path)?;
         Ok(Self {
             config,
             text_spec,
@@ -170,19 +197,10 @@ impl VlModel {
         &self.device
     }
 
-    /// The implementation of the decoder's paged-attention ops (native CPU kernels on the CPU;
-    /// on CUDA flash-attn in bf16/f16 where the build has it, the portable candle-op path
-    /// otherwise: [`AttentionPath::for_device`]).
+    /// The implementation of attention (and with it of the projections and the recurrent
+    /// kernels) the model was loaded on ([`Self::load_on_path`]).
     pub fn attention_path(&self) -> AttentionPath {
         self.text.attention_path()
-    }
-
-    /// Chooses the implementation of the decoder's paged-attention ops and of the vision
-    /// tower's attention; the native path accepts CPU tensors only (a forward on another
-    /// device then fails with a kernel error).
-    pub fn set_attention_path(&mut self, path: AttentionPath) {
-        self.text.set_attention_path(path);
-        self.vision.set_attention_path(path);
     }
 
     /// Weight dtype (use it for the [`KvCache`] too).

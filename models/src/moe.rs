@@ -14,12 +14,15 @@
 //! whose rows do not depend on the other rows, and a token's sum is `0 + y_a + y_b + …` over
 //! its experts in increasing index whatever else is in the step: a token's output is
 //! bitwise independent of the other tokens of the step (batch invariance). The same candle
-//! ops run on any device with candle's matmul (the portable path).
+//! ops run on any device with candle's matmul in fixed row tiles (the portable path's
+//! [`verisample_kernels::TiledLinear`]: each expert's group of tokens padded to whole tiles), so
+//! the same holds there by construction.
 //!
 //! Expert weights are read in three layouts (see [`SparseMoe::new`]).
 
 use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
+use verisample_kernels::AttentionPath;
 
 use crate::config::MoeSpec;
 use crate::layers::{fused_linear, linear, Act, Mlp, MlpNames, Proj};
@@ -45,24 +48,32 @@ impl SparseMoe {
     /// - per expert `experts.{e}.{gate,up,down}_proj.weight` (published Qwen3.5-MoE and what
     ///   transformers saves for it: the reverse of its `qwen2_moe` conversion).
     ///
+    /// Projections for attention `path` ([`Proj::from_parts`]).
+    ///
     /// Errors: a candle error naming a missing tensor or one whose shape fits no layout.
-    pub fn new(spec: &MoeSpec, hidden: usize, act: Act, vb: VarBuilder) -> Result<Self> {
+    pub fn new(
+        spec: &MoeSpec,
+        hidden: usize,
+        act: Act,
+        vb: VarBuilder,
+        path: AttentionPath,
+    ) -> Result<Self> {
         let (e_count, inner) = (spec.num_experts, spec.expert_intermediate_size);
-        let router = linear(hidden, e_count, false, vb.pp("gate"))?;
+        let router = linear(hidden, e_count, false, vb.pp("gate"), path)?;
         let ex = vb.pp("experts");
         let experts = if ex.contains_tensor("gate_up_proj") {
             let gate_up = oriented(&ex, "gate_up_proj", [e_count, 2 * inner, hidden])?;
             let down = oriented(&ex, "down_proj", [e_count, hidden, inner])?;
             (0..e_count)
                 .map(|e| {
-                    let up = Proj::from_parts(vec![(gate_up.get(e)?.contiguous()?, None)])?;
-                    let down = Proj::from_parts(vec![(down.get(e)?.contiguous()?, None)])?;
+                    let up = Proj::from_parts(vec![(gate_up.get(e)?.contiguous()?, None)], path)?;
+                    let down = Proj::from_parts(vec![(down.get(e)?.contiguous()?, None)], path)?;
                     Ok(Mlp::gated(up, down, inner, act))
                 })
                 .collect::<Result<Vec<_>>>()?
         } else {
             (0..e_count)
-                .map(|e| Mlp::new(hidden, inner, MlpNames::Gated, false, act, ex.pp(e)))
+                .map(|e| Mlp::new(hidden, inner, MlpNames::Gated, false, act, ex.pp(e), path))
                 .collect::<Result<Vec<_>>>()?
         };
         let shared = spec
@@ -76,8 +87,9 @@ impl SparseMoe {
                         false,
                         act,
                         vb.pp("shared_expert"),
+                        path,
                     )?,
-                    fused_linear(hidden, &[(1, vb.pp("shared_expert_gate"))], false)?,
+                    fused_linear(hidden, &[(1, vb.pp("shared_expert_gate"))], false, path)?,
                 ))
             })
             .transpose()?;
@@ -249,11 +261,11 @@ pub fn topk_torch_order(values: &[f32], k: usize) -> Vec<usize> {
 mod tests {
     use super::*;
     use candle_core::Device;
-    use candle_nn::Linear;
 
     /// A block of `e` experts of `inner` over `hidden`, top-2, with a shared expert, from the
     /// same weights twice: packed CPU projections (what the CPU runs) and candle's `Linear`
-    /// (the portable projections other devices run, through the same routing code).
+    /// (the portable projections other devices run, through the same routing code): candle's
+    /// matmul in fixed row tiles.
     fn blocks(hidden: usize, inner: usize, e: usize) -> (SparseMoe, SparseMoe) {
         let dev = Device::Cpu;
         let mut seed = 0;
@@ -272,13 +284,12 @@ mod tests {
             .collect();
         let shared = (w(2 * inner, hidden), w(hidden, inner), w(1, hidden));
         let build = |portable: bool| {
-            let proj = |t: &Tensor| {
-                if portable {
-                    Proj::Portable(Linear::new(t.clone(), None))
-                } else {
-                    Proj::from_parts(vec![(t.clone(), None)]).unwrap()
-                }
+            let path = if portable {
+                AttentionPath::Portable
+            } else {
+                AttentionPath::Native
             };
+            let proj = |t: &Tensor| Proj::from_parts(vec![(t.clone(), None)], path).unwrap();
             SparseMoe {
                 router: proj(&router),
                 experts: experts
@@ -296,10 +307,10 @@ mod tests {
     }
 
     /// The portable (candle-op) expert path equals the packed CPU one, and a token's output
-    /// on the CPU path is bitwise the same alone as inside a batch (tokens gathered per expert
+    /// on either path is bitwise the same alone as inside a batch (tokens gathered per expert
     /// onto batch-invariant linears). Catches: tokens scattered back to the wrong rows, a
     /// routing weight applied to another token, an expert's run of the uploaded indices
-    /// misaligned.
+    /// misaligned, an expert's group of tokens multiplied in a shape that follows its size.
     #[test]
     fn portable_experts_equal_the_packed_ones_and_tokens_are_batch_invariant() {
         let (hidden, inner, e, n) = (32, 24, 6, 40);
@@ -318,6 +329,8 @@ mod tests {
         for t in [0, 7, n - 1] {
             let alone = flat(packed.forward(&x.narrow(0, t, 1).unwrap()).unwrap());
             assert_eq!(alone, a[t * hidden..(t + 1) * hidden], "token {t}");
+            let alone = flat(portable.forward(&x.narrow(0, t, 1).unwrap()).unwrap());
+            assert_eq!(alone, b[t * hidden..(t + 1) * hidden], "portable token {t}");
         }
     }
 }

@@ -84,8 +84,8 @@ pub struct TextModel {
     attention: AttentionPath,
 }
 
-/// Loads the attention mixer of a layer (`self_attn.*` under `a`).
-fn attention(spec: &TextSpec, a: VarBuilder) -> Result<Attention> {
+/// Loads the attention mixer of a layer (`self_attn.*` under `a`), its projections for `path`.
+fn attention(spec: &TextSpec, a: VarBuilder, path: AttentionPath) -> Result<Attention> {
     let (h, hd) = (spec.hidden_size, spec.head_dim);
     let q_width = spec.num_heads * hd * if spec.attn_output_gate { 2 } else { 1 };
     let norm = |name: &str| {
@@ -102,8 +102,9 @@ fn attention(spec: &TextSpec, a: VarBuilder) -> Result<Attention> {
                 (spec.num_kv_heads * hd, a.pp("v_proj")),
             ],
             spec.qkv_bias,
+            path,
         )?,
-        o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"))?,
+        o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"), path)?,
         q_norm: norm("q_norm")?,
         k_norm: norm("k_norm")?,
         gated: spec.attn_output_gate,
@@ -112,71 +113,83 @@ fn attention(spec: &TextSpec, a: VarBuilder) -> Result<Attention> {
 
 impl TextModel {
     /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
-    /// `lm_head` from `head_vb` unless embeddings are tied. The attention path is the one for
-    /// `vb`'s device, dtype and head dimension ([`AttentionPath::for_device`]). Each layer's mixer follows
-    /// `spec.layer_types`: attention (`self_attn`) or Gated DeltaNet (`linear_attn`).
+    /// `lm_head` from `head_vb` unless embeddings are tied. `path` is the implementation of
+    /// attention, and with it of the projections ([`crate::layers::Proj::from_parts`]) and the
+    /// recurrent kernels. Each layer's mixer follows `spec.layer_types`: attention
+    /// (`self_attn`) or Gated DeltaNet (`linear_attn`).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor, or a linear-attention
     /// layer without `spec.linear_attention`.
-    pub fn new(spec: &TextSpec, vb: VarBuilder, head_vb: VarBuilder) -> Result<Self> {
+    pub fn new(
+        spec: &TextSpec,
+        vb: VarBuilder,
+        head_vb: VarBuilder,
+        path: AttentionPath,
+    ) -> Result<Self> {
         let (h, eps, zc) = (spec.hidden_size, spec.rms_norm_eps, spec.zero_centered_norm);
         let embed = candle_nn::embedding(spec.vocab_size, h, vb.pp("embed_tokens"))?;
         let act = Act::from_name(&spec.hidden_act)?;
-        let layers =
-            spec.layer_types
-                .iter()
-                .enumerate()
-                .map(|(i, kind)| {
-                    let l = vb.pp("layers").pp(i);
-                    let mixer = match (kind, &spec.linear_attention) {
-                        (LayerKind::FullAttention, _) => {
-                            Mixer::Attention(attention(spec, l.pp("self_attn"))?)
-                        }
-                        (LayerKind::LinearAttention, Some(lin)) => Mixer::DeltaNet(
-                            GatedDeltaNet::new(lin, h, eps, &spec.hidden_act, l.pp("linear_attn"))?,
-                        ),
-                        (LayerKind::LinearAttention, None) => candle_core::bail!(
-                            "layer {i} is linear attention but the config has no linear_* sizes"
-                        ),
-                    };
-                    let mlp = match &spec.moe {
-                        Some(moe) if moe.sparse_layers.get(i) == Some(&true) => {
-                            FeedForward::Sparse(SparseMoe::new(moe, h, act, l.pp("mlp"))?)
-                        }
-                        _ => FeedForward::Dense(Mlp::new(
-                            h,
-                            spec.intermediate_size,
-                            MlpNames::Gated,
-                            false,
-                            act,
-                            l.pp("mlp"),
-                        )?),
-                    };
-                    Ok(Layer {
-                        input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
-                        post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
-                        mixer,
-                        mlp,
-                    })
+        let layers = spec
+            .layer_types
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                let l = vb.pp("layers").pp(i);
+                let mixer = match (kind, &spec.linear_attention) {
+                    (LayerKind::FullAttention, _) => {
+                        Mixer::Attention(attention(spec, l.pp("self_attn"), path)?)
+                    }
+                    (LayerKind::LinearAttention, Some(lin)) => Mixer::DeltaNet(GatedDeltaNet::new(
+                        lin,
+                        h,
+                        eps,
+                        &spec.hidden_act,
+                        l.pp("linear_attn"),
+                        path,
+                    )?),
+                    (LayerKind::LinearAttention, None) => candle_core::bail!(
+                        "layer {i} is linear attention but the config has no linear_* sizes"
+                    ),
+                };
+                let mlp = match &spec.moe {
+                    Some(moe) if moe.sparse_layers.get(i) == Some(&true) => {
+                        FeedForward::Sparse(SparseMoe::new(moe, h, act, l.pp("mlp"), path)?)
+                    }
+                    _ => FeedForward::Dense(Mlp::new(
+                        h,
+                        spec.intermediate_size,
+                        MlpNames::Gated,
+                        false,
+                        act,
+                        l.pp("mlp"),
+                        path,
+                    )?),
+                };
+                Ok(Layer {
+                    input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
+                    post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
+                    mixer,
+                    mlp,
                 })
-                .collect::<Result<Vec<_>>>()?;
+            })
+            .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(h, eps, zc, vb.pp("norm"))?;
         let (embed, lm_head) = if spec.tie_word_embeddings {
             let dtype = embed.embeddings().dtype();
-            let head = Proj::from_parts(vec![(embed.embeddings().clone(), None)])?;
+            let head = Proj::from_parts(vec![(embed.embeddings().clone(), None)], path)?;
             match head {
                 // The table's storage is freed here: the packed head is its only copy.
                 Proj::Packed(_) => (TokenEmbedding::LmHead(dtype), head),
                 Proj::Portable(_) => (TokenEmbedding::Table(embed), head),
             }
         } else {
-            let head = linear(h, spec.vocab_size, false, head_vb.pp("lm_head"))?;
+            let head = linear(h, spec.vocab_size, false, head_vb.pp("lm_head"), path)?;
             (TokenEmbedding::Table(embed), head)
         };
         Ok(Self {
             pair_axis: pair_axes(spec.mrope_section, spec.mrope_interleaved),
             inv_freq: inv_freq(spec.rotary_dim, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device()),
+            attention: path,
             spec: spec.clone(),
             embed,
             layers,
@@ -193,12 +206,6 @@ impl TextModel {
     /// The implementation of the paged-attention ops in use.
     pub fn attention_path(&self) -> AttentionPath {
         self.attention
-    }
-
-    /// Chooses the implementation of the paged-attention ops (the portable path runs on any
-    /// device; the native one on the CPU only).
-    pub fn set_attention_path(&mut self, path: AttentionPath) {
-        self.attention = path;
     }
 
     /// Token embeddings `[n, hidden]` of `ids`, in the weights' dtype.

@@ -83,7 +83,12 @@ struct Merger {
 }
 
 impl Merger {
-    fn new(spec: &VisionSpec, postshuffle: bool, vb: VarBuilder) -> Result<Self> {
+    fn new(
+        spec: &VisionSpec,
+        postshuffle: bool,
+        vb: VarBuilder,
+        path: AttentionPath,
+    ) -> Result<Self> {
         let merged = spec.hidden_size * spec.spatial_merge_size * spec.spatial_merge_size;
         let (norm_name, fc1, fc2) = match spec.architecture {
             Architecture::Qwen3Vl | Architecture::Qwen35 => ("norm", "linear_fc1", "linear_fc2"),
@@ -102,8 +107,8 @@ impl Merger {
                 vb.pp(norm_name),
             )?,
             postshuffle,
-            fc1: linear(merged, merged, true, vb.pp(fc1))?,
-            fc2: linear(merged, spec.out_hidden_size, true, vb.pp(fc2))?,
+            fc1: linear(merged, merged, true, vb.pp(fc1), path)?,
+            fc2: linear(merged, spec.out_hidden_size, true, vb.pp(fc2), path)?,
             merged,
         })
     }
@@ -137,11 +142,11 @@ pub struct VisionTower {
 
 impl VisionTower {
     /// Loads the tower from `vb` positioned at the vision prefix (`visual` or `model.visual`);
-    /// attention takes the path of `vb`'s device, dtype and head dimension
-    /// ([`AttentionPath::for_device`]).
+    /// `path` is the implementation of its attention and of its projections
+    /// ([`crate::layers::Proj::from_parts`]).
     ///
     /// Errors: a candle error naming any missing or mis-shaped tensor.
-    pub fn new(spec: &VisionSpec, vb: VarBuilder) -> Result<Self> {
+    pub fn new(spec: &VisionSpec, vb: VarBuilder, path: AttentionPath) -> Result<Self> {
         let (hid, p, t, c) = (
             spec.hidden_size,
             spec.patch_size,
@@ -173,34 +178,36 @@ impl VisionTower {
                 Ok(Block {
                     norm1: Norm::new(rms, hid, 1e-6, b.pp("norm1"))?,
                     norm2: Norm::new(rms, hid, 1e-6, b.pp("norm2"))?,
-                    qkv: linear(hid, 3 * hid, true, b.pp("attn").pp("qkv"))?,
-                    proj: linear(hid, hid, true, b.pp("attn").pp("proj"))?,
-                    mlp: Mlp::new(hid, spec.intermediate_size, names, true, act, b.pp("mlp"))?,
+                    qkv: linear(hid, 3 * hid, true, b.pp("attn").pp("qkv"), path)?,
+                    proj: linear(hid, hid, true, b.pp("attn").pp("proj"), path)?,
+                    mlp: Mlp::new(
+                        hid,
+                        spec.intermediate_size,
+                        names,
+                        true,
+                        act,
+                        b.pp("mlp"),
+                        path,
+                    )?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let merger = Merger::new(spec, false, vb.pp("merger"))?;
+        let merger = Merger::new(spec, false, vb.pp("merger"), path)?;
         let deepstack = (0..spec.deepstack_visual_indexes.len())
-            .map(|i| Merger::new(spec, true, vb.pp("deepstack_merger_list").pp(i)))
+            .map(|i| Merger::new(spec, true, vb.pp("deepstack_merger_list").pp(i), path))
             .collect::<Result<Vec<_>>>()?;
         let head_dim = hid / spec.num_heads;
         Ok(Self {
             spec: spec.clone(),
             dtype: patch_w.dtype(),
-            patch_embed: Proj::from_parts(vec![(patch_w, patch_b)])?,
+            patch_embed: Proj::from_parts(vec![(patch_w, patch_b)], path)?,
             pos_embed,
             blocks,
             merger,
             deepstack,
             inv_freq: inv_freq(head_dim / 2, spec.rope_theta),
-            attention: AttentionPath::for_device(vb.device()),
+            attention: path,
         })
-    }
-
-    /// Chooses the implementation of the attention within images or windows (native CPU
-    /// kernel, portable candle ops or flash-attn); the native path accepts CPU tensors only.
-    pub fn set_attention_path(&mut self, path: AttentionPath) {
-        self.attention = path;
     }
 
     /// Encodes `pixel_values` `[Σ t·h·w, C·T·P·P]` of the images with grids `grid_thw` into

@@ -22,7 +22,7 @@ fn pixels(grid: [usize; 3], row: usize) -> Tensor {
 }
 
 fn model() -> VlModel {
-    VlModel::load(&fixture_dir("qwen2_vl"), DType::F32, &Device::Cpu).unwrap()
+    load_model("qwen2_vl")
 }
 
 fn row_width(model: &VlModel) -> usize {
@@ -32,15 +32,17 @@ fn row_width(model: &VlModel) -> usize {
 
 #[test]
 fn tower_matches_direct_attention() {
-    let mut m = model();
+    let m = model();
     let grid = [1, 40, 60];
     let inputs = VisionInputs {
         pixel_values: pixels(grid, row_width(&m)),
         grid_thw: vec![grid],
     };
     let native = m.encode_images(&inputs).unwrap().embeds;
-    m.set_attention_path(AttentionPath::Portable);
-    let direct = m.encode_images(&inputs).unwrap().embeds;
+    let direct = load_model_on("qwen2_vl", DType::F32, AttentionPath::Portable)
+        .encode_images(&inputs)
+        .unwrap()
+        .embeds;
     assert_eq!(native.dims(), &[600, m.vision_spec().out_hidden_size]);
     let d = (native - direct)
         .unwrap()

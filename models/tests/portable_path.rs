@@ -1,5 +1,6 @@
-//! The portable attention path (candle tensor ops, what runs on CUDA and Metal; for Qwen3.5 also
-//! the recurrent kernels) against the native CPU kernels on every fixture model: one ragged
+//! The portable path (candle tensor ops, what runs on CUDA and Metal: attention, the projections
+//! in fixed row tiles, for Qwen3.5 also the recurrent kernels) against the native CPU kernels on
+//! every fixture model: one ragged
 //! batch of all four reference sequences, prefill then 24 greedy decode steps. Prefill logits
 //! agree within 1e-5 (f32) and the greedy tokens are identical (and equal transformers').
 //! The flash path (on the CPU: the flash-attn oracle, fed by the same argument-building code
@@ -8,6 +9,7 @@
 
 mod common;
 
+use candle_core::DType;
 use common::*;
 use verisample_models::{AttentionPath, VisionInputs, VlModel};
 
@@ -29,12 +31,17 @@ fn sequences(model: &VlModel, g: &Goldens) -> Vec<SeqInput> {
 
 fn portable_matches_native(family: &str) {
     let g = Goldens::load(family);
-    let mut model = load_model(family);
+    let model = load_model(family);
     assert_eq!(model.attention_path(), AttentionPath::Native, "CPU default");
     let seqs = sequences(&model, &g);
     let native = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
-    model.set_attention_path(AttentionPath::Flash);
-    let flash = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
+    let on_path = |path| {
+        let model = load_model_on(family, DType::F32, path);
+        assert_eq!(model.attention_path(), path);
+        let seqs = sequences(&model, &g);
+        run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5)
+    };
+    let flash = on_path(AttentionPath::Flash);
     assert_eq!(
         flash.prefill_logits, native.prefill_logits,
         "{family}: flash prefill"
@@ -44,8 +51,7 @@ fn portable_matches_native(family: &str) {
         "{family}: flash decode"
     );
     assert_eq!(flash.tokens, native.tokens, "{family}: flash tokens");
-    model.set_attention_path(AttentionPath::Portable);
-    let portable = run_greedy(&model, &mut fresh_cache(&model), &seqs, 24, 5);
+    let portable = on_path(AttentionPath::Portable);
     for i in 0..g.n() {
         let d = max_abs(&portable.prefill_logits[i], &native.prefill_logits[i]);
         println!("{family} seq {i}: portable vs native prefill logits max |Δ| {d:.3e}");

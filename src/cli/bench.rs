@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub dtype: Option<crate::settings::DTypeSpec>,
+    /// Implementation of attention, the projections and the recurrent layers, as `run`'s.
+    /// [default: native on cpu, portable on a GPU]
+    #[arg(long, value_enum, value_name = "KERNELS")]
+    pub kernels: Option<crate::settings::KernelsSpec>,
     /// Print one JSON report instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -102,10 +106,13 @@ pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let generation = GenerationConfig::resolve(&model, true, None)
         .map_err(VlLoadError::from)
         .with_context(|| format!("loading {}", model.display()))?;
+    let kernels = a
+        .kernels
+        .unwrap_or(crate::settings::KernelsSpec::default_for(spec));
     let mut engine = load_engine(
         &model,
         dtype.to_dtype(),
-        &device,
+        (&device, kernels.path()),
         cfg,
         &generation,
         Default::default(),

@@ -10,9 +10,11 @@ use clap::Args;
 #[command(
     long_about = "Check this machine's device: report it, its memory and dtypes; run the \
 paged-attention ops of every attention path it has on random inputs against the CPU kernels \
-(max abs error per kernel and dtype); check batch invariance (one sequence alone and inside \
-batches of 2..64); run the default model on the bundled sample on the device and on the CPU \
-and compare the greedy tokens. Exits 1 when a check fails.",
+(max abs error per kernel and dtype); check batch invariance, bitwise, on every path in f32 \
+and bf16 (attention rows alone, inside batches of 7 to 100 sequences, chunked and decoded; \
+linear rows at 1 to 300 rows; the default model and each family's fixture, forward and vision \
+tower); run the default model on the bundled sample on the device and on the CPU and compare \
+the greedy tokens. Says which path `run` takes on the device. Exits 1 when a check fails.",
     after_help = "Examples:\n  verisample doctor\n  verisample doctor --device cuda:0 --json"
 )]
 pub struct DoctorArgs {
@@ -31,6 +33,11 @@ pub struct DoctorArgs {
     /// New tokens per image in the end-to-end check.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_new_tokens: usize,
+    /// A folder of checkpoints (one per subfolder) whose whole forward is checked for batch
+    /// invariance besides the default model. [default: the checkout's
+    /// `models/tests/fixtures`, a tiny checkpoint of every family, where found]
+    #[arg(long, value_name = "DIR")]
+    pub fixtures: Option<PathBuf>,
     /// Print one JSON report instead of text.
     #[arg(long)]
     pub json: bool,
@@ -55,6 +62,11 @@ pub(super) fn run(a: &DoctorArgs) -> anyhow::Result<()> {
             .unwrap_or_else(crate::settings::default_model_dir),
         data: a.data.clone().unwrap_or_else(|| bundled(DEFAULT_DATA)),
         max_new_tokens: a.max_new_tokens,
+        invariance_models: checkpoints_in(
+            &a.fixtures
+                .clone()
+                .unwrap_or_else(|| bundled("models/tests/fixtures")),
+        ),
     };
     let report = doctor::run(&opts).with_context(|| format!("doctor on {device}"))?;
     if a.json {
@@ -66,4 +78,17 @@ pub(super) fn run(a: &DoctorArgs) -> anyhow::Result<()> {
         anyhow::bail!("doctor: a check failed on {device} (see the report above)");
     }
     Ok(())
+}
+
+/// The subfolders of `dir` that hold a `config.json`, sorted (none when `dir` is absent).
+fn checkpoints_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("config.json").is_file() && p.join("model.safetensors").is_file())
+        .collect();
+    found.sort();
+    found
 }

@@ -5,7 +5,7 @@
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
-use crate::settings::{DTypeSpec, ProgressMode, Switch};
+use crate::settings::{DTypeSpec, KernelsSpec, ProgressMode, Switch};
 
 impl ValueEnum for Switch {
     fn value_variants<'a>() -> &'a [Self] {
@@ -53,6 +53,30 @@ impl ValueEnum for DTypeSpec {
     }
 }
 
+impl ValueEnum for KernelsSpec {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            KernelsSpec::Native,
+            KernelsSpec::Portable,
+            KernelsSpec::Flash,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            KernelsSpec::Native => {
+                PossibleValue::new("native").help("The CPU's own kernels (CPU default)")
+            }
+            KernelsSpec::Portable => {
+                PossibleValue::new("portable").help("candle ops, any device (GPU default)")
+            }
+            KernelsSpec::Flash => {
+                PossibleValue::new("flash").help("FlashAttention-2 (CUDA, flash-attn build)")
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +94,8 @@ mod tests {
         check::<Switch>();
         check::<ProgressMode>();
         check::<DTypeSpec>();
+        check::<KernelsSpec>();
+        assert_eq!(KernelsSpec::value_variants().len(), 3);
         assert_eq!(Switch::value_variants().len(), 2);
         assert_eq!(ProgressMode::value_variants().len(), 3);
         assert_eq!(DTypeSpec::value_variants().len(), 3);

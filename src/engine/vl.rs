@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{attention_layers, BatchMeta, KvCache, StateLayout};
 use verisample_models::{
-    decode_position, get_rope_index, smart_resize, ChatMessage, ImageProcessor, PixelBounds,
-    PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
+    decode_position, get_rope_index, smart_resize, AttentionPath, ChatMessage, ImageProcessor,
+    PixelBounds, PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
@@ -300,7 +300,8 @@ impl InputProcessor for VlInputs {
     }
 }
 
-/// Load a checkpoint directory into a ready engine: weights in `dtype` on `device`, its
+/// Load a checkpoint directory into a ready engine: weights in `dtype` on `device` with attention
+/// (and the projections and recurrent kernels) on `path` ([`VlModel::load_on_path`]), its
 /// processor (with `pixels` over the checkpoint's pixel bounds), tokenizer and chat template,
 /// and a KV cache pool sized by `cfg`. Greedy decoding follows `generation`, the checkpoint's
 /// `generation_config.json` as resolved once by the caller ([`GenerationConfig::resolve`]): its
@@ -311,7 +312,7 @@ impl InputProcessor for VlInputs {
 pub fn load_engine(
     dir: &Path,
     dtype: DType,
-    device: &Device,
+    (device, path): (&Device, AttentionPath),
     mut cfg: EngineConfig,
     generation: &GenerationConfig,
     pixels: PixelBounds,
@@ -320,7 +321,7 @@ pub fn load_engine(
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;
-    let model = VlModel::load(dir, dtype, device)?;
+    let model = VlModel::load_on_path(dir, dtype, device, path)?;
     let inputs = VlInputs::from_dir(dir, &model, images, generation)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }

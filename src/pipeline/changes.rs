@@ -119,6 +119,7 @@ mod tests {
             number_guard: true,
             device: "cpu".into(),
             dtype: crate::settings::DTypeSpec::F32,
+            kernels: None,
             max_new_tokens: 2048,
             shard: "0/1".into(),
             verifiers: Vec::new(),

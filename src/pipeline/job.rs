@@ -27,14 +27,7 @@ use crate::settings::{
 };
 use verisample_models::{PixelBounds, VlModel};
 
-/// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
-/// measured).
-pub const DEFAULT_METAL_KV_CACHE_GIB: f64 = 4.0;
-
-/// Default share of a CUDA device's free memory (after the weights) for the KV cache pool
-/// when `--kv-cache-gib` is not given; the rest is headroom for activations (vLLM's
-/// `gpu_memory_utilization` plays the same role, as a share of the total).
-pub const DEFAULT_CUDA_KV_FRACTION: f64 = 0.8;
+use crate::settings::{DEFAULT_CUDA_KV_FRACTION, DEFAULT_METAL_KV_CACHE_GIB};
 
 /// The engine settings of a run.
 pub fn engine_config(settings: &Settings) -> EngineConfig {
@@ -261,7 +254,7 @@ fn start_engine(
     let mut engine = load_engine(
         &settings.model.dir,
         settings.dtype.to_dtype(),
-        &device,
+        (&device, settings.attention_path()),
         engine_config(settings),
         &settings.decoding.generation(),
         PixelBounds {

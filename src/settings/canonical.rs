@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::decoding::CanonicalDecoding;
-use super::{switch_on, DTypeSpec};
+use super::{switch_on, DTypeSpec, KernelsSpec};
 use crate::dataset::layout::ReadOptions;
 
 /// The output-determining settings (see [`super::Settings::canonical`]). Field order is fixed, so
@@ -28,6 +28,10 @@ pub struct CanonicalSettings {
     pub device: String,
     /// Dtype.
     pub dtype: DTypeSpec,
+    /// `--kernels` when it differs from the device's default (another path can round
+    /// differently); left out otherwise, so runs without it keep their fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsSpec>,
     /// Generation budget.
     pub max_new_tokens: usize,
     /// Shard `I/N`.

@@ -63,6 +63,15 @@ pub const DEFAULT_MAX_BATCH: usize = 64;
 /// memory and the model's KV size: `engine::config::auto_max_batch`), at most this: vLLM's
 /// default `max_num_seqs`.
 pub const AUTO_MAX_BATCH_CAP: usize = 256;
+
+/// Default KV cache size on Metal when `--kv-cache-gib` is not given (its free memory is not
+/// measured).
+pub const DEFAULT_METAL_KV_CACHE_GIB: f64 = 4.0;
+
+/// Default share of a CUDA device's free memory (after the weights) for the KV cache pool
+/// when `--kv-cache-gib` is not given; the rest is headroom for activations (vLLM's
+/// `gpu_memory_utilization` plays the same role, as a share of the total).
+pub const DEFAULT_CUDA_KV_FRACTION: f64 = 0.8;
 /// The largest `--max-batch` accepted: 2¹⁶ sequences (vLLM's default `max_num_seqs` is 256).
 pub const MAX_MAX_BATCH: usize = 1 << 16;
 /// Default number of tokens (prefill + decode) the engine may schedule in one step.
@@ -145,6 +154,40 @@ impl DTypeSpec {
     }
 }
 
+/// Which implementation runs attention, and with it the projections and the recurrent
+/// layers ([`verisample_models::AttentionPath`]), when `--kernels` chooses one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelsSpec {
+    /// The CPU's own kernels: packed linears, native attention (CPU only; its default).
+    Native,
+    /// candle ops on any device, batch-invariant by construction (the GPU default).
+    Portable,
+    /// FlashAttention-2 on CUDA in a `flash-attn` build (its CPU oracle on the CPU).
+    Flash,
+}
+
+impl KernelsSpec {
+    /// The attention path.
+    pub fn path(self) -> verisample_models::AttentionPath {
+        use verisample_models::AttentionPath;
+        match self {
+            KernelsSpec::Native => AttentionPath::Native,
+            KernelsSpec::Portable => AttentionPath::Portable,
+            KernelsSpec::Flash => AttentionPath::Flash,
+        }
+    }
+
+    /// The device's default: native on the CPU, portable elsewhere
+    /// ([`verisample_models::AttentionPath::for_device`]).
+    pub fn default_for(device: DeviceSpec) -> Self {
+        match device {
+            DeviceSpec::Cpu => KernelsSpec::Native,
+            _ => KernelsSpec::Portable,
+        }
+    }
+}
+
 /// Validated settings of one run (serialised into `run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -177,6 +220,10 @@ pub struct Settings {
     pub device: DeviceSpec,
     /// Weight dtype.
     pub dtype: DTypeSpec,
+    /// The kernels `--kernels` chose; `None`: the device's default
+    /// ([`KernelsSpec::default_for`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsSpec>,
     /// Generation budget per answer, tokens.
     pub max_new_tokens: usize,
     /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
@@ -382,6 +429,9 @@ impl Settings {
             number_guard: self.number_guard,
             device: self.device.kind().to_string(),
             dtype: self.dtype,
+            kernels: self
+                .kernels
+                .filter(|&k| k != KernelsSpec::default_for(self.device)),
             max_new_tokens: self.max_new_tokens,
             shard: self.shard.to_string(),
             verifiers: verifiers::effective_verifiers(&self.verifiers),
@@ -392,6 +442,13 @@ impl Settings {
             decoding: CanonicalDecoding::from(&self.decoding),
             sampling: CanonicalSampling::of(&self.sampling),
         }
+    }
+
+    /// The attention path of this run: `--kernels`, else the device's default.
+    pub fn attention_path(&self) -> verisample_models::AttentionPath {
+        self.kernels
+            .unwrap_or_else(|| KernelsSpec::default_for(self.device))
+            .path()
     }
 
     /// The verifier registry of this run: the default one with [`Settings::verifiers`]

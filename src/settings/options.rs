@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DTypeSpec, DeviceSpec, ProgressMode, SettingsError, Switch};
+use super::{DTypeSpec, DeviceSpec, KernelsSpec, ProgressMode, SettingsError, Switch};
 use crate::shard::Shard;
 
 /// Every setting of `verisample run`, each `None` (empty, false) when not given. The doc
@@ -87,6 +87,12 @@ pub struct RunOptions {
     /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub dtype: Option<DTypeSpec>,
+    /// Implementation of attention, the projections and the recurrent layers: native (the
+    /// CPU's own kernels), portable (candle ops, any device), flash (FlashAttention-2, CUDA in
+    /// a flash-attn build). Every one is batch-invariant. [default: native on cpu, portable on
+    /// a GPU]
+    #[arg(long, value_enum, value_name = "KERNELS")]
+    pub kernels: Option<KernelsSpec>,
     /// Generation budget per answer in tokens. [default: 2048]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_new_tokens: Option<usize>,

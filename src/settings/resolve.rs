@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::{
     data, default_model_dir, out_dir, rebase, resolve_model, verifiers, DTypeSpec, Decoding,
-    DeviceSpec, ProgressMode, ResolvedModel, RunOptions, Sampling, SamplingFlags, Settings,
-    SettingsError, Switch, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH, DEFAULT_MAX_BATCH_TOKENS,
-    DEFAULT_MAX_NEW_TOKENS, DEFAULT_OUT, MAX_MAX_BATCH,
+    DeviceSpec, KernelsSpec, ProgressMode, ResolvedModel, RunOptions, Sampling, SamplingFlags,
+    Settings, SettingsError, Switch, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_OUT, MAX_MAX_BATCH,
 };
 use crate::dataset::layout::{ColumnFlags, ReadOptions};
 use crate::shard::Shard;
@@ -73,6 +73,26 @@ impl Settings {
         for warning in verifiers::idle_verifiers(&opts.verifiers, io.families.as_ref()) {
             tracing::warn!("{warning}");
         }
+        if let Some(k) = opts.kernels {
+            let runs = match k {
+                KernelsSpec::Native => device == DeviceSpec::Cpu,
+                KernelsSpec::Portable => true,
+                KernelsSpec::Flash => {
+                    device == DeviceSpec::Cpu
+                        || (matches!(device, DeviceSpec::Cuda(_)) && cfg!(feature = "flash-attn"))
+                }
+            };
+            if !runs {
+                return Err(SettingsError::Invalid {
+                    key: "kernels",
+                    value: k.path().name().into(),
+                    why: format!(
+                        "not on {device} in this build (native: the CPU only; flash: CUDA in a \
+                         build with --features flash-attn)"
+                    ),
+                });
+            }
+        }
         let default_dtype = match device {
             DeviceSpec::Cpu => DTypeSpec::F32,
             _ => DTypeSpec::Bf16,
@@ -91,6 +111,7 @@ impl Settings {
             dedup: opts.dedup.unwrap_or(Switch::On).is_on(),
             device,
             dtype: opts.dtype.unwrap_or(default_dtype),
+            kernels: opts.kernels,
             max_new_tokens: sizes.max_new_tokens,
             decoding,
             sampling,

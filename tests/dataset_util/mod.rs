@@ -224,3 +224,24 @@ pub fn write_input(path: &std::path::Path, rows: &[InputSpec], rows_per_group: u
     w.write(&batch).expect("write");
     w.close().expect("close");
 }
+
+/// sha256 of every output file of `out` (and `out/data`) but those that hold timings or the
+/// order generations finished in (`run.json`, `chart.svg`, `journal.bin`): what a run promises
+/// to write byte for byte whatever the batch, threads, resume or shards.
+pub fn output_hashes(out: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let mut files = std::collections::BTreeMap::new();
+    for dir in [out.to_path_buf(), out.join("data")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_file()
+                && !["run.json", "chart.svg", "journal.bin"].contains(&name.as_str())
+                && !name.starts_with('.')
+            {
+                let bytes = std::fs::read(&path).unwrap();
+                files.insert(name, sha256_hex(&bytes));
+            }
+        }
+    }
+    files
+}

@@ -391,6 +391,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         dedup: true,
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,
+        kernels: None,
         max_new_tokens: 64,
         decoding: Default::default(),
         sampling: Default::default(),

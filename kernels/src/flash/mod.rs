@@ -16,6 +16,18 @@
 //! take any multiple of 8 up to 512 (rounded up to the next compiled one); the varlen kernels
 //! for 32/64/96/128/160/192/224/256/512, so the vision towers' 80 (Qwen2-VL, Qwen2.5-VL) and 72
 //! (Qwen3-VL) run on the 96 kernels. [`supports_head_dim`] is the crate's own rule.
+//!
+//! Batch invariance (read in candle-flash-attn 0.11.1's `kernels/flash_api.cu` and
+//! `flash_fwd_launch_template.h`): the crate's `run_mha` sets `params.num_splits = 1` on every
+//! call and its Rust API has no way to change it, so the paged kernel (the split-KV kernel,
+//! `kBlockM = 64` query rows × `kBlockN = 32` keys per tile, `Flash_fwd_kernel_traits<d, 64, 32,
+//! 4>`) never splits a query's keys across thread blocks and never runs the combine kernel,
+//! whatever the batch: each query row's online softmax walks its own key blocks, from its last
+//! visible block down to block 0, in one thread block. Keys past a row's causal limit inside
+//! its 64-row tile (a tile reaching further in a longer chunk) are masked to `-inf` and add
+//! exact zeros. So a row's output depends on its own context only — the property the oracle
+//! gives by construction and `kernels/tests/batch_invariance.rs` checks through it, and that
+//! `verisample doctor` checks on the GPU itself.
 
 pub mod oracle;
 

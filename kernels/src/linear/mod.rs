@@ -29,6 +29,9 @@ use rayon::prelude::*;
 use crate::{require_cpu, KernelError};
 
 mod micro;
+mod tiled;
+
+pub use tiled::{TiledLinear, LINEAR_TILE_ROWS};
 
 pub(crate) use micro::Isa;
 use micro::{micro_rows, PanelElem};

@@ -255,6 +255,15 @@ pub fn load_model(family: &str) -> VlModel {
     VlModel::load(&fixture_dir(family), DType::F32, &Device::Cpu).unwrap()
 }
 
+/// The fixture of `family` on the CPU in `dtype` with attention (and projections) on `path`.
+pub fn load_model_on(
+    family: &str,
+    dtype: DType,
+    path: verisample_models::AttentionPath,
+) -> VlModel {
+    VlModel::load_on_path(&fixture_dir(family), dtype, &Device::Cpu, path).unwrap()
+}
+
 /// Panics unless every value is finite: `f32::max` drops NaN, so a max-abs fold over NaN
 /// output would report 0 and pass any tolerance. Catches: NaN or infinite logits.
 pub fn assert_finite(what: &str, v: &[f32]) {
