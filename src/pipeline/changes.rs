@@ -48,13 +48,24 @@ pub fn describe_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     );
     // Keys of both sides: a field left out when at its default is on one side only.
     let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    let default_of = |k: &str| match k {
+    // `kernels` is left out at its device's default: native on the CPU, portable elsewhere.
+    let default_of = |k: &str, side: &serde_json::Map<String, serde_json::Value>| match k {
         "dedup" | "generation_config" => serde_json::Value::Bool(true),
+        "kernels" => match side.get("device").and_then(|d| d.as_str()) {
+            Some("cpu") => "native".into(),
+            _ => "portable".into(),
+        },
         _ => serde_json::Value::Null,
     };
     for k in keys {
-        let va = a.get(k.as_str()).cloned().unwrap_or_else(|| default_of(k));
-        let vb = b.get(k.as_str()).cloned().unwrap_or_else(|| default_of(k));
+        let va = a
+            .get(k.as_str())
+            .cloned()
+            .unwrap_or_else(|| default_of(k, a));
+        let vb = b
+            .get(k.as_str())
+            .cloned()
+            .unwrap_or_else(|| default_of(k, b));
         if va != vb {
             changed.push(format!(
                 "{} changed: {} → {}",
@@ -155,6 +166,13 @@ mod tests {
                 "--think changed: on → off",
                 "--verifier changed: none → OrandCar=exact"
             ]
+        );
+        // `--kernels` left out is the device's default, named as such.
+        let mut new = base();
+        new.settings.kernels = Some(crate::settings::KernelsSpec::Portable);
+        assert_eq!(
+            describe_changes(&new, &old),
+            vec!["--kernels changed: portable → native"]
         );
         let mut new = base();
         new.model = Some("~/q7b".into());
