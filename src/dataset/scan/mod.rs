@@ -371,8 +371,10 @@ pub fn resolve_inside(root: &Path, base: &Path, rel: &str) -> Result<PathBuf, St
 /// Resolve the image `path` of a row under `--images-root` (`root`, canonical) instead of the
 /// dataset folder: a relative path as [`resolve_inside`] does with `root` as the base, an
 /// absolute one (what `datasets`' `to_parquet` writes for images that were files) only when
-/// it lies inside `root`, both lexically and after links are followed (the rule of the input
-/// scan: a link inside that resolves outside is refused).
+/// it lies inside `root` once links are followed on both sides — `root` is canonical, and so is
+/// the row's path before the comparison — so a path spelt through a link to the root (rows
+/// written as `/data/imgs/a.jpg` with `/data/imgs` a link to `/mnt/x/imgs`) is read, and a link
+/// inside the root that resolves outside it is refused (the rule of the input scan).
 ///
 /// Errors (as a message): outside `root`, not found, not a file.
 pub fn resolve_in_images_root(root: &Path, path: &str) -> Result<PathBuf, String> {
@@ -381,14 +383,15 @@ pub fn resolve_in_images_root(root: &Path, path: &str) -> Result<PathBuf, String
         return resolve_inside(root, root, path);
     }
     let outside = || format!("path {path:?} is outside --images-root {}", root.display());
-    if !lexically_inside(root, Path::new("/"), p) {
-        return Err(outside());
-    }
     let c = p.canonicalize().map_err(|_| {
-        format!(
-            "image file {path:?} not found under --images-root {}",
-            root.display()
-        )
+        if lexically_inside(root, Path::new("/"), p) {
+            format!(
+                "image file {path:?} not found under --images-root {}",
+                root.display()
+            )
+        } else {
+            outside()
+        }
     })?;
     if !readable_from(root, &c) {
         return Err(outside());
@@ -619,11 +622,42 @@ mod tests {
             (abs("sub/missing.png"), "not found"),
             (abs("sub"), "not a file"),
             ("../secret.png".to_string(), "escapes"),
+            (
+                dir.path()
+                    .join("missing.png")
+                    .to_string_lossy()
+                    .into_owned(),
+                "outside --images-root",
+            ),
         ];
         for (path, want) in cases {
             let e = resolve_in_images_root(&root, &path).unwrap_err();
             assert!(e.contains(want), "{path:?}: {e}");
         }
+    }
+
+    /// A root behind a link (data folders on mounts, shared GPU boxes): rows spelt through
+    /// the link are read, as the root resolves; a link inside it to a file outside is still
+    /// refused. Catches: the row's path compared unresolved with the resolved root.
+    #[cfg(unix)]
+    #[test]
+    fn images_root_behind_a_link_reads_rows_spelt_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("mnt/imgs");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("a.png"), b"png").unwrap();
+        std::fs::write(dir.path().join("secret.png"), b"s").unwrap();
+        symlink(dir.path().join("secret.png"), real.join("out.png")).unwrap();
+        let view = dir.path().join("data");
+        symlink(&real, &view).unwrap();
+        let root = view.canonicalize().unwrap();
+        let through = |name: &str| view.join(name).to_string_lossy().into_owned();
+        assert_eq!(
+            resolve_in_images_root(&root, &through("a.png")).unwrap(),
+            real.canonicalize().unwrap().join("a.png")
+        );
+        let e = resolve_in_images_root(&root, &through("out.png")).unwrap_err();
+        assert!(e.contains("outside --images-root"), "{e}");
     }
 
     #[test]
