@@ -137,7 +137,12 @@ print(sys.argv[2], 'accepted', s['accepted'], 'of', s['input_items'])" "$dir/run
 # Session 38 saw bf16 runs with the default KV pool (80 % of free memory) accept 39 of 78
 # where the CPU accepts 65; these locate it: a small pool, a small batch.
 check "bf16 with a 2 GiB KV pool" accuracy bf16-kv2 --kv-cache-gib 2
-check "bf16 at --max-batch 16" accuracy bf16-b16 --max-batch 16
+for batch in 16 64 65; do  # 65: a decode step past one batched call of the portable attention
+    check "bf16 at --max-batch $batch" accuracy "bf16-b$batch" --max-batch "$batch"
+done
+check "bf16 again, as the first run (run to run)" accuracy bf16-again
+check "splits of the bf16 rerun equal the first run's" bash -c \
+    "diff <(cd '$work/cuda-bf16/data' && sha256sum -- *.parquet) <(cd '$work/bf16-again/data' && sha256sum -- *.parquet)"
 
 bench() { # BATCH: bench on the val images, bf16, JSON report kept
     "$bin" -q bench --model assets/model --images "$gpu/val-images" --num-images 0 \

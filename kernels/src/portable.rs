@@ -219,9 +219,11 @@ pub const PORTABLE_TILES_PER_CALL: usize = 64;
 struct Call {
     /// `[tiles · TILE]` u32: the step row of each query of the call's tiles (0 for padding).
     q_rows: Tensor,
-    /// `[1, tiles, TILE, 1]` f32: the cache position of each query (0 for padding: it sees
-    /// position 0 only, so its softmax stays finite; its output is dropped).
-    q_pos: Tensor,
+    /// `[blocks, tiles, TILE, KV_BLOCK]` f32: 0 where the query may see position `j·KV_BLOCK +
+    /// i` of block `j`, [`MASKED`] elsewhere; built on the device once per step from the
+    /// queries' positions (a padding query has position 0: it sees position 0 only, so its
+    /// softmax stays finite; its output is dropped).
+    bias: Tensor,
     /// `[blocks, tiles · KV_BLOCK]` u32: the cache slot of each position of each block (the
     /// slot of position 0 past the sequence's context; masked).
     kv_slots: Tensor,
@@ -230,13 +232,13 @@ struct Call {
     blocks: usize,
 }
 
-/// A query tile: a sequence's rows at positions `[16·a, 16·a + 16)` that this step computes.
+/// A query tile: a sequence's rows at positions `[4·a, 4·a + 4)` that this step computes.
 #[derive(Debug, Clone)]
 struct Tile {
     seq: usize,
     /// `(step row, position)` of each of the tile's queries in this step.
     rows: Vec<(usize, usize)>,
-    /// Blocks of [`PORTABLE_KV_BLOCK`] positions its rows see: `16·a / 256 + 1`.
+    /// Blocks of [`PORTABLE_KV_BLOCK`] positions its rows see: `4·a / 256 + 1`.
     blocks: usize,
 }
 
@@ -269,6 +271,17 @@ fn plan_tiles(params: &PagedAttentionParams<'_>) -> Vec<Tile> {
     }
     tiles.sort_by_key(|t| std::cmp::Reverse(t.blocks));
     tiles
+}
+
+/// The additive causal mask of a call, `[blocks, tiles, TILE, KV_BLOCK]` f32: 0 where
+/// position `j·KV_BLOCK + i` is at most the query's position (`q_pos` `[1, tiles, TILE, 1]`
+/// f32, exact below 2²⁴), [`MASKED`] elsewhere.
+fn causal_bias(q_pos: &Tensor, blocks: usize) -> candle_core::Result<Tensor> {
+    const KV: usize = PORTABLE_KV_BLOCK;
+    let key_pos = Tensor::arange(0u32, (blocks * KV) as u32, q_pos.device())?
+        .to_dtype(DType::F32)?
+        .reshape((blocks, 1, 1, KV))?;
+    (key_pos.broadcast_le(q_pos)?.to_dtype(DType::F32)? - 1.0)? * -MASKED
 }
 
 /// Device-side metadata of one step for the portable path, built once per step.
@@ -341,7 +354,10 @@ impl PortableStep {
             let n_out = out_index.len();
             calls.push(Call {
                 q_rows: Tensor::from_vec(q_rows, TILES * TILE, device)?,
-                q_pos: Tensor::from_vec(q_pos, (1, TILES, TILE, 1), device)?,
+                bias: causal_bias(
+                    &Tensor::from_vec(q_pos, (1, TILES, TILE, 1), device)?,
+                    blocks,
+                )?,
                 kv_slots: Tensor::from_vec(kv_slots, (blocks, TILES * KV), device)?,
                 out_index: Tensor::from_vec(out_index, n_out, device)?,
                 blocks,
@@ -430,12 +446,6 @@ impl PortableStep {
                 .permute((0, 2, 1, 3, 4))?
                 .contiguous()?
                 .reshape((batch, TILE * group, hd))?;
-            // `[blocks, TILES, TILE, KV]`: 0 where position `j·KV + i` ≤ the query's, else MASKED.
-            let key_pos = Tensor::arange(0u32, (call.blocks * KV) as u32, q.device())?
-                .to_dtype(DType::F32)?
-                .reshape((call.blocks, 1, 1, KV))?;
-            let bias =
-                ((key_pos.broadcast_le(&call.q_pos)?.to_dtype(DType::F32)? - 1.0)? * -MASKED)?;
             let mut state: Option<(Tensor, Tensor, Tensor)> = None;
             for j in 0..call.blocks {
                 let slots = call.kv_slots.get(j)?;
@@ -443,7 +453,7 @@ impl PortableStep {
                 let scores = q
                     .matmul(&k.t()?)?
                     .reshape((TILES, kvh, TILE, group, KV))?
-                    .broadcast_add(&bias.get(j)?.reshape((TILES, 1, TILE, 1, KV))?)?
+                    .broadcast_add(&call.bias.get(j)?.reshape((TILES, 1, TILE, 1, KV))?)?
                     .reshape((batch, TILE * group, KV))?;
                 let block_max = scores.max_keepdim(2)?;
                 state = Some(match state {

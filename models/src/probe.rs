@@ -178,15 +178,16 @@ pub fn probe_logits(model: &VlModel) -> Result<Vec<Vec<f32>>> {
 }
 
 /// Whether the logits of two probe sequences (prompts of 40 and 300 tokens, then 3 decode
-/// steps) are bitwise the same computed alone and inside batches of 7, 16 and 64 sequences
-/// of 1 to 350 tokens, and the long prompt's prefilled in chunks of 100 + 200.
+/// steps) are bitwise the same computed alone and inside batches of 7, 16, 64 and 100
+/// sequences of 1 to 350 tokens (100: a decode step past one batched call of the portable
+/// attention), and the long prompt's prefilled in chunks of 100 + 200.
 ///
 /// Errors: candle errors of the forward.
 pub fn forward_invariance(model: &VlModel) -> Result<Vec<Variation>> {
     let p = probes(model);
     let alone = probe_logits(model)?;
     let mut variations = Vec::new();
-    for n in [7, 16, 64] {
+    for n in [7, 16, 64, 100] {
         let prompts: Vec<Vec<u32>> = (0..n)
             .map(|s| p.prompt(s, PROBES.get(s).copied().unwrap_or(1 + (s * 53) % 350)))
             .collect();

@@ -1,6 +1,6 @@
 //! Whole models are batch-invariant on every path: for each family's fixture, loaded on the
 //! native, portable and flash (oracle) paths in f32 and bf16, two probe sequences' logits
-//! (prefill and three decode steps) are bitwise the same alone, in batches of 7, 16 and 64
+//! (prefill and three decode steps) are bitwise the same alone, in batches of 7, 16, 64 and 100
 //! sequences of other lengths and with the long prompt prefilled in two chunks; and an image's
 //! embeddings are bitwise the same encoded alone and after three others
 //! ([`verisample_models::probe`]). The portable path is what every GPU run takes, here through
@@ -22,7 +22,7 @@ fn invariant(family: &str) {
         for dtype in [DType::F32, DType::BF16] {
             let model = load_model_on(family, dtype, path);
             let forward = forward_invariance(&model).unwrap();
-            assert_eq!(forward.len(), 4, "3 batch sizes and a chunking");
+            assert_eq!(forward.len(), 5, "4 batch sizes and a chunking");
             let bad = differing(&forward);
             assert!(
                 bad.is_empty(),

@@ -86,7 +86,7 @@ pub(super) fn attention_invariance(
     })
 }
 
-/// Rows 0 and 3 of a 1024 → 1024 projection with bias in `dtype` bitwise the same at 1 to 300
+/// Rows 0 and 1 of a 1024 → 1024 projection with bias in `dtype` bitwise the same at 1 to 300
 /// rows ([`probe::rows_invariance`]): the tiled candle matmul (every device), and on the CPU
 /// the packed linear.
 pub(super) fn linear_invariance(dtype: DType, device: &Device) -> Result<Vec<Check>, DoctorError> {

@@ -13,7 +13,7 @@ use crate::engine::{Engine, EngineConfig, ImageInput, KvBudget, Request};
 
 /// The default model and every fixture of `opts.invariance_models` loaded on `path` in
 /// `dtype`: each one's probe sequences' logits and an image's embeddings bitwise the same alone,
-/// in batches of 7, 16 and 64, and chunked ([`verisample_models::probe`]). One check naming the
+/// in batches of 7, 16, 64 and 100, and chunked ([`verisample_models::probe`]). One check naming the
 /// checkpoints; the first that differs or fails to run fails it.
 pub(super) fn model_invariance(
     opts: &DoctorOptions,
@@ -52,7 +52,7 @@ pub(super) fn model_invariance(
         name,
         status: Status::Pass,
         detail: format!(
-            "bitwise equal alone, in batches of 7/16/64, chunked, and an image among others: {}",
+            "bitwise equal alone, in batches of 7/16/64/100, chunked, and an image among others: {}",
             names.join(", ")
         ),
     }
