@@ -212,6 +212,11 @@ pub const PORTABLE_KV_BLOCK: usize = 256;
 /// call per block.
 pub const PORTABLE_TILES_PER_CALL: usize = 64;
 
+// Shorthands of the three shapes in the code below.
+const TILE: usize = PORTABLE_QUERY_TILE;
+const KV: usize = PORTABLE_KV_BLOCK;
+const TILES: usize = PORTABLE_TILES_PER_CALL;
+
 /// One batched call of a portable attention step: [`PORTABLE_TILES_PER_CALL`] query tiles
 /// (real ones, then padding) over their first `blocks` blocks of [`PORTABLE_KV_BLOCK`]
 /// positions.
@@ -277,7 +282,6 @@ fn plan_tiles(params: &PagedAttentionParams<'_>) -> Vec<Tile> {
 /// position `j·KV_BLOCK + i` is at most the query's position (`q_pos` `[1, tiles, TILE, 1]`
 /// f32, exact below 2²⁴), [`MASKED`] elsewhere.
 fn causal_bias(q_pos: &Tensor, blocks: usize) -> candle_core::Result<Tensor> {
-    const KV: usize = PORTABLE_KV_BLOCK;
     let key_pos = Tensor::arange(0u32, (blocks * KV) as u32, q_pos.device())?
         .to_dtype(DType::F32)?
         .reshape((blocks, 1, 1, KV))?;
@@ -317,9 +321,6 @@ impl PortableStep {
                 msg: format!("slot {bad} outside the pool of {num_slots} slots"),
             });
         }
-        const TILE: usize = PORTABLE_QUERY_TILE;
-        const KV: usize = PORTABLE_KV_BLOCK;
-        const TILES: usize = PORTABLE_TILES_PER_CALL;
         let tiles = plan_tiles(params);
         let mut calls = Vec::new();
         let mut order = vec![0u32; total];
@@ -420,9 +421,6 @@ impl PortableStep {
         if total == 0 {
             return Ok(query.clone());
         }
-        const TILE: usize = PORTABLE_QUERY_TILE;
-        const KV: usize = PORTABLE_KV_BLOCK;
-        const TILES: usize = PORTABLE_TILES_PER_CALL;
         let group = nh / kvh;
         let batch = TILES * kvh;
         let scaled = (query.to_dtype(DType::F32)? * scale as f64)?;

@@ -211,7 +211,8 @@ pub fn forward_invariance(model: &VlModel) -> Result<Vec<Variation>> {
 ///
 /// Errors: candle errors of the tower.
 pub fn probe_image_embeds(model: &VlModel) -> Result<Vec<f32>> {
-    Ok(vision_runs(model)?.0)
+    let probe = probe_grid(model);
+    encode(model, &[(1, probe)])
 }
 
 /// Whether the vision tower's output for one image (a 3·merge × 4·merge patch grid) is
@@ -219,47 +220,48 @@ pub fn probe_image_embeds(model: &VlModel) -> Result<Vec<f32>> {
 ///
 /// Errors: candle errors of the tower.
 pub fn vision_invariance(model: &VlModel) -> Result<Vec<Variation>> {
-    let (alone, together) = vision_runs(model)?;
+    let (probe, m) = (probe_grid(model), model.vision_spec().spatial_merge_size);
+    let alone = encode(model, &[(1, probe)])?;
+    let together = encode(
+        model,
+        &[
+            (10, [1, 2 * m, 5 * m]),
+            (11, [1, 4 * m, 4 * m]),
+            (12, [1, m, 3 * m]),
+            (1, probe),
+        ],
+    )?;
     Ok(vec![Variation {
         what: "image after three others".into(),
         max_abs_diff: max_abs_diff(&together[together.len() - alone.len()..], &alone),
     }])
 }
 
-/// The probe image encoded alone, and after three others in one call (f32, flat).
-fn vision_runs(model: &VlModel) -> Result<(Vec<f32>, Vec<f32>)> {
+/// The probe image's patch grid: `[1, 3·merge, 4·merge]`.
+fn probe_grid(model: &VlModel) -> [usize; 3] {
+    let m = model.vision_spec().spatial_merge_size;
+    [1, 3 * m, 4 * m]
+}
+
+/// The embeddings (f32, flat) of `images` — `(seed, grid)`, pseudo-random pixels in [-1.5, 1.5)
+/// seeded by `seed` — encoded in one call of the vision tower.
+fn encode(model: &VlModel, images: &[(u64, [usize; 3])]) -> Result<Vec<f32>> {
     let s = model.vision_spec();
     let row = s.in_channels * s.temporal_patch_size * s.patch_size * s.patch_size;
-    let m = s.spatial_merge_size;
-    let device = model.device();
-    let image = |seed: u64, grid: [usize; 3]| -> Result<Tensor> {
-        let n = grid.iter().product::<usize>();
-        Tensor::from_vec(lcg_uniform(seed, n * row, 1.5), (n, row), device)
-    };
-    let probe = [1, 3 * m, 4 * m];
-    let others = [[1, 2 * m, 5 * m], [1, 4 * m, 4 * m], [1, m, 3 * m]];
-    let flat = |inputs: VisionInputs| -> Result<Vec<f32>> {
-        model
-            .encode_images(&inputs)?
-            .embeds
-            .to_dtype(candle_core::DType::F32)?
-            .flatten_all()?
-            .to_vec1()
-    };
-    let alone = flat(VisionInputs {
-        pixel_values: image(1, probe)?,
-        grid_thw: vec![probe],
-    })?;
-    let mut parts = Vec::new();
-    for (i, g) in others.iter().enumerate() {
-        parts.push(image(10 + i as u64, *g)?);
-    }
-    parts.push(image(1, probe)?);
-    let mut grids = others.to_vec();
-    grids.push(probe);
-    let together = flat(VisionInputs {
-        pixel_values: Tensor::cat(&parts, 0)?,
-        grid_thw: grids,
-    })?;
-    Ok((alone, together))
+    let parts = images
+        .iter()
+        .map(|&(seed, grid)| {
+            let n = grid.iter().product::<usize>();
+            Tensor::from_vec(lcg_uniform(seed, n * row, 1.5), (n, row), model.device())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    model
+        .encode_images(&VisionInputs {
+            pixel_values: Tensor::cat(&parts, 0)?,
+            grid_thw: images.iter().map(|&(_, g)| g).collect(),
+        })?
+        .embeds
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1()
 }

@@ -88,7 +88,7 @@ pub struct DoctorReport {
     /// Dtypes a matmul ran in on the device.
     pub dtypes: Vec<String>,
     /// The attention path `run` takes on this device ([`AttentionPath::for_device`]) and what
-    /// it runs: e.g. `portable (tiled candle matmul, candle-op attention)`.
+    /// it runs: e.g. `portable (candle matmul in row tiles, candle-op attention)`.
     pub run_path: String,
     /// Every check in order.
     pub checks: Vec<Check>,
@@ -180,11 +180,16 @@ pub fn run(opts: &DoctorOptions) -> Result<DoctorReport, DoctorError> {
     .into_iter()
     .filter(|p| p.available_on(&device))
     .collect();
-    // Each path in each dtype it computes in, f32 and bf16 for the invariance checks.
+    // The invariance and device-vs-CPU checks run in f32 and bf16 where the device has them;
+    // each path in those it computes in.
+    let checked: Vec<DType> = [DType::F32, DType::BF16]
+        .into_iter()
+        .filter(|d| dtypes.contains(d))
+        .collect();
     let combos: Vec<(AttentionPath, DType)> = paths
         .iter()
-        .flat_map(|&p| [DType::F32, DType::BF16].map(|d| (p, d)))
-        .filter(|&(p, d)| dtypes.contains(&d) && path_computes(p, d, &device))
+        .flat_map(|&p| checked.iter().map(move |&d| (p, d)))
+        .filter(|&(p, d)| path_computes(p, d, &device))
         .collect();
     for &dtype in &dtypes {
         checks.push(ops::op_accuracy(dtype, &device)?);
@@ -197,20 +202,14 @@ pub fn run(opts: &DoctorOptions) -> Result<DoctorReport, DoctorError> {
     for &(path, dtype) in &combos {
         checks.push(kernels::attention_invariance(path, dtype, &device)?);
     }
-    for dtype in [DType::F32, DType::BF16]
-        .into_iter()
-        .filter(|d| dtypes.contains(d))
-    {
+    for &dtype in &checked {
         checks.extend(kernels::linear_invariance(dtype, &device)?);
     }
     for &(path, dtype) in &combos {
         checks.push(models::model_invariance(opts, path, dtype, &device));
     }
     if !device.is_cpu() {
-        for dtype in [DType::F32, DType::BF16]
-            .into_iter()
-            .filter(|d| dtypes.contains(d))
-        {
+        for &dtype in &checked {
             checks.push(models::model_vs_cpu(opts, dtype, &device));
         }
     }
