@@ -15,7 +15,8 @@ as PNG, so that both engines decode the same pixels. The script prints what tran
 length (same number of image tokens = patches / 4).
 
 Per size, one process per engine (peak RSS is per engine), same thread count:
-  * verisample: ``verisample bench --json --max-batch 1`` on a folder holding the one image
+  * verisample: ``verisample bench --json --max-batch 1 --warmup 0`` on a folder holding the one image
+    (its ``wall_s``: the seconds inside the engine, docs/bench.md)
     (``RAYON_NUM_THREADS``). Run time = the report's ``wall_secs`` (``Engine::generate``:
     image decode, resize, vision tower, prefill, decode); peak RSS = its ``VmHWM``.
   * transformers: this script in ``--hf-worker`` mode (``torch.set_num_threads``,
@@ -219,9 +220,12 @@ def main() -> None:
             print(f"# {width}x{height}: smart_resize -> {rw}x{rh}, {patches} patches", flush=True)
             with bench_lock(args.lock):
                 load = [os.getloadavg()[0]]
-                ours, ours_proc = timed_json(
-                    [args.bin, "bench", "--json", "--model", mdir, "--images", folder, "--num-images", "1",
-                     "--max-batch", "1", "--max-new-tokens", str(args.max_new_tokens)], env)
+                report, ours_proc = timed_json(
+                    [args.bin, "-q", "bench", "--json", "--model", mdir, "--images", folder, "--question", QUESTION,
+                     "--warmup", "0", "--max-batch", "1", "--max-new-tokens", str(args.max_new_tokens)], env)
+                first = report["passes"][0]  # one measured pass, no warm-up: the one image once
+                ours = {"wall_secs": first["wall_s"], "peak_rss_bytes": first["peak_rss_bytes"],
+                        "items": report["items"], "metrics": first}
                 load.append(os.getloadavg()[0])
                 hf, hf_proc = timed_json(
                     [sys.executable, os.path.abspath(__file__), "--hf-worker", "--model", mdir, "--image", image,

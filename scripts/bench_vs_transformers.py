@@ -3,10 +3,15 @@
 
 Same checkpoint, same images (the first N files of orand-car-a/val by name), same prompt
 (the OrandCar question through the checkpoint's chat template, thinking enabled), greedy, f32,
-same thread count. For each model size and batch size it runs our engine (the ``bench``
-example binary, one process per run) and transformers (this script in ``--hf-worker`` mode,
-one process per run, so that peak RSS is per engine), asserts that both generated the same
-tokens, and prints one table: images/s, prefill tokens/s, decode tokens/s, peak RSS.
+same thread count. For each model size and batch size it runs our engine (``verisample bench
+--json``, one process per run) and transformers (this script in ``--hf-worker`` mode, one
+process per run, so that peak RSS is per engine), asserts that both generated the same
+tokens, and prints one table with a ratio per metric. The metrics are ``bench``'s
+(docs/bench.md), computed the same way on the transformers side: images/s, prompt and generated
+tokens/s over the wall time of the measured pass, the model's prefill rate (prompt tokens over
+the prefill forward's seconds, vision included) and decode rate (tokens after each item's
+first over decode seconds), peak memory. Our figures are the median of ``--repeat`` measured
+passes after ``bench``'s warm-up; transformers runs one pass after its own warm-up forward.
 
 Model sizes: the tiny fixture checkpoint (models/tests/fixtures/qwen2_vl), a ~100 M
 parameter random Qwen2-VL built here from the fixture's tokenizer and processor (``100m``), and
@@ -39,6 +44,7 @@ Usage (from the repository root, after ``cargo build --release``):
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
         [--models tiny,100m,qwen3_5_100m,qwen3_vl_moe_100m,qwen3_5_moe_100m,qwen2_5_vl_7b]
         [--json OUT.json] [--keep DIR] [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
+        [--repeat N]
 """
 
 from __future__ import annotations
@@ -345,13 +351,38 @@ def hf_worker(args: argparse.Namespace) -> None:
                           "logits": logits[b, : len(ids)].tolist()})
     wall = time.perf_counter() - t_all - prefill_secs  # the separate prefill pass is not part of the run
     decode_secs = max(gen_secs - prefill_secs, 1e-9)
+    generated = sum(len(it["token_ids"]) for it in items)
     print(json.dumps({
-        "images": len(files), "wall_secs": wall, "images_per_sec": len(files) / wall,
-        "prefill_tokens_per_sec": prefill_tokens / prefill_secs, "prefill_tokens": prefill_tokens,
-        "prefill_secs": prefill_secs, "decode_tokens_per_sec": decode_tokens / decode_secs,
+        "images": len(files), "wall_s": wall, "images_per_s": len(files) / wall,
+        "prompt_tokens": prefill_tokens, "generated_tokens": generated,
+        "prompt_tokens_per_s": prefill_tokens / wall, "generated_tokens_per_s": generated / wall,
+        "model_prefill_tokens_per_s": prefill_tokens / prefill_secs, "prefill_s": prefill_secs,
+        "model_decode_tokens_per_s": decode_tokens / decode_secs,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "items": items,
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cuda else None,
     }))
+
+
+# The metrics compared, as (bench --json key, table header); both engines report each.
+METRICS = [
+    ("images_per_s", "images/s"),
+    ("prompt_tokens_per_s", "prompt tok/s"),
+    ("generated_tokens_per_s", "generated tok/s"),
+    ("model_prefill_tokens_per_s", "model prefill tok/s"),
+    ("model_decode_tokens_per_s", "model decode tok/s"),
+]
+
+
+def ours_figures(report: dict) -> dict:
+    """Our figures from one `bench --json` report: each metric's median over the passes, the
+    items of the first pass, the decoder-prefill counters of the median pass."""
+    passes = sorted(report["passes"], key=lambda p: p["images_per_s"])
+    mid = passes[len(passes) // 2]
+    out = {key: sorted(p[key] for p in passes)[len(passes) // 2] for key, _ in METRICS}
+    out.update(peak_rss_bytes=max(p["peak_rss_bytes"] or 0 for p in passes), items=report["items"],
+               prefill_computed_tokens=mid["prefill_computed_tokens"], prefill_s=mid["prefill_s"],
+               ttft_p50_s=mid["ttft_s"]["p50"], latency_p50_s=mid["latency_s"]["p50"], passes=len(passes))
+    return out
 
 
 def compare(ours: dict, hf: dict, tol: float) -> tuple[str, str]:
@@ -396,6 +427,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["f32", "bf16"], help="default: f32 on cpu, bf16 on cuda")
     ap.add_argument("--kv-cache-gib", type=float, help="our KV cache (default: bench's on cpu, 40 on cuda)")
+    ap.add_argument("--repeat", type=int, default=3, help="our measured passes (the median is reported)")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -431,20 +463,22 @@ def main() -> None:
     for name, mdir in models.items():
         layer_params, total_params = decoder_layer_params(mdir)
         for b in [int(x) for x in args.batch_sizes.split(",")]:
-            common = ["--images", args.images, "--num-images", str(args.num_images), "--max-new-tokens", str(args.max_new_tokens)]
-            ours_cmd = [args.bin, "bench", "--json", "--model", mdir, "--max-batch", str(b), "--dtype", args.dtype,
-                        "--device", "cuda:0" if cuda else "cpu", *common]
+            common = ["--images", args.images, "--max-new-tokens", str(args.max_new_tokens)]
+            ours_cmd = [args.bin, "-q", "bench", "--json", "--model", mdir, "--max-batch", str(b), "--dtype", args.dtype,
+                        "--device", "cuda:0" if cuda else "cpu", "--question", QUESTION, "--repeat", str(args.repeat),
+                        *(["--limit", str(args.num_images)] if args.num_images else []), *common]
             if args.kv_cache_gib:
                 ours_cmd += ["--kv-cache-gib", str(args.kv_cache_gib)]
             if cuda:
                 with GpuMemoryPoll() as poll:
-                    ours = run_json(ours_cmd, env)
+                    ours = ours_figures(run_json(ours_cmd, env))
                 ours["peak_gpu_bytes"] = poll.bytes
             else:
-                ours = run_json(ours_cmd, env)
+                ours = ours_figures(run_json(ours_cmd, env))
             hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--batch", str(b),
-                           "--threads", str(args.threads), "--device", args.device, "--dtype", args.dtype, *common], env)
-            verdicts = [(o["file"], *compare(o, h, args.tie_tol)) for o, h in zip(ours["items"], hf["items"])]
+                           "--threads", str(args.threads), "--device", args.device, "--dtype", args.dtype,
+                           "--num-images", str(args.num_images), *common], env)
+            verdicts = [(o["label"], *compare(o, h, args.tie_tol)) for o, h in zip(ours["items"], hf["items"])]
             bad = [v for v in verdicts if v[1] == "MISMATCH"]
             ties = [v for v in verdicts if v[1] == "near-tie"]
             mismatches += len(bad)
@@ -454,26 +488,26 @@ def main() -> None:
             print(f"# {name} b={b}: {same} items identical, {len(ties)} part at a near-tie, {len(bad)} mismatched")
             for it in hf["items"]:
                 it.pop("logits", None)
-            st = ours["stats"]  # decoder prefill alone (vision encoder excluded) for the FLOP rate
             if cuda:
                 # Batch-1 decode streams every decoder weight once per token: the HBM roofline.
                 weight_bytes = (2 if args.dtype == "bf16" else 4) * layer_params
                 frac = float("nan")
-                decode_frac = ours["decode_tokens_per_sec"] * weight_bytes / bandwidth / b
+                decode_frac = ours["model_decode_tokens_per_s"] * weight_bytes / bandwidth / b
             else:
-                frac = st["prefill_tokens"] / max(st["prefill_secs"], 1e-9) * 2 * layer_params / 1e9 / gflops
-                decode_frac = ours["decode_tokens_per_sec"] * 2 * layer_params / 1e9 / gflops
-            results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
-                            "identical_items": same, "near_tie_items": len(ties), "mismatched_items": len(bad),
-                            "prefill_fraction_of_gemm": frac, "decode_fraction_of_gemm": decode_frac})
+                # Decoder prefill alone (vision encoder excluded) for the FLOP rate.
+                frac = (ours["prefill_computed_tokens"] / max(ours["prefill_s"], 1e-9) * 2 * layer_params
+                        / 1e9 / gflops)
+                decode_frac = ours["model_decode_tokens_per_s"] * 2 * layer_params / 1e9 / gflops
             mem = "peak_gpu_bytes" if cuda else "peak_rss_bytes"
+            ratios = {key: ours[key] / max(hf[key], 1e-12) for key, _ in METRICS}
+            ratios[mem] = ours[mem] / max(hf[mem], 1)
+            results.append({"model": name, "params": total_params, "batch": b, "ours": ours, "hf": hf,
+                            "ratios": ratios, "identical_items": same, "near_tie_items": len(ties),
+                            "mismatched_items": len(bad), "prefill_fraction_of_gemm": frac,
+                            "decode_fraction_of_gemm": decode_frac})
             for eng, r in (("verisample", ours), ("transformers", hf)):
-                rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, r["images_per_sec"],
-                             r["prefill_tokens_per_sec"], r["decode_tokens_per_sec"], r[mem] / 2**20))
-            rows.append((name, "", b, "speed-up", ours["images_per_sec"] / hf["images_per_sec"],
-                         ours["prefill_tokens_per_sec"] / hf["prefill_tokens_per_sec"],
-                         ours["decode_tokens_per_sec"] / hf["decode_tokens_per_sec"],
-                         ours[mem] / max(hf[mem], 1)))
+                rows.append((name, f"{total_params / 1e6:.1f}M", b, eng, [r[k] for k, _ in METRICS], r[mem] / 2**20))
+            rows.append((name, "", b, "ours / hf", [ratios[k] for k, _ in METRICS], ratios[mem]))
             if cuda:
                 print(f"# {name} b={b}: our decode reaches {100 * decode_frac:.1f}% of the HBM roofline "
                       "(per sequence)", flush=True)
@@ -486,13 +520,16 @@ def main() -> None:
     print(f"\ndevice: {args.device}; threads: {args.threads}; images: {args.num_images} from {args.images}; "
           f"max_new_tokens: {args.max_new_tokens}; {rate}\n")
     mem_col = "peak GPU MiB" if cuda else "peak RSS MiB"
-    print(f"| model | params | batch | engine | images/s | prefill tok/s | decode tok/s | {mem_col} |")
-    print("|---|---|---|---|---|---|---|---|")
-    for m, p, b, e, ips, pf, dc, rss in rows:
-        if e == "speed-up":
-            print(f"| {m} | {p} | {b} | **ours / hf** | **{ips:.2f}×** | {pf:.2f}× | {dc:.2f}× | {rss:.2f}× |")
+    heads = " | ".join(h for _, h in METRICS)
+    print(f"| model | params | batch | engine | {heads} | {mem_col} |")
+    print("|---|---|---|---|" + "---|" * (len(METRICS) + 1))
+    for m, p, b, e, vals, memv in rows:
+        if e == "ours / hf":
+            cells = " | ".join(f"**{v:.2f}×**" if i == 0 else f"{v:.2f}×" for i, v in enumerate(vals))
+            print(f"| {m} | {p} | {b} | **ours / hf** | {cells} | {memv:.2f}× |")
         else:
-            print(f"| {m} | {p} | {b} | {e} | {ips:.2f} | {pf:.0f} | {dc:.0f} | {rss:.0f} |")
+            cells = " | ".join(f"{v:.2f}" if i == 0 else f"{v:.0f}" for i, v in enumerate(vals))
+            print(f"| {m} | {p} | {b} | {e} | {cells} | {memv:.0f} |")
     for r in results:
         if cuda:
             print(f"{r['model']} at batch {r['batch']}: decode {100 * r['decode_fraction_of_gemm']:.1f}% "

@@ -158,15 +158,16 @@ def main() -> None:
         if not os.path.exists(os.path.join(mdir, "model.safetensors.index.json")):
             os.makedirs(mdir, exist_ok=True)
             build(name, mdir)
-        common = ["--images", args.images, "--num-images", str(args.num_images),
-                  "--max-new-tokens", str(args.max_new_tokens)]
-        ours = run_json([args.bin, "bench", "--json", "--model", mdir, "--max-batch", "1", *common], env)
+        common = ["--images", args.images, "--max-new-tokens", str(args.max_new_tokens)]
+        limit = ["--limit", str(args.num_images)] if args.num_images else []
+        ours = run_json([args.bin, "-q", "bench", "--json", "--model", mdir, "--max-batch", "1", "--warmup", "0",
+                         "--question", QUESTION, *limit, *common], env)
         hf = run_json([sys.executable, __file__, "--hf-worker", "--model", mdir, "--threads", str(args.threads),
-                       *common], env)
+                       "--num-images", str(args.num_images), *common], env)
         for o, h in zip(ours["items"], hf["items"]):
             kind, detail = compare(o, h, args.tie_tol)
             bad += kind == "MISMATCH"
-            print(f"{name} {o['file']}: {kind} {detail} ours {o['token_ids']} hf {h['token_ids']}")
+            print(f"{name} {o['label']}: {kind} {detail} ours {o['token_ids']} hf {h['token_ids']}")
         if len(ours["items"]) != len(hf["items"]):
             bad += 1
             print(f"{name}: {len(ours['items'])} items ours vs {len(hf['items'])} transformers")

@@ -144,14 +144,18 @@ check "bf16 again, as the first run (run to run)" accuracy bf16-again
 check "splits of the bf16 rerun equal the first run's" bash -c \
     "diff <(cd '$work/cuda-bf16/data' && sha256sum -- *.parquet) <(cd '$work/bf16-again/data' && sha256sum -- *.parquet)"
 
-bench() { # BATCH: bench on the val images, bf16, JSON report kept
-    "$bin" -q bench --model assets/model --images "$gpu/val-images" --num-images 0 \
+bench() { # BATCH: bench on the val images, bf16, 3 measured passes, JSON report kept
+    "$bin" -q bench --model assets/model --images "$gpu/val-images" --repeat 3 \
         --device cuda:0 --dtype bf16 --max-new-tokens 64 --max-batch "$1" --json \
         >"$out/bench-b$1.json" || return 1
     python3 - "$out/bench-b$1.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print({k: v for k, v in r.items() if not isinstance(v, (list, dict))})
+print("engine", r["engine"], "requests", r["requests"], "skipped", len(r["skipped"]))
+for i, p in enumerate(r["passes"]):
+    print(f"pass {i + 1}: {p['requests_per_s']:.1f} req/s, {p['images_per_s']:.1f} images/s, "
+          f"{p['generated_tokens_per_s']:.0f} generated tok/s, TTFT p50 {p['ttft_s']['p50']:.4f} s, "
+          f"latency p50 {p['latency_s']['p50']:.4f} s, device memory {p['device_memory_used_bytes']}")
 EOF
 }
 for batch in 1 16; do

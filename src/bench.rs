@@ -1,18 +1,20 @@
-//! `bench`: throughput of the engine on a folder of images, one fixed question each.
+//! `bench`: the throughput of the engine `run` builds, on `run`'s input.
 //!
-//! Reports images/s, prefill and decode tokens/s (engine-side model time), peak resident
-//! memory, and every item's generated tokens, so that `scripts/bench_vs_transformers.py` can
-//! check them against transformers' batched `generate` on the same checkpoint and images.
+//! The requests are those of a run's answer pass ([`crate::pipeline::row_questions`]: the
+//! same checks, cleaning and image admission; every kept question of every readable row,
+//! `--samples` of each), or one question about each image of a folder. A few warm-up
+//! requests run first, unmeasured; then `repeat` measured passes over all requests, each
+//! starting with an empty prefix cache. Every figure is a
+//! [`ThroughputMetrics`] (docs/bench.md), the same record `run.json` keeps.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::engine::{
-    Completion, Engine, EngineError, EngineModel, EngineStats, FinishReason, ImageInput,
-    InputProcessor, Request,
-};
+use crate::engine::metrics::{peak_rss_bytes, RequestLatency, ThroughputMetrics};
+use crate::engine::{Completion, Engine, EngineError, EngineModel, FinishReason, InputProcessor};
+use crate::engine::{ImageInput, Request};
 
 /// Errors of the bench.
 #[derive(Debug, thiserror::Error)]
@@ -28,40 +30,58 @@ pub enum BenchError {
     /// No image file in the folder.
     #[error("no .jpg/.jpeg/.png image in {0}")]
     NoImages(PathBuf),
+    /// Every input row was refused, or the input has no question: nothing to measure.
+    #[error("no request to run: {0}")]
+    NothingToRun(String),
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
-    /// Some images could not be run (undecodable, too large, …): their time would count
-    /// in images/s without their work, so the measurement is refused.
-    #[error("{failed} of {images} image(s) could not be run, first {first}; a benchmark needs every image to run (remove or fix them)")]
-    ItemsFailed {
-        /// Images that failed.
+    /// Some requests failed in the engine: their time would count in the rates without their
+    /// work, so the measurement is refused.
+    #[error("{failed} of {requests} request(s) failed, first {first}; a benchmark needs every request to run")]
+    RequestsFailed {
+        /// Requests that failed.
         failed: usize,
-        /// Images run.
-        images: usize,
-        /// `file: message` of the first failure.
+        /// Requests run.
+        requests: usize,
+        /// `label: message` of the first failure.
         first: String,
     },
 }
 
-/// What to run.
+/// One request of the bench, with what names it in the report.
 #[derive(Debug, Clone)]
-pub struct BenchOptions {
-    /// Folder of images; the first `num_images` by file name are used.
-    pub images_dir: PathBuf,
-    /// Images to run (0 = all).
-    pub num_images: usize,
-    /// The user text asked about every image.
-    pub question: String,
-    /// Generation limit per image.
-    pub max_new_tokens: usize,
+pub struct BenchRequest {
+    /// `file` (a folder's image) or `file row R qa Q` (`sample S` when sampling).
+    pub label: String,
+    /// The engine request.
+    pub request: Request,
 }
 
-/// One image's result.
+/// The requests to measure and the input rows `run` would refuse (left out, with their
+/// errors.jsonl message).
+#[derive(Debug, Clone, Default)]
+pub struct BenchInput {
+    /// The requests, in input order.
+    pub requests: Vec<BenchRequest>,
+    /// `file row R: field: message` of each refused row.
+    pub skipped: Vec<String>,
+}
+
+/// How to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchPlan {
+    /// Requests (the first ones of the input) run once before measuring, not measured.
+    pub warmup: usize,
+    /// Measured passes over all requests (at least 1).
+    pub repeat: usize,
+}
+
+/// One request's result in the first measured pass.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchItem {
-    /// Image file name.
-    pub file: String,
+    /// [`BenchRequest::label`].
+    pub label: String,
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
     /// Generated token ids (the final end-of-sequence token included when it stopped).
@@ -72,58 +92,59 @@ pub struct BenchItem {
     pub finish_reason: FinishReason,
 }
 
-/// Result of one bench run.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
-    /// Images run.
-    pub images: usize,
-    /// The engine's `max_batch`.
-    pub max_batch: usize,
-    /// Wall-clock seconds of `generate` (input pipeline, vision, prefill, decode).
-    pub wall_secs: f64,
-    /// `images / wall_secs`.
-    pub images_per_sec: f64,
-    /// Prefill tokens per second of prefill model time, vision encoder included (as in a
-    /// transformers forward over the prompt).
-    pub prefill_tokens_per_sec: f64,
-    /// Decode tokens per second of decode model time.
-    pub decode_tokens_per_sec: f64,
-    /// Peak resident set size of the process in bytes (`VmHWM`), 0 when unknown.
-    pub peak_rss_bytes: u64,
-    /// Engine counters of this run.
-    pub stats: EngineStats,
-    /// Per image, in file-name order.
-    pub items: Vec<BenchItem>,
+/// Mean, extremes and sample standard deviation of one metric over the measured passes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Sample standard deviation (n − 1); 0 for one pass.
+    pub stdev: f64,
 }
 
-impl BenchReport {
-    /// A one-row text table: images, batch, wall seconds, images/s, prefill and decode
-    /// tokens/s, peak RSS in MiB.
-    pub fn to_table(&self) -> String {
-        format!(
-            "{:>7} {:>6} {:>9} {:>9} {:>13} {:>12} {:>13}\n{:>7} {:>6} {:>9.2} {:>9.2} {:>13.0} {:>12.0} {:>13.0}",
-            "images",
-            "batch",
-            "wall_s",
-            "images/s",
-            "prefill tok/s",
-            "decode tok/s",
-            "peak RSS MiB",
-            self.images,
-            self.max_batch,
-            self.wall_secs,
-            self.images_per_sec,
-            self.prefill_tokens_per_sec,
-            self.decode_tokens_per_sec,
-            self.peak_rss_bytes as f64 / (1024.0 * 1024.0),
-        )
+impl Spread {
+    /// The spread of `values` (not empty).
+    pub fn of(values: &[f64]) -> Spread {
+        let n = values.len().max(1) as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = if values.len() > 1 {
+            values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        Spread {
+            mean,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            stdev: var.sqrt(),
+        }
     }
 }
 
-/// Image files of `dir` (`.jpg`, `.jpeg`, `.png`), sorted by name, the first `limit` (0 = all).
+/// What the bench measured (the JSON report of `bench --json`, less the settings).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Warm-up requests run before measuring.
+    pub warmup_requests: usize,
+    /// Requests of each measured pass.
+    pub requests: usize,
+    /// Input rows left out as `run` refuses them.
+    pub skipped: Vec<String>,
+    /// The metrics of each measured pass, in order.
+    pub passes: Vec<ThroughputMetrics>,
+    /// Every number of the metrics (`ttft_s.p50` for nested ones) over the passes.
+    pub spread: BTreeMap<String, Spread>,
+    /// Each request's result in the first measured pass, in input order.
+    pub items: Vec<BenchItem>,
+}
+
+/// Image files of `dir` (`.jpg`, `.jpeg`, `.png`), sorted by name.
 ///
 /// Errors: [`BenchError::Io`], [`BenchError::NoImages`].
-pub fn list_images(dir: &Path, limit: usize) -> Result<Vec<PathBuf>, BenchError> {
+pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
     let io = |source| BenchError::Io {
         path: dir.to_path_buf(),
         source,
@@ -143,138 +164,231 @@ pub fn list_images(dir: &Path, limit: usize) -> Result<Vec<PathBuf>, BenchError>
     if files.is_empty() {
         return Err(BenchError::NoImages(dir.to_path_buf()));
     }
-    if limit > 0 {
-        files.truncate(limit);
-    }
     Ok(files)
 }
 
-/// Peak resident set size in bytes from a `/proc/self/status` text (`VmHWM`).
-pub fn parse_vm_hwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// Peak resident set size of this process in bytes (0 where `/proc` is missing).
-pub fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .as_deref()
-        .and_then(parse_vm_hwm)
-        .unwrap_or(0)
-}
-
-fn ratio(num: u64, secs: f64) -> f64 {
-    if secs > 0.0 {
-        num as f64 / secs
-    } else {
-        0.0
-    }
-}
-
-/// Run the bench on `engine`: every image with `opts.question`, greedy, `max_new_tokens`.
+/// Run `input` on `engine`: `plan.warmup` requests unmeasured, then `plan.repeat` measured
+/// passes, each after the prefix cache is emptied.
 ///
-/// Errors: [`BenchError::Io`] / [`BenchError::NoImages`] for the images,
-/// [`BenchError::Engine`] from the engine.
+/// Errors: [`BenchError::NothingToRun`] for no request, [`BenchError::Engine`],
+/// [`BenchError::RequestsFailed`] when a request of a measured pass failed.
 pub fn run<M: EngineModel, P: InputProcessor>(
     engine: &mut Engine<M, P>,
-    opts: &BenchOptions,
+    input: BenchInput,
+    plan: BenchPlan,
 ) -> Result<BenchReport, BenchError> {
-    let files = list_images(&opts.images_dir, opts.num_images)?;
-    let mut requests = Vec::with_capacity(files.len());
-    for (i, f) in files.iter().enumerate() {
-        let bytes = std::fs::read(f).map_err(|source| BenchError::Io {
-            path: f.clone(),
-            source,
-        })?;
-        requests.push(Request {
-            enable_thinking: Some(true),
+    let BenchInput { requests, skipped } = input;
+    if requests.is_empty() {
+        let why = skipped
+            .first()
+            .map_or("the input has no question".to_string(), |s| {
+                format!("all {} input row(s) refused, first {s}", skipped.len())
+            });
+        return Err(BenchError::NothingToRun(why));
+    }
+    let warmup = plan.warmup.min(requests.len());
+    if warmup > 0 {
+        let warm = requests[..warmup].iter().map(|r| r.request.clone());
+        engine.generate(warm, |_| Ok(()))?;
+    }
+    let mut passes = Vec::new();
+    let mut items = Vec::new();
+    for pass in 0..plan.repeat.max(1) {
+        engine.clear_prefix_cache();
+        engine.reset_latency();
+        let before = engine.stats().clone();
+        let mut done: Vec<Option<Completion>> = vec![None; requests.len()];
+        let pass_requests = requests.iter().enumerate().map(|(i, r)| Request {
             id: i as u64,
-            system: None,
-            image: Some(ImageInput::new(bytes)),
-            text: opts.question.clone(),
-            max_new_tokens: Some(opts.max_new_tokens),
-            ..Default::default()
+            ..r.request.clone()
         });
-    }
-    let before = engine.stats().clone();
-    let mut done: Vec<Option<Completion>> = vec![None; files.len()];
-    let t0 = Instant::now();
-    engine.generate(requests, |c| {
-        let i = c.id as usize;
-        if let Some(slot) = done.get_mut(i) {
-            *slot = Some(c);
+        engine.generate(pass_requests, |c| {
+            if let Some(slot) = usize::try_from(c.id).ok().and_then(|i| done.get_mut(i)) {
+                *slot = Some(c);
+            }
+            Ok(())
+        })?;
+        let stats = engine.stats().since(&before);
+        let metrics = measure(engine, &stats, engine.latency());
+        let done: Vec<Completion> = done
+            .into_iter()
+            .map(|c| c.unwrap_or_else(|| Completion::failed(0, 0, "no completion")))
+            .collect();
+        let failures: Vec<String> = requests
+            .iter()
+            .zip(&done)
+            .filter_map(|(r, c)| c.error.as_ref().map(|e| format!("{}: {e}", r.label)))
+            .collect();
+        if let Some(first) = failures.first() {
+            return Err(BenchError::RequestsFailed {
+                failed: failures.len(),
+                requests: requests.len(),
+                first: first.clone(),
+            });
         }
-        Ok(())
-    })?;
-    let wall_secs = t0.elapsed().as_secs_f64();
-    let stats = stats_delta(engine.stats(), &before);
-    let done: Vec<Completion> = done
-        .into_iter()
-        .map(|c| c.unwrap_or_else(|| Completion::failed(0, 0, "no completion")))
-        .collect();
-    let failures: Vec<String> = files
-        .iter()
-        .zip(&done)
-        .filter_map(|(f, c)| c.error.as_ref().map(|e| format!("{}: {e}", f.display())))
-        .collect();
-    if let Some(first) = failures.first() {
-        return Err(BenchError::ItemsFailed {
-            failed: failures.len(),
-            images: files.len(),
-            first: first.clone(),
-        });
+        if pass == 0 {
+            items = requests
+                .iter()
+                .zip(done)
+                .map(|(r, c)| BenchItem {
+                    label: r.label.clone(),
+                    prompt_tokens: c.prompt_tokens,
+                    token_ids: c.token_ids,
+                    text: c.text,
+                    finish_reason: c.finish_reason,
+                })
+                .collect();
+        }
+        passes.push(metrics);
     }
-    let items = files
-        .iter()
-        .zip(done)
-        .map(|(f, c)| BenchItem {
-            file: f
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            prompt_tokens: c.prompt_tokens,
-            token_ids: c.token_ids,
-            text: c.text,
-            finish_reason: c.finish_reason,
-        })
-        .collect();
     Ok(BenchReport {
-        images: files.len(),
-        max_batch: engine.config().max_batch,
-        wall_secs,
-        images_per_sec: ratio(files.len() as u64, wall_secs),
-        prefill_tokens_per_sec: ratio(stats.prefill_tokens, stats.prefill_secs + stats.vision_secs),
-        decode_tokens_per_sec: ratio(stats.decode_tokens, stats.decode_secs),
-        peak_rss_bytes: peak_rss_bytes(),
-        stats,
+        warmup_requests: warmup,
+        requests: requests.len(),
+        skipped,
+        spread: spread(&passes),
+        passes,
         items,
     })
 }
 
-/// Counters of `now` minus those of `before`.
-fn stats_delta(now: &EngineStats, before: &EngineStats) -> EngineStats {
-    EngineStats {
-        steps: now.steps - before.steps,
-        prefill_steps: now.prefill_steps - before.prefill_steps,
-        decode_steps: now.decode_steps - before.decode_steps,
-        prefill_tokens: now.prefill_tokens - before.prefill_tokens,
-        prefill_secs: now.prefill_secs - before.prefill_secs,
-        decode_tokens: now.decode_tokens - before.decode_tokens,
-        decode_secs: now.decode_secs - before.decode_secs,
-        vision_images: now.vision_images - before.vision_images,
-        vision_batches: now.vision_batches - before.vision_batches,
-        vision_secs: now.vision_secs - before.vision_secs,
-        input_wait_secs: now.input_wait_secs - before.input_wait_secs,
-        cached_prompt_tokens: now.cached_prompt_tokens - before.cached_prompt_tokens,
-        preemptions: now.preemptions - before.preemptions,
-        completed: now.completed - before.completed,
-        failed: now.failed - before.failed,
-        generated_tokens: now.generated_tokens - before.generated_tokens,
-        max_batch: now.max_batch,
-        max_batch_auto: now.max_batch_auto,
+fn measure<M: EngineModel, P: InputProcessor>(
+    engine: &Engine<M, P>,
+    stats: &crate::engine::EngineStats,
+    latency: &RequestLatency,
+) -> ThroughputMetrics {
+    ThroughputMetrics::new(
+        stats,
+        latency,
+        peak_rss_bytes(),
+        engine.device_memory_used(),
+    )
+}
+
+/// Every number of `passes`' metrics by its dotted path (`ttft_s.p50`), over the passes.
+pub fn spread(passes: &[ThroughputMetrics]) -> BTreeMap<String, Spread> {
+    let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for p in passes {
+        if let Ok(v) = serde_json::to_value(p) {
+            numbers("", &v, &mut values);
+        }
     }
+    values
+        .into_iter()
+        .map(|(k, v)| (k, Spread::of(&v)))
+        .collect()
+}
+
+fn numbers(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, Vec<f64>>) {
+    match v {
+        serde_json::Value::Number(n) => {
+            if let Some(x) = n.as_f64() {
+                out.entry(prefix.to_string()).or_default().push(x);
+            }
+        }
+        serde_json::Value::Object(m) => {
+            for (k, child) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                numbers(&key, child, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl BenchReport {
+    /// A text table: one row per measured pass, then the mean when there are several.
+    pub fn to_table(&self) -> String {
+        let header = format!(
+            "{:>4} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9}",
+            "pass",
+            "requests",
+            "wall_s",
+            "req/s",
+            "prompt t/s",
+            "gen t/s",
+            "TTFT p50",
+            "TTFT p99",
+            "lat p50",
+            "preempt",
+            "RSS MiB"
+        );
+        let row = |name: &str, m: &ThroughputMetrics| {
+            format!(
+                "{:>4} {:>8} {:>8.2} {:>9.2} {:>10.0} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>9.0}",
+                name,
+                m.requests,
+                m.wall_s,
+                m.requests_per_s,
+                m.prompt_tokens_per_s,
+                m.generated_tokens_per_s,
+                m.ttft_s.p50,
+                m.ttft_s.p99,
+                m.latency_s.p50,
+                m.preemptions,
+                m.peak_rss_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0),
+            )
+        };
+        let mut lines = vec![header];
+        for (i, m) in self.passes.iter().enumerate() {
+            lines.push(row(&(i + 1).to_string(), m));
+        }
+        if self.passes.len() > 1 {
+            let mean = |k: &str| self.spread.get(k).map_or(0.0, |s| s.mean);
+            let sd = |k: &str| self.spread.get(k).map_or(0.0, |s| s.stdev);
+            lines.push(format!(
+                "mean of {} passes: {:.2} req/s (sd {:.2}), {:.0} generated tok/s (sd {:.0}), TTFT p50 {:.3} s",
+                self.passes.len(),
+                mean("requests_per_s"),
+                sd("requests_per_s"),
+                mean("generated_tokens_per_s"),
+                sd("generated_tokens_per_s"),
+                mean("ttft_s.p50"),
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
+/// The requests of a folder of images: `question` about each image that `admit` (the run's
+/// image check) lets through, `samples` of each with `request`'s options; the others are
+/// skipped with their message.
+///
+/// Errors: [`BenchError::Io`] / [`BenchError::NoImages`] for the folder.
+pub fn folder_input(
+    dir: &Path,
+    limit: Option<usize>,
+    admit: &dyn Fn(&[u8]) -> Result<ImageInput, String>,
+    request: &dyn Fn(u64, u32, ImageInput) -> Vec<(String, Request)>,
+) -> Result<BenchInput, BenchError> {
+    let mut input = BenchInput::default();
+    let files = list_images(dir)?;
+    for (position, f) in files.iter().take(limit.unwrap_or(usize::MAX)).enumerate() {
+        let bytes = std::fs::read(f).map_err(|source| BenchError::Io {
+            path: f.clone(),
+            source,
+        })?;
+        let name = f
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match admit(&bytes) {
+            Ok(image) => {
+                for (suffix, r) in request(position as u64, 0, image) {
+                    input.requests.push(BenchRequest {
+                        label: format!("{name}{suffix}"),
+                        request: r,
+                    });
+                }
+            }
+            Err(message) => input
+                .skipped
+                .push(format!("{name}: image.bytes: {message}")),
+        }
+    }
+    Ok(input)
 }
 
 #[cfg(test)]
@@ -282,35 +396,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vm_hwm_is_read_in_bytes() {
-        let status = "Name:\tbench\nVmPeak:\t  900 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_hwm("Name: x\n"), None);
-    }
-
-    #[test]
-    fn images_are_listed_sorted_and_limited() {
+    fn images_are_listed_sorted() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["b.jpg", "a.PNG", "c.txt", "d.jpeg"] {
             std::fs::write(dir.path().join(name), b"x").unwrap();
         }
-        let names = |v: Vec<PathBuf>| {
-            v.iter()
-                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            names(list_images(dir.path(), 0).unwrap()),
-            ["a.PNG", "b.jpg", "d.jpeg"]
-        );
-        assert_eq!(
-            names(list_images(dir.path(), 2).unwrap()),
-            ["a.PNG", "b.jpg"]
-        );
+        let names: Vec<String> = list_images(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.PNG", "b.jpg", "d.jpeg"]);
         let empty = tempfile::tempdir().unwrap();
         assert!(matches!(
-            list_images(empty.path(), 0),
+            list_images(empty.path()),
             Err(BenchError::NoImages(_))
         ));
+    }
+
+    /// The spread of known values, nested keys dotted, one pass with no deviation.
+    #[test]
+    fn spread_over_passes() {
+        let s = Spread::of(&[2.0, 4.0, 6.0]);
+        assert_eq!((s.mean, s.min, s.max, s.stdev), (4.0, 2.0, 6.0, 2.0));
+        assert_eq!(Spread::of(&[3.0]).stdev, 0.0);
+        let a = ThroughputMetrics {
+            requests_per_s: 1.0,
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.requests_per_s = 3.0;
+        b.ttft_s.p50 = 0.5;
+        let sp = spread(&[a, b]);
+        assert_eq!(sp["requests_per_s"].mean, 2.0);
+        assert_eq!(sp["ttft_s.p50"].max, 0.5);
+        assert!(
+            !sp.contains_key("device_memory_used_bytes"),
+            "null is no number"
+        );
     }
 }

@@ -47,6 +47,10 @@ pub struct RunJson<S, F, T> {
     /// The engine's statistics (this process only).
     #[serde(default)]
     pub engine_stats: Option<serde_json::Value>,
+    /// Throughput and latency of this process's generations, as `bench` defines them
+    /// (docs/bench.md), over every `generate` call of the run (answers and judge).
+    #[serde(default)]
+    pub engine_metrics: Option<serde_json::Value>,
     /// All settings of the run.
     pub settings: S,
     /// Fingerprint (canonical settings, model file hashes).

@@ -176,25 +176,6 @@ fn check_takes_several_references() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-#[test]
-fn bench_refuses_a_folder_with_an_image_that_cannot_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("a.png"), dataset_util::png(60, 20, 3)).unwrap();
-    std::fs::write(tmp.path().join("b.png"), b"\x89PNG not really").unwrap();
-    // No --model: the bundled model, found like `run` finds it, from any working folder.
-    let out = bin()
-        .current_dir(tmp.path())
-        .args(["bench", "--images", "."])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("1 of 2 image(s) could not be run, first ./b.png"),
-        "{err}"
-    );
-}
-
 /// With reasoning on, an accepted answer that came without a `<think>` block is written to
 /// `_RS_nothink` only; `verify` of that output recomputes every decision (it required an
 /// `_RS_think` twin for every `_RS_nothink` entry: newcomer finding).

@@ -1,149 +1,393 @@
-//! `verisample bench`: engine throughput on a folder of images.
+//! `verisample bench`: the throughput of the engine `run` builds, on `run`'s input.
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::Args;
 
 use super::UsageError;
+use crate::engine::EngineConfig;
+use crate::settings::{RunOptions, Settings, Switch, Uses};
 
-/// Measure engine throughput on a folder of images.
+/// Measure the engine `run` builds, on `run`'s input.
 #[derive(Debug, Args)]
 #[command(
-    long_about = "Measure the engine on a folder of images: the OrandCar question about each image, \
-greedy, batched with continuous batching. Prints images/s, prefill and decode tokens/s and peak \
-RSS as a table, or one JSON report (with every image's generated tokens) with --json. \
+    long_about = "Measure the engine `run` builds (the same settings, flags and --config job file, \
+the same defaults) on `run`'s input: the questions of a parquet dataset (--data, --limit, --shard; \
+the rows `run` refuses are left out and named) or --question about each image of a folder \
+(--images). --warmup requests run first, unmeasured; then --repeat passes over every request, \
+each starting with an empty prefix cache. Prints requests/s and images/s, prompt and generated \
+tokens/s, time to first token and latency (p50/p90/p99), vision time, preemptions, prefix-cache \
+hits and peak memory per pass (definitions: docs/bench.md), or one JSON report with --json: the \
+settings it ran with, every pass's metrics, their spread, and each request's tokens. \
 scripts/bench_vs_transformers.py runs it side by side with transformers.",
-    after_help = "Example:\n  verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-images --max-batch 16"
+    after_help = "Examples:\n  verisample bench --limit 16 --repeat 3\n  \
+verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-images --question 'What amount is written?' --max-batch 16 --json",
+    mut_arg("out", |a| a.hide(true)),
+    mut_arg("judge", |a| a.hide(true)),
+    mut_arg("judge_calibrate", |a| a.hide(true)),
+    mut_arg("number_guard", |a| a.hide(true)),
+    mut_arg("verifiers", |a| a.hide(true)),
+    mut_arg("dedup", |a| a.hide(true)),
+    mut_arg("progress", |a| a.hide(true)),
+    mut_arg("max_errors", |a| a.hide(true)),
+    mut_arg("restart", |a| a.hide(true)),
+    mut_arg("force", |a| a.hide(true)),
+    mut_arg("verify_weights", |a| a.hide(true))
 )]
 pub struct BenchArgs {
-    /// Checkpoint directory (config.json, safetensors, tokenizer, chat template).
-    /// [default: the bundled model, found as `run` finds it]
-    #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
-    /// Folder of images (`.jpg`, `.jpeg`, `.png`), taken in file-name order.
-    #[arg(long, value_name = "DIR")]
-    pub images: PathBuf,
-    /// Images to run, the first by file name (0 = all); the default keeps a CPU run short.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub num_images: usize,
-    /// Most sequences running at once. [default: as `run`: 64 on the CPU; on a GPU picked
-    /// from the KV cache pool, at most 256]
-    #[arg(long, value_name = "N")]
-    pub max_batch: Option<usize>,
-    /// Generation limit per image.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub max_new_tokens: usize,
-    /// KV cache pool in GiB.
-    #[arg(long, value_name = "X", default_value_t = 1.0)]
-    pub kv_cache_gib: f64,
-    /// Prefix caching on or off.
+    /// `run`'s settings (the flags and job-file keys of `run`; those that only shape `run`'s
+    /// output are refused here).
+    #[command(flatten)]
+    pub options: RunOptions,
+    /// A folder of images (`.jpg`, `.jpeg`, `.png`, taken in file-name order) instead of
+    /// --data: --question about each.
+    #[arg(long, value_name = "DIR", conflicts_with = "data")]
+    pub images: Option<PathBuf>,
+    /// The question asked about each image of --images. [default: the OrandCar question of
+    /// the bundled sample]
+    #[arg(long, value_name = "TEXT", requires = "images")]
+    pub question: Option<String>,
+    /// Requests (the first of the input) run once before measuring, not measured: one-off
+    /// costs (thread pools, allocator, device kernels) stay out of the figures.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub warmup: usize,
+    /// Measured passes over every request; the report gives each and their spread.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: usize,
+    /// Prefix caching on or off (`run` always has it on; off measures without it).
     #[arg(long, value_enum, value_name = "SWITCH", default_value = "on")]
-    pub prefix_caching: crate::settings::Switch,
-    /// cpu, cuda:N or metal. [default: as `run`: cuda:0 / metal when built with it, else cpu]
-    #[arg(long, value_name = "DEVICE")]
-    pub device: Option<crate::settings::DeviceSpec>,
-    /// Weight dtype. [default: f32 on cpu, bf16 on a GPU]
-    #[arg(long, value_enum, value_name = "DTYPE")]
-    pub dtype: Option<crate::settings::DTypeSpec>,
-    /// Implementation of attention, the projections and the recurrent layers, as `run`'s.
-    /// [default: native on cpu, portable on a GPU]
-    #[arg(long, value_enum, value_name = "KERNELS")]
-    pub kernels: Option<crate::settings::KernelsSpec>,
+    pub prefix_caching: Switch,
     /// Print one JSON report instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-/// `verisample bench`: load the model, run the OrandCar question over a folder of images
-/// through the engine, print the throughput table (or the JSON report).
-///
-/// Errors: invalid settings (usage), model loading, unreadable images, engine errors.
-pub(super) fn run(a: &BenchArgs) -> anyhow::Result<()> {
-    use crate::bench::{self, BenchOptions};
-    use crate::engine::generation::GenerationConfig;
-    use crate::engine::vl::{load_engine, VlLoadError};
-    use crate::engine::{EngineConfig, KvBudget};
+/// `run` flags that only shape `run`'s output, by their flag names: refused on `bench`'s
+/// command line (a job file may hold them, for `run`; `bench` ignores them there).
+fn output_only_flags(o: &RunOptions) -> Vec<&'static str> {
+    [
+        ("out", o.out.is_some()),
+        ("judge", o.judge.is_some()),
+        ("judge-calibrate", o.judge_calibrate.is_some()),
+        ("number-guard", o.number_guard.is_some()),
+        ("verifier", !o.verifiers.is_empty()),
+        ("dedup", o.dedup.is_some()),
+        ("progress", o.progress.is_some()),
+        ("max-errors", o.max_errors.is_some()),
+        ("restart", o.restart),
+        ("force", o.force),
+        ("verify-weights", o.verify_weights),
+    ]
+    .into_iter()
+    .filter_map(|(name, given)| given.then_some(name))
+    .collect()
+}
 
-    use crate::settings::{DeviceSpec, AUTO_MAX_BATCH_CAP, DEFAULT_MAX_BATCH};
-    let spec = a.device.unwrap_or_else(DeviceSpec::default_for_build);
-    // As `run`: a GPU without --max-batch lets the engine pick from its pool.
-    let auto_max_batch = a.max_batch.is_none() && spec != DeviceSpec::Cpu;
-    let cfg = EngineConfig {
-        kv_budget: KvBudget::Gib(a.kv_cache_gib),
-        max_batch: a.max_batch.unwrap_or(if auto_max_batch {
-            AUTO_MAX_BATCH_CAP
-        } else {
-            DEFAULT_MAX_BATCH
-        }),
-        auto_max_batch,
-        max_new_tokens: a.max_new_tokens,
-        prefix_caching: a.prefix_caching.is_on(),
-        ..Default::default()
-    };
-    cfg.validate().map_err(|e| UsageError(e.to_string()))?;
-    spec.check_built()?;
-    // The images before the model: a missing folder is a usage error found in milliseconds.
-    let all = bench::list_images(&a.images, 0).map_err(|e| UsageError(format!("--images: {e}")))?;
-    if all.is_empty() {
+/// The engine configuration `bench` builds for `settings`: `run`'s
+/// ([`crate::pipeline::job::engine_config`]) with `bench`'s prefix-caching switch.
+pub fn bench_engine_config(settings: &Settings, prefix_caching: Switch) -> EngineConfig {
+    EngineConfig {
+        prefix_caching: prefix_caching.is_on(),
+        ..crate::pipeline::job::engine_config(settings)
+    }
+}
+
+/// The settings of `a`, resolved as `run` resolves them (OUT unchecked; `--data` too with
+/// `--images`).
+///
+/// Errors: a refused output-only flag, `--repeat 0`, the settings' own errors (usage).
+pub fn bench_settings(a: &BenchArgs) -> anyhow::Result<Settings> {
+    if let Some(flag) = output_only_flags(&a.options).first() {
         return Err(UsageError(format!(
-            "--images {}: no .jpg, .jpeg or .png file",
-            a.images.display()
+            "--{flag} shapes `run`'s output; `bench` writes none (a job file may keep it for run)"
         ))
         .into());
     }
-    let all = all.len();
-    let device = spec.open().context("opening the device")?;
-    let model = a
-        .model
-        .clone()
-        .unwrap_or_else(crate::settings::default_model_dir);
-    let dtype = a.dtype.unwrap_or(match spec {
-        crate::settings::DeviceSpec::Cpu => crate::settings::DTypeSpec::F32,
-        _ => crate::settings::DTypeSpec::Bf16,
-    });
-    // A generation_config.json the engine cannot honour is a load error (exit 2), as in `run`.
-    let generation = GenerationConfig::resolve(&model, true, None)
-        .map_err(VlLoadError::from)
-        .with_context(|| format!("loading {}", model.display()))?;
-    let kernels = a
-        .kernels
-        .unwrap_or(crate::settings::KernelsSpec::default_for(spec));
-    let mut engine = load_engine(
-        &model,
-        dtype.to_dtype(),
-        (&device, kernels.path()),
-        cfg,
-        &generation,
-        Default::default(),
-    )
-    .with_context(|| format!("loading {}", model.display()))?;
-
-    let taken = if a.num_images == 0 {
-        all
-    } else {
-        a.num_images.min(all)
-    };
-    if taken < all {
-        tracing::info!(
-            "bench: {taken} of the {all} images in {} (the first by file name; --num-images {} keeps a run short, --num-images 0 takes all)",
-            a.images.display(),
-            a.num_images
-        );
-    } else {
-        tracing::info!("bench: all {all} images in {}", a.images.display());
+    if a.repeat == 0 {
+        return Err(UsageError("--repeat must be at least 1".into()).into());
     }
-    let opts = BenchOptions {
-        images_dir: a.images.clone(),
-        num_images: a.num_images,
-        question: crate::family::ORAND_CAR_QUESTION.to_string(),
-        max_new_tokens: a.max_new_tokens,
+    let uses = if a.images.is_some() {
+        Uses::Nothing
+    } else {
+        Uses::Data
     };
-    let report = bench::run(&mut engine, &opts)?;
+    Ok(Settings::resolve_for(&a.options, uses)?)
+}
+
+/// `verisample bench`: resolve the settings, load the engine as `run` does, build the
+/// requests, measure, print the table (or the JSON report).
+///
+/// Errors: invalid settings (usage), model loading, an unreadable input, engine errors.
+pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
+    use crate::bench::{self, BenchPlan};
+    use crate::pipeline::input_check::check_image;
+    use crate::pipeline::EngineGenerator;
+    use sha2::Digest as _;
+
+    let settings = bench_settings(a)?;
+    // A missing folder is a usage error found in milliseconds, before the model loads.
+    if let Some(dir) = &a.images {
+        bench::list_images(dir).map_err(|e| UsageError(format!("--images: {e}")))?;
+    }
+    let cfg = bench_engine_config(&settings, a.prefix_caching);
+    let engine = crate::pipeline::job::load_engine_with(&settings, cfg)?;
+    let mut generator = EngineGenerator::new(engine);
+    let s = &settings;
+    let input = match &a.images {
+        Some(dir) => {
+            let question = a
+                .question
+                .clone()
+                .unwrap_or_else(|| crate::family::ORAND_CAR_QUESTION.to_string());
+            let engine = generator.engine();
+            let admit = |bytes: &[u8]| {
+                check_image(Some(bytes), |w, h| engine.check_image(w, h))
+                    .map(|rgb| {
+                        let sha: [u8; 32] = sha2::Sha256::digest(bytes).into();
+                        crate::engine::ImageInput::decoded(std::sync::Arc::new(rgb), sha)
+                    })
+                    .map_err(|p| p.message)
+            };
+            let request = |position, qa, image| answer_requests(s, position, qa, &question, image);
+            bench::folder_input(dir, s.limit, &admit, &request)?
+        }
+        None => dataset_input(s, &generator)?,
+    };
+    for skipped in &input.skipped {
+        tracing::warn!("left out, as run refuses it: {skipped}");
+    }
+    let plan = BenchPlan {
+        warmup: a.warmup,
+        repeat: a.repeat,
+    };
+    let engine = generator.engine_mut();
+    let summary = format!(
+        "bench: {} requests, warm-up {}, {} pass(es); {} {} {}, kernels {}, max batch {}{}, \
+         {} KV blocks of {} tokens, prefix caching {}, max new tokens {}, {}",
+        input.requests.len(),
+        a.warmup.min(input.requests.len()),
+        a.repeat,
+        s.model.dir.display(),
+        s.device,
+        s.dtype.to_dtype().as_str(),
+        s.attention_path().name(),
+        engine.config().max_batch,
+        if s.max_batch_auto { " (auto)" } else { "" },
+        engine.num_blocks(),
+        engine.config().block_size,
+        if engine.config().prefix_caching {
+            "on"
+        } else {
+            "off"
+        },
+        s.max_new_tokens,
+        match s.sampling.params {
+            Some(p) => format!(
+                "{} sample(s) at T={} seed {}",
+                s.sampling.samples, p.temperature, p.seed
+            ),
+            None => "greedy".to_string(),
+        },
+    );
+    if !quiet && !a.json {
+        println!("{summary}");
+    }
+    let engine_block = serde_json::json!({
+        "max_batch": engine.config().max_batch,
+        "max_batch_auto": s.max_batch_auto,
+        "max_batch_tokens": engine.config().max_batch_tokens,
+        "kv_blocks": engine.num_blocks(),
+        "block_size": engine.config().block_size,
+        "prefix_caching": engine.config().prefix_caching,
+        "kernels": s.attention_path().name(),
+    });
+    let report = bench::run(engine, input, plan)?;
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(top) = v.as_object_mut() {
+            top.insert("settings".into(), serde_json::to_value(s)?);
+            top.insert("engine".into(), engine_block);
+            top.insert(
+                "input".into(),
+                match &a.images {
+                    Some(dir) => serde_json::json!({"images": dir, "question": a.question.clone().unwrap_or_else(|| crate::family::ORAND_CAR_QUESTION.to_string())}),
+                    None => serde_json::json!({"data": s.data}),
+                },
+            );
+        }
+        println!("{}", serde_json::to_string(&v)?);
     } else {
         println!("{}", report.to_table());
     }
     Ok(())
+}
+
+/// The answer requests of `run` for question `text` (input position `position`, `qa` index)
+/// about `image`: one per sample, each with its label suffix (` sample K` when sampling).
+fn answer_requests(
+    s: &Settings,
+    position: u64,
+    qa: u32,
+    text: &str,
+    image: crate::engine::ImageInput,
+) -> Vec<(String, crate::engine::Request)> {
+    (0..s.sampling.samples as u32)
+        .map(|k| {
+            let suffix = if s.sampling.samples > 1 {
+                format!(" sample {k}")
+            } else {
+                String::new()
+            };
+            let request = crate::engine::Request {
+                image: Some(image.clone()),
+                text: text.to_string(),
+                max_new_tokens: Some(s.max_new_tokens),
+                enable_thinking: Some(s.think),
+                sampling: s.sampling.stream(position, qa, k),
+                ..Default::default()
+            };
+            (suffix, request)
+        })
+        .collect()
+}
+
+/// The requests of `run`'s answer pass over the dataset of `s` (its `--shard` and
+/// `--limit`), the rows it refuses left out.
+fn dataset_input(
+    s: &Settings,
+    generator: &dyn crate::pipeline::Generator,
+) -> anyhow::Result<crate::bench::BenchInput> {
+    use crate::pipeline::{row_questions, ParquetSource, RowSource, StandardDecisions};
+    let source = ParquetSource::with_options(
+        &s.data,
+        crate::dataset::layout::ReadOptions {
+            skip_family_column: s.family.is_some(),
+            ..s.read.clone()
+        },
+    );
+    let decisions = StandardDecisions {
+        verifiers: s.verifier_registry(),
+        ..StandardDecisions::default()
+    };
+    let mut input = crate::bench::BenchInput::default();
+    let mut taken = 0usize;
+    let rows = source
+        .rows()
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", s.data.display()))?;
+    for (position, element) in rows.enumerate() {
+        let position = position as u64;
+        if !s.shard.contains(position) {
+            continue;
+        }
+        if s.limit.is_some_and(|l| taken >= l) {
+            break;
+        }
+        taken += 1;
+        let file = match &element {
+            Ok(row) => format!(
+                "{} row {}",
+                std::path::Path::new(&row.source_file)
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                row.row_index
+            ),
+            Err(e) => e.file.clone(),
+        };
+        match row_questions(position, element, s, &decisions, generator) {
+            Ok((image, questions)) => {
+                for (qa, q) in questions {
+                    for (suffix, request) in answer_requests(s, position, qa, &q, image.clone()) {
+                        input.requests.push(crate::bench::BenchRequest {
+                            label: format!("{file} qa {qa}{suffix}"),
+                            request,
+                        });
+                    }
+                }
+            }
+            Err(message) => input.skipped.push(message),
+        }
+    }
+    Ok(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct RunCli {
+        #[command(flatten)]
+        args: crate::cli::run::RunArgs,
+    }
+
+    #[derive(Parser)]
+    struct BenchCli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    /// `bench` and `run` given the same flags and job file build the same engine
+    /// configuration, defaults included; a setting of the job file reaches both.
+    #[test]
+    fn bench_and_run_build_the_same_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job.toml");
+        std::fs::write(
+            &job,
+            "max-new-tokens = 77\nmax-batch-tokens = 999\nout = \"o\"\n",
+        )
+        .unwrap();
+        let out = dir.path().join("out");
+        let job = job.to_string_lossy().into_owned();
+        for flags in [
+            vec![],
+            vec![
+                "--max-batch",
+                "7",
+                "--kv-cache-gib",
+                "0.5",
+                "--vision-memory-gib",
+                "1",
+            ],
+            vec!["--config", job.as_str(), "--max-batch", "3"],
+        ] {
+            let run_args =
+                RunCli::try_parse_from(["x", "--out", out.to_str().unwrap()].iter().chain(&flags))
+                    .unwrap()
+                    .args;
+            let bench_args = BenchCli::try_parse_from(["x"].iter().chain(&flags))
+                .unwrap()
+                .args;
+            let run = Settings::resolve(&run_args.options).unwrap();
+            let bench = bench_settings(&bench_args).unwrap();
+            let run_cfg = crate::pipeline::job::engine_config(&run);
+            let bench_cfg = bench_engine_config(&bench, bench_args.prefix_caching);
+            assert_eq!(run_cfg, bench_cfg, "{flags:?}");
+            if flags.contains(&"--config") {
+                assert_eq!(
+                    (bench_cfg.max_new_tokens, bench_cfg.max_batch_tokens),
+                    (77, 999)
+                );
+                assert_eq!(bench_cfg.max_batch, 3);
+            }
+        }
+    }
+
+    /// A flag that only shapes `run`'s output is refused by name; `--repeat 0` too.
+    #[test]
+    fn output_only_flags_are_refused() {
+        for (flag, value) in [("--out", "o"), ("--judge", "off"), ("--verifier", "exact")] {
+            let args = BenchCli::try_parse_from(["x", flag, value]).unwrap().args;
+            let err = bench_settings(&args).unwrap_err().to_string();
+            assert!(err.contains(&flag[2..]) && err.contains("bench"), "{err}");
+        }
+        let args = BenchCli::try_parse_from(["x", "--repeat", "0"])
+            .unwrap()
+            .args;
+        assert!(bench_settings(&args)
+            .unwrap_err()
+            .to_string()
+            .contains("--repeat"));
+    }
 }

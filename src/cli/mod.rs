@@ -200,7 +200,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Verify(a) => verify::run(&a),
         Command::Check(a) => check::run(&a),
         Command::Merge(a) => merge::merge_command(a, cli.quiet).map(|_| ()),
-        Command::Bench(a) => bench::run(&a),
+        Command::Bench(a) => bench::run(&a, cli.quiet),
         Command::Doctor(a) => doctor::run(&a),
     }
 }

@@ -189,6 +189,17 @@ impl BlockManager {
         }
     }
 
+    /// Unregister every free cached block: the evictable ones become plain free blocks, so
+    /// that no later prompt hits what earlier ones computed. Blocks in use keep their hash.
+    pub fn forget_cached(&mut self) {
+        for (_, b) in std::mem::take(&mut self.evictable) {
+            if let Some(h) = self.hash_of[b as usize].take() {
+                self.cached.remove(&h);
+            }
+            self.free_plain.insert(b);
+        }
+    }
+
     /// Release a sequence's block table: ref count − 1 for each block, tail first, so that
     /// the tail of a released prefix is evicted before its head. A block reaching 0 users goes
     /// to the evictable LRU if it is registered, else back to the plain free list.
@@ -296,6 +307,27 @@ mod tests {
         }
         assert!(highest < 6, "touched up to block {highest}");
         assert_eq!(bm.num_free(), 1000 - 3);
+    }
+
+    /// After `forget_cached` a released prefix is no hit and its blocks are plain free; a
+    /// prefix still in use keeps its registration.
+    #[test]
+    fn forgetting_the_cache_drops_only_free_registered_blocks() {
+        let mut bm = BlockManager::new(6, 4, true);
+        let (a, _) = bm.allocate(&[11, 22], 2).unwrap();
+        let (b, _) = bm.allocate(&[33], 1).unwrap();
+        bm.register(a[0], 11);
+        bm.register(a[1], 22);
+        bm.register(b[0], 33);
+        bm.release(&a);
+        assert_eq!(bm.count_hits(&[11, 22]), 2);
+        bm.forget_cached();
+        assert_eq!(bm.count_hits(&[11, 22]), 0, "released prefix forgotten");
+        assert_eq!(bm.count_hits(&[33]), 1, "a block in use keeps its hash");
+        assert_eq!(bm.num_free(), 5);
+        // The forgotten blocks are handed out again, lowest first, as fresh ones.
+        let (c, hits) = bm.allocate(&[11, 22], 2).unwrap();
+        assert_eq!((c, hits), (vec![0, 1], 0));
     }
 
     #[test]

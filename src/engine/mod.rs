@@ -22,6 +22,7 @@
 pub mod block_manager;
 pub mod config;
 pub mod generation;
+pub mod metrics;
 pub mod model;
 pub mod request;
 pub mod sampler;
@@ -125,6 +126,42 @@ pub struct EngineStats {
     pub max_batch: usize,
     /// Whether the engine picked `max_batch` from the KV pool ([`config::auto_max_batch`]).
     pub max_batch_auto: bool,
+    /// Wall-clock seconds inside [`Engine::generate`] calls.
+    pub generate_secs: f64,
+    /// Prompt tokens over all completions (prefix-cache hits included).
+    pub prompt_tokens: u64,
+    /// Completions of requests about an image that did not fail.
+    pub image_requests: u64,
+}
+
+impl EngineStats {
+    /// The counters of what ran since `before` (an earlier copy of these): every count and
+    /// time is the difference; `max_batch` and `max_batch_auto` are these.
+    pub fn since(&self, before: &EngineStats) -> EngineStats {
+        EngineStats {
+            steps: self.steps - before.steps,
+            prefill_steps: self.prefill_steps - before.prefill_steps,
+            decode_steps: self.decode_steps - before.decode_steps,
+            prefill_tokens: self.prefill_tokens - before.prefill_tokens,
+            prefill_secs: self.prefill_secs - before.prefill_secs,
+            decode_tokens: self.decode_tokens - before.decode_tokens,
+            decode_secs: self.decode_secs - before.decode_secs,
+            vision_images: self.vision_images - before.vision_images,
+            vision_batches: self.vision_batches - before.vision_batches,
+            vision_secs: self.vision_secs - before.vision_secs,
+            input_wait_secs: self.input_wait_secs - before.input_wait_secs,
+            cached_prompt_tokens: self.cached_prompt_tokens - before.cached_prompt_tokens,
+            preemptions: self.preemptions - before.preemptions,
+            completed: self.completed - before.completed,
+            failed: self.failed - before.failed,
+            generated_tokens: self.generated_tokens - before.generated_tokens,
+            max_batch: self.max_batch,
+            max_batch_auto: self.max_batch_auto,
+            generate_secs: self.generate_secs - before.generate_secs,
+            prompt_tokens: self.prompt_tokens - before.prompt_tokens,
+            image_requests: self.image_requests - before.image_requests,
+        }
+    }
 }
 
 /// Prepare one request's input, a panic in the processor being that request's error; the
@@ -239,6 +276,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             scheduler,
             vision: Default::default(),
             stats,
+            latency: Default::default(),
             next_arrival: 0,
             placeholders,
             vision_budget,
@@ -284,6 +322,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         } = self;
         let stop = stop.as_deref();
         core.reset();
+        let started = Instant::now();
         let processor = &*processor;
         let lookahead = match core.cfg.lookahead {
             0 => 2 * core.cfg.max_batch,
@@ -291,13 +330,15 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         };
         let mut requests = requests.into_iter();
         let result = pool.in_place_scope(|scope| -> Result<(), EngineError> {
-            type Prepared = (u64, Request, Result<PreparedInput, InputError>);
+            // (input index, when the engine took it, the request, its prepared input).
+            type Prepared = (u64, Instant, Request, Result<PreparedInput, InputError>);
             let (tx, rx) = mpsc::sync_channel::<Prepared>(lookahead);
             let mut emit = |core: &mut Core<M>, c: Completion| {
                 core.stats.completed += 1;
                 core.stats.failed += u64::from(c.finish_reason == FinishReason::Error);
                 core.stats.generated_tokens += c.generated_tokens as u64;
                 core.stats.cached_prompt_tokens += c.cached_prompt_tokens as u64;
+                core.stats.prompt_tokens += c.prompt_tokens as u64;
                 on_done(c).map_err(EngineError::Callback)
             };
             let (mut submitted, mut next_in, mut exhausted) = (0u64, 0u64, false);
@@ -311,18 +352,18 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                         exhausted = true;
                         break;
                     };
-                    let idx = submitted;
+                    let (idx, taken) = (submitted, Instant::now());
                     submitted += 1;
                     if core.cfg.inline_inputs {
                         let (req, r) = prepare_one(processor, req);
-                        ready.insert(idx, (idx, req, r));
+                        ready.insert(idx, (idx, taken, req, r));
                         continue;
                     }
                     let tx = tx.clone();
                     scope.spawn(move |_| {
                         let (req, r) = prepare_one(processor, req);
                         // The receiver is gone only when generate is returning early.
-                        let _ = tx.send((idx, req, r));
+                        let _ = tx.send((idx, taken, req, r));
                     });
                 }
                 // Collect prepared inputs; block only when there is nothing to compute.
@@ -346,10 +387,10 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
                     ready.insert(msg.0, msg);
                 }
                 // Queue them in input order.
-                while let Some((_, req, r)) = ready.remove(&next_in) {
+                while let Some((_, taken, req, r)) = ready.remove(&next_in) {
                     next_in += 1;
                     let failed = match r {
-                        Ok(p) => core.add(&req, p),
+                        Ok(p) => core.add(&req, p, taken),
                         Err(e) => Some(Completion::failed(req.id, 0, e.to_string())),
                     };
                     if let Some(c) = failed {
@@ -373,6 +414,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
         if result.is_err() {
             core.reset();
         }
+        core.stats.generate_secs += started.elapsed().as_secs_f64();
         let st = &core.stats;
         tracing::info!(
             completed = st.completed,
@@ -427,6 +469,33 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
     /// Counters since the engine was built.
     pub fn stats(&self) -> &EngineStats {
         &self.core.stats
+    }
+
+    /// Times of the requests completed since the engine was built or
+    /// [`Engine::reset_latency`].
+    pub fn latency(&self) -> &metrics::RequestLatency {
+        &self.core.latency
+    }
+
+    /// Forget the request times recorded so far (`bench`: before a measured pass).
+    pub fn reset_latency(&mut self) {
+        self.core.latency = Default::default();
+    }
+
+    /// Empty the prefix cache, so that the next [`Engine::generate`] starts as the first one
+    /// did (`bench`: every measured pass alike). Call between `generate` calls only.
+    pub fn clear_prefix_cache(&mut self) {
+        self.core.scheduler.clear_prefix_cache();
+    }
+
+    /// Device memory in use now (total − free, every process), bytes; `None` on the CPU or
+    /// where the device does not say.
+    pub fn device_memory_used(&self) -> Option<u64> {
+        if self.core.model.device().is_cpu() {
+            return None;
+        }
+        config::device_memory(self.core.model.device())
+            .map(|(free, total)| total.saturating_sub(free))
     }
 
     /// Blocks in the KV cache pool.

@@ -136,11 +136,18 @@ pub struct Sequence {
     /// Sampling settings and stream key ([`super::sampling::SampleStream::key`]); `None`:
     /// greedy.
     pub sampling: Option<(super::sampling::SamplingParams, [u8; 32])>,
+    /// When the engine took the request from its input ([`super::metrics::RequestLatency`]).
+    pub taken: std::time::Instant,
+    /// When its first generated token was appended (kept across preemptions).
+    pub first_token: Option<std::time::Instant>,
 }
 
 impl Sequence {
     /// Append a generated token.
     pub fn push_token(&mut self, token: u32) {
+        if self.first_token.is_none() && self.tokens.len() >= self.prompt_len {
+            self.first_token = Some(std::time::Instant::now());
+        }
         self.tokens.push(token);
         self.seen.insert(token);
     }
@@ -242,6 +249,8 @@ mod tests {
             cached_tokens: 0,
             prefilled_think: false,
             sampling: None,
+            taken: std::time::Instant::now(),
+            first_token: None,
         };
         assert_eq!(seq.position(1), [1, 3, 2]);
         assert_eq!(seq.position(2), [4, 4, 4]);

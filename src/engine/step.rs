@@ -8,6 +8,7 @@ use verisample_models::batch::{BatchMeta, KvCache};
 use verisample_models::ImageEmbeds;
 
 use super::config::EngineConfig;
+use super::metrics::RequestLatency;
 use super::model::{EngineModel, InputProcessor, StepImages};
 use super::request::{Completion, FinishReason, PreparedInput, Request};
 use super::sampler::Greedy;
@@ -26,6 +27,8 @@ pub(crate) struct Core<M> {
     pub scheduler: Scheduler,
     pub vision: VisionCache,
     pub stats: EngineStats,
+    /// Times of the completed requests.
+    pub latency: RequestLatency,
     pub next_arrival: u64,
     /// `model.placeholder_token_ids()`, cached.
     pub placeholders: Vec<u32>,
@@ -53,9 +56,10 @@ fn overlap(img: &ImageSpan, start: usize, end: usize) -> Option<(usize, usize)> 
 }
 
 impl<M: EngineModel> Core<M> {
-    /// Queue the prepared input `p` of `req` (its id and generation options). Returns a
-    /// failed completion when the prepared input is inconsistent (nothing is queued then).
-    pub fn add(&mut self, req: &Request, p: PreparedInput) -> Option<Completion> {
+    /// Queue the prepared input `p` of `req` (its id and generation options), taken from the
+    /// input at `taken`. Returns a failed completion when the prepared input is inconsistent
+    /// (nothing is queued then).
+    pub fn add(&mut self, req: &Request, p: PreparedInput, taken: Instant) -> Option<Completion> {
         let id = req.id;
         let n = p.token_ids.len();
         if n == 0 || p.positions.len() != n {
@@ -122,6 +126,8 @@ impl<M: EngineModel> Core<M> {
             cached_tokens: 0,
             prefilled_think: p.prefilled_think,
             sampling: req.sampling.map(|s| (s.params, s.key())),
+            taken,
+            first_token: None,
         });
         None
     }
@@ -293,8 +299,10 @@ impl<M: EngineModel> Core<M> {
         Ok(tokens)
     }
 
+    /// The completion of the finished sequence `s`, its times recorded and an image request
+    /// counted.
     fn completion<P: InputProcessor>(
-        &self,
+        &mut self,
         s: &Sequence,
         reason: FinishReason,
         processor: &P,
@@ -307,6 +315,12 @@ impl<M: EngineModel> Core<M> {
                 Some(format!("decoding generated tokens: {e}")),
             ),
         };
+        if reason != FinishReason::Error {
+            let n = s.generated().len();
+            self.latency
+                .record(s.taken, s.first_token, Instant::now(), n);
+            self.stats.image_requests += u64::from(!s.images.is_empty());
+        }
         Completion {
             id: s.id,
             token_ids: s.generated().to_vec(),

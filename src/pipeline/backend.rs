@@ -149,6 +149,13 @@ pub trait Generator {
     fn stats(&self) -> Option<serde_json::Value> {
         None
     }
+
+    /// Throughput and latency of this process's generations for `run.json`
+    /// ([`crate::engine::metrics::ThroughputMetrics`], `bench`'s definitions), when the
+    /// generator measures them.
+    fn metrics(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The input dataset, readable twice (once to generate, once to write the splits) in the

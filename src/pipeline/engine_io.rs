@@ -42,6 +42,11 @@ impl<M: EngineModel, P: InputProcessor> EngineGenerator<M, P> {
     pub fn engine(&self) -> &Engine<M, P> {
         &self.engine
     }
+
+    /// The engine, to generate outside the pipeline (`bench`).
+    pub fn engine_mut(&mut self) -> &mut Engine<M, P> {
+        &mut self.engine
+    }
 }
 
 fn to_result(c: Completion, key: ItemKey, pass: Pass) -> GenResult {
@@ -118,6 +123,17 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
 
     fn stats(&self) -> Option<serde_json::Value> {
         serde_json::to_value(self.engine.stats()).ok()
+    }
+
+    fn metrics(&self) -> Option<serde_json::Value> {
+        let e = &self.engine;
+        let m = crate::engine::metrics::ThroughputMetrics::new(
+            e.stats(),
+            e.latency(),
+            crate::engine::metrics::peak_rss_bytes(),
+            e.device_memory_used(),
+        );
+        serde_json::to_value(m).ok()
     }
 }
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::engine::vision_budget;
 use crate::engine::vl::{load_engine, weights_bytes, VlInputs};
-use crate::engine::{EngineConfig, KvBudget, VisionMemory};
+use crate::engine::{Engine, EngineConfig, KvBudget, VisionMemory};
 use crate::report::start::{gb, Measure, StartStep};
 use crate::settings::{
     data_spec, default_cache_file, fingerprint, hash_input_files_with, hash_model_files,
@@ -199,6 +199,10 @@ impl Generator for LazyEngine<'_> {
     fn stats(&self) -> Option<serde_json::Value> {
         self.engine.as_ref()?.stats()
     }
+
+    fn metrics(&self) -> Option<serde_json::Value> {
+        self.engine.as_ref()?.metrics()
+    }
 }
 
 /// Run `prepared` with `generator` over the parquet input of `settings` into its OUT, with
@@ -244,31 +248,43 @@ fn start_engine(
     control: &RunControl,
 ) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
     install_ctrlc(control).context("installing the Ctrl-C handler")?;
-    let device = settings.device.open().context("opening the device")?;
-    let dir = &settings.model.dir;
-    let what = match weights_bytes(dir, settings.dtype.to_dtype()) {
+    let what = match weights_bytes(&settings.model.dir, settings.dtype.to_dtype()) {
         Ok(bytes) => format!("load the model ({} of weights)", gb(bytes)),
         Err(_) => "load the model".to_string(),
     };
     let step = StartStep::begin(settings.progress, what, Measure::Time);
-    let mut engine = load_engine(
-        &settings.model.dir,
-        settings.dtype.to_dtype(),
-        (&device, settings.attention_path()),
-        engine_config(settings),
-        &settings.decoding.generation(),
-        PixelBounds {
-            min_pixels: settings.min_pixels,
-            max_pixels: settings.max_pixels,
-        },
-    )
-    .with_context(|| format!("loading the model from {}", dir.display()))?;
+    let mut engine = load_engine_with(settings, engine_config(settings))?;
     step.finish();
     engine.set_stop_flag(control.stop.clone());
     if settings.max_batch_auto {
         tracing::info!("{}", auto_batch_line(engine.config().max_batch, settings));
     }
     Ok(EngineGenerator::new(engine))
+}
+
+/// Open the device of `settings` and load its model into an engine of configuration `cfg`
+/// (a run's is [`engine_config`]), as a run does: its dtype, kernels, generation config and
+/// pixel bounds. `run` and `bench` both start here.
+///
+/// Errors: the device, the model, the chat template, the engine's settings.
+pub fn load_engine_with(
+    settings: &Settings,
+    cfg: EngineConfig,
+) -> anyhow::Result<Engine<VlModel, VlInputs>> {
+    let device = settings.device.open().context("opening the device")?;
+    let dir = &settings.model.dir;
+    load_engine(
+        dir,
+        settings.dtype.to_dtype(),
+        (&device, settings.attention_path()),
+        cfg,
+        &settings.decoding.generation(),
+        PixelBounds {
+            min_pixels: settings.min_pixels,
+            max_pixels: settings.max_pixels,
+        },
+    )
+    .with_context(|| format!("loading the model from {}", dir.display()))
 }
 
 /// The sentence naming the batch the engine picked from its KV pool (a GPU run without

@@ -55,6 +55,7 @@ pub use engine_io::{EngineGenerator, ENGINE_VERSION};
 pub use error::PipelineError;
 pub use errors_jsonl::image_refusals;
 pub use lock::OutLock;
+pub use passes::row_questions;
 pub use resume::{
     fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,
     Replayed, JOURNAL_FORMAT,
@@ -121,6 +122,7 @@ pub fn run(
         verisample_version: env!("CARGO_PKG_VERSION").into(),
         engine_version: generator.version(),
         engine_stats: generator.stats(),
+        engine_metrics: generator.metrics(),
         settings: settings.clone(),
         fingerprint: prepared.fingerprint.clone(),
         model_weights: prepared
@@ -131,7 +133,7 @@ pub fn run(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         stats,
-        peak_memory_bytes: crate::report::peak_memory_bytes(),
+        peak_memory_bytes: crate::engine::metrics::peak_rss_bytes(),
         replayed_results,
         torn_journal_bytes: prepared.torn_bytes,
     };

@@ -204,15 +204,6 @@ pub struct RunStats {
     pub sampling: Option<SamplingStats>,
 }
 
-/// Peak resident memory of this process in bytes: `VmHWM` of `/proc/self/status` (Linux);
-/// `None` elsewhere.
-pub fn peak_memory_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Live progress of a run, written to stderr.
 #[derive(Debug)]
 pub struct Progress {
@@ -529,13 +520,5 @@ mod tests {
         );
         assert!(card.contains("59/60"));
         assert!(card.contains("](chart.svg)"));
-    }
-
-    #[test]
-    fn peak_memory_is_read_on_linux() {
-        if cfg!(target_os = "linux") {
-            let m = peak_memory_bytes().expect("VmHWM");
-            assert!(m > 1 << 20, "{m}");
-        }
     }
 }

@@ -34,6 +34,7 @@ pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 pub use options::RunOptions;
+pub use resolve::Uses;
 pub use sampling::{CanonicalSampling, Sampling, SamplingFlags, MAX_SAMPLES};
 mod out_dir;
 mod switch;

@@ -20,6 +20,15 @@ impl Settings {
     ///
     /// Errors: [`SettingsError`], one per first problem found.
     pub fn resolve(args: &RunOptions) -> Result<Settings, SettingsError> {
+        Self::resolve_for(args, Uses::DataAndOut)
+    }
+
+    /// [`Settings::resolve`] for a command that `uses` less than a run: `bench` writes
+    /// nothing, so OUT is not checked, and with a folder of images it reads no dataset, so
+    /// `--data` is not either (the rest is the same validation, the same defaults).
+    ///
+    /// Errors: [`SettingsError`], one per first problem found.
+    pub fn resolve_for(args: &RunOptions, uses: Uses) -> Result<Settings, SettingsError> {
         let (file, base) = match &args.config {
             Some(path) => {
                 let base = path
@@ -50,7 +59,7 @@ impl Settings {
         let sizes = Sizes::resolve(&opts, device)?;
         check_family_name(opts.family.as_deref())?;
         device.check_built()?;
-        let io = Io::resolve(args, &file, &base, &opts)?;
+        let io = Io::resolve(args, &file, &base, &opts, uses)?;
         let model = choose_model(args, &file, &base)?;
         let decoding = Decoding::resolve(
             &model.dir,
@@ -131,6 +140,17 @@ impl Settings {
             quiet: args.quiet,
         })
     }
+}
+
+/// What the command resolving the settings reads and writes besides the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uses {
+    /// The input dataset and OUT (`run`): both are checked before anything loads.
+    DataAndOut,
+    /// The input dataset only (`bench --data`).
+    Data,
+    /// Neither (`bench --images`).
+    Nothing,
 }
 
 /// The sizes of a run with their defaults applied, each checked against its range; the
@@ -262,7 +282,21 @@ impl Io {
         file: &RunOptions,
         base: &Path,
         opts: &RunOptions,
+        uses: Uses,
     ) -> Result<Self, SettingsError> {
+        let out = match (&args.out, &file.out) {
+            (Some(o), _) => o.clone(),
+            (None, Some(o)) => rebase(base, o.clone()),
+            (None, None) => PathBuf::from(DEFAULT_OUT),
+        };
+        if uses == Uses::Nothing {
+            return Ok(Self {
+                data: PathBuf::new(),
+                read: ReadOptions::default(),
+                out,
+                families: None,
+            });
+        }
         let (data, hub) = data::resolve_data(&data::DataChoice {
             flag: args.data.as_deref(),
             file: file.data.as_deref(),
@@ -271,12 +305,9 @@ impl Io {
             split: opts.data_split.as_deref(),
         })?;
         let data_root = super::input_root(&data)?;
-        let out = match (&args.out, &file.out) {
-            (Some(o), _) => o.clone(),
-            (None, Some(o)) => rebase(base, o.clone()),
-            (None, None) => PathBuf::from(DEFAULT_OUT),
-        };
-        out_dir::check_out(&out, data_root.as_deref(), args.force)?;
+        if uses == Uses::DataAndOut {
+            out_dir::check_out(&out, data_root.as_deref(), args.force)?;
+        }
         let read = ReadOptions {
             columns: ColumnFlags {
                 image: opts.image_column.clone(),

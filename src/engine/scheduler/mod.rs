@@ -371,6 +371,11 @@ impl Scheduler {
         }
     }
 
+    /// Empty the prefix cache (between `generate` calls, with no sequence left).
+    pub fn clear_prefix_cache(&mut self) {
+        self.blocks.forget_cached();
+    }
+
     /// Remove a finished sequence (running or waiting), releasing its blocks at once.
     pub fn finish(&mut self, key: u64) -> Option<Sequence> {
         let mut s = self.seqs.remove(&key)?;

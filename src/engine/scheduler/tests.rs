@@ -25,6 +25,8 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         cached_tokens: 0,
         prefilled_think: false,
         sampling: None,
+        taken: std::time::Instant::now(),
+        first_token: None,
     }
 }
 

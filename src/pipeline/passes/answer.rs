@@ -31,6 +31,41 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
     }
 }
 
+/// What a run's answer pass asks about the stream element at `position`: the image (as
+/// [`plan_row`] admits and decodes it) and the kept questions, `(qa index, question)`, in
+/// order. `bench` builds its requests from this, so that it runs what `run` runs; it marks no
+/// duplicates across rows.
+///
+/// Errors: the row `run` refuses, as `file row N: field: message` (its errors.jsonl line).
+pub fn row_questions(
+    position: u64,
+    element: Result<InputRow, RowError>,
+    settings: &Settings,
+    decisions: &dyn Decisions,
+    generator: &dyn Generator,
+) -> Result<(ImageInput, Vec<(u32, String)>), String> {
+    let (plan, image) = plan_row(position, element, settings, decisions, generator);
+    let at = match plan.row {
+        Some(r) => format!("{} row {r}", plan.file),
+        None => plan.file.clone(),
+    };
+    match (plan.body, image) {
+        (Ok(body), Some(image)) => {
+            let kept = body
+                .items
+                .iter()
+                .enumerate()
+                .filter_map(|(qa, item)| match item {
+                    ItemPlan::Keep(q) => Some((qa as u32, q.question.clone())),
+                    _ => None,
+                });
+            Ok((image, kept.collect()))
+        }
+        (Ok(_), None) => Err(format!("{at}: no image")),
+        (Err(p), _) => Err(format!("{at}: {}: {}", p.field, p.message)),
+    }
+}
+
 /// Plan one stream element: checks (the image's size against `generator`'s vision memory
 /// budget among them), cleaning, `clean_meta`. Returns the plan and, for a readable row, its
 /// image for the answer requests: decoded by the check, hashed once (the hash is also the
