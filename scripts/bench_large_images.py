@@ -15,10 +15,11 @@ as PNG, so that both engines decode the same pixels. The script prints what tran
 length (same number of image tokens = patches / 4).
 
 Per size, one process per engine (peak RSS is per engine), same thread count:
-  * verisample: ``verisample bench --json --max-batch 1 --warmup 0`` on a folder holding the one image
-    (its ``wall_s``: the seconds inside the engine, docs/bench.md)
-    (``RAYON_NUM_THREADS``). Run time = the report's ``wall_secs`` (``Engine::generate``:
-    image decode, resize, vision tower, prefill, decode); peak RSS = its ``VmHWM``.
+  * verisample: ``verisample bench --json --max-batch 1 --warmup 0 --limit 1 --question QUESTION``
+    on a folder holding the one image (``RAYON_NUM_THREADS``): one measured pass, no warm-up.
+    Run time = that pass's ``wall_s`` (the seconds inside ``Engine::generate``: image decode,
+    resize, vision tower, prefill, decode; docs/bench.md); peak RSS = its ``peak_rss_bytes``
+    (``VmHWM``).
   * transformers: this script in ``--hf-worker`` mode (``torch.set_num_threads``,
     ``attn_implementation="sdpa"``, ``AutoProcessor(use_fast=False)``, greedy ``generate``).
     One untimed warm-up ``generate`` on a 56x56 image first; run time = image open + processor
@@ -222,7 +223,8 @@ def main() -> None:
                 load = [os.getloadavg()[0]]
                 report, ours_proc = timed_json(
                     [args.bin, "-q", "bench", "--json", "--model", mdir, "--images", folder, "--question", QUESTION,
-                     "--warmup", "0", "--max-batch", "1", "--max-new-tokens", str(args.max_new_tokens)], env)
+                     "--warmup", "0", "--limit", "1", "--max-batch", "1",
+                     "--max-new-tokens", str(args.max_new_tokens)], env)
                 first = report["passes"][0]  # one measured pass, no warm-up: the one image once
                 ours = {"wall_secs": first["wall_s"], "peak_rss_bytes": first["peak_rss_bytes"],
                         "items": report["items"], "metrics": first}

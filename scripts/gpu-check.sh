@@ -20,9 +20,12 @@
 # (TOKEN_DIFF_PER in src/doctor/models.rs: 2 of 78); then `run` of the val images on cuda:0 in
 # f32 and bf16 (the path `run` takes there: portable) with `verify` and their accuracy; the
 # bf16 run again at --max-batch 1 and 7, its splits compared byte for byte with the first
-# (batch invariance where users run); and `bench` at --max-batch 1 and 16. The runs write under
-# .gpu/work; OUTDIR receives only gpu-check.log, doctor.json, each run's run.json and the bench
-# reports, so what comes back stays a handful of small files.
+# (batch invariance where users run); and `bench` of the val images at --max-batch 1 and 16 (4
+# warm-up requests, then 3 measured passes; printed: the engine block, then per pass requests/s,
+# images/s, generated tokens/s, TTFT and latency p50 and device memory in use). The runs write
+# under .gpu/work; OUTDIR receives only gpu-check.log, doctor.json, each run's run.json and the
+# bench reports (bench-bN.json: settings, engine, each pass's metrics, their spread, each image's
+# tokens), so what comes back stays a handful of small files.
 # Exit status: 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."

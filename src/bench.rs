@@ -1,8 +1,9 @@
 //! `bench`: the throughput of the engine `run` builds, on `run`'s input.
 //!
-//! The requests are those of a run's answer pass ([`crate::pipeline::row_questions`]: the
-//! same checks, cleaning and image admission; every kept question of every readable row,
-//! `--samples` of each), or one question about each image of a folder. A few warm-up
+//! The requests are those of a run's answer pass (the CLI plans the rows with the run's
+//! `pipeline::RowPlanner`: the same shard, limit, checks, cleaning, image admission and
+//! duplicates; every kept question, `--samples` of each), or one question about each image of
+//! a folder. A few warm-up
 //! requests run first, unmeasured; then `repeat` measured passes over all requests, each
 //! starting with an empty prefix cache. Every figure is a
 //! [`ThroughputMetrics`] (docs/bench.md), the same record `run.json` keeps.
@@ -318,7 +319,7 @@ impl BenchReport {
         );
         let row = |name: &str, m: &ThroughputMetrics| {
             format!(
-                "{:>4} {:>8} {:>8.2} {:>9.2} {:>10.0} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>9.0}",
+                "{:>4} {:>8} {:>8.3} {:>9.2} {:>10.0} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>8} {:>9.0}",
                 name,
                 m.requests,
                 m.wall_s,
@@ -353,30 +354,35 @@ impl BenchReport {
     }
 }
 
-/// The requests of a folder of images: `question` about each image that `admit` (the run's
-/// image check) lets through, `samples` of each with `request`'s options; the others are
-/// skipped with their message.
+/// The requests of a folder of images: the images of this `shard` (file-name positions p with
+/// p % N == I, as `run`'s rows), its first `limit`, each asked about with `request` once
+/// `admit` (the run's image check) lets it through; an image it refuses, or a file that cannot
+/// be read, is skipped with its message.
 ///
 /// Errors: [`BenchError::Io`] / [`BenchError::NoImages`] for the folder.
 pub fn folder_input(
     dir: &Path,
-    limit: Option<usize>,
+    (shard, limit): (crate::shard::Shard, Option<usize>),
     admit: &dyn Fn(&[u8]) -> Result<ImageInput, String>,
-    request: &dyn Fn(u64, u32, ImageInput) -> Vec<(String, Request)>,
+    request: &dyn Fn(u64, ImageInput) -> Vec<(String, Request)>,
 ) -> Result<BenchInput, BenchError> {
     let mut input = BenchInput::default();
     let files = list_images(dir)?;
-    for (position, f) in files.iter().take(limit.unwrap_or(usize::MAX)).enumerate() {
-        let bytes = std::fs::read(f).map_err(|source| BenchError::Io {
-            path: f.clone(),
-            source,
-        })?;
+    let mine = files
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| shard.contains(*p as u64))
+        .take(limit.unwrap_or(usize::MAX));
+    for (position, f) in mine {
         let name = f
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        match admit(&bytes) {
+        let admitted = std::fs::read(f)
+            .map_err(|e| format!("cannot read the file: {e}"))
+            .and_then(|bytes| admit(&bytes));
+        match admitted {
             Ok(image) => {
-                for (suffix, r) in request(position as u64, 0, image) {
+                for (suffix, r) in request(position as u64, image) {
                     input.requests.push(BenchRequest {
                         label: format!("{name}{suffix}"),
                         request: r,

@@ -245,7 +245,7 @@ fn truncated_jpeg() -> Vec<u8> {
     bytes
 }
 
-/// Images `run` refuses (a broken PNG, a truncated JPEG) are left out of a folder bench and
+/// Images `run` refuses (a broken PNG, a truncated JPEG, a file that cannot be read) are left out of a folder bench and
 /// named with their field; the good image is measured. With nothing left, bench fails.
 #[test]
 fn bench_leaves_out_the_images_run_refuses() {
@@ -253,6 +253,7 @@ fn bench_leaves_out_the_images_run_refuses() {
     std::fs::write(tmp.path().join("a.png"), png(60, 20, 3)).unwrap();
     std::fs::write(tmp.path().join("b.png"), b"\x89PNG not really").unwrap();
     std::fs::write(tmp.path().join("c.jpg"), truncated_jpeg()).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/verisample.png", tmp.path().join("d.png")).unwrap();
     // No --model: the bundled model, found like `run` finds it, from any working folder.
     let out = check(
         bin()
@@ -271,7 +272,7 @@ fn bench_leaves_out_the_images_run_refuses() {
         .iter()
         .map(|s| s.as_str().unwrap())
         .collect();
-    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
     assert!(
         skipped[0].starts_with("b.png: image.bytes: "),
         "{skipped:?}"
@@ -279,6 +280,10 @@ fn bench_leaves_out_the_images_run_refuses() {
     assert!(
         skipped[1].starts_with("c.jpg: image.bytes: ") && skipped[1].contains("truncated"),
         "{skipped:?}"
+    );
+    assert!(
+        skipped[2].starts_with("d.png: image.bytes: cannot read the file"),
+        "a dangling link: {skipped:?}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("left out, as run refuses it: c.jpg"), "{err}");
@@ -292,7 +297,132 @@ fn bench_leaves_out_the_images_run_refuses() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no request to run: all 2 input row(s) refused, first b.png"),
+        err.contains("no request to run: all 3 input row(s) refused, first b.png"),
         "{err}"
     );
+}
+
+/// On a dataset, bench plans the rows as `run` does: a question repeated about the same image
+/// runs once (`--dedup`, the default), a blank question is left out and named as `run` names
+/// it in errors.jsonl, and with `--shard 1/2` only the shard's rows run.
+#[test]
+fn bench_plans_a_dataset_as_run_does() {
+    use dataset_util::{write_input, InputSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let rows = [
+        InputSpec::new(
+            png(60, 20, 1),
+            &[("What?", "12"), ("What?", "12"), ("   ", "7")],
+        ),
+        InputSpec::new(png(60, 20, 2), &[("What?", "34")]),
+        InputSpec::new(png(60, 20, 3), &[("What?", "56")]),
+    ];
+    write_input(&data.join("in.parquet"), &rows, 3);
+    let bench = |extra: &[&str]| -> Value {
+        let out = check(
+            bin()
+                .args([
+                    "-q",
+                    "bench",
+                    "--json",
+                    "--warmup",
+                    "0",
+                    "--max-new-tokens",
+                    "4",
+                    "--data",
+                ])
+                .arg(&data)
+                .args(extra)
+                .output()
+                .unwrap(),
+            "bench",
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let labels = |r: &Value| -> Vec<String> {
+        r["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["label"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = bench(&[]);
+    assert_eq!(
+        labels(&all),
+        [
+            "in.parquet row 0 qa 0",
+            "in.parquet row 1 qa 0",
+            "in.parquet row 2 qa 0"
+        ],
+        "the repeat (qa 1) and the blank question (qa 2) do not run"
+    );
+    let skipped = all["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    let s = skipped[0].as_str().unwrap();
+    assert!(
+        s.ends_with("row 0: qa[2].question: question is missing or blank"),
+        "{s}"
+    );
+    assert_eq!(
+        labels(&bench(&["--dedup", "off"])),
+        [
+            "in.parquet row 0 qa 0",
+            "in.parquet row 0 qa 1",
+            "in.parquet row 1 qa 0",
+            "in.parquet row 2 qa 0"
+        ]
+    );
+    assert_eq!(
+        labels(&bench(&["--shard", "1/2"])),
+        ["in.parquet row 1 qa 0"]
+    );
+}
+
+/// `--shard` applies to a folder of images as to rows (file-name positions); a blank
+/// `--question` and a dataset-only flag with `--images` are usage errors.
+#[test]
+fn bench_on_a_folder_takes_its_shard_and_refuses_what_does_not_apply() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, name) in ["a.png", "b.png", "c.png", "d.png"].iter().enumerate() {
+        std::fs::write(tmp.path().join(name), png(40, 20, i as u8)).unwrap();
+    }
+    let out = check(
+        bin()
+            .args([
+                "-q",
+                "bench",
+                "--json",
+                "--max-new-tokens",
+                "4",
+                "--shard",
+                "1/2",
+                "--images",
+            ])
+            .arg(tmp.path())
+            .output()
+            .unwrap(),
+        "bench --shard",
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let labels: Vec<&str> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["b.png", "d.png"]);
+    for extra in [&["--question", "  "][..], &["--image-column", "img"][..]] {
+        let out = bin()
+            .args(["bench", "--images"])
+            .arg(tmp.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&extra[0][2..]), "{extra:?}: {err}");
+    }
 }

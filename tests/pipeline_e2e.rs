@@ -135,6 +135,7 @@ fn stable_run_json(out: &Path) -> serde_json::Value {
     let top = v.as_object_mut().expect("run.json is an object");
     for k in [
         "engine_stats",
+        "engine_metrics",
         "peak_memory_bytes",
         "replayed_results",
         "torn_journal_bytes",

@@ -15,10 +15,11 @@ use crate::settings::{RunOptions, Settings, Switch, Uses};
 the same defaults) on `run`'s input: the questions of a parquet dataset (--data, --limit, --shard; \
 the rows `run` refuses are left out and named) or --question about each image of a folder \
 (--images). --warmup requests run first, unmeasured; then --repeat passes over every request, \
-each starting with an empty prefix cache. Prints requests/s and images/s, prompt and generated \
-tokens/s, time to first token and latency (p50/p90/p99), vision time, preemptions, prefix-cache \
-hits and peak memory per pass (definitions: docs/bench.md), or one JSON report with --json: the \
-settings it ran with, every pass's metrics, their spread, and each request's tokens. \
+each starting with an empty prefix cache. Prints the settings it ran with and a table per pass \
+(requests/s, prompt and generated tokens/s, time to first token p50/p99, latency p50, \
+preemptions, peak RSS); --json gives every figure (images/s, TTFT, latency and time per output \
+token p50/p90/p99, vision, prefill and decode time, prefix-cache hits, device memory: \
+definitions in docs/bench.md), every pass, their spread, and each request's tokens. \
 scripts/bench_vs_transformers.py runs it side by side with transformers.",
     after_help = "Examples:\n  verisample bench --limit 16 --repeat 3\n  \
 verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-images --question 'What amount is written?' --max-batch 16 --json",
@@ -27,8 +28,7 @@ verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-image
     mut_arg("judge_calibrate", |a| a.hide(true)),
     mut_arg("number_guard", |a| a.hide(true)),
     mut_arg("verifiers", |a| a.hide(true)),
-    mut_arg("dedup", |a| a.hide(true)),
-    mut_arg("progress", |a| a.hide(true)),
+        mut_arg("progress", |a| a.hide(true)),
     mut_arg("max_errors", |a| a.hide(true)),
     mut_arg("restart", |a| a.hide(true)),
     mut_arg("force", |a| a.hide(true)),
@@ -71,12 +71,28 @@ fn output_only_flags(o: &RunOptions) -> Vec<&'static str> {
         ("judge-calibrate", o.judge_calibrate.is_some()),
         ("number-guard", o.number_guard.is_some()),
         ("verifier", !o.verifiers.is_empty()),
-        ("dedup", o.dedup.is_some()),
         ("progress", o.progress.is_some()),
         ("max-errors", o.max_errors.is_some()),
         ("restart", o.restart),
         ("force", o.force),
         ("verify-weights", o.verify_weights),
+    ]
+    .into_iter()
+    .filter_map(|(name, given)| given.then_some(name))
+    .collect()
+}
+
+/// `run` flags that apply only to a dataset input, by their flag names: refused with
+/// `--images`.
+fn dataset_only_flags(o: &RunOptions) -> Vec<&'static str> {
+    [
+        ("data-config", o.data_config.is_some()),
+        ("data-split", o.data_split.is_some()),
+        ("image-column", o.image_column.is_some()),
+        ("question-column", o.question_column.is_some()),
+        ("answer-column", o.answer_column.is_some()),
+        ("images-root", o.images_root.is_some()),
+        ("family", o.family.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, given)| given.then_some(name))
@@ -99,12 +115,24 @@ pub fn bench_engine_config(settings: &Settings, prefix_caching: Switch) -> Engin
 pub fn bench_settings(a: &BenchArgs) -> anyhow::Result<Settings> {
     if let Some(flag) = output_only_flags(&a.options).first() {
         return Err(UsageError(format!(
-            "--{flag} shapes `run`'s output; `bench` writes none (a job file may keep it for run)"
+            "--{flag} is a setting of `run` that `bench` does not use (it writes no output and hashes \
+             no file; a job file may keep it for run)"
         ))
         .into());
     }
     if a.repeat == 0 {
         return Err(UsageError("--repeat must be at least 1".into()).into());
+    }
+    if a.question.as_deref().is_some_and(|q| q.trim().is_empty()) {
+        return Err(UsageError("--question is blank (run refuses a blank question)".into()).into());
+    }
+    if a.images.is_some() {
+        if let Some(flag) = dataset_only_flags(&a.options).first() {
+            return Err(UsageError(format!(
+                "--{flag} applies to a dataset (--data), not to a folder of images (--images)"
+            ))
+            .into());
+        }
     }
     let uses = if a.images.is_some() {
         Uses::Nothing
@@ -148,8 +176,8 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
                     })
                     .map_err(|p| p.message)
             };
-            let request = |position, qa, image| answer_requests(s, position, qa, &question, image);
-            bench::folder_input(dir, s.limit, &admit, &request)?
+            let request = |position, image| answer_requests(s, position, 0, &question, image);
+            bench::folder_input(dir, (s.shard, s.limit), &admit, &request)?
         }
         None => dataset_input(s, &generator)?,
     };
@@ -251,13 +279,14 @@ fn answer_requests(
         .collect()
 }
 
-/// The requests of `run`'s answer pass over the dataset of `s` (its `--shard` and
-/// `--limit`), the rows it refuses left out.
+/// The requests of `run`'s answer pass over the dataset of `s`, planned as `run` plans them
+/// ([`crate::pipeline::RowPlanner`]: `--shard`, `--limit`, checks, cleaning, duplicates); the
+/// rows and questions it refuses left out, with their errors.jsonl message.
 fn dataset_input(
     s: &Settings,
     generator: &dyn crate::pipeline::Generator,
 ) -> anyhow::Result<crate::bench::BenchInput> {
-    use crate::pipeline::{row_questions, ParquetSource, RowSource, StandardDecisions};
+    use crate::pipeline::{ParquetSource, RowPlanner, RowSource, Select, StandardDecisions};
     let source = ParquetSource::with_options(
         &s.data,
         crate::dataset::layout::ReadOptions {
@@ -270,20 +299,18 @@ fn dataset_input(
         ..StandardDecisions::default()
     };
     let mut input = crate::bench::BenchInput::default();
-    let mut taken = 0usize;
+    let mut planner = RowPlanner::new(s);
     let rows = source
         .rows()
         .map_err(|e| anyhow::anyhow!("reading {}: {e}", s.data.display()))?;
     for (position, element) in rows.enumerate() {
         let position = position as u64;
-        if !s.shard.contains(position) {
-            continue;
-        }
-        if s.limit.is_some_and(|l| taken >= l) {
-            break;
-        }
-        taken += 1;
-        let file = match &element {
+        let mine = match planner.select(position, s) {
+            Select::Stop => break,
+            Select::Skip => continue,
+            Select::Plan { mine } => mine,
+        };
+        let label = match &element {
             Ok(row) => format!(
                 "{} row {}",
                 std::path::Path::new(&row.source_file)
@@ -293,18 +320,20 @@ fn dataset_input(
             ),
             Err(e) => e.file.clone(),
         };
-        match row_questions(position, element, s, &decisions, generator) {
-            Ok((image, questions)) => {
-                for (qa, q) in questions {
-                    for (suffix, request) in answer_requests(s, position, qa, &q, image.clone()) {
-                        input.requests.push(crate::bench::BenchRequest {
-                            label: format!("{file} qa {qa}{suffix}"),
-                            request,
-                        });
-                    }
-                }
+        let row = (position, element);
+        let Some(planned) = planner.plan(mine, row, s, &decisions, generator) else {
+            continue;
+        };
+        let (image, questions, problems) = planned.questions();
+        input.skipped.extend(problems);
+        let Some(image) = image else { continue };
+        for (qa, q) in questions {
+            for (suffix, request) in answer_requests(s, position, qa, &q, image.clone()) {
+                input.requests.push(crate::bench::BenchRequest {
+                    label: format!("{label} qa {qa}{suffix}"),
+                    request,
+                });
             }
-            Err(message) => input.skipped.push(message),
         }
     }
     Ok(input)

@@ -55,7 +55,7 @@ pub use engine_io::{EngineGenerator, ENGINE_VERSION};
 pub use error::PipelineError;
 pub use errors_jsonl::image_refusals;
 pub use lock::OutLock;
-pub use passes::row_questions;
+pub(crate) use passes::{RowPlanner, Select};
 pub use resume::{
     fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,
     Replayed, JOURNAL_FORMAT,

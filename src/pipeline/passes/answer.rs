@@ -31,38 +31,109 @@ fn row_error(position: u64, e: RowError) -> RowPlan {
     }
 }
 
-/// What a run's answer pass asks about the stream element at `position`: the image (as
-/// [`plan_row`] admits and decodes it) and the kept questions, `(qa index, question)`, in
-/// order. `bench` builds its requests from this, so that it runs what `run` runs; it marks no
-/// duplicates across rows.
-///
-/// Errors: the row `run` refuses, as `file row N: field: message` (its errors.jsonl line).
-pub fn row_questions(
-    position: u64,
-    element: Result<InputRow, RowError>,
-    settings: &Settings,
-    decisions: &dyn Decisions,
-    generator: &dyn Generator,
-) -> Result<(ImageInput, Vec<(u32, String)>), String> {
-    let (plan, image) = plan_row(position, element, settings, decisions, generator);
-    let at = match plan.row {
-        Some(r) => format!("{} row {r}", plan.file),
-        None => plan.file.clone(),
-    };
-    match (plan.body, image) {
-        (Ok(body), Some(image)) => {
-            let kept = body
-                .items
-                .iter()
-                .enumerate()
-                .filter_map(|(qa, item)| match item {
-                    ItemPlan::Keep(q) => Some((qa as u32, q.question.clone())),
-                    _ => None,
-                });
-            Ok((image, kept.collect()))
+/// Which rows of the input stream a run plans, in order, and how: `--limit` (this shard's
+/// first N rows), `--shard`, and the duplicate marker over the whole input (the rows of other
+/// shards are planned too, only to be seen by it). Run's answer pass and `bench` plan through
+/// it, so that `bench` runs the requests `run` runs.
+pub(crate) struct RowPlanner {
+    dedup: Dedup,
+    planned: usize,
+}
+
+/// What [`RowPlanner::select`] says of the next stream element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Select {
+    /// `--limit` is reached: the stream ends here.
+    Stop,
+    /// Not planned (another shard's row, with the duplicate marker off).
+    Skip,
+    /// Planned; `mine`: a row of this shard (else planned only for the duplicate marker).
+    Plan {
+        /// Whether the row is this shard's.
+        mine: bool,
+    },
+}
+
+/// One row of this shard as planned: its decisions and, when readable, its image.
+pub(crate) struct PlannedRow {
+    /// Checks, cleaning and duplicate decisions of the row.
+    pub plan: RowPlan,
+    /// The image, decoded and hashed by the checks (`None` for a refused row).
+    pub image: Option<ImageInput>,
+}
+
+impl PlannedRow {
+    /// `bench`'s view of the row: its image and kept questions `(qa index, question)`, and
+    /// what `run` reports for it in errors.jsonl (`file row R: field: message`, the row's or
+    /// each invalid question's).
+    pub(crate) fn questions(self) -> (Option<ImageInput>, Vec<(u32, String)>, Vec<String>) {
+        let at = match self.plan.row {
+            Some(r) => format!("{} row {r}", self.plan.file),
+            None => self.plan.file.clone(),
+        };
+        let body = match self.plan.body {
+            Ok(body) => body,
+            Err(p) => {
+                return (
+                    None,
+                    vec![],
+                    vec![format!("{at}: {}: {}", p.field, p.message)],
+                )
+            }
+        };
+        let (mut kept, mut problems) = (Vec::new(), Vec::new());
+        for (qa, item) in body.items.into_iter().enumerate() {
+            match item {
+                ItemPlan::Keep(q) => kept.push((qa as u32, q.question)),
+                ItemPlan::Invalid(p) => problems.push(format!("{at}: {}: {}", p.field, p.message)),
+                ItemPlan::Dropped { .. } | ItemPlan::Duplicate(_) => {}
+            }
         }
-        (Ok(_), None) => Err(format!("{at}: no image")),
-        (Err(p), _) => Err(format!("{at}: {}: {}", p.field, p.message)),
+        (self.image, kept, problems)
+    }
+}
+
+impl RowPlanner {
+    /// A planner for `settings` (its `--dedup`).
+    pub fn new(settings: &Settings) -> Self {
+        RowPlanner {
+            dedup: Dedup::new(settings.dedup),
+            planned: 0,
+        }
+    }
+
+    /// What to do with the stream element at `position`.
+    pub fn select(&self, position: u64, settings: &Settings) -> Select {
+        // `--limit N`: the stream ends after this shard's Nth element; the rows after it are
+        // neither decoded nor seen by the duplicate marker (whose decisions over a prefix are
+        // those over the whole input, as it keeps first occurrences).
+        if settings.limit.is_some_and(|n| self.planned >= n) {
+            return Select::Stop;
+        }
+        let mine = settings.shard.contains(position);
+        if !mine && !settings.dedup {
+            return Select::Skip;
+        }
+        Select::Plan { mine }
+    }
+
+    /// Plan the element at `position` that [`RowPlanner::select`] chose ([`plan_row`], then
+    /// the duplicate marker); `Some` for a row of this shard.
+    pub fn plan(
+        &mut self,
+        mine: bool,
+        (position, element): (u64, Result<InputRow, RowError>),
+        settings: &Settings,
+        decisions: &dyn Decisions,
+        generator: &dyn Generator,
+    ) -> Option<PlannedRow> {
+        let (mut plan, image) = plan_row(position, element, settings, decisions, generator);
+        self.dedup.mark(&mut plan);
+        if !mine {
+            return None;
+        }
+        self.planned += 1;
+        Some(PlannedRow { plan, image })
     }
 }
 
@@ -361,30 +432,24 @@ fn generate_answers_into(
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let mut queue = AnswerQueue::new(settings);
     let mut items_seen = 0u64;
-    // Duplicates are marked over the whole input, so the rows of other shards are planned
-    // too (only to be seen by the marker).
-    let mut dedup = Dedup::new(settings.dedup);
+    let mut planner = RowPlanner::new(settings);
     let stream = source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
-        // `--limit N`: the stream ends after this shard's Nth element; the rows after it are
-        // neither decoded nor seen by the duplicate marker (whose decisions over a prefix are
-        // those over the whole input, as it keeps first occurrences).
-        if settings.limit.is_some_and(|n| plans.len() >= n) {
-            break;
-        }
-        let mine = settings.shard.contains(position);
-        if !mine && !settings.dedup {
-            continue;
-        }
+        let mine = match planner.select(position, settings) {
+            Select::Stop => break,
+            Select::Skip => continue,
+            Select::Plan { mine } => mine,
+        };
         if ctx.control.stopped() {
             return Err(PipelineError::Interrupted);
         }
-        let (mut plan, image) = plan_row(position, element, settings, ctx.decisions, &*generator);
-        dedup.mark(&mut plan);
-        if !mine {
+        let row = (position, element);
+        let Some(PlannedRow { plan, image }) =
+            planner.plan(mine, row, settings, ctx.decisions, &*generator)
+        else {
             continue;
-        }
+        };
         let answered = match &plan.body {
             Ok(body) => {
                 items_seen += (body.items.len() * settings.sampling.samples) as u64;

@@ -19,7 +19,7 @@ mod answer;
 mod judge;
 
 pub(crate) use answer::generate_answers;
-pub use answer::row_questions;
+pub(crate) use answer::{RowPlanner, Select};
 pub(crate) use judge::judge_answers;
 
 /// Smallest number of requests handed to the engine at once. Chunks are
