@@ -156,18 +156,33 @@ pub fn family_rates(stats: &RunStats) -> BTreeMap<String, (u64, u64)> {
     out
 }
 
-/// Tokens/s between consecutive samples: `(t_s, rate)` points.
+/// Tokens/s over intervals of at least [`super::SAMPLE_INTERVAL`]: `(t_s, rate)` points, the
+/// samples taken closer together (the end of a phase, the end of the run) merged into the
+/// interval before them, so that no point is a rate over a sliver of time (a 74 ms interval
+/// once drew a spike of 34,399 tok/s). A run shorter than one interval has no point.
 pub fn token_rates(stats: &RunStats) -> Vec<(f64, f64)> {
-    stats
-        .throughput
-        .samples
-        .windows(2)
-        .filter(|w| w[1].t_s > w[0].t_s)
+    let min = super::SAMPLE_INTERVAL.as_secs_f64();
+    let samples = &stats.throughput.samples;
+    // Interval ends: from the first sample on, each sample at least `min` after the last end.
+    let mut ends: Vec<&super::ThroughputSample> = Vec::new();
+    let Some(first) = samples.first() else {
+        return Vec::new();
+    };
+    ends.push(first);
+    for s in &samples[1..] {
+        let last = ends[ends.len() - 1];
+        if s.t_s - last.t_s >= min {
+            ends.push(s);
+        } else if ends.len() > 1 && std::ptr::eq(s, &samples[samples.len() - 1]) {
+            // The last sample closes the run: its sliver joins the interval before it.
+            let at = ends.len() - 1;
+            ends[at] = s;
+        }
+    }
+    ends.windows(2)
         .map(|w| {
-            (
-                w[1].t_s,
-                (w[1].tokens.saturating_sub(w[0].tokens)) as f64 / (w[1].t_s - w[0].t_s),
-            )
+            let tokens = w[1].tokens.saturating_sub(w[0].tokens);
+            (w[1].t_s, tokens as f64 / (w[1].t_s - w[0].t_s))
         })
         .collect()
 }
@@ -461,6 +476,32 @@ mod tests {
             stats.answer_lengths.record(tokens, accepted);
         }
         assert_eq!(token_rates(&stats), vec![(2.0, 50.0), (4.0, 100.0)]);
+        // Samples closer than a second are merged: one in the middle (2.3) is skipped, and the
+        // last (0.074 s after the one before, 2,000 tokens) ends the interval from 2.0, its
+        // tokens over 1.074 s, not over 0.074 s (27,027 tok/s).
+        let sample = |t_s, tokens| ThroughputSample {
+            t_s,
+            items: 0,
+            tokens,
+        };
+        let mut short = stats.clone();
+        short.throughput.samples = vec![
+            sample(0.0, 0),
+            sample(1.0, 100),
+            sample(2.0, 200),
+            sample(2.3, 230),
+            sample(3.0, 300),
+            sample(3.074, 2300),
+        ];
+        assert_eq!(
+            token_rates(&short),
+            vec![(1.0, 100.0), (2.0, 100.0), (3.074, 2100.0 / (3.074 - 2.0))]
+        );
+        short.throughput.samples = vec![sample(0.0, 0), sample(0.5, 900), sample(0.9, 1000)];
+        assert!(
+            token_rates(&short).is_empty(),
+            "shorter than one interval: no point"
+        );
         assert_eq!(family_rates(&stats)["OrandCar"], (41, 48));
         let svg = chart_svg(&stats, true);
         for want in [
