@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::engine::metrics::{peak_rss_bytes, RequestLatency, ThroughputMetrics};
+use crate::engine::metrics::{peak_rss_bytes, ThroughputMetrics};
 use crate::engine::{Completion, Engine, EngineError, EngineModel, FinishReason, InputProcessor};
 use crate::engine::{ImageInput, Request};
 
@@ -210,7 +210,12 @@ pub fn run<M: EngineModel, P: InputProcessor>(
             Ok(())
         })?;
         let stats = engine.stats().since(&before);
-        let metrics = measure(engine, &stats, engine.latency());
+        let metrics = ThroughputMetrics::new(
+            &stats,
+            engine.latency(),
+            peak_rss_bytes(),
+            engine.device_memory_used(),
+        );
         let done: Vec<Completion> = done
             .into_iter()
             .map(|c| c.unwrap_or_else(|| Completion::failed(0, 0, "no completion")))
@@ -250,19 +255,6 @@ pub fn run<M: EngineModel, P: InputProcessor>(
         passes,
         items,
     })
-}
-
-fn measure<M: EngineModel, P: InputProcessor>(
-    engine: &Engine<M, P>,
-    stats: &crate::engine::EngineStats,
-    latency: &RequestLatency,
-) -> ThroughputMetrics {
-    ThroughputMetrics::new(
-        stats,
-        latency,
-        peak_rss_bytes(),
-        engine.device_memory_used(),
-    )
 }
 
 /// Every number of `passes`' metrics by its dotted path (`ttft_s.p50`), over the passes.

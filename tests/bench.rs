@@ -302,6 +302,29 @@ fn bench_leaves_out_the_images_run_refuses() {
     );
 }
 
+/// The report of `bench -q --json --max-new-tokens 4` with `args`, which must succeed.
+fn bench_json(args: &[&str]) -> Value {
+    let out = check(
+        bin()
+            .args(["-q", "bench", "--json", "--max-new-tokens", "4"])
+            .args(args)
+            .output()
+            .unwrap(),
+        "bench",
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The labels of a report's items, in order.
+fn labels(report: &Value) -> Vec<String> {
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// On a dataset, bench plans the rows as `run` does: a question repeated about the same image
 /// runs once (`--dedup`, the default), a blank question is left out and named as `run` names
 /// it in errors.jsonl, and with `--shard 1/2` only the shard's rows run.
@@ -321,33 +344,8 @@ fn bench_plans_a_dataset_as_run_does() {
     ];
     write_input(&data.join("in.parquet"), &rows, 3);
     let bench = |extra: &[&str]| -> Value {
-        let out = check(
-            bin()
-                .args([
-                    "-q",
-                    "bench",
-                    "--json",
-                    "--warmup",
-                    "0",
-                    "--max-new-tokens",
-                    "4",
-                    "--data",
-                ])
-                .arg(&data)
-                .args(extra)
-                .output()
-                .unwrap(),
-            "bench",
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    let labels = |r: &Value| -> Vec<String> {
-        r["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["label"].as_str().unwrap().to_string())
-            .collect()
+        let data = data.to_str().unwrap();
+        bench_json(&[&["--warmup", "0", "--data", data], extra].concat())
     };
     let all = bench(&[]);
     assert_eq!(
@@ -389,31 +387,9 @@ fn bench_on_a_folder_takes_its_shard_and_refuses_what_does_not_apply() {
     for (i, name) in ["a.png", "b.png", "c.png", "d.png"].iter().enumerate() {
         std::fs::write(tmp.path().join(name), png(40, 20, i as u8)).unwrap();
     }
-    let out = check(
-        bin()
-            .args([
-                "-q",
-                "bench",
-                "--json",
-                "--max-new-tokens",
-                "4",
-                "--shard",
-                "1/2",
-                "--images",
-            ])
-            .arg(tmp.path())
-            .output()
-            .unwrap(),
-        "bench --shard",
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let labels: Vec<&str> = report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
-    assert_eq!(labels, ["b.png", "d.png"]);
+    let images = tmp.path().to_str().unwrap();
+    let report = bench_json(&["--shard", "1/2", "--images", images]);
+    assert_eq!(labels(&report), ["b.png", "d.png"]);
     for extra in [&["--question", "  "][..], &["--image-column", "img"][..]] {
         let out = bin()
             .args(["bench", "--images"])

@@ -161,12 +161,12 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
     let engine = crate::pipeline::job::load_engine_with(&settings, cfg)?;
     let mut generator = EngineGenerator::new(engine);
     let s = &settings;
+    let question = a
+        .question
+        .as_deref()
+        .unwrap_or(crate::family::ORAND_CAR_QUESTION);
     let input = match &a.images {
         Some(dir) => {
-            let question = a
-                .question
-                .clone()
-                .unwrap_or_else(|| crate::family::ORAND_CAR_QUESTION.to_string());
             let engine = generator.engine();
             let admit = |bytes: &[u8]| {
                 check_image(Some(bytes), |w, h| engine.check_image(w, h))
@@ -176,7 +176,7 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
                     })
                     .map_err(|p| p.message)
             };
-            let request = |position, image| answer_requests(s, position, 0, &question, image);
+            let request = |position, image| answer_requests(s, position, 0, question, image);
             bench::folder_input(dir, (s.shard, s.limit), &admit, &request)?
         }
         None => dataset_input(s, &generator)?,
@@ -238,7 +238,7 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
             top.insert(
                 "input".into(),
                 match &a.images {
-                    Some(dir) => serde_json::json!({"images": dir, "question": a.question.clone().unwrap_or_else(|| crate::family::ORAND_CAR_QUESTION.to_string())}),
+                    Some(dir) => serde_json::json!({"images": dir, "question": question}),
                     None => serde_json::json!({"data": s.data}),
                 },
             );

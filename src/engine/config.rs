@@ -217,14 +217,18 @@ pub fn blocks_in_budget(budget_bytes: u64, bytes_per_block: usize) -> usize {
 
 /// `MemAvailable` from a `/proc/meminfo` text, in bytes.
 pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    proc_kib_field(meminfo, "MemAvailable:")
 }
 
 /// `MemTotal` from a `/proc/meminfo` text, in bytes.
 pub fn parse_mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    proc_kib_field(meminfo, "MemTotal:")
+}
+
+/// The value of the line starting with `key` (e.g. `MemTotal:`) of a `/proc` text whose values
+/// are in kB (`/proc/meminfo`, `/proc/self/status`), in bytes.
+pub fn proc_kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }

@@ -252,9 +252,7 @@ impl ThroughputMetrics {
 
 /// Peak resident set size in bytes from a `/proc/self/status` text (`VmHWM`).
 pub fn parse_vm_hwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    super::config::proc_kib_field(status, "VmHWM:")
 }
 
 /// Peak resident set size of this process in bytes: `VmHWM` of `/proc/self/status`
