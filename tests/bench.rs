@@ -232,6 +232,44 @@ fn bench_measures_what_run_runs_with_every_metric() {
     assert_eq!(m["requests"], 6);
     assert_eq!(m["generated_tokens"].as_u64(), Some(generated));
     assert_eq!(m["latency_s"]["count"], 6);
+
+    // A rerun with nothing left to generate measured nothing: null, not a record of zeros.
+    check(
+        bin()
+            .args(["-q", "run", "--judge", "off", "--out"])
+            .arg(&out)
+            .args(common)
+            .output()
+            .unwrap(),
+        "rerun",
+    );
+    let rerun: Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert!(
+        rerun["engine_metrics"].is_null(),
+        "{}",
+        rerun["engine_metrics"]
+    );
+}
+
+/// A `--data` folder without parquet is a usage error (exit 2), as in `run`, and a failed
+/// bench prints nothing on stdout.
+#[test]
+fn bench_refuses_a_data_folder_without_parquet() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("a.png"), png(40, 20, 1)).unwrap();
+    let out = bin()
+        .args(["bench", "--data"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data"));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// A JPEG cut before its end marker, which `run` refuses as truncated.

@@ -217,9 +217,6 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
             None => "greedy".to_string(),
         },
     );
-    if !quiet && !a.json {
-        println!("{summary}");
-    }
     let engine_block = serde_json::json!({
         "max_batch": engine.config().max_batch,
         "max_batch_auto": s.max_batch_auto,
@@ -245,6 +242,11 @@ pub(super) fn run(a: &BenchArgs, quiet: bool) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string(&v)?);
     } else {
+        // The settings line heads the table, printed once the passes ran (a failed bench
+        // leaves stdout empty, as with --json).
+        if !quiet {
+            println!("{summary}");
+        }
         println!("{}", report.to_table());
     }
     Ok(())
@@ -302,7 +304,7 @@ fn dataset_input(
     let mut planner = RowPlanner::new(s);
     let rows = source
         .rows()
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", s.data.display()))?;
+        .map_err(|e| UsageError(format!("--data {}: {e}", s.data.display())))?;
     for (position, element) in rows.enumerate() {
         let position = position as u64;
         let mine = match planner.select(position, s) {

@@ -127,6 +127,10 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
 
     fn metrics(&self) -> Option<serde_json::Value> {
         let e = &self.engine;
+        // A process that generated nothing (a rerun with nothing left) measured nothing.
+        if e.stats().completed == 0 {
+            return None;
+        }
         let m = crate::engine::metrics::ThroughputMetrics::new(
             e.stats(),
             e.latency(),
