@@ -408,14 +408,10 @@ fn a_corrupt_row_group_is_one_error_and_the_next_row_group_still_reads() {
     assert_eq!(ok, [(2, "q2".to_string()), (3, "q3".to_string())]);
 }
 
-/// A row group of 12 rows whose row 7 has an answer that is not UTF-8 in a `string` column:
-/// only row 7 is an error (naming `qa[0].answer`); the other 11 rows are read in order.
-#[test]
-fn one_non_utf8_string_loses_only_its_row() {
-    let tmp = tempfile::tempdir().unwrap();
+/// A parquet file `bad_answer.parquet` in `dir`: one row group of `n` rows (`q{i}`, `a{i}`,
+/// one small PNG each) whose row `bad` has an answer that is not UTF-8 in a `string` column.
+fn bad_answer_file(dir: &Path, n: usize, bad: usize) -> std::path::PathBuf {
     let good = png(4, 3, 9);
-    let n = 12;
-    let bad = 7;
     let mut answers: Vec<Vec<u8>> = (0..n).map(|i| format!("a{i}").into_bytes()).collect();
     answers[bad] = b"\xff\xfebad".to_vec();
     let offsets = OffsetBuffer::from_lengths(answers.iter().map(Vec::len));
@@ -443,7 +439,7 @@ fn one_non_utf8_string_loses_only_its_row() {
         Arc::new(items),
         None,
     ));
-    let path = tmp.path().join("bad_answer.parquet");
+    let path = dir.join("bad_answer.parquet");
     write(
         &path,
         vec![
@@ -451,6 +447,17 @@ fn one_non_utf8_string_loses_only_its_row() {
             ("qa", qa),
         ],
     );
+    path
+}
+
+/// A row group of 12 rows whose row 7 has an answer that is not UTF-8 in a `string` column:
+/// only row 7 is an error (naming `qa[0].answer`); the other 11 rows are read in order.
+#[test]
+fn one_non_utf8_string_loses_only_its_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 12;
+    let bad = 7;
+    let path = bad_answer_file(tmp.path(), n, bad);
     let out: Vec<Result<InputRow, RowError>> =
         InputReader::open(path.to_str().unwrap()).unwrap().collect();
     assert_eq!(out.len(), n, "{out:?}");
@@ -574,4 +581,49 @@ fn a_family_column_of_another_type_is_an_error_unless_family_is_given() {
     let rows = read(true);
     let row = rows[0].as_ref().unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!((row.family.as_deref(), row.qa.len()), (None, 1));
+}
+
+/// `inspect` reads a row group holding one answer that is not UTF-8 as `run` does (issue 45
+/// item 7): the group is read, the one row is named with the field `run`'s errors.jsonl
+/// names (`qa[0].answer`), the rows after it are shown, and the exit status is 0 (run goes on).
+#[test]
+fn inspect_names_the_non_utf8_field_as_run_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = bad_answer_file(tmp.path(), 12, 7);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verisample"))
+        .args(["inspect", "--rows", "12"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("UNREADABLE"), "{stdout}");
+    let named: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("NOT USABLE"))
+        .collect();
+    assert_eq!(named.len(), 1, "{stdout}");
+    assert!(
+        named[0].contains("bad_answer.parquet: row 7 (row group 0): NOT USABLE: qa[0].answer:")
+            && named[0].contains("UTF-8"),
+        "{}",
+        named[0]
+    );
+    // Every row is shown as written, the ones after the bad one included; the bad value null.
+    assert!(
+        stdout.contains(r#"{"answer":null,"question":"q7"}"#),
+        "{stdout}"
+    );
+    for i in [0, 6, 8, 11] {
+        assert!(
+            stdout.contains(&format!("\"a{i}\"")),
+            "a{i} missing:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("rows: 12"), "{stdout}");
 }

@@ -13,10 +13,11 @@ use super::usage;
 feature metadata is present, the row count, and the first rows (image size in bytes, decoded \
 width x height once the image passes run's own check, a full decode within its limits, else \
 why run would refuse it; an image given only by path is read as run reads it, inside the dataset folder; SHA-256 check, qa entries). Every row group is decoded: one that fails \
-is named with its rows, as run reports it, and the others are still read.\n\nPATH is a parquet file, a folder (an input \
+is named with its rows, as run reports it, and the others are still read; a string that is not UTF-8 fails only its \
+row, named with its field as run's errors.jsonl names it.\n\nPATH is a parquet file, a folder (an input \
 dataset or an output directory) or a quoted glob.\n\nExit status: 1 when a file is unreadable, has a column \
 run cannot read or lacks one it needs (qa without image, no qa and no question column), or a row group cannot be decoded; 2 when PATH does not exist or matches no parquet file; else 0. \
-A shown row whose image is NOT USABLE leaves it 0: only the first --rows rows are checked, and run records such a \
+A row named NOT USABLE (a shown row's image, a string that is not UTF-8) leaves it 0: only the first --rows rows are checked, and run records such a \
 row in errors.jsonl and goes on.",
     after_help = "Example:\n  verisample inspect verisample-out --rows 2"
 )]

@@ -6,7 +6,9 @@
 //! check and `qa` entries; an image given only by path is read as `run` reads it. A file
 //! whose columns `run` cannot read, or that lacks one it needs, is NOT USABLE. Every row
 //! group is decoded, as `run` reads it: one that fails is named with its rows, as `run`
-//! reports it, and the file's other row groups are still read.
+//! reports it, and the file's other row groups are still read; one that fails on a string
+//! that is not UTF-8 is re-read by `run`'s own path, and each bad row is named with its field
+//! as `run`'s `errors.jsonl` names it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -237,7 +239,7 @@ fn inspect_file(
     // it without column flags).
     let rows = footer.file_metadata().num_rows();
     let one_line = format!("run reports the file's {rows} rows as one errors.jsonl line");
-    match super::layout::Layout::of_schema(meta.schema(), &Default::default()) {
+    let layout = match super::layout::Layout::of_schema(meta.schema(), &Default::default()) {
         Err(e) => {
             return Err(format!(
                 "NOT USABLE: field {}: {e}; run refuses the input before the model loads when \
@@ -259,8 +261,9 @@ fn inspect_file(
                     p.field, p.message
                 ));
             }
+            layout
         }
-    }
+    };
     let base = file
         .parent()
         .map_or_else(|| show.root.to_path_buf(), Path::to_path_buf);
@@ -277,7 +280,8 @@ fn inspect_file(
     let mut first_row = 0usize;
     for g in 0..footer.num_row_groups() {
         let group_rows = usize::try_from(footer.row_group(g).num_rows()).unwrap_or(0);
-        if let Err(e) = inspect_row_group((&f, &meta), g, first_row, &name, show, state, out) {
+        let group = (&f, &meta, &layout);
+        if let Err(e) = inspect_row_group(group, (g, first_row), &name, show, state, out) {
             let _ = writeln!(
                 out,
                 "  {}: rows {first_row}..{} (row group {g}): UNREADABLE: {e}; run reports these \
@@ -305,34 +309,66 @@ struct Show<'a> {
     base: &'a Path,
 }
 
-/// Decode row group `g` of `file` (with its footer `meta`; the group's first row is row
-/// `first_row` of the file, named `name`), showing its rows in `out` while fewer than
+/// Decode row group `g` of `file` (with its footer `meta` and `layout`; the group's first row
+/// is row `first_row` of the file, named `name`), showing its rows in `out` while fewer than
 /// `show.rows` are shown. Each batch is decoded isolated, so a decoder panic is this row
-/// group's error.
+/// group's error. A batch that fails on a `string` value that is not UTF-8 is re-read as
+/// `run` re-reads it ([`super::reader::reread_with_binary_strings`]), and each row `run`
+/// would then report is named with its field, as its `errors.jsonl` line names it.
 ///
 /// Errors: the row group cannot be decoded (the parquet error or the panic).
 fn inspect_row_group(
-    (file, meta): (&std::fs::File, &ArrowReaderMetadata),
-    g: usize,
-    first_row: usize,
+    (file, meta, layout): (&std::fs::File, &ArrowReaderMetadata, &super::layout::Layout),
+    (g, first_row): (usize, usize),
     name: &str,
     show: &Show<'_>,
     state: &mut SplitState,
     out: &mut String,
 ) -> Result<(), String> {
-    let file = file.try_clone().map_err(|e| e.to_string())?;
-    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
-        .with_row_groups(vec![g])
-        .with_batch_size(super::reader::BATCH_ROWS)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let group_rows = usize::try_from(meta.metadata().row_group(g).num_rows()).unwrap_or(0);
+    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+        file.try_clone().map_err(|e| e.to_string())?,
+        meta.clone(),
+    )
+    .with_row_groups(vec![g])
+    .with_batch_size(super::reader::BATCH_ROWS)
+    .build()
+    .map_err(|e| e.to_string())?;
+    let mut reread = false;
     let mut at = first_row;
     loop {
         let next = super::isolate::isolate(|| reader.next())?;
         let Some(batch) = next else {
             return Ok(());
         };
-        let batch = batch.map_err(|e| e.to_string())?;
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(e) if !reread => {
+                let rows = at - first_row..group_rows;
+                let again = super::isolate::isolate(|| {
+                    super::reader::reread_with_binary_strings(file, meta, g, rows)
+                })?;
+                reader = again.ok_or_else(|| e.to_string())?;
+                reread = true;
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let batch = if reread {
+            let roots = (show.root, show.base);
+            for e in super::reader::row_errors(&batch, (name, at), layout, roots) {
+                let row = e.row.unwrap_or(at);
+                let _ = writeln!(
+                    out,
+                    "  {name}: row {row} (row group {g}): NOT USABLE: {}: {}; run writes this \
+                     row to errors.jsonl and reads the group's other rows",
+                    e.field, e.message
+                );
+            }
+            with_types_of(&batch, meta.schema())
+        } else {
+            batch
+        };
         for i in 0..batch.num_rows() {
             if state.shown < show.rows {
                 let _ = writeln!(out, "  row {} ({name}, row {}):", state.shown, at + i);
@@ -342,6 +378,25 @@ fn inspect_row_group(
         }
         at += batch.num_rows();
     }
+}
+
+/// `batch` (re-read with some string columns as binary) with the column types of `schema`,
+/// the file's own, so its rows show as any other; a value that is not UTF-8 shows as null
+/// (its row is named NOT USABLE above it). `batch` unchanged when a column cannot be cast.
+fn with_types_of(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> RecordBatch {
+    let options = arrow::compute::CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    let columns: Result<Vec<_>, _> = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| arrow::compute::cast_with_options(c, f.data_type(), &options))
+        .collect();
+    columns
+        .and_then(|c| RecordBatch::try_new(schema.clone(), c))
+        .unwrap_or_else(|_| batch.clone())
 }
 
 /// Summarise the dataset at `spec` (file, folder, output dir or glob), showing up to `rows`

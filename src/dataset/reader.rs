@@ -334,18 +334,37 @@ impl InputReader {
 }
 
 /// Fallback for a row group whose batch failed to decode because a `string` value is not
-/// UTF-8: re-read the rest of the group with those string columns read as plain binary, so
+/// UTF-8: re-read the rest of the group as [`reread_with_binary_strings`] does, so
 /// [`get_string`] rejects only the bad values and only their rows become errors (naming the
 /// field, e.g. `qa[0].answer`). `None` when no bad string explains the failure (the caller
 /// then reports the whole rest of the group as one error).
 fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
     let g = cur.next_group.checked_sub(1)?;
     let offset = cur.next_row.checked_sub(cur.group_start)?;
-    let bad = bad_string_columns(&cur.file, g).ok()?;
+    let reader = reread_with_binary_strings(&cur.file, &cur.meta, g, offset..cur.group_rows)?;
+    cur.batches = Some(reader);
+    cur.retried = true;
+    Some(())
+}
+
+/// A reader of the rows `rows` (indices within the row group) of row group `g` of `file`
+/// (footer `meta`) with every `string` column of the group that holds a value that is not
+/// UTF-8 read as plain binary, in batches of [`BATCH_ROWS`]. The one path by which `run`
+/// ([`InputReader`]) and `inspect` read such a group: each bad value is then one row's field
+/// error ([`row_errors`]) and the group's other rows are read. `None` when the group holds no
+/// such value (the decode failed for another reason) or cannot be re-read.
+pub(super) fn reread_with_binary_strings(
+    file: &File,
+    meta: &ArrowReaderMetadata,
+    g: usize,
+    rows: std::ops::Range<usize>,
+) -> Option<ParquetRecordBatchReader> {
+    let bad = bad_string_columns(file, g).ok()?;
     if bad.is_empty() {
         return None;
     }
-    let md = cur.meta.metadata();
+    let md = meta.metadata();
+    let group_rows = usize::try_from(md.row_group(g).num_rows()).ok()?;
     let root = as_binary(
         &md.file_metadata().schema_descr().root_schema_ptr(),
         None,
@@ -366,21 +385,15 @@ fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
         ArrowReaderOptions::new().with_skip_arrow_metadata(true),
     )
     .ok()?;
-    let selection = RowSelection::from_consecutive_ranges(
-        std::iter::once(offset..cur.group_rows),
-        cur.group_rows,
-    );
-    let reader = cur.file.try_clone().ok().and_then(|f| {
+    let selection = RowSelection::from_consecutive_ranges(std::iter::once(rows), group_rows);
+    file.try_clone().ok().and_then(|f| {
         ParquetRecordBatchReaderBuilder::new_with_metadata(f, meta)
             .with_row_groups(vec![g])
             .with_row_selection(selection)
             .with_batch_size(BATCH_ROWS)
             .build()
             .ok()
-    })?;
-    cur.batches = Some(reader);
-    cur.retried = true;
-    Some(())
+    })
 }
 
 /// `ty` with every leaf whose column path (dot-joined, below the root) is in `bad` stripped
@@ -528,6 +541,28 @@ fn decode_batch(
             });
         out.push_back(item);
     }
+}
+
+/// The errors `run` reports for the rows of `batch` (the first is row `start` of the file
+/// named `file`, laid out as `layout`, in the folder `base` of the dataset folder `root`, both
+/// canonical; no `--images-root`): each row decoded as [`InputReader`] decodes it. `inspect`
+/// names with it the rows of a group re-read by [`reread_with_binary_strings`].
+pub(super) fn row_errors(
+    batch: &RecordBatch,
+    (file, start): (&str, usize),
+    layout: &Layout,
+    (root, base): (&Path, &Path),
+) -> Vec<RowError> {
+    let ctx = RowContext {
+        layout,
+        root,
+        base,
+        images_root: None,
+        skip_family: false,
+    };
+    let mut out = VecDeque::new();
+    decode_batch(batch, file, start, &ctx, &mut out);
+    out.into_iter().filter_map(Result::err).collect()
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, FieldError> {
