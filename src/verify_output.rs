@@ -9,9 +9,12 @@
 //!   of the model's answer, or the whole answer for the judge) — so a reference copied into
 //!   `answer` is caught;
 //! - rejected: the same on `wrong_vlm` against `answer`; the decision must reject with the
-//!   stored `reason` (for a run with `--samples K > 1`, each wrong sample of the entry:
-//!   [`crate::record::sampled`]). `truncated` cannot be recomputed (the finish reason is not stored): it
-//!   is taken as stored and counted in [`RecheckReport::taken_as_stored`];
+//!   stored `reason` (with `--samples K > 1` each wrong sample is its own entry).
+//!   `truncated` cannot be recomputed (the finish reason is not stored): it is taken as stored
+//!   and counted in [`RecheckReport::taken_as_stored`];
+//! - each row's `clean_meta` ([`crate::record::split_meta`]): `cleaning.kept_from` names one
+//!   input `qa` item per entry, none that cleaning dropped, and one input item holds one
+//!   question in every split; with K > 1 `sample_index` names one sample per entry;
 //! - the stored verdict must be what the stored raw judge text parses to, and judge fields
 //!   appear only where the judge decided;
 //! - every `_RS_think` entry is in `_RS_nothink` (apart from `think`, which only `_RS_think`
@@ -29,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
-use crate::record::sampled::{samples_of, split_wrong};
+use crate::record::split_meta::{kept_from_of, samples_of, SAMPLE_INDEX_KEY};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
 use crate::verifiers::pytext::py_strip;
@@ -259,12 +262,42 @@ impl Checker<'_> {
         });
     }
 
+    /// The questions of a split row against the input items its `cleaning.kept_from` names:
+    /// one input item (source file, row, `qa` index) holds one question in every split row
+    /// that names it (`seen`: the first split row naming each item, and its question).
+    fn check_kept_questions<'q>(
+        &mut self,
+        (split, index): (&str, usize),
+        meta: &str,
+        questions: impl Iterator<Item = &'q str>,
+        seen: &mut KeptQuestions,
+    ) {
+        let Some(Ok(kept)) = kept_from_of(meta) else {
+            return;
+        };
+        let m: serde_json::Value = serde_json::from_str(meta).unwrap_or_default();
+        let source = (
+            m["source_file"].as_str().unwrap_or_default().to_string(),
+            m["row_index"].as_u64().unwrap_or_default(),
+        );
+        for (q, (from, question)) in kept.into_iter().zip(questions).enumerate() {
+            let key = (source.0.clone(), source.1, from);
+            let first = seen
+                .entry(key)
+                .or_insert_with(|| (question.to_string(), split.to_string(), index));
+            if first.0 != question {
+                let detail = format!(
+                    "clean_meta cleaning.kept_from names qa item {from} of {} row {}, whose \
+                     question is {:?} in {} row {}",
+                    source.0, source.1, first.0, first.1, first.2
+                );
+                self.flag(split, index, Some(q), Problem::CleanMeta, detail);
+            }
+        }
+    }
+
     fn check_row<Q>(&mut self, split: &str, index: usize, row: &OutputRow<Q>) {
-        // The rejected split's sample indices are checked with its entries' wrong samples.
-        let wrong = split.ends_with("_rejected");
-        let counts = (!wrong).then(|| vec![1; row.qa.len()]);
-        if let Err(m) = check_clean_meta(&row.clean_meta, self.settings.samples, counts.as_deref())
-        {
+        if let Err(m) = check_clean_meta(&row.clean_meta, self.settings.samples, row.qa.len()) {
             self.flag(split, index, None, Problem::CleanMeta, m);
         }
         *self.report.rows.entry(split.to_string()).or_default() += 1;
@@ -477,14 +510,14 @@ fn accepted_key(sha: &str, e: &AcceptedQa) -> String {
     )
 }
 
-/// A split row's `clean_meta` against the run's `samples` (K): a JSON object; with K > 1,
-/// `"samples": K` and a `"sample_index"` naming, for each entry, its sample (`counts[i]` = 1:
-/// one index; in the rejected split, checked per entry with `counts` of its wrong samples)
-/// below K, the indices of one entry distinct. `counts` `None`: the indices' shape is checked
-/// by the caller.
+/// A split row's `clean_meta` against its `n` entries and the run's `samples` (K): a JSON
+/// object; where the row has cleaning notes, `cleaning.kept_from` names one input `qa` index
+/// per entry, none of them an item cleaning dropped; with K > 1, `"samples": K` and a
+/// `"sample_index"` naming one sample below K per entry; no (index, sample) twice in the row
+/// ([`crate::record::split_meta`]).
 ///
 /// Errors: what is wrong, in words.
-fn check_clean_meta(meta: &str, samples: usize, counts: Option<&[usize]>) -> Result<(), String> {
+fn check_clean_meta(meta: &str, samples: usize, n: usize) -> Result<(), String> {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(meta) else {
         return Err(format!("clean_meta is not a JSON object: {meta:?}"));
     };
@@ -494,51 +527,57 @@ fn check_clean_meta(meta: &str, samples: usize, counts: Option<&[usize]>) -> Res
             "clean_meta says {stored} sample(s) per question, run.json {samples}"
         ));
     }
-    let (Some(counts), true) = (counts, samples > 1) else {
-        return Ok(());
-    };
-    let index = m.get(crate::record::sampled::SAMPLE_INDEX_KEY);
-    let valid = |v: &serde_json::Value| v.as_u64().is_some_and(|s| (s as usize) < samples);
-    let ok = index
-        .and_then(|v| v.as_array())
-        .is_some_and(|a| a.len() == counts.len() && a.iter().all(valid));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "clean_meta sample_index {index:?} does not name a sample below {samples} for each of {} entries",
-            counts.len()
-        ))
+    let kept_from = kept_from_of(meta).transpose()?;
+    if let Some(kept) = &kept_from {
+        if kept.len() != n {
+            return Err(format!(
+                "clean_meta cleaning.kept_from {kept:?} names {} qa item(s), the row holds {n}",
+                kept.len()
+            ));
+        }
+        let dropped = m
+            .get("cleaning")
+            .and_then(|c| c.get("dropped"))
+            .and_then(|d| d.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.get(0).and_then(serde_json::Value::as_u64));
+        if let Some(d) = dropped.into_iter().find(|d| kept.contains(d)) {
+            return Err(format!(
+                "clean_meta cleaning.kept_from names qa item {d}, which cleaning dropped"
+            ));
+        }
     }
+    let index = if samples > 1 {
+        let index = m.get(SAMPLE_INDEX_KEY);
+        let valid = |v: &serde_json::Value| v.as_u64().filter(|&s| (s as usize) < samples);
+        match index.and_then(|v| v.as_array()).map(|a| a.iter().map(valid).collect()) {
+            Some(Some(list)) if Vec::len(&list) == n => list,
+            _ => {
+                return Err(format!(
+                    "clean_meta sample_index {index:?} does not name a sample below {samples} for each of {n} entries"
+                ))
+            }
+        }
+    } else {
+        vec![0; n]
+    };
+    if let Some(kept) = kept_from {
+        let mut pairs: Vec<(u64, u64)> = kept.into_iter().zip(index).collect();
+        pairs.sort_unstable();
+        if let Some(w) = pairs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "clean_meta names qa item {} sample {} twice",
+                w[0].0, w[0].1
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// The rejected split's `sample_index` of a sampled run: for entry `q`, a list of `n` distinct
-/// samples below `samples`.
-fn check_wrong_samples(meta: &str, q: usize, n: usize, samples: usize) -> Result<(), String> {
-    let meta: serde_json::Value = serde_json::from_str(meta).unwrap_or_default();
-    let list = meta
-        .get(crate::record::sampled::SAMPLE_INDEX_KEY)
-        .and_then(|v| v.get(q))
-        .and_then(|v| v.as_array())
-        .map(|a| {
-            a.iter()
-                .map(serde_json::Value::as_u64)
-                .collect::<Option<Vec<u64>>>()
-        });
-    match list {
-        Some(Some(mut l)) if l.len() == n && l.iter().all(|&s| (s as usize) < samples) => {
-            l.sort_unstable();
-            l.dedup();
-            if l.len() == n {
-                return Ok(());
-            }
-            Err(format!("clean_meta sample_index of entry {q} repeats a sample"))
-        }
-        _ => Err(format!(
-            "clean_meta sample_index of entry {q} does not list its {n} wrong sample(s) below {samples}"
-        )),
-    }
-}
+/// The first split row naming each input item (source file, row index, `qa` index) in its
+/// `cleaning.kept_from`: the item's question, that split and row.
+type KeptQuestions = BTreeMap<(String, u64, u64), (String, String, usize)>;
 
 /// The identity of an item across accepted and rejected splits.
 fn item_key(
@@ -587,12 +626,15 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
 
     let mut by_key: BTreeMap<String, [Vec<(usize, usize)>; 2]> = BTreeMap::new();
     let mut accepted_items = BTreeMap::new();
+    let mut kept_questions = KeptQuestions::new();
     for (side, (name, rows)) in [(think_name, splits.think), (nothink_name, splits.nothink)]
         .into_iter()
         .enumerate()
     {
         for (r, row) in rows.iter().enumerate() {
             c.check_row(name, r, row);
+            let questions = row.qa.iter().map(|e| e.question.as_str());
+            c.check_kept_questions((name, r), &row.clean_meta, questions, &mut kept_questions);
             let list = answer_is_list(&row.clean_meta);
             for (q, e) in row.qa.iter().enumerate() {
                 c.check_accepted(name, r, q, e, list);
@@ -644,43 +686,29 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
     }
     for (r, row) in splits.rejected.iter().enumerate() {
         c.check_row(rejected_name, r, row);
+        let questions = row.qa.iter().map(|e| e.question.as_str());
+        c.check_kept_questions(
+            (rejected_name, r),
+            &row.clean_meta,
+            questions,
+            &mut kept_questions,
+        );
         let list = answer_is_list(&row.clean_meta);
-        let sampled = settings.samples > 1 || samples_of(&row.clean_meta).is_some();
         for (q, e) in row.qa.iter().enumerate() {
-            // A sampled run's entry holds every wrong sample of its question: each is checked.
-            let entries = if sampled {
-                match split_wrong(e) {
-                    Ok(entries) => entries,
-                    Err(m) => {
-                        c.flag(rejected_name, r, Some(q), Problem::UnknownValue, m);
-                        continue;
-                    }
-                }
-            } else {
-                vec![e.clone()]
-            };
-            if settings.samples > 1 {
-                let n = entries.len();
-                if let Err(m) = check_wrong_samples(&row.clean_meta, q, n, settings.samples) {
-                    c.flag(rejected_name, r, Some(q), Problem::CleanMeta, m);
-                }
-            }
-            for e in &entries {
-                c.check_rejected(rejected_name, r, q, e, list);
-                if let Some((name, ar, aq)) = accepted_items.get(&item_key(
-                    &row.image_sha256,
-                    &e.question,
-                    &e.answer,
-                    &e.wrong_vlm,
-                )) {
-                    c.flag(
-                        rejected_name,
-                        r,
-                        Some(q),
-                        Problem::AcceptedAndRejected,
-                        format!("also accepted in {name} row {ar} qa {aq}"),
-                    );
-                }
+            c.check_rejected(rejected_name, r, q, e, list);
+            if let Some((name, ar, aq)) = accepted_items.get(&item_key(
+                &row.image_sha256,
+                &e.question,
+                &e.answer,
+                &e.wrong_vlm,
+            )) {
+                c.flag(
+                    rejected_name,
+                    r,
+                    Some(q),
+                    Problem::AcceptedAndRejected,
+                    format!("also accepted in {name} row {ar} qa {aq}"),
+                );
             }
         }
     }
@@ -718,7 +746,7 @@ mod row_count_tests {
     #[test]
     fn a_sampled_runs_clean_meta_must_name_each_entrys_sample() {
         let ok = r#"{"position":0,"sample_index":[0,3],"samples":4}"#;
-        assert_eq!(check_clean_meta(ok, 4, Some(&[1, 1])), Ok(()));
+        assert_eq!(check_clean_meta(ok, 4, 2), Ok(()));
         for (meta, why) in [
             ("{not json", "not a JSON object"),
             (
@@ -731,19 +759,36 @@ mod row_count_tests {
                 r#"{"sample_index":[0,1],"samples":1e30}"#,
                 "says 1 sample(s)",
             ),
+            (
+                r#"{"cleaning":{"kept_from":[1,1]},"sample_index":[2,2],"samples":4}"#,
+                "qa item 1 sample 2 twice",
+            ),
         ] {
-            let err = check_clean_meta(meta, 4, Some(&[1, 1])).unwrap_err();
+            let err = check_clean_meta(meta, 4, 2).unwrap_err();
             assert!(err.contains(why), "{meta}: {err}");
         }
         // A greedy run's rows: any JSON object without K.
-        assert_eq!(check_clean_meta(r#"{"a":1}"#, 1, Some(&[1])), Ok(()));
-        let rejected = r#"{"sample_index":[[1,2],[0]],"samples":4}"#;
-        assert_eq!(check_wrong_samples(rejected, 0, 2, 4), Ok(()));
-        assert!(check_wrong_samples(rejected, 1, 2, 4).is_err());
-        let repeated = r#"{"sample_index":[[2,2]],"samples":4}"#;
-        assert!(check_wrong_samples(repeated, 0, 2, 4)
-            .unwrap_err()
-            .contains("repeats"));
+        assert_eq!(check_clean_meta(r#"{"a":1}"#, 1, 1), Ok(()));
+        let sampled = r#"{"cleaning":{"kept_from":[1,1]},"sample_index":[0,2],"samples":4}"#;
+        assert_eq!(check_clean_meta(sampled, 4, 2), Ok(()));
+    }
+
+    /// Issue 45 item 6: `kept_from` names exactly the input items of the row.
+    #[test]
+    fn kept_from_must_name_each_entrys_input_item() {
+        let meta = |kept: &str| {
+            format!(r#"{{"cleaning":{{"dropped":[[2,"off_task"]],"kept_from":{kept}}}}}"#)
+        };
+        assert_eq!(check_clean_meta(&meta("[1]"), 1, 1), Ok(()));
+        for (kept, n, why) in [
+            ("[0,1]", 1, "names 2 qa item(s), the row holds 1"),
+            ("[2]", 1, "qa item 2, which cleaning dropped"),
+            ("[0,0]", 2, "qa item 0 sample 0 twice"),
+            (r#""0""#, 1, "is not a list of qa indices"),
+        ] {
+            let err = check_clean_meta(&meta(kept), 1, n).unwrap_err();
+            assert!(err.contains(why), "{kept}: {err}");
+        }
     }
 
     #[test]

@@ -254,6 +254,30 @@ fn duplicates_are_sampled_once_and_dedup_off_keeps_them() {
         })
         .collect();
     assert_eq!(dups, vec![(1, 0, 0, 0), (3, 0, 0, 0), (4, 0, 0, 0)]);
+    // Each split row's `clean_meta.cleaning.kept_from` names exactly the input items it holds:
+    // row 1 holds only its item 1 (item 0 went to cleaning as a duplicate) — issue 45 item 6.
+    let nothink = verisample::dataset::writer::read_accepted_split(
+        &out.join("data/TestSet_RS_nothink-*.parquet"),
+    )
+    .unwrap();
+    let kept: Vec<(u64, serde_json::Value)> = nothink
+        .iter()
+        .map(|r| {
+            let meta: serde_json::Value = serde_json::from_str(&r.clean_meta).unwrap();
+            (
+                meta["row_index"].as_u64().unwrap(),
+                meta["cleaning"]["kept_from"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (0, serde_json::json!([0])),
+            (1, serde_json::json!([1])),
+            (2, serde_json::json!([0]))
+        ]
+    );
 
     let mut keep_all = settings_for(&ds, &tmp.path().join("out-all"));
     keep_all.dedup = false;

@@ -137,6 +137,40 @@ fn the_samples_of_a_question_differ_and_the_summary_reports_pass_at_k() {
         .count();
     assert!(differing > 0, "at temperature 0.7 some samples must differ");
 
+    // Each wrong sample is its own rejected item (issue 45 item 2), a plain answer with its
+    // own sample index, its question's input item named once per sample.
+    let rejected = verisample::dataset::writer::read_rejected_split(
+        &out.join("data/OrandCar_rejected-*.parquet"),
+    )
+    .unwrap();
+    let accepted_samples = s["accepted_samples"].as_u64().unwrap();
+    let items: usize = rejected.iter().map(|r| r.qa.len()).sum();
+    assert_eq!(items as u64, 4 * 48 - accepted_samples);
+    assert!(
+        rejected.iter().any(|r| r.qa.len() > 1),
+        "a question with 2+ wrong samples"
+    );
+    for row in &rejected {
+        let meta: serde_json::Value = serde_json::from_str(&row.clean_meta).unwrap();
+        let index: Vec<u64> = serde_json::from_value(meta["sample_index"].clone()).unwrap();
+        assert_eq!(index.len(), row.qa.len(), "{meta}");
+        assert!(index.windows(2).all(|w| w[0] < w[1]) && index.iter().all(|&i| i < 4));
+        assert_eq!(
+            meta["cleaning"]["kept_from"],
+            serde_json::json!(vec![0; row.qa.len()])
+        );
+        assert!(row.qa.iter().all(|e| e.question == row.qa[0].question));
+        // Plain text, as in a greedy run: no JSON array of the samples.
+        for e in &row.qa {
+            assert!(
+                serde_json::from_str::<Vec<String>>(&e.reason).is_err(),
+                "{}",
+                e.reason
+            );
+            assert!(!e.reason.is_empty());
+        }
+    }
+
     // The accepted split's rows name each item's sample.
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(

@@ -1,13 +1,10 @@
 //! The outputs of rejection sampling (`--samples K > 1`), beside the greedy ones:
-//! - each accepted sample is its own QA item of the accepted splits;
-//! - the rejected split keeps a question once, with every wrong sample: `wrong_vlm`, `reason`,
-//!   `judge_verdict` and `judge_raw` hold JSON arrays (as text, in sample order; a verdict or
-//!   raw text of a sample the judge never saw is `null`), as several references are stored
-//!   in `answer`;
+//! - each sample is its own QA item: an accepted one in the accepted splits, a wrong one in
+//!   the rejected split (in sample order; an accepted question's wrong samples too);
 //! - each split row's `clean_meta` says `"samples": K` and, in `"sample_index"`, the sample of
-//!   each of its QA items (a list of the wrong samples' indices in the rejected split).
+//!   each of its QA items.
 //!
-//! The format is declared with the rows ([`crate::record::sampled`]); `verisample verify` reads
+//! The format is declared with the rows ([`crate::record::split_meta`]); `verisample verify` reads
 //! it back ([`crate::verify_output`]) and recomputes every sample's decision. A run with K = 1
 //! writes exactly what a greedy run writes.
 

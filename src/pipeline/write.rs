@@ -24,7 +24,7 @@ use super::plan::{ItemPlan, JudgeRole, RowPlan};
 use super::sampled::QuestionSamples;
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
-use crate::record::sampled::{clean_meta_with_samples, merge_wrong};
+use crate::record::split_meta::split_row_meta;
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};
 use crate::settings::Settings;
@@ -67,16 +67,40 @@ fn pass_record(outcome: &JournalOutcome) -> PassRecord {
     }
 }
 
+/// The entries of one split row being collected, each with its input `qa` index and sample.
+struct SplitItems<T> {
+    items: Vec<T>,
+    /// The input `qa` index of each entry (`clean_meta.cleaning.kept_from`).
+    kept_from: Vec<u32>,
+    /// The sample of each entry (`clean_meta.sample_index` of a sampled run).
+    samples: Vec<u32>,
+}
+
+impl<T> Default for SplitItems<T> {
+    fn default() -> Self {
+        SplitItems {
+            items: Vec::new(),
+            kept_from: Vec::new(),
+            samples: Vec::new(),
+        }
+    }
+}
+
+impl<T> SplitItems<T> {
+    /// Add the entry of sample `key.sample` of input question `key.qa`.
+    fn push(&mut self, entry: T, key: ItemKey) {
+        self.items.push(entry);
+        self.kept_from.push(key.qa);
+        self.samples.push(key.sample);
+    }
+}
+
 /// Per-row collector of the entries of each split.
 #[derive(Default)]
 struct RowSplits {
-    think: Vec<AcceptedQa>,
-    nothink: Vec<AcceptedQa>,
-    rejected: Vec<RejectedQa>,
-    /// The sample of each entry of `think`, `nothink`; the wrong samples of each of `rejected`.
-    think_samples: Vec<u32>,
-    nothink_samples: Vec<u32>,
-    rejected_samples: Vec<Vec<u32>>,
+    think: SplitItems<AcceptedQa>,
+    nothink: SplitItems<AcceptedQa>,
+    rejected: SplitItems<RejectedQa>,
 }
 
 /// Everything the write phase accumulates.
@@ -200,12 +224,12 @@ fn count_verdict(stats: &mut RunStats, role: JudgeRole, judge: &JudgeOutcome) {
     }
 }
 
-/// Count one routed sample of a question and put an accepted one into the row's `splits`
-/// (`rescue`: the judge decided); a rejected one is kept in `outcome` until the question's
-/// samples are all routed ([`place_question`]).
+/// Count one routed sample of a question (`key`) and put an accepted one into the row's
+/// `splits` (`rescue`: the judge decided); a rejected one is kept in `outcome` until the
+/// question's samples are all routed ([`place_question`]).
 fn place_routed(
     c: &mut Collected,
-    sample: u32,
+    key: ItemKey,
     routed: Routed,
     rescue: bool,
     splits: &mut RowSplits,
@@ -218,31 +242,28 @@ fn place_routed(
                 c.stats.judge.overturns += 1;
             }
             if let Some(t) = think {
-                splits.think.push(t);
-                splits.think_samples.push(sample);
+                splits.think.push(t, key);
             }
-            splits.nothink.push(nothink);
-            splits.nothink_samples.push(sample);
-            outcome.accepted.push(sample);
+            splits.nothink.push(nothink, key);
+            outcome.accepted.push(key.sample);
         }
         Routed::Rejected(r) => {
             bump(&mut c.stats.reject_reasons, &r.reason);
             if r.reason == "judge_numbers_disagree" {
                 c.stats.judge.number_guard_blocks += 1;
             }
-            outcome.wrong.push((sample, r));
+            outcome.wrong.push((key.sample, r));
         }
     }
 }
 
-/// Place a question whose samples are routed: accepted when one of them is, else rejected
-/// when one was wrong (its wrong samples in one rejected entry: [`merge_wrong`]), else in
-/// `errors.jsonl` (every generation failed).
+/// Place a question (`key`, sample 0) whose samples are routed: accepted when one of them
+/// is, else rejected when one was wrong, else in `errors.jsonl` (every generation failed).
+/// Each wrong sample is its own rejected entry, in sample order.
 fn place_question(
     c: &mut Collected,
-    unit: (u64, Option<u32>),
+    key: ItemKey,
     outcome: QuestionSamples,
-    samples: usize,
     splits: &mut RowSplits,
 ) {
     if let Some(stats) = &mut c.stats.sampling {
@@ -257,17 +278,10 @@ fn place_question(
     } else {
         "errors"
     };
-    if !outcome.wrong.is_empty() {
-        let (entry, indices) = if samples > 1 {
-            merge_wrong(outcome.wrong)
-        } else {
-            let (s, r) = outcome.wrong.into_iter().next().expect("one wrong sample");
-            (r, vec![s])
-        };
-        splits.rejected.push(entry);
-        splits.rejected_samples.push(indices);
+    for (sample, entry) in outcome.wrong {
+        splits.rejected.push(entry, key.with_sample(sample));
     }
-    c.ledger.place(unit, destination);
+    c.ledger.place((key.position, Some(key.qa)), destination);
 }
 
 /// The image as a split stores it: the bytes, and the path as given unless it is absolute —
@@ -311,7 +325,7 @@ fn route_row(
         for s in 0..samples as u32 {
             route_sample(w, c, &question, key.with_sample(s), splits, &mut outcome)?;
         }
-        place_question(c, unit, outcome, samples, splits);
+        place_question(c, key, outcome, splits);
     }
     Ok(())
 }
@@ -372,7 +386,7 @@ fn route_sample(
         generation.token_ids.len() as u64,
         matches!(routed, Routed::Accepted { .. }),
     );
-    place_routed(c, key.sample, routed, rescue, splits, outcome);
+    place_routed(c, key, routed, rescue, splits, outcome);
     Ok(())
 }
 
@@ -385,41 +399,40 @@ fn write_row_splits(
     image_sha256: &str,
     splits: RowSplits,
 ) -> Result<(), PipelineError> {
-    // A sampled run's rows say which sample each item is ([`super::sampled`]).
+    // Each split row says which input question each item is, and in a sampled run which
+    // sample ([`crate::record::split_meta`]).
     let samples = w.settings.sampling.samples;
-    let meta = |index: serde_json::Value| {
-        if samples > 1 {
-            clean_meta_with_samples(clean_meta, samples, index)
-        } else {
-            clean_meta.to_string()
+    let image = published_image(&row.image);
+    fn make<Q>(
+        items: SplitItems<Q>,
+        (clean_meta, samples): (&str, usize),
+        (image, image_sha256): (&crate::record::ImageRef, &str),
+    ) -> OutputRow<Q> {
+        let sampling = (samples > 1).then_some((samples, items.samples.as_slice()));
+        OutputRow {
+            image: image.clone(),
+            clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling),
+            qa: items.items,
+            image_sha256: image_sha256.to_string(),
         }
-    };
-    let make = |qa, index: serde_json::Value| OutputRow {
-        image: published_image(&row.image),
-        qa,
-        clean_meta: meta(index),
-        image_sha256: image_sha256.to_string(),
-    };
+    }
+    let meta = (clean_meta, samples);
+    let image = (&image, image_sha256);
     let rows = [
         (
             SplitKind::Think,
-            splits.think.len(),
-            SplitRow::Accepted(make(splits.think, splits.think_samples.into())),
+            splits.think.items.len(),
+            SplitRow::Accepted(make(splits.think, meta, image)),
         ),
         (
             SplitKind::NoThink,
-            splits.nothink.len(),
-            SplitRow::Accepted(make(splits.nothink, splits.nothink_samples.into())),
+            splits.nothink.items.len(),
+            SplitRow::Accepted(make(splits.nothink, meta, image)),
         ),
         (
             SplitKind::Rejected,
-            splits.rejected.len(),
-            SplitRow::Rejected(OutputRow {
-                image: published_image(&row.image),
-                qa: splits.rejected,
-                clean_meta: meta(splits.rejected_samples.into()),
-                image_sha256: image_sha256.to_string(),
-            }),
+            splits.rejected.items.len(),
+            SplitRow::Rejected(make(splits.rejected, meta, image)),
         ),
     ];
     for (kind, n, out) in rows {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub mod sampled;
+pub mod split_meta;
 
 /// The HF `Image()` feature: `struct<bytes: binary, path: string>`, both nullable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -435,8 +435,7 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
         s.push_str(&format!(
             "Rejection sampling: {} samples per question. pass@1 {:.1} % ({} of {} questions), \
              pass@{} {:.1} % ({}), {} accepted samples. Each accepted sample is its own QA item \
-             (`clean_meta.sample_index`); the rejected split holds each question once with all \
-             its wrong samples as JSON arrays.\n\n",
+             (`clean_meta.sample_index`), and so is each wrong sample in the rejected split.\n\n",
             k.samples,
             pct(k.pass_at_1),
             k.pass_at_1,
