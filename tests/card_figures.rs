@@ -11,7 +11,19 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use verisample::report::chart::{chart_svg, CHART_SIZE};
-use verisample::report::{RunStats, ThroughputSample};
+use verisample::report::{RunStats, SamplingStats, ThroughputSample};
+
+/// A greedy run's counts of a family: `accepted` of `questions`.
+fn family(questions: u64, accepted: u64) -> SamplingStats {
+    SamplingStats {
+        samples: 1,
+        questions,
+        pass_at_1: accepted,
+        pass_at_k: accepted,
+        accepted_samples: accepted,
+        wrong_samples: questions - accepted,
+    }
+}
 
 fn stats() -> RunStats {
     let mut s = RunStats {
@@ -22,6 +34,18 @@ fn stats() -> RunStats {
             ("IIIT5K_RS_think".to_string(), 30),
             ("IIIT5K_RS_nothink".to_string(), 30),
             ("IIIT5K_rejected".to_string(), 10),
+        ]),
+        split_rows: BTreeMap::from([
+            ("OrandCar_RS_think".to_string(), 60),
+            ("OrandCar_RS_nothink".to_string(), 60),
+            ("OrandCar_rejected".to_string(), 12),
+            ("IIIT5K_RS_think".to_string(), 30),
+            ("IIIT5K_RS_nothink".to_string(), 30),
+            ("IIIT5K_rejected".to_string(), 10),
+        ]),
+        families: BTreeMap::from([
+            ("OrandCar".to_string(), family(78, 66)),
+            ("IIIT5K".to_string(), family(40, 30)),
         ]),
         reject_reasons: BTreeMap::from([
             ("judge_wrong".to_string(), 15),
@@ -65,7 +89,7 @@ fn the_card_figures_have_titles_axes_counts_and_a_legend_and_render() {
     for want in [
         ">Questions per split<",
         ">questions<",
-        ">66<",
+        ">66 in 60 rows<",
         ">Accept rate per family<",
         ">84.6 % (66 of 78)<",
         ">75.0 % (30 of 40)<",

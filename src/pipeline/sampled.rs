@@ -27,5 +27,6 @@ impl QuestionSamples {
         stats.pass_at_1 += u64::from(self.accepted.contains(&0));
         stats.pass_at_k += u64::from(!self.accepted.is_empty());
         stats.accepted_samples += self.accepted.len() as u64;
+        stats.wrong_samples += self.wrong.len() as u64;
     }
 }

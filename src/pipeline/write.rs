@@ -262,13 +262,23 @@ fn place_routed(
 /// Each wrong sample is its own rejected entry, in sample order.
 fn place_question(
     c: &mut Collected,
-    key: ItemKey,
+    (family, key): (&str, ItemKey),
     outcome: QuestionSamples,
     splits: &mut RowSplits,
 ) {
     if let Some(stats) = &mut c.stats.sampling {
         outcome.count(stats);
     }
+    let samples = c.stats.sampling.as_ref().map_or(1, |s| s.samples);
+    let in_family = c
+        .stats
+        .families
+        .entry(family.to_string())
+        .or_insert_with(|| crate::report::SamplingStats {
+            samples,
+            ..Default::default()
+        });
+    outcome.count(in_family);
     let destination = if !outcome.accepted.is_empty() {
         c.stats.accepted += 1;
         "accepted"
@@ -325,7 +335,7 @@ fn route_row(
         for s in 0..samples as u32 {
             route_sample(w, c, &question, key.with_sample(s), splits, &mut outcome)?;
         }
-        place_question(c, key, outcome, splits);
+        place_question(c, (family, key), outcome, splits);
     }
     Ok(())
 }

@@ -140,20 +140,45 @@ fn split_colour(name: &str) -> &'static str {
     }
 }
 
-/// Accepted and total questions per family, from the split sizes (an accepted question is
-/// in `_RS_nothink`, a rejected one in `_rejected`).
-pub fn family_rates(stats: &RunStats) -> BTreeMap<String, (u64, u64)> {
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for (split, &n) in &stats.split_items {
-        if let Some(f) = split.strip_suffix("_RS_nothink") {
-            let e = out.entry(f.to_string()).or_default();
-            e.0 += n;
-            e.1 += n;
-        } else if let Some(f) = split.strip_suffix("_rejected") {
-            out.entry(f.to_string()).or_default().1 += n;
+/// The accept-rate bars of each family, all from [`RunStats::families`] (one count per
+/// question): a greedy run's accept rate over its questions; with `--samples K` pass@1 and
+/// pass@K over the questions and the per-sample rate over the samples, each labelled.
+fn family_bars(stats: &RunStats) -> Vec<Bar> {
+    let bar = |label: String, pct: f64, count: String| Bar {
+        label,
+        value: pct,
+        colour: THINK,
+        text: format!("{pct:.1} % ({count})"),
+    };
+    let mut bars = Vec::new();
+    for (family, f) in &stats.families {
+        let of_questions = |n: u64| format!("{n} of {}", f.questions);
+        if stats.sampling.is_none() {
+            bars.push(bar(
+                family.clone(),
+                f.pass_at_1_percent(),
+                of_questions(f.pass_at_1),
+            ));
+            continue;
         }
+        bars.push(bar(
+            format!("{family} pass@1"),
+            f.pass_at_1_percent(),
+            of_questions(f.pass_at_1),
+        ));
+        bars.push(bar(
+            format!("{family} pass@{}", f.samples),
+            f.pass_at_k_percent(),
+            of_questions(f.pass_at_k),
+        ));
+        let samples = f.accepted_samples + f.wrong_samples;
+        bars.push(bar(
+            format!("{family} per sample"),
+            f.per_sample_percent(),
+            format!("{} of {samples}", f.accepted_samples),
+        ));
     }
-    out
+    bars
 }
 
 /// Tokens/s over intervals of at least [`super::SAMPLE_INTERVAL`]: `(t_s, rate)` points, the
@@ -271,6 +296,12 @@ pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
 "#
     );
     let at = |col: f64, row: f64| (col * PANEL.0, row * PANEL.1);
+    // A greedy run's split items are questions; a sampled run's are samples.
+    let (unit, title, reasons_axis) = if stats.sampling.is_some() {
+        ("samples", "Samples per split", "wrong samples")
+    } else {
+        ("questions", "Questions per split", "rejected questions")
+    };
     let mut splits: Vec<Bar> = stats
         .split_items
         .iter()
@@ -278,42 +309,27 @@ pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
             label: k.clone(),
             value: n as f64,
             colour: split_colour(k),
-            text: n.to_string(),
+            text: format!(
+                "{n} in {} rows",
+                stats.split_rows.get(k).copied().unwrap_or(0)
+            ),
         })
         .collect();
     splits.sort_by_key(|b| b.label.clone());
     let max = max_of(&splits);
-    hbars(
-        &mut svg,
-        at(0.0, 0.0),
-        "Questions per split",
-        "questions",
-        &splits,
-        max,
-    );
+    hbars(&mut svg, at(0.0, 0.0), title, unit, &splits, max);
     legend(&mut svg, 3.0 * PANEL.1, &stats.split_items);
-    let families: Vec<Bar> = family_rates(stats)
-        .into_iter()
-        .map(|(f, (acc, total))| {
-            let pct = if total == 0 {
-                0.0
-            } else {
-                100.0 * acc as f64 / total as f64
-            };
-            Bar {
-                label: f,
-                value: pct,
-                colour: THINK,
-                text: format!("{pct:.1} % ({acc} of {total})"),
-            }
-        })
-        .collect();
+    let axis = if stats.sampling.is_some() {
+        "accepted, % of the family's questions or samples"
+    } else {
+        "accepted, % of the family's questions"
+    };
     hbars(
         &mut svg,
         at(1.0, 0.0),
         "Accept rate per family",
-        "accepted, % of the family's sampled questions",
-        &families,
+        axis,
+        &family_bars(stats),
         100.0,
     );
     let reasons = counted(&stats.reject_reasons, REASON);
@@ -322,7 +338,7 @@ pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
         &mut svg,
         at(0.0, 1.0),
         "Reject reasons",
-        "rejected questions",
+        reasons_axis,
         &reasons,
         max,
     );
@@ -459,6 +475,22 @@ mod tests {
                 ("OrandCar_RS_nothink".to_string(), 41),
                 ("OrandCar_rejected".to_string(), 7),
             ]),
+            split_rows: BTreeMap::from([
+                ("OrandCar_RS_think".to_string(), 40),
+                ("OrandCar_RS_nothink".to_string(), 40),
+                ("OrandCar_rejected".to_string(), 7),
+            ]),
+            families: BTreeMap::from([(
+                "OrandCar".to_string(),
+                crate::report::SamplingStats {
+                    samples: 1,
+                    questions: 48,
+                    pass_at_1: 41,
+                    pass_at_k: 41,
+                    accepted_samples: 41,
+                    wrong_samples: 7,
+                },
+            )]),
             reject_reasons: BTreeMap::from([("wrong_answer".to_string(), 7)]),
             ..Default::default()
         };
@@ -502,13 +534,13 @@ mod tests {
             token_rates(&short).is_empty(),
             "shorter than one interval: no point"
         );
-        assert_eq!(family_rates(&stats)["OrandCar"], (41, 48));
         let svg = chart_svg(&stats, true);
         for want in [
             ">Questions per split<",
             ">Accept rate per family<",
             ">85.4 % (41 of 48)<",
             ">Reject reasons<",
+            ">rejected questions<",
             ">wrong_answer<",
             ">Judge verdicts (7 judged, 0 moved to accepted)<",
             ">accepted, with reasoning (_RS_think)<",
@@ -521,7 +553,7 @@ mod tests {
             assert!(svg.contains(want), "{want} missing");
         }
         assert_eq!(
-            svg.matches(">41<").count(),
+            svg.matches(">41 in 40 rows<").count(),
             2,
             "a count on each accepted split"
         );
@@ -529,6 +561,50 @@ mod tests {
         // Bucket "≤4" holds the two accepted answers of 3 and 4 tokens: its total is 2.
         assert!(svg.contains(">2</text>"), "bucket total missing");
         assert!(svg.contains(&format!(r#"fill="{JUDGE}""#)), "verdict bars");
+    }
+
+    /// Issue 45 item 1: a sampled run's figures count samples where they count samples and
+    /// questions where they count questions; the accept rate is pass@1, pass@K and the
+    /// per-sample rate, each labelled (not accepted samples over samples plus rejected rows).
+    #[test]
+    fn a_sampled_runs_figures_say_their_unit() {
+        let k = crate::report::SamplingStats {
+            samples: 4,
+            questions: 78,
+            pass_at_1: 62,
+            pass_at_k: 68,
+            accepted_samples: 246,
+            wrong_samples: 66,
+        };
+        let stats = RunStats {
+            split_items: BTreeMap::from([
+                ("OrandCar_RS_nothink".to_string(), 246),
+                ("OrandCar_rejected".to_string(), 66),
+            ]),
+            split_rows: BTreeMap::from([
+                ("OrandCar_RS_nothink".to_string(), 68),
+                ("OrandCar_rejected".to_string(), 25),
+            ]),
+            families: BTreeMap::from([("OrandCar".to_string(), k.clone())]),
+            sampling: Some(k),
+            ..Default::default()
+        };
+        let svg = chart_svg(&stats, false);
+        for want in [
+            ">Samples per split<",
+            ">246 in 68 rows<",
+            ">66 in 25 rows<",
+            ">OrandCar pass@1<",
+            ">79.5 % (62 of 78)<",
+            ">OrandCar pass@4<",
+            ">87.2 % (68 of 78)<",
+            ">OrandCar per sample<",
+            ">78.8 % (246 of 312)<",
+            ">wrong samples<",
+        ] {
+            assert!(svg.contains(want), "{want} missing");
+        }
+        assert!(!svg.contains("Questions per split") && !svg.contains("90.8"));
     }
 
     #[test]

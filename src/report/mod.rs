@@ -33,8 +33,11 @@ pub struct ThroughputSample {
     pub tokens: u64,
 }
 
-/// Rejection sampling with `--samples K`: how many questions one sample (sample 0) answers,
-/// how many any of the K do, and how many samples were accepted.
+/// How the questions of a run (or of one family) fared over their K samples (K = 1 for a
+/// greedy run): how many one sample (sample 0) answers, how many any of the K do, and how many
+/// samples were accepted and rejected. Counted once per question
+/// (`pipeline::sampled::QuestionSamples::count`); every accept rate the summary, card and
+/// chart show comes from these.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SamplingStats {
     /// Samples per question (K).
@@ -47,6 +50,39 @@ pub struct SamplingStats {
     pub pass_at_k: u64,
     /// Accepted samples, over all questions.
     pub accepted_samples: u64,
+    /// Rejected samples, over all questions (a failed generation is neither accepted nor
+    /// rejected): the per-sample accept rate is `accepted_samples` over both.
+    #[serde(default)]
+    pub wrong_samples: u64,
+}
+
+impl SamplingStats {
+    /// pass@1 as a percentage of the questions (0 when there are none).
+    pub fn pass_at_1_percent(&self) -> f64 {
+        percent(self.pass_at_1, self.questions)
+    }
+
+    /// pass@K as a percentage of the questions (0 when there are none).
+    pub fn pass_at_k_percent(&self) -> f64 {
+        percent(self.pass_at_k, self.questions)
+    }
+
+    /// Accepted samples as a percentage of the accepted and rejected samples.
+    pub fn per_sample_percent(&self) -> f64 {
+        percent(
+            self.accepted_samples,
+            self.accepted_samples + self.wrong_samples,
+        )
+    }
+}
+
+/// `n` as a percentage of `of` (0 when `of` is 0).
+fn percent(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        100.0 * n as f64 / of as f64
+    }
 }
 
 /// Judge pass statistics.
@@ -202,6 +238,10 @@ pub struct RunStats {
     /// Rejection sampling (absent for a greedy run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingStats>,
+    /// Family → how its questions fared (with K = 1 for a greedy run: pass@1 is its accept
+    /// rate): the accept rate per family of the card and chart.
+    #[serde(default)]
+    pub families: BTreeMap<String, SamplingStats>,
 }
 
 /// Live progress of a run, written to stderr.
@@ -396,6 +436,36 @@ fn md_table(title: (&str, &str), map: &BTreeMap<String, u64>) -> String {
     s
 }
 
+/// The accept rate per family as a Markdown table, from [`RunStats::families`]: a greedy run's
+/// accepted questions; with `--samples K` pass@1 and pass@K over the questions and the
+/// per-sample rate over the samples.
+fn family_table(stats: &RunStats) -> String {
+    let sampled = stats.sampling.as_ref().map(|k| k.samples);
+    let mut s = match sampled {
+        None => "| family | questions | accepted |\n| --- | ---: | ---: |\n".to_string(),
+        Some(k) => format!(
+            "| family | questions | pass@1 | pass@{k} | accepted samples (per-sample rate) |\n\
+             | --- | ---: | ---: | ---: | ---: |\n"
+        ),
+    };
+    for (family, f) in &stats.families {
+        let rate = |n: u64, pct: f64| format!("{n} ({pct:.1} %)");
+        let pass_1 = rate(f.pass_at_1, f.pass_at_1_percent());
+        match sampled {
+            None => s.push_str(&format!("| `{family}` | {} | {pass_1} |\n", f.questions)),
+            Some(_) => s.push_str(&format!(
+                "| `{family}` | {} | {pass_1} | {} | {} of {} ({:.1} %) |\n",
+                f.questions,
+                rate(f.pass_at_k, f.pass_at_k_percent()),
+                f.accepted_samples,
+                f.accepted_samples + f.wrong_samples,
+                f.per_sample_percent()
+            )),
+        }
+    }
+    s
+}
+
 /// The statistics section of the dataset card (Markdown), embedding the chart at
 /// `chart_file` (relative to the card).
 pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String {
@@ -446,7 +516,18 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
             k.accepted_samples
         ));
     }
-    s.push_str(&md_table(("split", "questions"), &stats.split_items));
+    s.push_str(&format!(
+        "| split | rows | {unit} |\n| --- | ---: | ---: |\n"
+    ));
+    if stats.split_items.is_empty() {
+        s.push_str("| (none) | 0 | 0 |\n");
+    }
+    for (name, n) in &stats.split_items {
+        let rows = stats.split_rows.get(name).copied().unwrap_or(0);
+        s.push_str(&format!("| `{name}` | {rows} | {n} |\n"));
+    }
+    s.push('\n');
+    s.push_str(&family_table(stats));
     s.push('\n');
     s.push_str(&md_table(("reject reason", unit), &stats.reject_reasons));
     s.push('\n');
@@ -500,6 +581,21 @@ mod tests {
                 ("OrandCar_RS_think".to_string(), 60),
                 ("OrandCar_rejected".to_string(), 18),
             ]),
+            split_rows: BTreeMap::from([
+                ("OrandCar_RS_think".to_string(), 58),
+                ("OrandCar_rejected".to_string(), 18),
+            ]),
+            families: BTreeMap::from([(
+                "OrandCar".to_string(),
+                SamplingStats {
+                    samples: 1,
+                    questions: 78,
+                    pass_at_1: 60,
+                    pass_at_k: 60,
+                    accepted_samples: 60,
+                    wrong_samples: 18,
+                },
+            )]),
             reject_reasons: BTreeMap::from([("wrong_answer".to_string(), 18)]),
             calibration: Some(Calibration {
                 agreed: 59,
@@ -512,6 +608,29 @@ mod tests {
         stats.answer_lengths.record(16, false);
         let card = card_markdown(&stats, "chart.svg", true);
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
+        assert!(card.contains("| split | rows | questions |"), "{card}");
+        assert!(card.contains("| `OrandCar_RS_think` | 58 | 60 |"), "{card}");
+        assert!(card.contains("| `OrandCar` | 78 | 60 (76.9 %) |"), "{card}");
+        // With `--samples 4`: samples where samples are counted, pass@1, pass@4 and the
+        // per-sample rate per family.
+        let mut sampled = stats.clone();
+        let k = SamplingStats {
+            samples: 4,
+            questions: 78,
+            pass_at_1: 62,
+            pass_at_k: 68,
+            accepted_samples: 246,
+            wrong_samples: 66,
+        };
+        sampled.families.insert("OrandCar".into(), k.clone());
+        sampled.sampling = Some(k);
+        let card_k = card_markdown(&sampled, "chart.svg", true);
+        assert!(card_k.contains("| split | rows | samples |"), "{card_k}");
+        assert!(
+            card_k
+                .contains("| `OrandCar` | 78 | 62 (79.5 %) | 68 (87.2 %) | 246 of 312 (78.8 %) |"),
+            "{card_k}"
+        );
         assert!(card.contains("| ≤16 | 1 | 1 |"), "{card}");
         assert!(
             !card.contains("| ≤8 |"),

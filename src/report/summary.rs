@@ -50,8 +50,10 @@ pub struct Summary {
     pub unread_files: u64,
     /// Cleaning drop reason → questions.
     pub cleaning_drops: BTreeMap<String, u64>,
-    /// Split name → questions written.
+    /// Split name → QA items written: questions, or samples with `--samples K`.
     pub split_items: BTreeMap<String, u64>,
+    /// Split name → rows written (what `load_dataset` gives).
+    pub split_rows: BTreeMap<String, u64>,
     /// Calibration agreement, when `--judge-calibrate N > 0`.
     pub calibration: Option<Calibration>,
     /// Wall time of this process, seconds.
@@ -149,6 +151,7 @@ impl Summary {
             unread_files: stats.unread_files,
             cleaning_drops: stats.cleaning_drops.clone(),
             split_items: stats.split_items.clone(),
+            split_rows: stats.split_rows.clone(),
             calibration: stats.calibration,
             elapsed_s: t.elapsed_s,
             generated: t.generated_items,
@@ -292,7 +295,20 @@ impl Summary {
             ));
         }
         if !self.split_items.is_empty() {
-            s.push_str(&format!("splits: {}\n", counts(&self.split_items)));
+            let unit = if self.sampling.is_some() {
+                "samples"
+            } else {
+                "questions"
+            };
+            let splits: Vec<String> = self
+                .split_items
+                .iter()
+                .map(|(name, n)| {
+                    let rows = self.split_rows.get(name).copied().unwrap_or(0);
+                    format!("{name} {n} {unit} in {rows} rows")
+                })
+                .collect();
+            s.push_str(&format!("splits: {}\n", splits.join(", ")));
         }
         s.push_str(&self.where_line());
         s.push('\n');
@@ -327,6 +343,7 @@ mod tests {
                 ("judge_wrong".to_string(), 13),
             ]),
             split_items: BTreeMap::from([("OrandCar_RS_think".to_string(), 62)]),
+            split_rows: BTreeMap::from([("OrandCar_RS_think".to_string(), 60)]),
             ..Default::default()
         };
         stats.throughput.elapsed_s = 10.0;
@@ -353,6 +370,10 @@ mod tests {
             "resumed: 75 of 100 generations replayed from the journal"
         );
         assert!(text.ends_with("run report o/run.json\n"), "{text}");
+        assert_eq!(
+            lines[5],
+            "splits: OrandCar_RS_think 62 questions in 60 rows"
+        );
         // Nothing generated (a merge, a fully replayed resume): no rates of zero.
         stats.throughput.generated_items = 0;
         stats.throughput.items_per_s = 0.0;
