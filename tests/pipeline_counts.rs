@@ -1,7 +1,8 @@
 //! What a run counts, with the test doubles (scripted model, in-memory input, JSON-lines
 //! writer): duplicates are found within a family only, so a repeat in another family keeps
 //! its row in that family's splits, and shards decide alike; the headline's "of M questions"
-//! leaves out the questions of rows refused whole, as README says.
+//! leaves out the questions of rows refused whole, as README says; a repeated judge prompt
+//! is generated once.
 
 mod pipeline_support;
 
@@ -13,20 +14,8 @@ use verisample::shard::Shard;
 
 /// Run `rows` with the scripted model into `s.out`.
 fn run_rows(s: &Settings, rows: &[Result<InputRow, RowError>]) -> RunReport {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
-    let source = MemSource(rows.to_vec());
-    let mut sink = JsonlSink::new(&s.out);
-    run(
-        prepared,
-        Backends {
-            source: &source,
-            generator: &mut ScriptedModel::new(),
-            decisions: &StandardDecisions::default(),
-            sink: &mut sink,
-        },
-        &RunControl::default(),
-    )
-    .unwrap()
+    let mut model = ScriptedModel::new();
+    run_rows_with(s, rows, &mut model, &RunControl::default()).unwrap()
 }
 
 /// A row of `family` about the image of `seed` asking the scripted model to say `7` (reference
@@ -131,4 +120,75 @@ fn the_headline_counts_no_question_of_a_row_refused_whole() {
         summary.starts_with("accepted 2 of 2 questions (100.0 %)"),
         "{summary}"
     );
+}
+
+/// Run `rows` with `model` into `s.out` under `control`.
+fn run_rows_with(
+    s: &Settings,
+    rows: &[Result<InputRow, RowError>],
+    model: &mut ScriptedModel,
+    control: &RunControl,
+) -> Result<RunReport, verisample::pipeline::PipelineError> {
+    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
+    let source = MemSource(rows.to_vec());
+    let mut sink = JsonlSink::new(&s.out);
+    run(
+        prepared,
+        Backends {
+            source: &source,
+            generator: model,
+            decisions: &StandardDecisions::default(),
+            sink: &mut sink,
+        },
+        control,
+    )
+}
+
+/// Issue 45 item 4: the judge is greedy, so a repeated (question, reference, candidate) gets
+/// one generation and every later item reuses its verdict; the outputs are those of a run that
+/// judged each (the same verdict text everywhere), counted as reused, and a run stopped inside
+/// the judge pass resumes to the same bytes.
+#[test]
+fn a_repeated_judge_prompt_is_generated_once_and_its_verdict_reused() {
+    // Three images asked the same question, each answered 1234 against the reference 1235:
+    // one judge prompt; a fourth image answered 99 against 98: a second.
+    let mut rows: Vec<_> = (0..3)
+        .map(|i| row("f.parquet", i, i as u8 + 1, vec![qa("1234", "1235")]))
+        .collect();
+    rows.push(row("f.parquet", 3, 9, vec![qa("99", "98")]));
+    let whole = tempfile::tempdir().unwrap();
+    let s = settings(whole.path(), Shard::WHOLE);
+    let mut model = ScriptedModel::new();
+    let report = run_rows_with(&s, &rows, &mut model, &RunControl::default()).unwrap();
+    assert_eq!(
+        model.completed,
+        4 + 2,
+        "4 answers, 2 distinct judge prompts"
+    );
+    assert_eq!(report.stats.judge.judged, 4);
+    assert_eq!(report.stats.judge.reused, 2);
+    assert_eq!(report.stats.reject_reasons.get("wrong_answer"), Some(&4));
+    // Every judged item records the verdict text, the reused ones included.
+    let judged: Vec<String> = lines(&whole.path().join("generations.jsonl"))
+        .iter()
+        .map(|l| l["judge"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(judged.len(), 4);
+    assert!(judged.iter().all(|t| t.ends_with("WRONG")), "{judged:?}");
+    let want = deterministic_outputs(whole.path());
+
+    // Stopped after the answers and the first judge prompt's generation, then resumed: the
+    // second prompt is generated, the first's verdict replayed and reused again.
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), Shard::WHOLE);
+    let control = RunControl::default();
+    let mut stopped = ScriptedModel::new();
+    stopped.max_batch = 1;
+    stopped.stop_after = Some((4, control.stop.clone()));
+    assert!(run_rows_with(&s, &rows, &mut stopped, &control).is_err());
+    let mut resumed = ScriptedModel::new();
+    let report = run_rows_with(&s, &rows, &mut resumed, &RunControl::default()).unwrap();
+    assert_eq!(resumed.completed, 1, "only the second judge prompt is left");
+    assert_eq!(report.stats.judge.reused, 2);
+    assert_same_outputs(&want, &deterministic_outputs(dir.path()));
 }

@@ -39,6 +39,9 @@ pub(crate) struct WriteInput<'a> {
     pub sink: &'a mut dyn SplitSink,
     pub plans: &'a [RowPlan],
     pub judged: &'a BTreeMap<ItemKey, JudgeRole>,
+    /// Judged items that took an earlier item's verdict for the same judge prompt
+    /// (phase 2's `Judged::reused`).
+    pub judge_reused: u64,
     pub results: &'a BTreeMap<(ItemKey, Pass), JournalOutcome>,
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
@@ -488,6 +491,10 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
                     samples: w.settings.sampling.samples as u64,
                     ..Default::default()
                 }),
+            judge: crate::report::JudgeStats {
+                reused: w.judge_reused,
+                ..Default::default()
+            },
             ..RunStats::default()
         },
         ledger: Ledger::new(),

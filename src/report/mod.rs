@@ -96,6 +96,11 @@ pub struct JudgeStats {
     pub overturns: u64,
     /// Judge `CORRECT`s refused by the number guard.
     pub number_guard_blocks: u64,
+    /// Judged items (rescue and calibration) whose judge prompt — question, references and
+    /// candidate answer — an earlier item had: they took its verdict instead of a generation
+    /// of their own (the judge is greedy and batch-invariant: the same prompt, the same output).
+    #[serde(default)]
+    pub reused: u64,
 }
 
 /// Calibration agreement: the judge on verifier accepts.
@@ -551,8 +556,8 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
     s.push('\n');
     if judge {
         s.push_str(&format!(
-            "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard.\n",
-            stats.judge.judged, stats.judge.overturns, stats.judge.number_guard_blocks
+            "Judge: {} verifier rejects judged, {} moved to accepted, {} `CORRECT` refused by the number guard; {} judge verdict(s) reused from an identical earlier (question, reference, answer) instead of generated.\n",
+            stats.judge.judged, stats.judge.overturns, stats.judge.number_guard_blocks, stats.judge.reused
         ));
     } else {
         s.push_str("Judge: off (`--judge off`): verifier rejects stay rejected.\n");
@@ -637,6 +642,10 @@ mod tests {
             "empty buckets are left out: {card}"
         );
         assert!(card.contains("59/60"));
+        assert!(
+            card.contains("; 0 judge verdict(s) reused from an identical earlier"),
+            "{card}"
+        );
         assert!(card.contains("](chart.svg)"));
     }
 }

@@ -1,16 +1,37 @@
 //! Phase 2: verify every answer, judge the rejects (and the calibration accepts), and report
 //! the judge outputs that gave no verdict.
+//!
+//! The judge is greedy and batch-invariant, so one judge prompt — one (question, references,
+//! candidate answer) under the run's model and settings, all in the fingerprint — always gets
+//! the same output. Each distinct prompt is generated once, for its first item in input order;
+//! every later item with the same prompt takes that item's journaled result ([`Judged::reused`]).
+//! The copy is derived again on every run from the first item's result rather than journaled
+//! twice, so a resume that retries the first item (an outcome of the engine's resource limits)
+//! cannot leave a stale copy behind, and a merge derives the same copies as the single run.
 
 use std::collections::{BTreeMap, HashMap};
+
+use sha2::{Digest, Sha256};
 
 use super::{chunk_size, run_requests, PassContext};
 use crate::pipeline::backend::{GenRequest, Generator, ItemKey, Pass, Verdict};
 use crate::pipeline::plan::{ItemPlan, JudgeRole, RowPlan};
 use crate::pipeline::{JournalOutcome, PipelineError};
 
+/// What phase 2 decided: why each item was judged, and which took the verdict of an earlier
+/// item with the same judge prompt.
+#[derive(Debug, Default)]
+pub(crate) struct Judged {
+    /// The role of every judged item.
+    pub roles: BTreeMap<ItemKey, JudgeRole>,
+    /// Judged items whose judge prompt an earlier item (in input order) had: their result is
+    /// that item's (counted in the card as reused, not generated).
+    pub reused: u64,
+}
+
 /// Phase 2: verify every answer; judge the rejects with an answer (when `--judge on`) and
-/// the first `--judge-calibrate N` verifier accepts of the shard in input order. Returns the
-/// role of every judged item.
+/// the first `--judge-calibrate N` verifier accepts of the shard in input order, each distinct
+/// judge prompt generated once (module doc). Returns the role of every judged item.
 ///
 /// Merging shards: each shard calibrates its own first N accepts; the first N accepts of
 /// the whole input are, per shard, a prefix of those, so the merge finds all of them.
@@ -18,12 +39,16 @@ pub(crate) fn judge_answers(
     ctx: &mut PassContext<'_>,
     plans: &[RowPlan],
     generator: &mut dyn Generator,
-) -> Result<BTreeMap<ItemKey, JudgeRole>, PipelineError> {
+) -> Result<Judged, PipelineError> {
     let settings = ctx.settings;
     let mut roles = BTreeMap::new();
     let mut pending = Vec::new();
     let mut replayed = 0u64;
     let mut calibrated = 0usize;
+    // The first item of each judge prompt (by its SHA-256, so memory does not grow with the
+    // text), and every later item with its first.
+    let mut first_of_prompt: HashMap<[u8; 32], ItemKey> = HashMap::new();
+    let mut copies: Vec<(ItemKey, ItemKey)> = Vec::new();
     for plan in plans {
         let Ok(body) = &plan.body else { continue };
         let samples = settings.sampling.samples as u32;
@@ -51,6 +76,15 @@ pub(crate) fn judge_answers(
             };
             let Some(role) = role else { continue };
             roles.insert(key, role);
+            let user_text =
+                ctx.decisions
+                    .judge_prompt(&q.question, &q.references(), &assessed.candidate);
+            let prompt: [u8; 32] = Sha256::digest(user_text.as_bytes()).into();
+            if let Some(&first) = first_of_prompt.get(&prompt) {
+                copies.push((key, first));
+                continue;
+            }
+            first_of_prompt.insert(prompt, key);
             if ctx.results.contains_key(&(key, Pass::Judge)) {
                 replayed += 1;
                 continue;
@@ -59,18 +93,16 @@ pub(crate) fn judge_answers(
                 key,
                 pass: Pass::Judge,
                 image: None,
-                user_text: ctx.decisions.judge_prompt(
-                    &q.question,
-                    &q.references(),
-                    &assessed.candidate,
-                ),
+                user_text,
                 think: settings.think,
                 max_new_tokens: settings.max_new_tokens,
                 sampling: None,
             });
         }
     }
-    ctx.progress.phase("judge", roles.len() as u64);
+    drop(first_of_prompt);
+    ctx.progress
+        .phase("judge", (roles.len() - copies.len()) as u64);
     for _ in 0..replayed {
         ctx.progress.advance(0, false, None);
     }
@@ -82,6 +114,13 @@ pub(crate) fn judge_answers(
         let rest = pending.split_off(pending.len().min(chunk));
         let reqs = std::mem::replace(&mut pending, rest);
         run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
+    }
+    // Every later item of a prompt takes its first item's result (which is there: journaled
+    // by an earlier process, or just generated).
+    for &(key, first) in &copies {
+        if let Some(outcome) = ctx.results.get(&(first, Pass::Judge)).cloned() {
+            ctx.results.entry((key, Pass::Judge)).or_insert(outcome);
+        }
     }
     let decisions = ctx.decisions;
     let short = JudgeShortfall::of(&roles, ctx.results, &|text| decisions.parse_verdict(text));
@@ -113,7 +152,10 @@ pub(crate) fn judge_answers(
             roles.len()
         );
     }
-    Ok(roles)
+    Ok(Judged {
+        roles,
+        reused: copies.len() as u64,
+    })
 }
 
 /// The clause of the token-limit warning on the judge outputs that reached the limit after a
