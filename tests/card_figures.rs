@@ -21,6 +21,7 @@ fn family(questions: u64, accepted: u64) -> SamplingStats {
         pass_at_1: accepted,
         pass_at_k: accepted,
         accepted_samples: accepted,
+        distinct_accepted: accepted,
         wrong_samples: questions - accepted,
     }
 }

@@ -179,6 +179,58 @@ fn the_samples_of_a_question_differ_and_the_summary_reports_pass_at_k() {
     );
 }
 
+/// Issue 45 item 3: `--distinct-samples on` writes, of each question's accepted samples, only
+/// the first (by sample index) of each distinct (reasoning, answer) pair — exactly the run
+/// without it filtered so —, and the summary counts the distinct pairs either way.
+#[test]
+fn distinct_samples_keeps_the_first_sample_of_each_pair() {
+    use verisample::dataset::writer::read_accepted_split;
+    let dir = tempfile::tempdir().unwrap();
+    let (all, distinct) = (dir.path().join("all"), dir.path().join("distinct"));
+    let summary = |o: std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let s_all = summary(check(run(&all, "2", &["--json"], &[]), "run"));
+    let s_distinct = summary(check(
+        run(&distinct, "2", &["--json", "--distinct-samples", "on"], &[]),
+        "run --distinct-samples on",
+    ));
+    let pairs = s_all["sampling"]["distinct_accepted"].as_u64().unwrap();
+    let accepted = s_all["sampling"]["accepted_samples"].as_u64().unwrap();
+    assert!(
+        pairs < accepted,
+        "some accepted samples repeat a pair: {pairs} of {accepted}"
+    );
+    assert_eq!(
+        s_distinct["sampling"], s_all["sampling"],
+        "the same samples, counted alike"
+    );
+    // (row, sample, think, answer) of every think entry, in split order.
+    let entries = |out: &Path| -> Vec<(u64, u64, String, String)> {
+        let rows = read_accepted_split(&out.join("data/OrandCar_RS_think-*.parquet")).unwrap();
+        rows.iter()
+            .flat_map(|r| {
+                let meta: serde_json::Value = serde_json::from_str(&r.clean_meta).unwrap();
+                let row = meta["row_index"].as_u64().unwrap();
+                let index: Vec<u64> = serde_json::from_value(meta["sample_index"].clone()).unwrap();
+                r.qa.iter()
+                    .zip(index)
+                    .map(move |(e, s)| (row, s, e.think.clone().unwrap(), e.answer.clone()))
+            })
+            .collect()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let want: Vec<_> = entries(&all)
+        .into_iter()
+        .filter(|(row, _, think, answer)| seen.insert((*row, think.clone(), answer.clone())))
+        .collect();
+    let got = entries(&distinct);
+    assert_eq!(got, want);
+    assert_eq!(got.len() as u64, pairs, "one think entry per distinct pair");
+    let verify = bin().arg("verify").arg(&distinct).output().unwrap();
+    check(verify, "verify --distinct-samples on");
+}
+
 #[test]
 fn sampling_settings_that_cannot_work_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,8 @@ verisample bench --model ~/models/Qwen2-VL-2B-Instruct --images ~/data/val-image
     mut_arg("max_errors", |a| a.hide(true)),
     mut_arg("restart", |a| a.hide(true)),
     mut_arg("force", |a| a.hide(true)),
-    mut_arg("verify_weights", |a| a.hide(true))
+    mut_arg("verify_weights", |a| a.hide(true)),
+    mut_arg("distinct_samples", |a| a.hide(true))
 )]
 pub struct BenchArgs {
     /// `run`'s settings (the flags and job-file keys of `run`; those that only shape `run`'s
@@ -76,6 +77,7 @@ fn output_only_flags(o: &RunOptions) -> Vec<&'static str> {
         ("restart", o.restart),
         ("force", o.force),
         ("verify-weights", o.verify_weights),
+        ("distinct-samples", o.distinct_samples.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, given)| given.then_some(name))

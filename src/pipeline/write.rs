@@ -228,11 +228,12 @@ fn count_verdict(stats: &mut RunStats, role: JudgeRole, judge: &JudgeOutcome) {
 }
 
 /// Count one routed sample of a question (`key`) and put an accepted one into the row's
-/// `splits` (`rescue`: the judge decided); a rejected one is kept in `outcome` until the
-/// question's samples are all routed ([`place_question`]).
+/// `splits` (`rescue`: the judge decided) — unless `distinct` (`--distinct-samples on`) and
+/// an earlier sample of the question had its (reasoning, answer) pair; a rejected one is
+/// kept in `outcome` until the question's samples are all routed ([`place_question`]).
 fn place_routed(
     c: &mut Collected,
-    key: ItemKey,
+    (key, distinct): (ItemKey, bool),
     routed: Routed,
     rescue: bool,
     splits: &mut RowSplits,
@@ -244,11 +245,16 @@ fn place_routed(
             if rescue {
                 c.stats.judge.overturns += 1;
             }
+            let reasoning = think.as_ref().and_then(|t| t.think.as_deref());
+            let first = outcome.first_of_pair(reasoning, &nothink.answer);
+            outcome.accepted.push(key.sample);
+            if distinct && !first {
+                return;
+            }
             if let Some(t) = think {
                 splits.think.push(t, key);
             }
             splits.nothink.push(nothink, key);
-            outcome.accepted.push(key.sample);
         }
         Routed::Rejected(r) => {
             bump(&mut c.stats.reject_reasons, &r.reason);
@@ -399,7 +405,8 @@ fn route_sample(
         generation.token_ids.len() as u64,
         matches!(routed, Routed::Accepted { .. }),
     );
-    place_routed(c, key, routed, rescue, splits, outcome);
+    let distinct = w.settings.sampling.distinct;
+    place_routed(c, (key, distinct), routed, rescue, splits, outcome);
     Ok(())
 }
 
@@ -637,7 +644,11 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         )?;
     }
     w.sink
-        .finish(&card_markdown(&c.stats, CHART_FILE, w.settings.judge))
+        .finish(&card_markdown(
+            &c.stats,
+            CHART_FILE,
+            (w.settings.judge, w.settings.sampling.distinct),
+        ))
         .map_err(PipelineError::Sink)?;
     c.stats.split_files = w.sink.published();
     Ok(c.stats)

@@ -488,6 +488,7 @@ mod tests {
                     pass_at_1: 41,
                     pass_at_k: 41,
                     accepted_samples: 41,
+                    distinct_accepted: 41,
                     wrong_samples: 7,
                 },
             )]),
@@ -574,6 +575,7 @@ mod tests {
             pass_at_1: 62,
             pass_at_k: 68,
             accepted_samples: 246,
+            distinct_accepted: 246,
             wrong_samples: 66,
         };
         let stats = RunStats {

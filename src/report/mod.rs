@@ -50,6 +50,10 @@ pub struct SamplingStats {
     pub pass_at_k: u64,
     /// Accepted samples, over all questions.
     pub accepted_samples: u64,
+    /// Distinct (reasoning, answer) pairs among each question's accepted samples, summed
+    /// over the questions: what `--distinct-samples on` writes.
+    #[serde(default)]
+    pub distinct_accepted: u64,
     /// Rejected samples, over all questions (a failed generation is neither accepted nor
     /// rejected): the per-sample accept rate is `accepted_samples` over both.
     #[serde(default)]
@@ -472,8 +476,13 @@ fn family_table(stats: &RunStats) -> String {
 }
 
 /// The statistics section of the dataset card (Markdown), embedding the chart at
-/// `chart_file` (relative to the card).
-pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String {
+/// `chart_file` (relative to the card); `judge`: the run's judge was on; `distinct`:
+/// `--distinct-samples on` (only the first sample of each distinct pair was written).
+pub fn card_markdown(
+    stats: &RunStats,
+    chart_file: &str,
+    (judge, distinct): (bool, bool),
+) -> String {
     let mut s = String::from("## Statistics\n\n");
     s.push_str(&format!(
         "![questions per split, accept rate per family, reject reasons, judge verdicts, throughput and answer lengths]({chart_file})\n\n"
@@ -509,8 +518,10 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
         let pct = |n: u64| 100.0 * n as f64 / k.questions.max(1) as f64;
         s.push_str(&format!(
             "Rejection sampling: {} samples per question. pass@1 {:.1} % ({} of {} questions), \
-             pass@{} {:.1} % ({}), {} accepted samples. Each accepted sample is its own QA item \
-             (`clean_meta.sample_index`), and so is each wrong sample in the rejected split.\n\n",
+             pass@{} {:.1} % ({}), {} accepted samples holding {} distinct (reasoning, answer) \
+             pairs per question summed over the questions{}. Each accepted sample is its own QA \
+             item (`clean_meta.sample_index`), and so is each wrong sample in the rejected \
+             split.\n\n",
             k.samples,
             pct(k.pass_at_1),
             k.pass_at_1,
@@ -518,7 +529,13 @@ pub fn card_markdown(stats: &RunStats, chart_file: &str, judge: bool) -> String 
             k.samples,
             pct(k.pass_at_k),
             k.pass_at_k,
-            k.accepted_samples
+            k.accepted_samples,
+            k.distinct_accepted,
+            if distinct {
+                " (`--distinct-samples on`: only the first sample of each pair is written)"
+            } else {
+                ""
+            }
         ));
     }
     s.push_str(&format!(
@@ -598,6 +615,7 @@ mod tests {
                     pass_at_1: 60,
                     pass_at_k: 60,
                     accepted_samples: 60,
+                    distinct_accepted: 60,
                     wrong_samples: 18,
                 },
             )]),
@@ -611,7 +629,7 @@ mod tests {
         let mut stats = stats;
         stats.answer_lengths.record(9, true);
         stats.answer_lengths.record(16, false);
-        let card = card_markdown(&stats, "chart.svg", true);
+        let card = card_markdown(&stats, "chart.svg", (true, false));
         assert!(card.contains("| `wrong_answer` | 18 |"), "{card}");
         assert!(card.contains("| split | rows | questions |"), "{card}");
         assert!(card.contains("| `OrandCar_RS_think` | 58 | 60 |"), "{card}");
@@ -625,11 +643,12 @@ mod tests {
             pass_at_1: 62,
             pass_at_k: 68,
             accepted_samples: 246,
+            distinct_accepted: 246,
             wrong_samples: 66,
         };
         sampled.families.insert("OrandCar".into(), k.clone());
         sampled.sampling = Some(k);
-        let card_k = card_markdown(&sampled, "chart.svg", true);
+        let card_k = card_markdown(&sampled, "chart.svg", (true, false));
         assert!(card_k.contains("| split | rows | samples |"), "{card_k}");
         assert!(
             card_k

@@ -102,7 +102,8 @@ fn sampling_line(k: &super::SamplingStats) -> String {
     }
     format!(
         "sampling: {} samples per question; pass@1 {:.1} %, pass@{} {:.1} %; {} accepted samples \
-         ({:.2} per question); the rejected split also keeps accepted questions' wrong samples\n",
+         ({:.2} per question), {} distinct (reasoning, answer) pairs; the rejected split also \
+         keeps accepted questions' wrong samples\n",
         k.samples,
         pct(k.pass_at_1),
         k.samples,
@@ -112,7 +113,8 @@ fn sampling_line(k: &super::SamplingStats) -> String {
             0.0
         } else {
             k.accepted_samples as f64 / k.questions as f64
-        }
+        },
+        k.distinct_accepted
     )
 }
 

@@ -129,6 +129,11 @@ pub struct RunOptions {
     /// [default: 0]
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// With --samples K > 1: write only the first sample (by sample index) of each distinct
+    /// (reasoning, answer) pair a question accepted; the repeats are counted, not written.
+    /// [default: off]
+    #[arg(long, value_enum, value_name = "SWITCH")]
+    pub distinct_samples: Option<Switch>,
     /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
     /// from the KV cache pool, at most 256]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]

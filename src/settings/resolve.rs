@@ -74,6 +74,7 @@ impl Settings {
                 top_p: opts.top_p,
                 min_p: opts.min_p,
                 seed: opts.seed,
+                distinct: opts.distinct_samples.map(Switch::is_on),
             },
             decoding.file_sampling.clone(),
         )?;

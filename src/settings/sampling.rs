@@ -24,6 +24,15 @@ pub struct Sampling {
     pub samples: usize,
     /// The warpers and seed when the run samples; `None`: greedy.
     pub params: Option<SamplingParams>,
+    /// `--distinct-samples on`: of the accepted samples of a question, only the first of each
+    /// distinct (reasoning, answer) pair is written (by sample index, so batch-invariant).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub distinct: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for Sampling {
@@ -47,6 +56,8 @@ pub struct SamplingFlags {
     pub min_p: Option<f64>,
     /// `--seed`.
     pub seed: Option<u64>,
+    /// `--distinct-samples`.
+    pub distinct: Option<bool>,
 }
 
 impl Sampling {
@@ -54,6 +65,7 @@ impl Sampling {
     pub const GREEDY: Sampling = Sampling {
         samples: 1,
         params: None,
+        distinct: false,
     };
 
     /// Whether this is the greedy path (left out of `run.json` and the fingerprint then).
@@ -83,6 +95,15 @@ impl Sampling {
             ));
         }
         let sampling = samples > 1 || flags.temperature.is_some_and(|t| t != 0.0);
+        let distinct = flags.distinct.unwrap_or(false);
+        if distinct && samples == 1 {
+            return Err(invalid(
+                "distinct-samples",
+                "on".into(),
+                "keeps one sample of each distinct (reasoning, answer) pair of a question: it \
+                 needs --samples K > 1",
+            ));
+        }
         if !sampling {
             for (key, given) in [
                 ("top-k", flags.top_k.map(|v| v.to_string())),
@@ -141,6 +162,7 @@ impl Sampling {
                 min_p: min_p.filter(|m| *m > 0.0),
                 seed: flags.seed.unwrap_or(0),
             }),
+            distinct,
         })
     }
 
@@ -164,6 +186,9 @@ pub struct CanonicalSampling {
     top_p: Option<String>,
     min_p: Option<String>,
     seed: u64,
+    /// Left out when off, so sampled runs without it keep their fingerprint.
+    #[serde(default, skip_serializing_if = "is_false")]
+    distinct: bool,
 }
 
 impl CanonicalSampling {
@@ -177,6 +202,7 @@ impl CanonicalSampling {
             top_p: p.top_p.map(|v| v.to_string()),
             min_p: p.min_p.map(|v| v.to_string()),
             seed: p.seed,
+            distinct: s.distinct,
         })
     }
 }
@@ -224,6 +250,7 @@ mod tests {
             top_p: Some(1.0),
             min_p: Some(0.1),
             seed: Some(9),
+            distinct: None,
         };
         let p = Sampling::resolve(flags, file).unwrap().params.unwrap();
         assert_eq!(
@@ -281,6 +308,14 @@ mod tests {
                 },
                 "--min-p",
             ),
+            (
+                SamplingFlags {
+                    temperature: Some(0.7),
+                    distinct: Some(true),
+                    ..Default::default()
+                },
+                "--distinct-samples",
+            ),
         ];
         for (flags, key) in cases {
             let file = match key {
@@ -293,6 +328,29 @@ mod tests {
             let err = Sampling::resolve(flags, file).unwrap_err().to_string();
             assert!(err.contains(key), "{flags:?}: {err}");
         }
+    }
+
+    /// `--distinct-samples` is in the fingerprint when on, and left out when off, so a sampled
+    /// run without it keeps the fingerprint it had before the setting existed.
+    #[test]
+    fn distinct_samples_is_fingerprinted_only_when_on() {
+        let flags = |distinct| SamplingFlags {
+            samples: Some(4),
+            distinct,
+            ..Default::default()
+        };
+        let canonical = |distinct| {
+            let s = Sampling::resolve(flags(distinct), SamplingDefaults::default()).unwrap();
+            serde_json::to_string(&CanonicalSampling::of(&s)).unwrap()
+        };
+        let before =
+            r#"{"samples":4,"temperature":"1","top_k":50,"top_p":null,"min_p":null,"seed":0}"#;
+        assert_eq!(canonical(None), before);
+        assert_eq!(canonical(Some(false)), before);
+        assert_eq!(
+            canonical(Some(true)),
+            before.replace('}', r#","distinct":true}"#)
+        );
     }
 
     #[test]
