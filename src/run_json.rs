@@ -163,6 +163,10 @@ pub struct RecordedStats {
     /// Split name → shard file names (absent before versions that record them).
     #[serde(default)]
     pub split_files: Option<BTreeMap<String, Vec<String>>>,
+    /// Shard file name → hex SHA-256 of its content at the end of the run (absent before
+    /// versions that record it).
+    #[serde(default)]
+    pub split_sha256: Option<BTreeMap<String, String>>,
     /// The `--limit` of the run and the rows it left out.
     #[serde(default)]
     pub limit: Option<RecordedLimit>,

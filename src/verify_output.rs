@@ -221,7 +221,7 @@ impl RecheckReport {
         } else if self.is_clean() {
             let _ = writeln!(
                 s,
-                "every decision recomputes, but {other_problems} row count(s) disagree with run.json (MISMATCH above)"
+                "every decision recomputes, but {other_problems} row count(s) or split file(s) disagree with run.json (MISMATCH above)"
             );
         } else {
             let _ = writeln!(s, "{} disagreements:", self.disagreements.len());

@@ -673,7 +673,7 @@ fn verify_with_a_split_file_deleted_does_not_say_ok() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("row count(s) disagree with run.json"),
+        stdout.contains("row count(s) or split file(s) disagree with run.json"),
         "{stdout}"
     );
     // The final count names both kinds, as the report above lists them.
@@ -683,7 +683,7 @@ fn verify_with_a_split_file_deleted_does_not_say_ok() {
         .count();
     assert!(
         error_line(&verified).ends_with(&format!(
-            "decision disagreement(s) and {mismatches} row count mismatch(es)"
+            "decision disagreement(s) and {mismatches} mismatch(es) with run.json (row counts, split file contents)"
         )),
         "{}",
         text(&verified.stderr)

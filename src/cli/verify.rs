@@ -40,13 +40,33 @@ pub struct VerifyArgs {
 /// do not recompute, and split row counts that differ from `run.json` (the `MISMATCH` lines).
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "verify found {decisions} decision disagreement(s) and {row_counts} row count mismatch(es)"
+    "verify found {decisions} decision disagreement(s) and {row_counts} mismatch(es) with run.json (row counts, split file contents)"
 )]
 pub struct VerifyFailed {
     /// Decisions that do not recompute.
     pub decisions: usize,
-    /// Split row counts that differ from `run.json`.
+    /// Split row counts and split file contents that differ from `run.json`.
     pub row_counts: usize,
+}
+
+/// The split files of `data` whose content is not what `run.json` recorded at the end of the
+/// run (`want`: file name → hex SHA-256): one message per file, edited or gone, in name order.
+fn content_mismatches(data: &Path, want: &BTreeMap<String, String>) -> Vec<String> {
+    want.iter()
+        .filter_map(
+            |(name, sha)| match crate::settings::sha256_file(&data.join(name)) {
+                Ok(found) if &found == sha => None,
+                Ok(_) => Some(format!(
+                    "data/{name}: its content is not what run.json recorded at the end of the \
+                     run (SHA-256 {}…): the file was changed after the run",
+                    &sha[..sha.len().min(12)]
+                )),
+                Err(e) => Some(format!(
+                    "data/{name}: run.json recorded it, but it cannot be read: {e}"
+                )),
+            },
+        )
+        .collect()
 }
 
 /// Whether `run.json` (`recorded`) says that its run wrote no split: its `stats.split_rows`
@@ -182,6 +202,15 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             .map(|s| (s.name.clone(), s.num_examples))
             .collect();
         for m in row_count_mismatches(want, &found) {
+            println!("MISMATCH {m}");
+            problems += 1;
+        }
+    }
+    if let Some(want) = recorded
+        .as_ref()
+        .and_then(|r| r.stats.split_sha256.as_ref())
+    {
+        for m in content_mismatches(&a.out.join("data"), want) {
             println!("MISMATCH {m}");
             problems += 1;
         }

@@ -651,6 +651,16 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         ))
         .map_err(PipelineError::Sink)?;
     c.stats.split_files = w.sink.published();
+    // The content of every split file as published, for `verify` to find an edit made after
+    // the run (one that leaves every decision recomputable).
+    let data = w.settings.out.join("data");
+    for name in c.stats.split_files.values().flatten() {
+        let path = data.join(name);
+        let sha = crate::settings::sha256_file(&path).map_err(|e| {
+            PipelineError::Sink(format!("cannot read back {}: {e}", path.display()).into())
+        })?;
+        c.stats.split_sha256.insert(name.clone(), sha);
+    }
     Ok(c.stats)
 }
 

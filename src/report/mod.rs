@@ -221,6 +221,10 @@ pub struct RunStats {
     /// run in this folder replaces these and keeps any other file named like a shard.
     #[serde(default)]
     pub split_files: BTreeMap<String, Vec<String>>,
+    /// Shard file name (of [`RunStats::split_files`], under `data/`) → hex SHA-256 of its
+    /// content as the run published it: `verify` reports a file edited after the run.
+    #[serde(default)]
+    pub split_sha256: BTreeMap<String, String>,
     /// Items accepted (each lands in `_RS_nothink`, and in `_RS_think` with reasoning on).
     pub accepted: u64,
     /// Items rejected.

@@ -1,0 +1,164 @@
+//! `verify` catches edits of a finished output that leave every decision recomputable (issue
+//! 45 item 5): each split file's SHA-256 as the run published it is in `run.json`
+//! (`stats.split_sha256`), and a file whose content differs is named. The edits are the
+//! adversarial kit's: a rejected row's reference changed, a reasoning trace edited, the same
+//! edit made in both accepted splits, and a row dropped with run.json's row count lowered to
+//! match.
+
+#[path = "dataset_util/mod.rs"]
+mod dataset_util;
+
+use std::path::{Path, PathBuf};
+
+use dataset_util::{bin, check, repo};
+use verisample::dataset::shards::ShardOptions;
+use verisample::dataset::writer::{read_split, QaRecord, SplitWriter};
+use verisample::record::{OutputRow, SplitKind};
+
+/// Copy the files of `from` and `from/data` into a new folder `to`.
+fn copy_out(from: &Path, to: &Path) {
+    for sub in ["", "data"] {
+        std::fs::create_dir_all(to.join(sub)).unwrap();
+        for e in std::fs::read_dir(from.join(sub)).unwrap().flatten() {
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
+            }
+        }
+    }
+}
+
+/// The one shard file of split `kind` in `out`.
+fn split_file(out: &Path, kind: SplitKind) -> PathBuf {
+    out.join("data").join(format!(
+        "{}-00000-of-00001.parquet",
+        kind.split_name("OrandCar")
+    ))
+}
+
+/// Rewrite split `kind` of `out` with `edit` applied to its rows (the writer's own format,
+/// so the file reads back as any split does).
+fn rewrite<Q: QaRecord>(out: &Path, kind: SplitKind, edit: impl FnOnce(&mut Vec<OutputRow<Q>>)) {
+    let file = split_file(out, kind);
+    let mut rows: Vec<OutputRow<Q>> = read_split(&file).unwrap();
+    edit(&mut rows);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w =
+        SplitWriter::<Q>::create(tmp.path(), "OrandCar", kind, ShardOptions::default()).unwrap();
+    for r in rows {
+        w.write_row(r).unwrap();
+    }
+    let written = w.finish(|_| true).unwrap();
+    std::fs::copy(&written.files[0], &file).unwrap();
+}
+
+/// `verify OUT`: its exit status and stdout.
+fn verify(out: &Path) -> (Option<i32>, String) {
+    let o = bin().arg("verify").arg(out).output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    check(
+        bin()
+            .current_dir(repo())
+            .args(["run", "-q", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap(),
+        "run",
+    );
+    let (code, text) = verify(&out);
+    assert_eq!(code, Some(0), "{text}");
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let recorded = &run_json["stats"]["split_sha256"];
+    assert_eq!(recorded.as_object().map(|m| m.len()), Some(3), "{recorded}");
+    assert_eq!(
+        recorded["OrandCar_rejected-00000-of-00001.parquet"],
+        verisample::settings::sha256_file(&split_file(&out, SplitKind::Rejected)).unwrap()
+    );
+
+    type Tamper = fn(&Path);
+    let tampers: [(&str, Tamper, &[SplitKind]); 4] = [
+        (
+            "a rejected row's reference changed",
+            |o| {
+                rewrite(o, SplitKind::Rejected, |rows| {
+                    let e: &mut verisample::record::RejectedQa = &mut rows[0].qa[0];
+                    e.answer.push('4');
+                })
+            },
+            &[SplitKind::Rejected],
+        ),
+        (
+            "a reasoning trace edited",
+            |o| {
+                rewrite(o, SplitKind::Think, |rows| {
+                    let e: &mut verisample::record::AcceptedQa = &mut rows[0].qa[0];
+                    let t = e.think.get_or_insert_with(String::new);
+                    t.push_str(" (edited)");
+                })
+            },
+            &[SplitKind::Think],
+        ),
+        (
+            "the same question edited in both accepted splits",
+            |o| {
+                for kind in [SplitKind::Think, SplitKind::NoThink] {
+                    rewrite(o, kind, |rows| {
+                        let e: &mut verisample::record::AcceptedQa = &mut rows[0].qa[0];
+                        e.question.push_str(" Answer in words.");
+                    });
+                }
+            },
+            &[SplitKind::Think, SplitKind::NoThink],
+        ),
+        (
+            "a rejected row dropped and run.json's row count lowered to match",
+            |o| {
+                rewrite(
+                    o,
+                    SplitKind::Rejected,
+                    |rows: &mut Vec<OutputRow<verisample::record::RejectedQa>>| {
+                        rows.pop();
+                    },
+                );
+                let path = o.join("run.json");
+                let mut j: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                let n = &mut j["stats"]["split_rows"]["OrandCar_rejected"];
+                *n = serde_json::json!(n.as_u64().unwrap() - 1);
+                std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
+            },
+            &[SplitKind::Rejected],
+        ),
+    ];
+    for (what, tamper, edited) in tampers {
+        let copy = tmp.path().join(what.replace(' ', "-"));
+        copy_out(&out, &copy);
+        tamper(&copy);
+        let (code, text) = verify(&copy);
+        assert_eq!(code, Some(1), "{what}: verify said\n{text}");
+        let named: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("MISMATCH data/"))
+            .collect();
+        assert_eq!(named.len(), edited.len(), "{what}:\n{text}");
+        for kind in edited {
+            let file = kind.split_name("OrandCar");
+            assert!(
+                named
+                    .iter()
+                    .any(|l| l.starts_with(&format!("MISMATCH data/{file}-"))
+                        && l.contains("changed after the run")),
+                "{what}: {file} not named:\n{text}"
+            );
+        }
+    }
+}
