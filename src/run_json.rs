@@ -152,6 +152,9 @@ pub struct RecordedSampling {
     /// Samples per question.
     #[serde(default)]
     pub samples: Option<usize>,
+    /// `--distinct-samples on`: accepted repeats of a pair were left out of the splits.
+    #[serde(default)]
+    pub distinct: Option<bool>,
 }
 
 /// Statistics a [`RunJsonView`] reads.

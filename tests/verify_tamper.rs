@@ -85,7 +85,9 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
     );
 
     type Tamper = fn(&Path);
-    let tampers: [(&str, Tamper, &[SplitKind]); 4] = [
+    // (what, the edit, the split files it changes, what verify still names when run.json's
+    // file hashes are rewritten to match: the entry and field against generations.jsonl).
+    let tampers: [(&str, Tamper, &[SplitKind], Option<&str>); 4] = [
         (
             "a rejected row's reference changed",
             |o| {
@@ -95,6 +97,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 })
             },
             &[SplitKind::Rejected],
+            None,
         ),
         (
             "a reasoning trace edited",
@@ -106,6 +109,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 })
             },
             &[SplitKind::Think],
+            Some("OrandCar_RS_think row 0 qa 0: NotTheModelOutput: field think is"),
         ),
         (
             "the same question edited in both accepted splits",
@@ -118,6 +122,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 }
             },
             &[SplitKind::Think, SplitKind::NoThink],
+            None,
         ),
         (
             "a rejected row dropped and run.json's row count lowered to match",
@@ -137,9 +142,10 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
             },
             &[SplitKind::Rejected],
+            Some("its answer is in no split"),
         ),
     ];
-    for (what, tamper, edited) in tampers {
+    for (what, tamper, edited, named_entry) in tampers {
         let copy = tmp.path().join(what.replace(' ', "-"));
         copy_out(&out, &copy);
         tamper(&copy);
@@ -159,6 +165,23 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                         && l.contains("changed after the run")),
                 "{what}: {file} not named:\n{text}"
             );
+        }
+        // run.json's hashes rewritten to the edited files: the entries are still checked
+        // against the model's outputs in generations.jsonl.
+        let path = copy.join("run.json");
+        let mut j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for (name, sha) in j["stats"]["split_sha256"].as_object_mut().unwrap() {
+            *sha = verisample::settings::sha256_file(&copy.join("data").join(name))
+                .unwrap()
+                .into();
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
+        let (code, text) = verify(&copy);
+        assert!(!text.contains("changed after the run"), "{what}:\n{text}");
+        if let Some(needle) = named_entry {
+            assert_eq!(code, Some(1), "{what}: verify said\n{text}");
+            assert!(text.contains(needle), "{what}: {needle:?} missing:\n{text}");
         }
     }
 }

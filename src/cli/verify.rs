@@ -11,6 +11,7 @@ use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::run_json::RunJsonView;
+use crate::verify_output::generations::RunGenerations;
 use crate::verify_output::{
     recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
 };
@@ -239,18 +240,50 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let row_problems = problems;
+    // The model outputs the run recorded, when OUT has them (a folder copied without its
+    // logs is checked from the splits alone).
+    let generations_file = a.out.join(crate::pipeline::outputs::GENERATIONS_FILE);
+    let mut generations = if generations_file.exists() {
+        Some(RunGenerations::read(&generations_file).map_err(anyhow::Error::msg)?)
+    } else {
+        eprintln!(
+            "note: no {} in {}: the entries are not checked against the model's outputs",
+            crate::pipeline::outputs::GENERATIONS_FILE,
+            a.out.display()
+        );
+        None
+    };
+    let mut reports = Vec::new();
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;
-        let report: RecheckReport = recheck_family(
-            &FamilySplits {
-                family,
-                think: &think,
-                nothink: &nothink,
-                rejected: &rejected,
-            },
-            &settings,
-        );
+        let splits = FamilySplits {
+            family,
+            think: &think,
+            nothink: &nothink,
+            rejected: &rejected,
+        };
+        let mut report: RecheckReport = recheck_family(&splits, &settings);
+        if let Some(g) = generations.as_mut() {
+            report
+                .disagreements
+                .extend(g.check_family(&splits, &settings));
+            report
+                .disagreements
+                .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
+        }
+        reports.push(report);
+    }
+    let distinct = recorded
+        .as_ref()
+        .and_then(|r| r.settings.sampling.as_ref())
+        .and_then(|s| s.distinct)
+        .unwrap_or(false);
+    for m in generations.iter().flat_map(|g| g.unplaced(distinct)) {
+        println!("MISMATCH {m}");
+        problems += 1;
+    }
+    let row_problems = problems;
+    for report in reports {
         problems += report.disagreements.len();
         if a.json {
             println!("{}", report.to_json());

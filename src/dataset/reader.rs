@@ -333,11 +333,9 @@ impl InputReader {
     }
 }
 
-/// Fallback for a row group whose batch failed to decode because a `string` value is not
-/// UTF-8: re-read the rest of the group as [`reread_with_binary_strings`] does, so
-/// [`get_string`] rejects only the bad values and only their rows become errors (naming the
-/// field, e.g. `qa[0].answer`). `None` when no bad string explains the failure (the caller
-/// then reports the whole rest of the group as one error).
+/// Fallback for a row group whose batch failed on a `string` value that is not UTF-8: the rest
+/// of the group re-read ([`reread_with_binary_strings`]), only the bad rows errors (naming the
+/// field, e.g. `qa[0].answer`). `None`: the caller reports the rest of the group as one error.
 fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
     let g = cur.next_group.checked_sub(1)?;
     let offset = cur.next_row.checked_sub(cur.group_start)?;
@@ -347,12 +345,10 @@ fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
     Some(())
 }
 
-/// A reader of the rows `rows` (indices within the row group) of row group `g` of `file`
-/// (footer `meta`) with every `string` column of the group that holds a value that is not
-/// UTF-8 read as plain binary, in batches of [`BATCH_ROWS`]. The one path by which `run`
-/// ([`InputReader`]) and `inspect` read such a group: each bad value is then one row's field
-/// error ([`row_errors`]) and the group's other rows are read. `None` when the group holds no
-/// such value (the decode failed for another reason) or cannot be re-read.
+/// A reader of rows `rows` (within the group) of row group `g` of `file` (footer `meta`), each
+/// `string` column holding a value that is not UTF-8 read as binary, [`BATCH_ROWS`] a batch:
+/// how `run` ([`InputReader`]) and `inspect` read such a group, each bad value one row's field
+/// error ([`row_errors`]). `None` when no such value explains the failure or on a read error.
 pub(super) fn reread_with_binary_strings(
     file: &File,
     meta: &ArrowReaderMetadata,
@@ -543,10 +539,9 @@ fn decode_batch(
     }
 }
 
-/// The errors `run` reports for the rows of `batch` (the first is row `start` of the file
-/// named `file`, laid out as `layout`, in the folder `base` of the dataset folder `root`, both
-/// canonical; no `--images-root`): each row decoded as [`InputReader`] decodes it. `inspect`
-/// names with it the rows of a group re-read by [`reread_with_binary_strings`].
+/// The errors `run` reports for the rows of `batch` (its first is row `start` of `file`, laid
+/// out as `layout`, in folder `base` of dataset folder `root`, both canonical; no
+/// `--images-root`), each row decoded as [`InputReader`] does: `inspect`'s for a re-read group.
 pub(super) fn row_errors(
     batch: &RecordBatch,
     (file, start): (&str, usize),
