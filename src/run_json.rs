@@ -144,6 +144,13 @@ pub struct RecordedSettings {
     /// `--samples` and the sampling knobs (absent for a greedy run).
     #[serde(default)]
     pub sampling: Option<RecordedSampling>,
+    /// The input as `--data` gave it (a path, or a hub id).
+    #[serde(default)]
+    pub data: Option<std::path::PathBuf>,
+    /// How the input was read (column flags, `--images-root`), as recorded; the dataset
+    /// module's `ReadOptions` in JSON (this module imports nothing of the crate).
+    #[serde(default)]
+    pub read: Option<serde_json::Value>,
 }
 
 /// The sampling settings a [`RunJsonView`] reads.

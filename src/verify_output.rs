@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 
 mod clean_meta;
 pub mod generations;
+pub mod input;
 
 use clean_meta::check_clean_meta;
 
@@ -153,6 +154,8 @@ pub enum Problem {
     /// A field the model's text decides is not what the run's `generations.jsonl` gives for
     /// the entry ([`generations`]), or the entry names no generation there.
     NotTheModelOutput,
+    /// The question or reference is not the input item's ([`input`]).
+    NotTheInput,
 }
 
 /// One disagreement: where, what, and the details.

@@ -1,6 +1,8 @@
 //! `verify` catches edits of a finished output that leave every decision recomputable (issue
 //! 45 item 5): each split file's SHA-256 as the run published it is in `run.json`
-//! (`stats.split_sha256`), and a file whose content differs is named. The edits are the
+//! (`stats.split_sha256`), and a file whose content differs is named; with run.json's hashes
+//! rewritten too, each edit is still named by split, row and field, against the input
+//! (`--input`) or the model's outputs (`generations.jsonl`). The edits are the
 //! adversarial kit's: a rejected row's reference changed, a reasoning trace edited, the same
 //! edit made in both accepted splits, and a row dropped with run.json's row count lowered to
 //! match.
@@ -51,9 +53,15 @@ fn rewrite<Q: QaRecord>(out: &Path, kind: SplitKind, edit: impl FnOnce(&mut Vec<
     std::fs::copy(&written.files[0], &file).unwrap();
 }
 
-/// `verify OUT`: its exit status and stdout.
+/// `verify OUT --input` (the bundled sample the run read): its exit status and stdout.
 fn verify(out: &Path) -> (Option<i32>, String) {
-    let o = bin().arg("verify").arg(out).output().unwrap();
+    let o = bin()
+        .arg("verify")
+        .arg(out)
+        .arg("--input")
+        .arg(repo().join("assets/sample/data"))
+        .output()
+        .unwrap();
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -86,8 +94,9 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
 
     type Tamper = fn(&Path);
     // (what, the edit, the split files it changes, what verify still names when run.json's
-    // file hashes are rewritten to match: the entry and field against generations.jsonl).
-    let tampers: [(&str, Tamper, &[SplitKind], Option<&str>); 4] = [
+    // file hashes are rewritten to match: the entry and field against the input or
+    // generations.jsonl).
+    let tampers: [(&str, Tamper, &[SplitKind], &str); 4] = [
         (
             "a rejected row's reference changed",
             |o| {
@@ -97,7 +106,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 })
             },
             &[SplitKind::Rejected],
-            None,
+            "OrandCar_rejected row 0 qa 0: NotTheInput: field answer is",
         ),
         (
             "a reasoning trace edited",
@@ -109,7 +118,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 })
             },
             &[SplitKind::Think],
-            Some("OrandCar_RS_think row 0 qa 0: NotTheModelOutput: field think is"),
+            "OrandCar_RS_think row 0 qa 0: NotTheModelOutput: field think is",
         ),
         (
             "the same question edited in both accepted splits",
@@ -122,7 +131,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 }
             },
             &[SplitKind::Think, SplitKind::NoThink],
-            None,
+            "OrandCar_RS_nothink row 0 qa 0: NotTheInput: field question is",
         ),
         (
             "a rejected row dropped and run.json's row count lowered to match",
@@ -142,7 +151,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
                 std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
             },
             &[SplitKind::Rejected],
-            Some("its answer is in no split"),
+            "its answer is in no split",
         ),
     ];
     for (what, tamper, edited, named_entry) in tampers {
@@ -179,9 +188,10 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
         std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
         let (code, text) = verify(&copy);
         assert!(!text.contains("changed after the run"), "{what}:\n{text}");
-        if let Some(needle) = named_entry {
-            assert_eq!(code, Some(1), "{what}: verify said\n{text}");
-            assert!(text.contains(needle), "{what}: {needle:?} missing:\n{text}");
-        }
+        assert_eq!(code, Some(1), "{what}: verify said\n{text}");
+        assert!(
+            text.contains(named_entry),
+            "{what}: {named_entry:?} missing:\n{text}"
+        );
     }
 }

@@ -12,6 +12,7 @@ use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_fil
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::run_json::RunJsonView;
 use crate::verify_output::generations::RunGenerations;
+use crate::verify_output::input::InputItems;
 use crate::verify_output::{
     recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
 };
@@ -35,6 +36,38 @@ pub struct VerifyArgs {
     /// Verifier override `FAMILY=NAME` or `NAME` (default: as recorded in OUT/run.json).
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     pub verifiers: Vec<String>,
+    /// The run's input, to check each entry's question and reference against it. [default:
+    /// the input recorded in OUT/run.json, when it is still there]
+    #[arg(long, value_name = "INPUT")]
+    pub input: Option<PathBuf>,
+}
+
+/// The questions and references of the run's input (`--input`, else the `--data` run.json
+/// recorded, read with its recorded column flags), or `None` (said on stderr) when there is
+/// none to read.
+///
+/// Errors: a given `--input` that cannot be read.
+fn input_items(
+    a: &VerifyArgs,
+    recorded: Option<&RunJsonView>,
+) -> anyhow::Result<Option<InputItems>> {
+    let settings = recorded.map(|r| &r.settings);
+    let recorded_data = settings.and_then(|s| s.data.clone()).filter(|d| d.exists());
+    let Some(data) = a.input.clone().or(recorded_data) else {
+        eprintln!("note: no --input and the run's recorded input is not here: questions and references are not checked against it");
+        return Ok(None);
+    };
+    let options: crate::dataset::layout::ReadOptions = settings
+        .and_then(|s| s.read.clone())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    let reader = crate::dataset::reader::InputReader::open_with(&data.to_string_lossy(), &options)
+        .with_context(|| format!("read the input {}", data.display()))?;
+    let mut items = InputItems::default();
+    for row in reader.flatten() {
+        items.add(&row);
+    }
+    Ok(Some(items))
 }
 
 /// A `verify` that found disagreements (exit code 1, report already printed): decisions that
@@ -253,6 +286,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         );
         None
     };
+    let input = input_items(a, recorded.as_ref())?;
     let mut reports = Vec::new();
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;
@@ -263,14 +297,17 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             rejected: &rejected,
         };
         let mut report: RecheckReport = recheck_family(&splits, &settings);
+        if let Some(items) = &input {
+            report.disagreements.extend(items.check_family(&splits));
+        }
         if let Some(g) = generations.as_mut() {
             report
                 .disagreements
                 .extend(g.check_family(&splits, &settings));
-            report
-                .disagreements
-                .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
         }
+        report
+            .disagreements
+            .sort_by(|a, b| (&a.split, a.row, a.qa).cmp(&(&b.split, b.row, b.qa)));
         reports.push(report);
     }
     let distinct = recorded
