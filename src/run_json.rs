@@ -170,6 +170,9 @@ pub struct RecordedStats {
     /// Split name → rows written.
     #[serde(default)]
     pub split_rows: Option<BTreeMap<String, u64>>,
+    /// Split name → `qa` items written.
+    #[serde(default)]
+    pub split_items: Option<BTreeMap<String, u64>>,
     /// Split name → shard file names (absent before versions that record them).
     #[serde(default)]
     pub split_files: Option<BTreeMap<String, Vec<String>>>,

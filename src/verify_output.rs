@@ -664,13 +664,15 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
     c.report
 }
 
-/// Compare the row counts `run.json` recorded per split (`stats.split_rows`) with the rows
-/// found on disk, both keyed by split name: a split whose rows were deleted or added after
-/// the run cannot be caught by re-deriving the decisions of the rows that remain.
+/// Compare the counts `run.json` recorded per split (`stats.split_rows`, or with `unit`
+/// `"items"` `stats.split_items`) with those found on disk, both keyed by split name: a split
+/// whose rows were deleted or added after the run cannot be caught by re-deriving the
+/// decisions of the rows that remain.
 ///
 /// Returns one message per split whose counts differ (a split missing on either side counts
-/// as 0 rows there), in split-name order; empty when they agree.
-pub fn row_count_mismatches(
+/// as 0 there), in split-name order; empty when they agree.
+pub fn count_mismatches(
+    unit: &str,
     recorded: &BTreeMap<String, u64>,
     found: &BTreeMap<String, u64>,
 ) -> Vec<String> {
@@ -680,7 +682,7 @@ pub fn row_count_mismatches(
         .filter_map(|name| {
             let want = recorded.get(name).copied().unwrap_or(0);
             let got = found.get(name).copied().unwrap_or(0);
-            (want != got).then(|| format!("{name}: run.json records {want} rows, found {got}"))
+            (want != got).then(|| format!("{name}: run.json records {want} {unit}, found {got}"))
         })
         .collect()
 }
@@ -714,7 +716,7 @@ mod row_count_tests {
             ),
         ];
         for (recorded, found, want) in cases {
-            assert_eq!(row_count_mismatches(&m(recorded), &m(found)), want);
+            assert_eq!(count_mismatches("rows", &m(recorded), &m(found)), want);
         }
     }
 }

@@ -194,4 +194,21 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
             "{what}: {named_entry:?} missing:\n{text}"
         );
     }
+    // The item counts run.json records are checked against the splits too.
+    let copy = tmp.path().join("items");
+    copy_out(&out, &copy);
+    let path = copy.join("run.json");
+    let mut j: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let n = j["stats"]["split_items"]["OrandCar_RS_think"]
+        .as_u64()
+        .unwrap();
+    j["stats"]["split_items"]["OrandCar_RS_think"] = (n + 1).into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
+    let (code, text) = verify(&copy);
+    assert_eq!(code, Some(1), "{text}");
+    let want = format!(
+        "MISMATCH OrandCar_RS_think: run.json records {} items, found {n}",
+        n + 1
+    );
+    assert!(text.contains(&want), "{want:?} missing:\n{text}");
 }

@@ -14,7 +14,7 @@ use crate::run_json::RunJsonView;
 use crate::verify_output::generations::RunGenerations;
 use crate::verify_output::input::InputItems;
 use crate::verify_output::{
-    recheck_family, row_count_mismatches, FamilySplits, RecheckReport, RecheckSettings,
+    count_mismatches, recheck_family, FamilySplits, RecheckReport, RecheckSettings,
 };
 
 /// Recompute every accept/reject decision of an output from its stored splits.
@@ -235,7 +235,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
             .iter()
             .map(|s| (s.name.clone(), s.num_examples))
             .collect();
-        for m in row_count_mismatches(want, &found) {
+        for m in count_mismatches("rows", want, &found) {
             println!("MISMATCH {m}");
             problems += 1;
         }
@@ -318,6 +318,16 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     for m in generations.iter().flat_map(|g| g.unplaced(distinct)) {
         println!("MISMATCH {m}");
         problems += 1;
+    }
+    if let Some(want) = recorded.as_ref().and_then(|r| r.stats.split_items.as_ref()) {
+        let found: BTreeMap<String, u64> = reports
+            .iter()
+            .flat_map(|r| r.entries.iter().map(|(k, &n)| (k.clone(), n as u64)))
+            .collect();
+        for m in count_mismatches("items", want, &found) {
+            println!("MISMATCH {m}");
+            problems += 1;
+        }
     }
     let row_problems = problems;
     for report in reports {
