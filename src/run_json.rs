@@ -147,6 +147,9 @@ pub struct RecordedSettings {
     /// The input as `--data` gave it (a path, or a hub id).
     #[serde(default)]
     pub data: Option<std::path::PathBuf>,
+    /// `--family`, when given.
+    #[serde(default)]
+    pub family: Option<String>,
     /// How the input was read (column flags, `--images-root`), as recorded; the dataset
     /// module's `ReadOptions` in JSON (this module imports nothing of the crate).
     #[serde(default)]

@@ -58,9 +58,15 @@ pub struct RecheckSettings {
     #[serde(default = "thinking_default")]
     pub thinking: bool,
     /// Samples per question of the run (`--samples K`, 1 for greedy): with K > 1 every row's
-    /// `clean_meta` must say so and name each item's sample ([`crate::record::sampled`]).
+    /// `clean_meta` must say so and name each item's sample ([`crate::record::split_meta`]).
     #[serde(default = "one")]
     pub samples: usize,
+    /// The output records `cleaning.kept_from` per split row (a run of a version that records
+    /// `stats.split_sha256` in `run.json`; earlier ones copied the input row's list into every
+    /// split row): the `kept_from` checks, and those against the input and the model's outputs
+    /// that find an entry by it, apply.
+    #[serde(default)]
+    pub kept_from_per_row: bool,
 }
 
 fn one() -> usize {
@@ -79,6 +85,7 @@ impl Default for RecheckSettings {
             number_guard: NUMBER_GUARD_DEFAULT,
             thinking: true,
             samples: 1,
+            kept_from_per_row: false,
         }
     }
 }
@@ -102,6 +109,7 @@ impl RecheckSettings {
             number_guard,
             thinking: true,
             samples: 1,
+            kept_from_per_row: false,
         })
     }
 }
@@ -232,7 +240,7 @@ impl RecheckReport {
         } else if self.is_clean() {
             let _ = writeln!(
                 s,
-                "every decision recomputes, but {other_problems} row count(s) or split file(s) disagree with run.json (MISMATCH above)"
+                "every decision recomputes, but there are {other_problems} MISMATCH line(s) above (counts or split file contents against run.json, answers of generations.jsonl in no split)"
             );
         } else {
             let _ = writeln!(s, "{} disagreements:", self.disagreements.len());
@@ -283,24 +291,22 @@ impl Checker<'_> {
         questions: impl Iterator<Item = &'q str>,
         seen: &mut KeptQuestions,
     ) {
-        let Some(Ok(kept)) = kept_from_of(meta) else {
+        if !self.settings.kept_from_per_row {
+            return;
+        }
+        let m: serde_json::Value = serde_json::from_str(meta).unwrap_or_default();
+        let (Some(Ok(kept)), Some(position)) = (kept_from_of(meta), m["position"].as_u64()) else {
             return;
         };
-        let m: serde_json::Value = serde_json::from_str(meta).unwrap_or_default();
-        let source = (
-            m["source_file"].as_str().unwrap_or_default().to_string(),
-            m["row_index"].as_u64().unwrap_or_default(),
-        );
         for (q, (from, question)) in kept.into_iter().zip(questions).enumerate() {
-            let key = (source.0.clone(), source.1, from);
             let first = seen
-                .entry(key)
+                .entry((position, from))
                 .or_insert_with(|| (question.to_string(), split.to_string(), index));
             if first.0 != question {
                 let detail = format!(
-                    "clean_meta cleaning.kept_from names qa item {from} of {} row {}, whose \
-                     question is {:?} in {} row {}",
-                    source.0, source.1, first.0, first.1, first.2
+                    "clean_meta cleaning.kept_from names qa item {from} of the input element at \
+                     position {position}, whose question is {:?} in {} row {}",
+                    first.0, first.1, first.2
                 );
                 self.flag(split, index, Some(q), Problem::CleanMeta, detail);
             }
@@ -308,7 +314,13 @@ impl Checker<'_> {
     }
 
     fn check_row<Q>(&mut self, split: &str, index: usize, row: &OutputRow<Q>) {
-        if let Err(m) = check_clean_meta(&row.clean_meta, self.settings.samples, row.qa.len()) {
+        let kept_from = self.settings.kept_from_per_row;
+        if let Err(m) = check_clean_meta(
+            &row.clean_meta,
+            self.settings.samples,
+            row.qa.len(),
+            kept_from,
+        ) {
             self.flag(split, index, None, Problem::CleanMeta, m);
         }
         *self.report.rows.entry(split.to_string()).or_default() += 1;
@@ -521,9 +533,9 @@ fn accepted_key(sha: &str, e: &AcceptedQa) -> String {
     )
 }
 
-/// The first split row naming each input item (source file, row index, `qa` index) in its
+/// The first split row naming each input item (stream position, `qa` index) in its
 /// `cleaning.kept_from`: the item's question, that split and row.
-type KeptQuestions = BTreeMap<(String, u64, u64), (String, String, usize)>;
+type KeptQuestions = BTreeMap<(u64, u64), (String, String, usize)>;
 
 /// The identity of an item across accepted and rejected splits.
 fn item_key(

@@ -212,3 +212,44 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
     );
     assert!(text.contains(&want), "{want:?} missing:\n{text}");
 }
+
+/// Two input files of the same name in two folders (one folder per part of a dataset): each
+/// split entry is matched with its input item by stream position, not by file name, so an
+/// untouched output verifies against its input.
+#[test]
+fn input_files_of_the_same_name_are_told_apart() {
+    use dataset_util::{png, write_input, InputSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for (part, seed) in [("a", 1u8), ("b", 40)] {
+        std::fs::create_dir_all(data.join(part)).unwrap();
+        let rows: Vec<InputSpec> = (0..3)
+            .map(|i| {
+                let answer = format!("{}", 100 * u32::from(seed) + i);
+                InputSpec::new(png(24, 12, seed + i as u8), &[("How many?", &answer)])
+            })
+            .collect();
+        write_input(&data.join(part).join("train.parquet"), &rows, 10);
+    }
+    let out = tmp.path().join("out");
+    check(
+        bin()
+            .args(["run", "-q", "--max-new-tokens", "8", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap(),
+        "run",
+    );
+    let o = bin()
+        .arg("verify")
+        .arg(&out)
+        .arg("--input")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(!text.contains("NotTheInput"), "{text}");
+}

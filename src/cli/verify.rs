@@ -57,15 +57,28 @@ fn input_items(
         eprintln!("note: no --input and the run's recorded input is not here: questions and references are not checked against it");
         return Ok(None);
     };
-    let options: crate::dataset::layout::ReadOptions = settings
+    let mut options: crate::dataset::layout::ReadOptions = settings
         .and_then(|s| s.read.clone())
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default();
+    // As the run read it: with `--family` a `family` column is not read.
+    options.skip_family_column = settings.is_some_and(|s| s.family.is_some());
     let reader = crate::dataset::reader::InputReader::open_with(&data.to_string_lossy(), &options)
         .with_context(|| format!("read the input {}", data.display()))?;
     let mut items = InputItems::default();
-    for row in reader.flatten() {
-        items.add(&row);
+    // Positions as the run gave them: each element of the input stream in reader order.
+    for (position, element) in (0u64..).zip(reader) {
+        match element {
+            Ok(row) => items.add(position, &row),
+            Err(_) => items.add_unreadable(position),
+        }
+    }
+    if items.unreadable() > 0 {
+        eprintln!(
+            "note: {} element(s) of the input {} cannot be read now; their split rows are not checked against it",
+            items.unreadable(),
+            data.display()
+        );
     }
     Ok(Some(items))
 }
@@ -74,12 +87,13 @@ fn input_items(
 /// do not recompute, and split row counts that differ from `run.json` (the `MISMATCH` lines).
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "verify found {decisions} decision disagreement(s) and {row_counts} mismatch(es) with run.json (row counts, split file contents)"
+    "verify found {decisions} decision disagreement(s) and {row_counts} MISMATCH line(s) (counts and split file contents against run.json, answers of generations.jsonl in no split)"
 )]
 pub struct VerifyFailed {
     /// Decisions that do not recompute.
     pub decisions: usize,
-    /// Split row counts and split file contents that differ from `run.json`.
+    /// `MISMATCH` lines: split row and item counts and split file contents that differ from
+    /// `run.json`, and answers of `generations.jsonl` that are in no split.
     pub row_counts: usize,
 }
 
@@ -93,7 +107,7 @@ fn content_mismatches(data: &Path, want: &BTreeMap<String, String>) -> Vec<Strin
                 Ok(_) => Some(format!(
                     "data/{name}: its content is not what run.json recorded at the end of the \
                      run (SHA-256 {}…): the file was changed after the run",
-                    &sha[..sha.len().min(12)]
+                    sha.chars().take(12).collect::<String>()
                 )),
                 Err(e) => Some(format!(
                     "data/{name}: run.json recorded it, but it cannot be read: {e}"
@@ -129,6 +143,8 @@ fn verify_settings(
         RecheckSettings::from_args(guard, &overrides).map_err(|e| UsageError(e.to_string()))?;
     v.thinking = settings.think != Some(false);
     v.samples = settings.sampling.and_then(|s| s.samples).unwrap_or(1);
+    // A run that records its split files' hashes lists `kept_from` per split row.
+    v.kept_from_per_row = recorded.is_some_and(|r| r.stats.split_sha256.is_some());
     Ok(v)
 }
 
@@ -276,7 +292,14 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     // The model outputs the run recorded, when OUT has them (a folder copied without its
     // logs is checked from the splits alone).
     let generations_file = a.out.join(crate::pipeline::outputs::GENERATIONS_FILE);
-    let mut generations = if generations_file.exists() {
+    let mut generations = if !settings.kept_from_per_row {
+        eprintln!(
+            "note: {} was written by an earlier version (no per-row kept_from): the entries are \
+             not checked against the model's outputs or the input",
+            a.out.display()
+        );
+        None
+    } else if generations_file.exists() {
         Some(RunGenerations::read(&generations_file).map_err(anyhow::Error::msg)?)
     } else {
         eprintln!(
@@ -286,7 +309,11 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         );
         None
     };
-    let input = input_items(a, recorded.as_ref())?;
+    let input = if settings.kept_from_per_row {
+        input_items(a, recorded.as_ref())?
+    } else {
+        None
+    };
     let mut reports = Vec::new();
     for family in &families {
         let (think, nothink, rejected) = read_family(&a.out, family)?;

@@ -346,8 +346,13 @@ pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
     let max = max_of(&verdicts);
     let title = if judge {
         format!(
-            "Judge verdicts ({} judged, {} moved to accepted)",
-            stats.judge.judged, stats.judge.overturns
+            "Judge verdicts ({} judged{}, {} moved to accepted)",
+            stats.judge.judged,
+            match stats.judge.reused {
+                0 => String::new(),
+                n => format!(", {n} reused"),
+            },
+            stats.judge.overturns
         )
     } else {
         "Judge verdicts (judge off)".to_string()

@@ -504,7 +504,7 @@ pub fn card_markdown(
             )
         });
     s.push_str(&format!(
-        "Input: {} rows{limited}, {} questions. Accepted {}, rejected {}, cleaning drops {}, input errors {}.\n\n",
+        "Input: {} rows{limited}, {} questions. Accepted {} and rejected {} questions, cleaning drops {}, input errors {}.\n\n",
         stats.input_rows,
         stats.input_items,
         stats.accepted,
@@ -519,26 +519,28 @@ pub fn card_markdown(
         "questions"
     };
     if let Some(k) = &stats.sampling {
-        let pct = |n: u64| 100.0 * n as f64 / k.questions.max(1) as f64;
         s.push_str(&format!(
             "Rejection sampling: {} samples per question. pass@1 {:.1} % ({} of {} questions), \
-             pass@{} {:.1} % ({}), {} accepted samples holding {} distinct (reasoning, answer) \
-             pairs per question summed over the questions{}. Each accepted sample is its own QA \
-             item (`clean_meta.sample_index`), and so is each wrong sample in the rejected \
-             split.\n\n",
+             pass@{} {:.1} % ({}), {} accepted samples, {} distinct (reasoning, answer) pairs in \
+             all (a pair counted once per question){}. Each accepted sample is its own QA item \
+             (`clean_meta.sample_index`), and so is each wrong sample in the rejected split.\n\n",
             k.samples,
-            pct(k.pass_at_1),
+            k.pass_at_1_percent(),
             k.pass_at_1,
             k.questions,
             k.samples,
-            pct(k.pass_at_k),
+            k.pass_at_k_percent(),
             k.pass_at_k,
             k.accepted_samples,
             k.distinct_accepted,
             if distinct {
-                " (`--distinct-samples on`: only the first sample of each pair is written)"
+                format!(
+                    " (`--distinct-samples on`: only the first sample of each pair is written, \
+                     the {} repeats are not; the tables below count every accepted sample)",
+                    k.accepted_samples - k.distinct_accepted
+                )
             } else {
-                ""
+                String::new()
             }
         ));
     }

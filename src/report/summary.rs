@@ -87,27 +87,22 @@ fn counts(map: &BTreeMap<String, u64>) -> String {
 
 /// The sampling line of the summary: K, pass@1, pass@K and the accepted samples.
 fn sampling_line(k: &super::SamplingStats) -> String {
-    let pct = |n: u64| {
-        if k.questions == 0 {
-            0.0
-        } else {
-            100.0 * n as f64 / k.questions as f64
-        }
-    };
     if k.samples == 1 {
         return format!(
             "sampling: 1 sample per question; pass@1 {:.1} %\n",
-            pct(k.pass_at_1)
+            k.pass_at_1_percent()
         );
     }
     format!(
-        "sampling: {} samples per question; pass@1 {:.1} %, pass@{} {:.1} %; {} accepted samples \
+        "sampling: {} samples per question; pass@1 {:.1} %, pass@{} {:.1} % of the {} questions \
+         sampled; {} accepted samples \
          ({:.2} per question), {} distinct (reasoning, answer) pairs; the rejected split also \
          keeps accepted questions' wrong samples\n",
         k.samples,
-        pct(k.pass_at_1),
+        k.pass_at_1_percent(),
         k.samples,
-        pct(k.pass_at_k),
+        k.pass_at_k_percent(),
+        k.questions,
         k.accepted_samples,
         if k.questions == 0 {
             0.0

@@ -4,13 +4,19 @@
 use crate::record::split_meta::{kept_from_of, samples_of, SAMPLE_INDEX_KEY};
 
 /// A split row's `clean_meta` against its `n` entries and the run's `samples` (K): a JSON
-/// object; where the row has cleaning notes, `cleaning.kept_from` names one input `qa` index
-/// per entry, none of them an item cleaning dropped; with K > 1, `"samples": K` and a
+/// object; where the row has cleaning notes and the output lists them per split row
+/// (`kept_from_per_row`), `cleaning.kept_from` names one input `qa` index per entry, none of
+/// them an item cleaning dropped; with K > 1, `"samples": K` and a
 /// `"sample_index"` naming one sample below K per entry; no (index, sample) twice in the row
 /// ([`crate::record::split_meta`]).
 ///
 /// Errors: what is wrong, in words.
-pub(super) fn check_clean_meta(meta: &str, samples: usize, n: usize) -> Result<(), String> {
+pub(super) fn check_clean_meta(
+    meta: &str,
+    samples: usize,
+    n: usize,
+    kept_from_per_row: bool,
+) -> Result<(), String> {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(meta) else {
         return Err(format!("clean_meta is not a JSON object: {meta:?}"));
     };
@@ -20,7 +26,10 @@ pub(super) fn check_clean_meta(meta: &str, samples: usize, n: usize) -> Result<(
             "clean_meta says {stored} sample(s) per question, run.json {samples}"
         ));
     }
-    let kept_from = kept_from_of(meta).transpose()?;
+    // An output of a version before per-row `kept_from` lists the input row's in every row.
+    let kept_from = kept_from_of(meta)
+        .filter(|_| kept_from_per_row)
+        .transpose()?;
     if let Some(kept) = &kept_from {
         if kept.len() != n {
             return Err(format!(
@@ -75,7 +84,7 @@ mod tests {
     #[test]
     fn a_sampled_runs_clean_meta_must_name_each_entrys_sample() {
         let ok = r#"{"position":0,"sample_index":[0,3],"samples":4}"#;
-        assert_eq!(check_clean_meta(ok, 4, 2), Ok(()));
+        assert_eq!(check_clean_meta(ok, 4, 2, true), Ok(()));
         for (meta, why) in [
             ("{not json", "not a JSON object"),
             (
@@ -93,13 +102,13 @@ mod tests {
                 "qa item 1 sample 2 twice",
             ),
         ] {
-            let err = check_clean_meta(meta, 4, 2).unwrap_err();
+            let err = check_clean_meta(meta, 4, 2, true).unwrap_err();
             assert!(err.contains(why), "{meta}: {err}");
         }
         // A greedy run's rows: any JSON object without K.
-        assert_eq!(check_clean_meta(r#"{"a":1}"#, 1, 1), Ok(()));
+        assert_eq!(check_clean_meta(r#"{"a":1}"#, 1, 1, true), Ok(()));
         let sampled = r#"{"cleaning":{"kept_from":[1,1]},"sample_index":[0,2],"samples":4}"#;
-        assert_eq!(check_clean_meta(sampled, 4, 2), Ok(()));
+        assert_eq!(check_clean_meta(sampled, 4, 2, true), Ok(()));
     }
 
     /// Issue 45 item 6: `kept_from` names exactly the input items of the row.
@@ -108,15 +117,17 @@ mod tests {
         let meta = |kept: &str| {
             format!(r#"{{"cleaning":{{"dropped":[[2,"off_task"]],"kept_from":{kept}}}}}"#)
         };
-        assert_eq!(check_clean_meta(&meta("[1]"), 1, 1), Ok(()));
+        assert_eq!(check_clean_meta(&meta("[1]"), 1, 1, true), Ok(()));
         for (kept, n, why) in [
             ("[0,1]", 1, "names 2 qa item(s), the row holds 1"),
             ("[2]", 1, "qa item 2, which cleaning dropped"),
             ("[0,0]", 2, "qa item 0 sample 0 twice"),
             (r#""0""#, 1, "is not a list of qa indices"),
         ] {
-            let err = check_clean_meta(&meta(kept), 1, n).unwrap_err();
+            let err = check_clean_meta(&meta(kept), 1, n, true).unwrap_err();
             assert!(err.contains(why), "{kept}: {err}");
+            // An output of an earlier version listed the input row's items in every row.
+            assert_eq!(check_clean_meta(&meta(kept), 1, n, false), Ok(()));
         }
     }
 }

@@ -1,48 +1,46 @@
 //! `verify`'s check of every split entry against the run's input (issue 45 item 5): the entry
-//! is found by its `clean_meta` (`source_file`, `row_index`, `cleaning.kept_from`), and its
+//! is found by its `clean_meta` (`position`, `cleaning.kept_from`), and its
 //! question and reference (`org_answer` in the accepted splits, `answer` in the rejected one)
 //! must be the input item's — or, for an item cleaning rewrote (multiple-choice
 //! normalisation), the original its `cleaning.rewritten` note keeps must be.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Disagreement, FamilySplits, Problem};
 use crate::record::split_meta::kept_from_of;
 use crate::record::{InputRow, OutputRow, SplitKind};
 
-/// The questions and references of an input, by (file name, row index): what `verify`
+/// The questions and references of an input by stream position (the `position` a run gives
+/// each element of its input in reader order, recorded in `clean_meta`): what `verify`
 /// compares the splits with. Reading the input is the caller's (the dataset module's).
 #[derive(Debug, Default)]
 pub struct InputItems {
-    rows: HashMap<(String, u64), Vec<(String, String)>>,
+    rows: HashMap<u64, Vec<(String, String)>>,
+    /// Positions whose element cannot be read now (an image given by path that moved, …):
+    /// their split rows are not checked.
+    unreadable: HashSet<u64>,
 }
 
 impl InputItems {
-    /// Keep the `(question, reference)` of each item of `row` (the reference as a split
-    /// stores it: the JSON array text of several).
-    pub fn add(&mut self, row: &InputRow) {
-        let name = std::path::Path::new(&row.source_file)
-            .file_name()
-            .map_or_else(
-                || row.source_file.clone(),
-                |n| n.to_string_lossy().into_owned(),
-            );
+    /// Keep the `(question, reference)` of each item of the row at `position` (the reference
+    /// as a split stores it: the JSON array text of several).
+    pub fn add(&mut self, position: u64, row: &InputRow) {
         let items = row
             .qa
             .iter()
             .map(|q| (q.question.clone(), q.answer.clone()))
             .collect();
-        self.rows.insert((name, row.row_index as u64), items);
+        self.rows.insert(position, items);
     }
 
-    /// Rows held.
-    pub fn len(&self) -> usize {
-        self.rows.len()
+    /// Record that the element at `position` cannot be read now.
+    pub fn add_unreadable(&mut self, position: u64) {
+        self.unreadable.insert(position);
     }
 
-    /// Whether no row is held.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+    /// Elements of the input that could not be read (their split rows are not checked).
+    pub fn unreadable(&self) -> usize {
+        self.unreadable.len()
     }
 
     /// Check every entry of one family's splits (module doc).
@@ -78,13 +76,16 @@ impl InputItems {
         out: &mut Vec<Disagreement>,
     ) {
         let meta: serde_json::Value = serde_json::from_str(&row.clean_meta).unwrap_or_default();
-        let (Some(file), Some(index), Some(Ok(kept))) = (
-            meta["source_file"].as_str(),
-            meta["row_index"].as_u64(),
-            kept_from_of(&row.clean_meta),
-        ) else {
+        let (Some(position), Some(Ok(kept))) =
+            (meta["position"].as_u64(), kept_from_of(&row.clean_meta))
+        else {
             return;
         };
+        if self.unreadable.contains(&position) {
+            return;
+        }
+        let file = meta["source_file"].as_str().unwrap_or("?");
+        let index = meta["row_index"].as_u64().unwrap_or(0);
         let mut flag = |qa: Option<usize>, detail: String| {
             out.push(Disagreement {
                 split: name.to_string(),
@@ -94,10 +95,10 @@ impl InputItems {
                 detail,
             })
         };
-        let Some(items) = self.rows.get(&(file.to_string(), index)) else {
+        let Some(items) = self.rows.get(&position) else {
             flag(
                 None,
-                format!("the input has no row {index} in a file {file}"),
+                format!("the input has no element at position {position} ({file} row {index})"),
             );
             return;
         };

@@ -116,10 +116,11 @@ pub(crate) fn judge_answers(
         run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
     }
     // Every later item of a prompt takes its first item's result (which is there: journaled
-    // by an earlier process, or just generated).
+    // by an earlier process, or just generated), also over a result of its own a shard's
+    // journal holds: a merge then writes what the single run writes.
     for &(key, first) in &copies {
         if let Some(outcome) = ctx.results.get(&(first, Pass::Judge)).cloned() {
-            ctx.results.entry((key, Pass::Judge)).or_insert(outcome);
+            ctx.results.insert((key, Pass::Judge), outcome);
         }
     }
     let decisions = ctx.decisions;
