@@ -7,9 +7,9 @@
 mod pipeline_support;
 
 use pipeline_support::*;
-use verisample::pipeline::{prepare, run, Backends, RunControl, RunReport, StandardDecisions};
+use verisample::pipeline::{RunControl, RunReport};
 use verisample::record::{InputRow, RowError};
-use verisample::settings::{fingerprint, Settings};
+use verisample::settings::Settings;
 use verisample::shard::Shard;
 
 /// Run `rows` with the scripted model into `s.out`.
@@ -129,19 +129,7 @@ fn run_rows_with(
     model: &mut ScriptedModel,
     control: &RunControl,
 ) -> Result<RunReport, verisample::pipeline::PipelineError> {
-    let prepared = prepare(s, fingerprint(s.canonical(), model_files(), Vec::new())).unwrap();
-    let source = MemSource(rows.to_vec());
-    let mut sink = JsonlSink::new(&s.out);
-    run(
-        prepared,
-        Backends {
-            source: &source,
-            generator: model,
-            decisions: &StandardDecisions::default(),
-            sink: &mut sink,
-        },
-        control,
-    )
+    pipeline_support::run_rows(s, rows, (model, control), Vec::new())
 }
 
 /// Issue 45 item 4: the judge is greedy, so a repeated (question, reference, candidate) gets

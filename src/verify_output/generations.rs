@@ -274,52 +274,64 @@ fn derive<Q>(
 
 /// The fields of a stored accepted entry that differ from `want`, each said in words.
 fn accepted_differences(stored: &AcceptedQa, want: &AcceptedQa) -> Vec<String> {
-    let o = |v: &Option<String>| v.as_deref().map_or_else(|| "null".to_string(), short);
-    [
-        ("answer", short(&stored.answer), short(&want.answer)),
+    differences([
+        ("answer", Some(&stored.answer), Some(&want.answer)),
         (
             "vlm_answer",
-            short(&stored.vlm_answer),
-            short(&want.vlm_answer),
+            Some(&stored.vlm_answer),
+            Some(&want.vlm_answer),
         ),
-        ("think", o(&stored.think), o(&want.think)),
+        ("think", stored.think.as_ref(), want.think.as_ref()),
         (
             "accepted_by",
-            short(&stored.accepted_by),
-            short(&want.accepted_by),
+            Some(&stored.accepted_by),
+            Some(&want.accepted_by),
         ),
         (
             "judge_verdict",
-            o(&stored.judge_verdict),
-            o(&want.judge_verdict),
+            stored.judge_verdict.as_ref(),
+            want.judge_verdict.as_ref(),
         ),
-        ("judge_raw", o(&stored.judge_raw), o(&want.judge_raw)),
-    ]
-    .into_iter()
-    .filter(|(_, a, b)| a != b)
-    .map(|(field, a, b)| format!("field {field} is {a}, generations.jsonl gives {b}"))
-    .collect()
+        (
+            "judge_raw",
+            stored.judge_raw.as_ref(),
+            want.judge_raw.as_ref(),
+        ),
+    ])
 }
 
 /// The fields of a stored rejected entry that differ from `want`, each said in words.
 fn rejected_differences(stored: &RejectedQa, want: &RejectedQa) -> Vec<String> {
-    let o = |v: &Option<String>| v.as_deref().map_or_else(|| "null".to_string(), short);
-    [
-        (
-            "wrong_vlm",
-            short(&stored.wrong_vlm),
-            short(&want.wrong_vlm),
-        ),
-        ("reason", short(&stored.reason), short(&want.reason)),
+    differences([
+        ("wrong_vlm", Some(&stored.wrong_vlm), Some(&want.wrong_vlm)),
+        ("reason", Some(&stored.reason), Some(&want.reason)),
         (
             "judge_verdict",
-            o(&stored.judge_verdict),
-            o(&want.judge_verdict),
+            stored.judge_verdict.as_ref(),
+            want.judge_verdict.as_ref(),
         ),
-        ("judge_raw", o(&stored.judge_raw), o(&want.judge_raw)),
-    ]
-    .into_iter()
-    .filter(|(_, a, b)| a != b)
-    .map(|(field, a, b)| format!("field {field} is {a}, generations.jsonl gives {b}"))
-    .collect()
+        (
+            "judge_raw",
+            stored.judge_raw.as_ref(),
+            want.judge_raw.as_ref(),
+        ),
+    ])
+}
+
+/// A message for each `(field, stored, derived)` whose values differ (`None`: null).
+fn differences<const N: usize>(
+    fields: [(&str, Option<&String>, Option<&String>); N],
+) -> Vec<String> {
+    let shown = |v: Option<&String>| v.map_or_else(|| "null".to_string(), |t| short(t));
+    fields
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(field, a, b)| {
+            format!(
+                "field {field} is {}, generations.jsonl gives {}",
+                shown(a),
+                shown(b)
+            )
+        })
+        .collect()
 }

@@ -477,8 +477,19 @@ pub fn run_hashing(
     control: &RunControl,
     input_files: Vec<(String, String)>,
 ) -> Result<RunReport, PipelineError> {
+    run_rows(s, &mixed_rows(), (model, control), input_files)
+}
+
+/// Run `rows` with `model` into `s.out` under `control`, `input_files` recorded as the
+/// input's hashes in the fingerprint.
+pub fn run_rows(
+    s: &Settings,
+    rows: &[Result<InputRow, RowError>],
+    (model, control): (&mut dyn verisample::pipeline::Generator, &RunControl),
+    input_files: Vec<(String, String)>,
+) -> Result<RunReport, PipelineError> {
     let prepared = prepare(s, fingerprint(s.canonical(), model_files(), input_files))?;
-    let source = MemSource(mixed_rows());
+    let source = MemSource(rows.to_vec());
     let mut sink = JsonlSink::new(&s.out);
     run(
         prepared,
