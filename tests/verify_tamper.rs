@@ -96,7 +96,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
     // (what, the edit, the split files it changes, what verify still names when run.json's
     // file hashes are rewritten to match: the entry and field against the input or
     // generations.jsonl).
-    let tampers: [(&str, Tamper, &[SplitKind], &str); 4] = [
+    let tampers: [(&str, Tamper, &[SplitKind], &str); 5] = [
         (
             "a rejected row's reference changed",
             |o| {
@@ -132,6 +132,24 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
             },
             &[SplitKind::Think, SplitKind::NoThink],
             "OrandCar_RS_nothink row 0 qa 0: NotTheInput: field question is",
+        ),
+        (
+            "two rows' images and hashes swapped in both accepted splits",
+            |o| {
+                for kind in [SplitKind::Think, SplitKind::NoThink] {
+                    rewrite(
+                        o,
+                        kind,
+                        |rows: &mut Vec<OutputRow<verisample::record::AcceptedQa>>| {
+                            let (a, b) = rows.split_at_mut(1);
+                            std::mem::swap(&mut a[0].image, &mut b[0].image);
+                            std::mem::swap(&mut a[0].image_sha256, &mut b[0].image_sha256);
+                        },
+                    );
+                }
+            },
+            &[SplitKind::Think, SplitKind::NoThink],
+            "OrandCar_RS_nothink row 0: NotTheInput: image_sha256",
         ),
         (
             "a rejected row dropped and run.json's row count lowered to match",

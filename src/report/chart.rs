@@ -346,25 +346,18 @@ pub fn chart_svg(stats: &RunStats, judge: bool) -> String {
     let max = max_of(&verdicts);
     let title = if judge {
         format!(
-            "Judge verdicts ({} judged{}, {} moved to accepted)",
-            stats.judge.judged,
-            match stats.judge.reused {
-                0 => String::new(),
-                n => format!(", {n} reused"),
-            },
-            stats.judge.overturns
+            "Judge verdicts ({} judged, {} moved to accepted)",
+            stats.judge.judged, stats.judge.overturns
         )
     } else {
         "Judge verdicts (judge off)".to_string()
     };
-    hbars(
-        &mut svg,
-        at(1.0, 1.0),
-        &title,
-        "verifier rejects judged",
-        &verdicts,
-        max,
-    );
+    // Reused verdicts under the bars: the title has no room for a third count.
+    let axis = match stats.judge.reused {
+        0 => "verifier rejects judged".to_string(),
+        n => format!("verifier rejects judged ({n} verdicts reused)"),
+    };
+    hbars(&mut svg, at(1.0, 1.0), &title, &axis, &verdicts, max);
     line_panel(
         &mut svg,
         at(0.0, 2.0),

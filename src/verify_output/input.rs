@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use sha2::{Digest, Sha256};
+
 use super::{Disagreement, FamilySplits, Problem};
 use crate::record::split_meta::kept_from_of;
 use crate::record::{InputRow, OutputRow, SplitKind};
@@ -15,10 +17,18 @@ use crate::record::{InputRow, OutputRow, SplitKind};
 /// compares the splits with. Reading the input is the caller's (the dataset module's).
 #[derive(Debug, Default)]
 pub struct InputItems {
-    rows: HashMap<u64, Vec<(String, String)>>,
+    rows: HashMap<u64, InputElement>,
     /// Positions whose element cannot be read now (an image given by path that moved, …):
     /// their split rows are not checked.
     unreadable: HashSet<u64>,
+}
+
+/// What `verify` keeps of one input element: its items' `(question, reference)` and the hex
+/// SHA-256 of its image bytes.
+#[derive(Debug)]
+struct InputElement {
+    items: Vec<(String, String)>,
+    image: Option<String>,
 }
 
 impl InputItems {
@@ -30,7 +40,8 @@ impl InputItems {
             .iter()
             .map(|q| (q.question.clone(), q.answer.clone()))
             .collect();
-        self.rows.insert(position, items);
+        let image = (row.image.bytes.as_deref()).map(|b| hex::encode(Sha256::digest(b)));
+        self.rows.insert(position, InputElement { items, image });
     }
 
     /// Record that the element at `position` cannot be read now.
@@ -95,13 +106,27 @@ impl InputItems {
                 detail,
             })
         };
-        let Some(items) = self.rows.get(&position) else {
+        let Some(element) = self.rows.get(&position) else {
             flag(
                 None,
                 format!("the input has no element at position {position} ({file} row {index})"),
             );
             return;
         };
+        if element
+            .image
+            .as_deref()
+            .is_some_and(|sha| sha != row.image_sha256)
+        {
+            flag(
+                None,
+                format!(
+                    "image_sha256 {} is not the hash of the image of the input's {file} row {index}",
+                    row.image_sha256
+                ),
+            );
+        }
+        let items = &element.items;
         let rewritten = meta["cleaning"]["rewritten"]
             .as_array()
             .cloned()
