@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use serde_json::{json, Value};
-use verisample::dataset::card::{output_configs, write_card, write_run_json, CardSplit};
+use verisample::atomic::write_atomic;
+use verisample::dataset::card::{output_configs, write_card, CardSplit};
 use verisample::dataset::shards::{ShardOptions, ShardSummary};
 use verisample::dataset::writer::{sha256_hex, QaRecord, SplitWriter};
 use verisample::family::{ORAND_CAR, ORAND_CAR_QUESTION};
@@ -151,9 +152,10 @@ fn main() -> anyhow::Result<()> {
     ];
     let cards: Vec<CardSplit> = splits.iter().map(CardSplit::from).collect();
     write_card(&out, &output_configs(&cards), "verisample sample output")?;
-    write_run_json(
-        &out,
-        &json!({"engine": "verisample", "version": env!("CARGO_PKG_VERSION"), "note": "synthetic sample"}),
+    let run = json!({"engine": "verisample", "version": env!("CARGO_PKG_VERSION"), "note": "synthetic sample"});
+    write_atomic(
+        out.join(verisample::out_files::RUN_FILE),
+        format!("{}\n", serde_json::to_string_pretty(&run)?).as_bytes(),
     )?;
     std::fs::write(
         out.join("expected.json"),

@@ -12,6 +12,7 @@ pub mod family;
 pub mod journal;
 pub mod judge;
 pub mod merge;
+pub mod out_files;
 pub mod pipeline;
 pub mod record;
 pub mod report;

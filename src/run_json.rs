@@ -4,7 +4,7 @@
 //! file of the same name included ([`RunJsonView`]: resume, the write phase, `verify`,
 //! `inspect`, the output-folder checks).
 //!
-//! A leaf module: the record's settings, fingerprint and statistics are type parameters
+//! A leaf module (but for the file names of [`crate::out_files`]): the record's settings, fingerprint and statistics are type parameters
 //! ([`RunJson`]), filled in as `pipeline::RunReport` by the pipeline, so that the settings'
 //! own output-folder checks can read a `run.json` without importing the pipeline.
 
@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The file name, in OUT.
-pub const FILE: &str = "run.json";
+pub use crate::out_files::RUN_FILE as FILE;
 
 /// Status of a finished run.
 pub const STATUS_COMPLETE: &str = "complete";

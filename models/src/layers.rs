@@ -6,6 +6,8 @@ use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, PackedLinear, TiledLinear};
 
+pub use crate::config::MlpNames;
+
 /// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Act {
@@ -217,17 +219,6 @@ pub struct Mlp {
     act: Act,
     /// Width of the gate half of `up` when gated.
     gate: Option<usize>,
-}
-
-/// Tensor names of an MLP in the checkpoint.
-#[derive(Debug, Clone, Copy)]
-pub enum MlpNames {
-    /// `gate_proj` / `up_proj` / `down_proj` (gated).
-    Gated,
-    /// `fc1` / `fc2` (Qwen2-VL vision).
-    Fc,
-    /// `linear_fc1` / `linear_fc2` (Qwen3-VL vision).
-    LinearFc,
 }
 
 impl Mlp {

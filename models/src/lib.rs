@@ -21,7 +21,9 @@
 //! - [`VlModel::forward`]`(&StepInput { input_ids, images }, &BatchMeta, &mut KvCache)` →
 //!   logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
 //!
-//! Modules: [`config`] (config.json), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
+//! Modules: [`families`] (one file per `model_type`, the registry [`FAMILIES`], and
+//! [`ModelConfig`]), [`config`] (config.json's fields and the decoders and vision towers the
+//! families share), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
 //! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`] (the
 //! decoder, a mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer),
 //! [`model`], [`batch`] (the engine interface types), [`probe`] (batch invariance of a whole
@@ -31,6 +33,7 @@ pub mod batch;
 pub mod chat;
 pub mod config;
 pub mod decode;
+pub mod families;
 pub mod gated_delta_net;
 pub mod image_limits;
 pub mod layers;
@@ -49,10 +52,13 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{
-    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig, MoeSpec, TextSpec,
-    VisionSpec, SUPPORTED_MODEL_TYPES,
+    ConfigError, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, MoeSpec, TextSpec,
+    VisionNorm, VisionSpec,
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};
+pub use families::{
+    family_in, family_of, listing, supported_model_types, Family, ModelConfig, FAMILIES,
+};
 pub use image_limits::{ImageLimits, TooLarge};
 pub use load::LoadError;
 pub use model::{StepInput, VlModel};

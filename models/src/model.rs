@@ -11,7 +11,8 @@ use candle_nn::VarBuilder;
 use verisample_kernels::AttentionPath;
 
 use crate::batch::{BatchMeta, KvCache};
-use crate::config::{Architecture, ModelConfig, TextSpec, VisionSpec};
+use crate::config::{TextSpec, VisionSpec};
+use crate::families::{Family, ModelConfig};
 use crate::load::LoadError;
 use crate::processor::VisionInputs;
 use crate::text::TextModel;
@@ -143,11 +144,8 @@ impl VlModel {
         device: &Device,
         path: AttentionPath,
     ) -> std::result::Result<Self, LoadError> {
-        let text_spec = config.text().map_err(|source| LoadError::Config {
-            path: PathBuf::from("config.json"),
-            source,
-        })?;
-        let vision_spec = config.vision();
+        let text_spec = config.text().clone();
+        let vision_spec = config.vision().clone();
         let (text_prefix, vision_prefix) =
             if vb.contains_tensor("model.language_model.embed_tokens.weight") {
                 ("model.language_model", "model.visual")
@@ -172,9 +170,9 @@ impl VlModel {
         &self.config
     }
 
-    /// The architecture (`model_type`).
-    pub fn architecture(&self) -> Architecture {
-        self.config.architecture()
+    /// The family (`model_type`).
+    pub fn family(&self) -> &'static Family {
+        self.config.family()
     }
 
     /// Resolved decoder spec (layers, KV heads, head_dim for sizing the [`KvCache`]).

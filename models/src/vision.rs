@@ -15,10 +15,8 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, SegmentAttentionParams};
 
-use crate::config::{Architecture, VisionSpec};
-use crate::layers::{
-    apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, MlpNames, Norm, Proj,
-};
+use crate::config::{MlpNames, VisionNorm, VisionSpec};
+use crate::layers::{apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, Norm, Proj};
 
 /// Output of the vision tower for a batch of images.
 #[derive(Debug, Clone)]
@@ -90,10 +88,7 @@ impl Merger {
         path: AttentionPath,
     ) -> Result<Self> {
         let merged = spec.hidden_size * spec.spatial_merge_size * spec.spatial_merge_size;
-        let (norm_name, fc1, fc2) = match spec.architecture {
-            Architecture::Qwen3Vl | Architecture::Qwen35 => ("norm", "linear_fc1", "linear_fc2"),
-            _ => ("ln_q", "mlp.0", "mlp.2"),
-        };
+        let (norm_name, fc1, fc2) = spec.merger.names();
         let norm_dim = if postshuffle {
             merged
         } else {
@@ -101,7 +96,7 @@ impl Merger {
         };
         Ok(Self {
             norm: Norm::new(
-                spec.architecture == Architecture::Qwen25Vl,
+                spec.norm == VisionNorm::RmsNorm,
                 norm_dim,
                 1e-6,
                 vb.pp(norm_name),
@@ -156,22 +151,16 @@ impl VisionTower {
         let patch_w = vb
             .get((hid, c, t, p, p), "patch_embed.proj.weight")?
             .reshape((hid, c * t * p * p))?;
-        let patch_b = match spec.architecture {
-            Architecture::Qwen3Vl | Architecture::Qwen35 => {
-                Some(vb.get(hid, "patch_embed.proj.bias")?)
-            }
-            _ => None,
-        };
+        let patch_b = spec
+            .patch_bias
+            .then(|| vb.get(hid, "patch_embed.proj.bias"))
+            .transpose()?;
         let pos_embed = match spec.num_position_embeddings {
             0 => None,
             n => Some(vb.get((n, hid), "pos_embed.weight")?),
         };
         let act = Act::from_name(&spec.hidden_act)?;
-        let (rms, names) = match spec.architecture {
-            Architecture::Qwen2Vl => (false, MlpNames::Fc),
-            Architecture::Qwen25Vl => (true, MlpNames::Gated),
-            Architecture::Qwen3Vl | Architecture::Qwen35 => (false, MlpNames::LinearFc),
-        };
+        let rms = spec.norm == VisionNorm::RmsNorm;
         let blocks = (0..spec.depth)
             .map(|i| {
                 let b = vb.pp("blocks").pp(i);
@@ -183,7 +172,7 @@ impl VisionTower {
                     mlp: Mlp::new(
                         hid,
                         spec.intermediate_size,
-                        names,
+                        spec.mlp,
                         true,
                         act,
                         b.pp("mlp"),
@@ -412,11 +401,7 @@ pub fn vision_forward_bytes(
         threads,
     );
     let attention = patches * 8 * h * s + scratch;
-    let inner = if spec.architecture == Architecture::Qwen25Vl {
-        5
-    } else {
-        4
-    };
+    let inner = if spec.mlp == MlpNames::Gated { 5 } else { 4 };
     let mlp = patches * (4 * h + inner * i) * s;
     (patches * held + attention.max(mlp)) as u64
 }

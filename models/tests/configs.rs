@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use verisample_models::config::{Architecture, ConfigError, ModelConfig};
+use verisample_models::{ConfigError, ModelConfig};
 
 fn read(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,8 +15,8 @@ fn read(name: &str) -> String {
 #[test]
 fn qwen2_vl_2b_flat_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen2-VL-2B-Instruct.config.json")).unwrap();
-    assert_eq!(c.architecture(), Architecture::Qwen2Vl);
-    let t = c.text().unwrap();
+    assert_eq!(c.family().model_type, "qwen2_vl");
+    let t = c.text().clone();
     assert_eq!(
         (
             t.hidden_size,
@@ -61,8 +61,8 @@ fn qwen2_vl_2b_flat_layout() {
 #[test]
 fn qwen2_5_vl_7b_flat_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen2.5-VL-7B-Instruct.config.json")).unwrap();
-    assert_eq!(c.architecture(), Architecture::Qwen25Vl);
-    let t = c.text().unwrap();
+    assert_eq!(c.family().model_type, "qwen2_5_vl");
+    let t = c.text().clone();
     assert_eq!(
         (
             t.hidden_size,
@@ -99,8 +99,8 @@ fn qwen2_5_vl_7b_flat_layout() {
 #[test]
 fn qwen3_vl_8b_thinking_nested_layout() {
     let c = ModelConfig::from_json(&read("configs/Qwen3-VL-8B-Thinking.config.json")).unwrap();
-    assert_eq!(c.architecture(), Architecture::Qwen3Vl);
-    let t = c.text().unwrap();
+    assert_eq!(c.family().model_type, "qwen3_vl");
+    let t = c.text().clone();
     assert_eq!(
         (
             t.hidden_size,
@@ -140,7 +140,7 @@ fn qwen3_vl_8b_thinking_nested_layout() {
 #[test]
 fn transformers5_nested_layout_of_the_fixture() {
     let c = ModelConfig::from_json(&read("qwen2_vl/config.json")).unwrap();
-    let t = c.text().unwrap();
+    let t = c.text().clone();
     assert_eq!(
         (
             t.hidden_size,
@@ -165,7 +165,7 @@ fn old_and_new_names_of_a_key_side_by_side_parse_like_transformers() {
     v["vision_config"]["in_chans"] = serde_json::json!(3);
     v["vision_config"]["in_channels"] = serde_json::json!(3);
     let c = ModelConfig::from_json(&v.to_string()).unwrap();
-    assert_eq!(c.text().unwrap().mrope_section, [2, 3, 3]);
+    assert_eq!(c.text().mrope_section, [2, 3, 3]);
     assert_eq!(c.vision().in_channels, 3);
     // The two names disagreeing is an error naming both.
     v["vision_config"]["in_chans"] = serde_json::json!(4);
@@ -181,7 +181,7 @@ fn old_and_new_names_of_a_key_side_by_side_parse_like_transformers() {
 #[test]
 fn unsupported_model_type_lists_supported_ones() {
     let err = ModelConfig::from_json(r#"{"model_type": "llava"}"#).unwrap_err();
-    assert!(matches!(err, ConfigError::Unsupported { ref found } if found == "llava"));
+    assert!(matches!(err, ConfigError::Unsupported { ref found, .. } if found == "llava"));
     let msg = err.to_string();
     assert!(
         msg.contains("qwen2_vl") && msg.contains("qwen2_5_vl") && msg.contains("qwen3_vl"),
@@ -194,8 +194,10 @@ fn bad_mrope_section_is_an_error() {
     let mut v: serde_json::Value =
         serde_json::from_str(&read("configs/Qwen2-VL-2B-Instruct.config.json")).unwrap();
     v["rope_scaling"]["mrope_section"] = serde_json::json!([16, 24, 20]);
-    let c = ModelConfig::from_json(&v.to_string()).unwrap();
-    assert!(matches!(c.text(), Err(ConfigError::Invalid(_))));
+    assert!(matches!(
+        ModelConfig::from_json(&v.to_string()),
+        Err(ConfigError::Invalid(_))
+    ));
 }
 
 #[test]
@@ -230,7 +232,7 @@ fn missing_tensor_is_an_error_naming_it() {
 /// `config.json`; `vision` = depth, width, MLP size, merger output).
 struct Expect {
     name: &'static str,
-    architecture: Architecture,
+    model_type: &'static str,
     /// hidden, layers, heads, kv heads, head_dim, vocab, MLP size.
     text: [usize; 7],
     mrope_section: [usize; 3],
@@ -243,7 +245,7 @@ struct Expect {
 const TABLE: [Expect; 5] = [
     Expect {
         name: "Qwen2-VL-2B-Instruct",
-        architecture: Architecture::Qwen2Vl,
+        model_type: "qwen2_vl",
         text: [1536, 28, 12, 2, 128, 151936, 8960],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -253,7 +255,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen2.5-VL-3B-Instruct",
-        architecture: Architecture::Qwen25Vl,
+        model_type: "qwen2_5_vl",
         text: [2048, 36, 16, 2, 128, 151936, 11008],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -263,7 +265,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen2.5-VL-7B-Instruct",
-        architecture: Architecture::Qwen25Vl,
+        model_type: "qwen2_5_vl",
         text: [3584, 28, 28, 4, 128, 152064, 18944],
         mrope_section: [16, 24, 24],
         rope_theta: 1e6,
@@ -273,7 +275,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen3-VL-4B-Instruct",
-        architecture: Architecture::Qwen3Vl,
+        model_type: "qwen3_vl",
         text: [2560, 36, 32, 8, 128, 151936, 9728],
         mrope_section: [24, 20, 20],
         rope_theta: 5e6,
@@ -283,7 +285,7 @@ const TABLE: [Expect; 5] = [
     },
     Expect {
         name: "Qwen3-VL-8B-Thinking",
-        architecture: Architecture::Qwen3Vl,
+        model_type: "qwen3_vl",
         text: [4096, 36, 32, 8, 128, 151936, 12288],
         mrope_section: [24, 20, 20],
         rope_theta: 5e6,
@@ -296,8 +298,8 @@ const TABLE: [Expect; 5] = [
 fn check(e: &Expect, label: &str, json: &serde_json::Value) {
     let c =
         ModelConfig::from_json(&json.to_string()).unwrap_or_else(|err| panic!("{label}: {err}"));
-    assert_eq!(c.architecture(), e.architecture, "{label}");
-    let t = c.text().unwrap_or_else(|err| panic!("{label}: {err}"));
+    assert_eq!(c.family().model_type, e.model_type, "{label}");
+    let t = c.text();
     let got = [
         t.hidden_size,
         t.num_layers,
@@ -482,8 +484,9 @@ fn a_rope_kind_other_than_mrope_is_refused() {
     let mut v: serde_json::Value =
         serde_json::from_str(&read("configs/Qwen3-VL-8B-Thinking.resaved.config.json")).unwrap();
     v["text_config"]["rope_parameters"]["rope_type"] = serde_json::json!("yarn");
-    let c = ModelConfig::from_json(&v.to_string()).unwrap();
-    let msg = c.text().unwrap_err().to_string();
+    let msg = ModelConfig::from_json(&v.to_string())
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("yarn") && msg.contains("default"), "{msg}");
 }
 

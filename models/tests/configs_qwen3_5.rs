@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use verisample_models::config::{
-    Architecture, ConfigError, LayerKind, LinearAttentionSpec, ModelConfig,
+    ConfigError, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, VisionNorm,
 };
+use verisample_models::ModelConfig;
 
 fn read(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -26,8 +27,8 @@ fn parse(v: &Value) -> Result<ModelConfig, ConfigError> {
 #[test]
 fn default_config_as_transformers_saves_it() {
     let c = parse(&read("default.config.json")).unwrap();
-    assert_eq!(c.architecture(), Architecture::Qwen35);
-    let t = c.text().unwrap();
+    assert_eq!(c.family().model_type, "qwen3_5");
+    let t = c.text().clone();
     assert_eq!(
         (
             t.vocab_size,
@@ -69,7 +70,16 @@ fn default_config_as_transformers_saves_it() {
     assert_eq!(lin.conv_state_elems(), 8192 * 3);
     assert_eq!(lin.recurrent_state_elems(), 32 * 128 * 128);
     let v = c.vision();
-    assert_eq!(v.architecture, Architecture::Qwen35);
+    // Qwen3-VL's tower: LayerNorm, `linear_fc1/fc2` MLP and merger, a patch-embedding bias.
+    assert_eq!(
+        (v.norm, v.mlp, v.merger, v.patch_bias),
+        (
+            VisionNorm::LayerNorm,
+            MlpNames::LinearFc,
+            MergerNames::LinearFc,
+            true
+        )
+    );
     assert!(v.deepstack_visual_indexes.is_empty());
     assert_eq!(
         (
@@ -98,7 +108,7 @@ fn default_config_as_transformers_saves_it() {
 #[test]
 fn tiny_config_with_fewer_key_heads_than_value_heads() {
     let c = parse(&read("tiny.config.json")).unwrap();
-    let t = c.text().unwrap();
+    let t = c.text().clone();
     use LayerKind::{FullAttention as F, LinearAttention as L};
     assert_eq!(t.layer_types, vec![L, F, L, F, L, F]);
     assert_eq!((t.head_dim, t.rotary_dim), (32, 16));
@@ -121,7 +131,7 @@ fn tiny_config_with_fewer_key_heads_than_value_heads() {
 fn flat_layout_resolves_like_the_nested_one() {
     for name in ["default.config.json", "tiny.config.json"] {
         let nested = read(name);
-        let expected = parse(&nested).unwrap().text().unwrap();
+        let expected = parse(&nested).unwrap().text().clone();
         let mut flat = nested.clone();
         let top = flat.as_object_mut().unwrap();
         let Some(Value::Object(mut text)) = top.remove("text_config") else {
@@ -147,7 +157,7 @@ fn flat_layout_resolves_like_the_nested_one() {
             top.insert(k, v);
         }
         let c = parse(&flat).unwrap();
-        assert_eq!(c.text().unwrap(), expected, "{name}");
+        assert_eq!(c.text().clone(), expected, "{name}");
         assert_eq!(c.token_ids().image_token_id, 248056, "{name}");
     }
 }
@@ -179,13 +189,13 @@ fn inconsistent_hybrid_settings_are_errors_naming_the_setting() {
     for (key, value, needle) in cases {
         let mut v = base.clone();
         v["text_config"][key] = value;
-        let err = parse(&v).unwrap().text().unwrap_err();
+        let err = parse(&v).unwrap_err();
         assert!(matches!(err, ConfigError::Invalid(_)), "{key}: {err}");
         assert!(err.to_string().contains(needle), "{key}: {err}");
     }
     // `mrope_section` must cover the rotated part only: 8 pairs here, not head_dim / 2 = 16.
     let mut v = base.clone();
     v["text_config"]["rope_parameters"]["mrope_section"] = json!([8, 4, 4]);
-    let err = parse(&v).unwrap().text().unwrap_err();
+    let err = parse(&v).unwrap_err();
     assert!(err.to_string().contains("rotary_dim/2 = 8"), "{err}");
 }

@@ -22,10 +22,13 @@ pub struct DoctorArgs {
     /// else cpu]
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<crate::settings::DeviceSpec>,
-    /// Checkpoint for the end-to-end check, of any family `run` takes (qwen2_vl, qwen2_5_vl,
-    /// qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe). [default: the bundled model, found as
-    /// `run` finds it]
-    #[arg(long, value_name = "DIR")]
+    /// Checkpoint for the end-to-end check, of any family `run` takes (the help text lists
+    /// them).
+    #[arg(long, value_name = "DIR", help = format!(
+        "Checkpoint for the end-to-end check, of any family `run` takes: {}. [default: the \
+         bundled model, found as `run` finds it]",
+        verisample_models::listing()
+    ))]
     pub model: Option<PathBuf>,
     /// Dataset for the end-to-end check. [default: the bundled sample]
     #[arg(long, value_name = "INPUT")]

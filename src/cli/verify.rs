@@ -9,6 +9,7 @@ use clap::Args;
 use super::UsageError;
 use crate::dataset::card::{kind_of_split, scan_output_dir};
 use crate::dataset::writer::{read_accepted_split, read_rejected_split, split_files};
+use crate::out_files::SPLITS_DIR;
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::run_json::RunJsonView;
 use crate::verify_output::generations::RunGenerations;
@@ -204,7 +205,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         );
     }
     // A run that wrote no split may have no data/ at all.
-    let splits = if a.out.join("data").exists() {
+    let splits = if a.out.join(SPLITS_DIR).exists() {
         scan_output_dir(&a.out)
             .with_context(|| format!("read output directory {}", a.out.display()))?
     } else {
@@ -260,7 +261,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|r| r.stats.split_sha256.as_ref())
     {
-        for m in content_mismatches(&a.out.join("data"), want) {
+        for m in content_mismatches(&a.out.join(SPLITS_DIR), want) {
             println!("MISMATCH {m}");
             problems += 1;
         }

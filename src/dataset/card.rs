@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use arrow::array::Array;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use serde_json::Value;
 
 use super::features::{features_yaml, yaml_scalar};
 use super::shards::{arrow_nbytes, ShardSummary};
@@ -108,7 +107,7 @@ pub fn output_configs(splits: &[CardSplit]) -> Vec<CardConfig> {
 ///
 /// Errors: the folder cannot be listed.
 pub fn output_split_files(out_dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf>>, DatasetError> {
-    let data = out_dir.join("data");
+    let data = out_dir.join(crate::out_files::SPLITS_DIR);
     let rd = std::fs::read_dir(&data).map_err(|e| DatasetError::io(&data, e))?;
     let mut by_split: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in rd {
@@ -133,7 +132,7 @@ pub fn output_split_files(out_dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf
 ///
 /// Errors: the folder cannot be listed (a missing folder gives an empty list).
 pub fn pattern_strays(out_dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError> {
-    let data = out_dir.join("data");
+    let data = out_dir.join(crate::out_files::SPLITS_DIR);
     let rd = match std::fs::read_dir(&data) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -295,20 +294,9 @@ pub fn write_card(
     title: &str,
 ) -> Result<PathBuf, DatasetError> {
     Ok(write_atomic(
-        out_dir.join("README.md"),
+        out_dir.join(crate::out_files::CARD_FILE),
         render_card(configs, title)?.as_bytes(),
     )?)
-}
-
-/// Write `<out_dir>/run.json` (pretty JSON, trailing newline) atomically. The pipeline fills
-/// `run` (engine version, model, settings, counts, timings).
-///
-/// Errors: the write fails.
-pub fn write_run_json(out_dir: &Path, run: &Value) -> Result<PathBuf, DatasetError> {
-    let mut text =
-        serde_json::to_string_pretty(run).map_err(|e| DatasetError::Invalid(e.to_string()))?;
-    text.push('\n');
-    Ok(write_atomic(out_dir.join("run.json"), text.as_bytes())?)
 }
 
 #[cfg(test)]
@@ -367,33 +355,5 @@ mod tests {
         assert!(card.contains("- config_name: rejected\n  features:\n  - name: image\n    dtype: image\n  - name: qa\n    list:\n    - name: question\n"), "{card}");
         assert!(!card.contains("split: train\n") && !card.contains("name: train\n"));
         assert_eq!(card.matches("\n---\n").count(), 1);
-    }
-
-    #[test]
-    fn run_json_is_pretty_and_atomic() {
-        let dir = tempfile::tempdir().unwrap();
-        let first =
-            write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 1}})).unwrap();
-        assert_eq!(first, dir.path().join("run.json"));
-        // A reader that opened the old run.json (here: a second name for its inode) must keep
-        // seeing a whole old document: the new one replaces it by rename, never in place.
-        // Catches: run.json rewritten in place (`std::fs::write`), which a crash leaves torn.
-        let old_view = dir.path().join("old-view");
-        std::fs::hard_link(&first, &old_view).unwrap();
-        let p =
-            write_run_json(dir.path(), &serde_json::json!({"counts": {"accepted": 3}})).unwrap();
-        let text = std::fs::read_to_string(p).unwrap();
-        assert_eq!(text, "{\n  \"counts\": {\n    \"accepted\": 3\n  }\n}\n");
-        assert_eq!(
-            std::fs::read_to_string(&old_view).unwrap(),
-            "{\n  \"counts\": {\n    \"accepted\": 1\n  }\n}\n"
-        );
-        // No temporary file is left beside it.
-        let mut names: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["old-view", "run.json"]);
     }
 }

@@ -273,7 +273,7 @@ impl<Q: QaRecord> SplitWriter<Q> {
             )));
         }
         let inner = ShardedWriter::create(
-            &out_dir.join("data"),
+            &out_dir.join(crate::out_files::SPLITS_DIR),
             &kind.split_name(family),
             split_schema(kind),
             opts,
@@ -360,7 +360,7 @@ impl<Q: QaRecord> SplitWriter<Q> {
 ///
 /// Errors: the folder cannot be listed.
 pub fn split_files(out_dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError> {
-    list_shards(&out_dir.join("data"), split)
+    list_shards(&out_dir.join(crate::out_files::SPLITS_DIR), split)
 }
 
 /// Read every row of an accepted split (think or nothink: a missing `think` field reads as

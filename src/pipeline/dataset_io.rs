@@ -13,6 +13,7 @@ use crate::dataset::reader::{resolve_inputs, InputReader};
 use crate::dataset::shards::{ShardOptions, ShardSummary};
 use crate::dataset::writer::SplitWriter;
 use crate::dataset::DatasetError;
+use crate::out_files::SPLITS_DIR;
 use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
 
 /// The input dataset as a parquet file, folder or glob, read with [`InputReader`] (a fresh
@@ -162,7 +163,7 @@ impl SplitSink for ParquetSink {
         families.sort();
         families.dedup();
         let written: BTreeSet<String> = self.published.keys().cloned().collect();
-        let splits = if self.out.join("data").is_dir() {
+        let splits = if self.out.join(SPLITS_DIR).is_dir() {
             remove_earlier_splits(&self.out, &earlier, &written, false)?;
             scan_output_dir(&self.out)?
         } else {
@@ -312,7 +313,7 @@ pub(super) fn remove_earlier_splits(
     keep: &BTreeSet<String>,
     restart: bool,
 ) -> Result<(), BackendError> {
-    if !out.join("data").is_dir() {
+    if !out.join(SPLITS_DIR).is_dir() {
         return Ok(());
     }
     for (split, files) in output_split_files(out)? {
@@ -347,7 +348,7 @@ pub(super) fn check_kept_split_files(
     out: &Path,
     restart: bool,
 ) -> Result<(), super::PipelineError> {
-    if !out.join("data").is_dir() {
+    if !out.join(SPLITS_DIR).is_dir() {
         return Ok(());
     }
     let unusable = |path: &Path, problem: String| super::PipelineError::UnusableSplitFile {
@@ -355,7 +356,7 @@ pub(super) fn check_kept_split_files(
         problem,
     };
     let by_split =
-        output_split_files(out).map_err(|e| unusable(&out.join("data"), e.to_string()))?;
+        output_split_files(out).map_err(|e| unusable(&out.join(SPLITS_DIR), e.to_string()))?;
     let earlier = EarlierSplits::read(out);
     for (split, files) in by_split {
         for f in files.iter().filter(|f| !earlier.wrote(&split, f, restart)) {

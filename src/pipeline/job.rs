@@ -18,7 +18,7 @@ use super::{
     RunReport, StandardDecisions, ENGINE_VERSION,
 };
 use crate::engine::vision_budget;
-use crate::engine::vl::{load_engine, weights_bytes, VlInputs};
+use crate::engine::vl::{load_engine, weights_bytes, VlInputs, VlLoadError};
 use crate::engine::{Engine, EngineConfig, KvBudget, VisionMemory};
 use crate::report::start::{gb, Measure, StartStep};
 use crate::settings::{
@@ -65,11 +65,16 @@ pub struct JobReport {
 /// and input files, the model and data as given. Files are hashed through the user's hash
 /// cache ([`FileHasher`]; in full with `settings.verify_weights`), with progress on stderr.
 ///
-/// Errors: a model or input file cannot be read; a damaged Hugging Face blob with
+/// The model's `config.json` is read first: a `model_type` no family of
+/// [`verisample_models::FAMILIES`] runs is refused before any weight file is hashed.
+///
+/// Errors: [`VlLoadError::Model`] for an unreadable `config.json` or an unsupported
+/// `model_type`; a model or input file cannot be read; a damaged Hugging Face blob with
 /// `--verify-weights`.
 pub fn job_fingerprint(settings: &Settings) -> anyhow::Result<Fingerprint> {
-    let mut hasher = FileHasher::open(default_cache_file(), settings.verify_weights);
     let dir = &settings.model.dir;
+    verisample_models::family_in(dir).map_err(VlLoadError::Model)?;
+    let mut hasher = FileHasher::open(default_cache_file(), settings.verify_weights);
     let total = model_files(dir)
         .map(|files| files.values().map(|(_, size)| size).sum())
         .ok();

@@ -9,23 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::backend::{Generation, ItemKey};
 
-/// The journal of completed generations (kept after success; see [`crate::journal`]).
-pub const JOURNAL_FILE: &str = "journal.bin";
-/// Held (advisory OS lock) by the process running in OUT; empty, never removed.
-pub const LOCK_FILE: &str = ".verisample.lock";
-/// One line per input problem: unreadable rows, bad images, blank fields, failed generations.
-pub const ERRORS_FILE: &str = "errors.jsonl";
-/// One line per `qa` entry dropped by cleaning, with its reason.
-pub const CLEANING_FILE: &str = "cleaning.jsonl";
-/// One line per question that was generated for: raw text, token ids, prompt length and
-/// finish reason of the answer pass and (when it ran) the judge pass.
-pub const GENERATIONS_FILE: &str = "generations.jsonl";
-/// Run report: settings, fingerprint, statistics, throughput, peak memory ([`crate::run_json`]).
-pub use crate::run_json::FILE as RUN_FILE;
-/// The card's figures (SVG, text included).
-pub const CHART_FILE: &str = "chart.svg";
-/// The dataset card (`load_dataset` reads its configs), written last by a run.
-pub const CARD_FILE: &str = "README.md";
+pub use crate::out_files::{
+    CARD_FILE, CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE, JOURNAL_FILE, LOCK_FILE,
+    RUN_FILE,
+};
 
 /// The files this module owns, for `--restart`.
 pub const OWNED_FILES: [&str; 6] = [
@@ -45,7 +32,7 @@ pub const OWNED_FILES: [&str; 6] = [
 /// Errors: a folder cannot be listed or a file cannot be removed.
 pub fn remove_debris(out: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut removed = Vec::new();
-    for dir in [out.to_path_buf(), out.join("data")] {
+    for dir in [out.to_path_buf(), out.join(crate::out_files::SPLITS_DIR)] {
         let entries = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -166,27 +153,4 @@ pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    /// The input walk recognises an earlier run's output by these names.
-    #[test]
-    fn an_input_walk_knows_a_run_output_by_its_files() {
-        assert_eq!(
-            crate::dataset::scan::RUN_OUTPUT_MARKERS,
-            [super::RUN_FILE, super::JOURNAL_FILE]
-        );
-    }
-
-    #[test]
-    fn the_refusal_of_a_foreign_out_names_every_file_a_run_writes() {
-        let listed = crate::settings::WRITTEN_IN_OUT;
-        for name in super::OWNED_FILES
-            .iter()
-            .chain(&[super::LOCK_FILE, super::CARD_FILE])
-        {
-            assert!(listed.contains(name), "{name} missing from {listed:?}");
-        }
-    }
 }

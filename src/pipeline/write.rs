@@ -653,7 +653,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     c.stats.split_files = w.sink.published();
     // The content of every split file as published, for `verify` to find an edit made after
     // the run (one that leaves every decision recomputable).
-    let data = w.settings.out.join("data");
+    let data = w.settings.out.join(crate::out_files::SPLITS_DIR);
     for name in c.stats.split_files.values().flatten() {
         let path = data.join(name);
         let sha = crate::settings::sha256_file(&path).map_err(|e| {

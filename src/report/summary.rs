@@ -124,8 +124,8 @@ impl Summary {
         let t = &stats.throughput;
         Summary {
             out: out.to_path_buf(),
-            splits_dir: out.join("data"),
-            card: out.join("README.md"),
+            splits_dir: out.join(crate::out_files::SPLITS_DIR),
+            card: out.join(crate::out_files::CARD_FILE),
             run_report: crate::run_json::path(out),
             questions: stats.input_items,
             input_rows: stats.input_rows,

@@ -44,9 +44,7 @@ pub use fingerprint::{
     data_spec, fingerprint, hash_input_files, hash_input_files_with, input_identity, Fingerprint,
 };
 pub use model::{hash_model_files, hf_cache_dir, model_files, resolve_model, ResolvedModel};
-pub use out_dir::{
-    check_out, check_writable, holds_run_output, input_root, is_verisample_output, WRITTEN_IN_OUT,
-};
+pub use out_dir::{check_out, check_writable, holds_run_output, input_root, is_verisample_output};
 
 /// Default output folder (relative to the working directory).
 pub const DEFAULT_OUT: &str = "verisample-out";

@@ -17,12 +17,9 @@ use crate::shard::Shard;
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct RunOptions {
-    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only
-    /// (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of the
-    /// families qwen2_vl (Qwen2-VL), qwen2_5_vl (Qwen2.5-VL), qwen3_vl (Qwen3-VL), qwen3_5
-    /// (Qwen3.5/3.6), or the mixtures of experts qwen3_vl_moe (Qwen3-VL-30B-A3B, 235B-A22B)
-    /// and qwen3_5_moe (Qwen3.5 MoE). [default: assets/model]
-    #[arg(long, value_name = "DIR_OR_ID")]
+    /// Model: a local folder or a Hugging Face id looked up in the local HF cache only, of a
+    /// family of `verisample_models::FAMILIES` (the help text lists them).
+    #[arg(long, value_name = "DIR_OR_ID", help = model_help())]
     pub model: Option<String>,
     /// Input dataset: a parquet folder, file or glob, or a dataset id OWNER/NAME looked up in
     /// the local HF cache only (as --model; the parquet files of one config and split, from
@@ -270,6 +267,17 @@ impl RunOptions {
             .try_into()
             .map_err(|e: toml::de::Error| parse(e.to_string()))
     }
+}
+
+/// `--model`'s help: where a model is looked up, and the families of
+/// [`verisample_models::FAMILIES`].
+fn model_help() -> String {
+    format!(
+        "Model: a local folder or a Hugging Face id looked up in the local HF cache only \
+         (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub), safetensors of a \
+         family with its config.json's model_type: {}. [default: assets/model]",
+        verisample_models::listing()
+    )
 }
 
 #[cfg(test)]

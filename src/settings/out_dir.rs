@@ -7,24 +7,19 @@ use std::path::{Path, PathBuf};
 
 use super::{canonical_lenient, SettingsError};
 
-/// Every file a run (or a merge) writes in OUT, as the refusal of a foreign folder and the
-/// `--force` help name them: the card and the splits ([`crate::dataset`]) and the pipeline's
-/// own files (`pipeline::outputs::OWNED_FILES` and its lock file; a test there checks that
-/// each is listed).
-pub const WRITTEN_IN_OUT: &str = "README.md, data/<split>-*.parquet, run.json, errors.jsonl, \
-     cleaning.jsonl, generations.jsonl, chart.svg, journal.bin and .verisample.lock";
+use crate::out_files::WRITTEN_IN_OUT;
 
 /// Whether `out` holds the output of a `run` or `merge`: its journal (`journal.bin`) or a
 /// `run.json` written by verisample ([`crate::run_json::is_ours`]). A lock file alone does not count:
 /// `prepare` holds that lock too, and one killed leaves its file behind.
 pub fn holds_run_output(out: &Path) -> bool {
-    out.join("journal.bin").exists() || crate::run_json::is_ours(out)
+    out.join(crate::out_files::JOURNAL_FILE).exists() || crate::run_json::is_ours(out)
 }
 
 /// Whether `out` holds an earlier verisample output: a run's ([`holds_run_output`]), or the
 /// lock file (`.verisample.lock`) of a process that wrote in it.
 pub fn is_verisample_output(out: &Path) -> bool {
-    holds_run_output(out) || out.join(".verisample.lock").exists()
+    holds_run_output(out) || out.join(crate::out_files::LOCK_FILE).exists()
 }
 
 /// The canonical folder an input is read from, for the output-folder checks: the folder

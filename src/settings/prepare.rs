@@ -135,7 +135,7 @@ pub fn check_out(out: &Path, source: &Path, split: &str, force: bool) -> Result<
 /// again once `prepare` holds OUT's lock, so that of two prepares of one split into one folder
 /// the second is refused rather than replacing the first's shards.
 pub fn check_split_free(out: &Path, split: &str, force: bool) -> Result<(), SettingsError> {
-    let existing: Vec<String> = std::fs::read_dir(out.join("data"))
+    let existing: Vec<String> = std::fs::read_dir(out.join(crate::out_files::SPLITS_DIR))
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -6,12 +6,13 @@ use serde::Deserialize;
 
 use super::ConfigError;
 
-/// The MoE fields of a text config, as written in `config.json` (absent ones take the
-/// family's transformers default in [`MoeFields::resolve`]).
+/// The MoE fields of a text config, as written in `config.json` with the family's
+/// transformers defaults filled in (`Defaults::text`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct MoeFields {
-    /// Routed experts per sparse layer (`num_experts`, alias `num_local_experts`).
-    #[serde(default, alias = "num_local_experts")]
+    /// Routed experts per sparse layer (`num_experts`; `num_local_experts` folded in by
+    /// `normalize`).
+    #[serde(default)]
     pub num_experts: Option<usize>,
     /// Experts each token is routed to (`num_experts_per_tok`).
     #[serde(default)]
@@ -30,37 +31,16 @@ pub struct MoeFields {
     pub mlp_only_layers: Option<Vec<usize>>,
 }
 
-/// The MoE families' defaults and layer rule.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum MoeFamily {
-    /// `Qwen3VLMoeTextConfig`: 60 experts, top-4, inner 1408, no shared expert; sparse
-    /// layers by `mlp_only_layers` / `decoder_sparse_step` (`Qwen3VLMoeTextDecoderLayer`).
-    Qwen3VlMoe,
-    /// `Qwen3_5MoeTextConfig`: 256 experts, top-8, inner 512, shared expert of 512 with a
-    /// sigmoid gate; every layer sparse (`Qwen3_5MoeDecoderLayer`).
-    Qwen35Moe,
-}
-
-/// Dense text fields whose transformers default differs between an MoE family and its dense
-/// one (`Qwen3VLMoeTextConfig` vs `Qwen3VLTextConfig`, `Qwen3_5MoeTextConfig` vs
-/// `Qwen3_5TextConfig`, transformers 5.24), by `model_type`: [`super::ModelConfig::from_json`]
-/// writes them into a text config that lacks them (transformers saves only the fields that
-/// differ from the class defaults), so the shared dense parsers see the MoE class's values.
-pub(super) fn dense_defaults(model_type: &str) -> &'static [(&'static str, u64)] {
-    match model_type {
-        "qwen3_vl_moe" => &[
-            ("hidden_size", 2048),
-            ("intermediate_size", 5632),
-            ("num_hidden_layers", 24),
-            ("num_attention_heads", 16),
-        ],
-        "qwen3_5_moe" => &[
-            ("hidden_size", 2048),
-            ("num_hidden_layers", 40),
-            ("num_key_value_heads", 2),
-        ],
-        _ => &[],
-    }
+/// Which decoder layers a family's MoE config makes sparse, and whether it adds a shared
+/// expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SparseRule {
+    /// `Qwen3VLMoeTextDecoderLayer`: layer `i` is sparse when it is not in `mlp_only_layers`
+    /// and `(i + 1) % decoder_sparse_step == 0`; no shared expert.
+    SparseStep,
+    /// `Qwen3_5MoeDecoderLayer`: every layer sparse, plus a shared expert of
+    /// `shared_expert_intermediate_size` scaled by a sigmoid gate.
+    EveryLayerWithSharedExpert,
 }
 
 /// Resolved sparse-MoE block (transformers `*SparseMoeBlock`): softmax router in f32, top-k
@@ -86,27 +66,19 @@ impl MoeFields {
     ///
     /// Errors: [`ConfigError::Invalid`] for zero experts, a `num_experts_per_tok` outside
     /// `1..=num_experts`, a zero inner size or a zero `decoder_sparse_step`.
-    pub(super) fn resolve(
-        &self,
-        family: MoeFamily,
-        num_layers: usize,
-    ) -> Result<MoeSpec, ConfigError> {
-        let (experts, top_k, inner) = match family {
-            MoeFamily::Qwen3VlMoe => (60, 4, 1408),
-            MoeFamily::Qwen35Moe => (256, 8, 512),
-        };
-        let num_experts = self.num_experts.unwrap_or(experts);
-        let top_k = self.num_experts_per_tok.unwrap_or(top_k);
-        let inner = self.moe_intermediate_size.unwrap_or(inner);
+    pub fn resolve(&self, rule: SparseRule, num_layers: usize) -> Result<MoeSpec, ConfigError> {
+        let num_experts = self.num_experts.unwrap_or(0);
+        let top_k = self.num_experts_per_tok.unwrap_or(0);
+        let inner = self.moe_intermediate_size.unwrap_or(0);
         if num_experts == 0 || top_k == 0 || top_k > num_experts || inner == 0 {
             return Err(ConfigError::Invalid(format!(
                 "moe: num_experts_per_tok {top_k} of num_experts {num_experts} (must be 1..=num_experts), \
                  moe_intermediate_size {inner} (must be > 0)"
             )));
         }
-        let (shared, sparse_layers) = match family {
-            MoeFamily::Qwen3VlMoe => {
-                let step = self.decoder_sparse_step.unwrap_or(1);
+        let (shared, sparse_layers) = match rule {
+            SparseRule::SparseStep => {
+                let step = self.decoder_sparse_step.unwrap_or(0);
                 if step == 0 {
                     return Err(ConfigError::Invalid("moe: decoder_sparse_step 0".into()));
                 }
@@ -116,8 +88,8 @@ impl MoeFields {
                     .collect();
                 (None, sparse)
             }
-            MoeFamily::Qwen35Moe => {
-                let shared = self.shared_expert_intermediate_size.unwrap_or(512);
+            SparseRule::EveryLayerWithSharedExpert => {
+                let shared = self.shared_expert_intermediate_size.unwrap_or(0);
                 if shared == 0 {
                     return Err(ConfigError::Invalid(
                         "moe: shared_expert_intermediate_size 0".into(),

@@ -43,10 +43,12 @@ pub const MROPE_TYPES: [&str; 2] = ["default", "mrope"];
 
 /// Pairs of keys that name the same setting: the transformers 5 name first, the older name
 /// it replaced second (`rope_scaling` → `rope_parameters` in transformers 5; `in_chans` →
-/// `in_channels` in the Qwen2-VL vision config).
-const LEGACY_KEYS: [(&str, &str); 2] = [
+/// `in_channels` in the Qwen2-VL vision config; `num_local_experts` → `num_experts`, the
+/// `attribute_map` of the MoE text configs).
+const LEGACY_KEYS: [(&str, &str); 3] = [
     ("rope_parameters", "rope_scaling"),
     ("in_channels", "in_chans"),
+    ("num_experts", "num_local_experts"),
 ];
 
 /// Folds every spelling of the module docs into one, at the top level and in `text_config` /

@@ -280,9 +280,7 @@ impl Walker<'_> {
     }
 }
 
-/// The files that mark a folder as a verisample run's output (`OUT`): `pipeline::outputs`'
-/// `RUN_FILE` and `JOURNAL_FILE` (a test there holds the two lists equal).
-pub const RUN_OUTPUT_MARKERS: [&str; 2] = ["run.json", "journal.bin"];
+use crate::out_files::RUN_OUTPUT_MARKERS;
 
 /// Whether the folder `dir` is an earlier run's output ([`RUN_OUTPUT_MARKERS`] all present).
 /// A folder walk does not enter such a folder below its start: a run's `--out` kept inside

@@ -1,0 +1,54 @@
+//! Qwen2-VL (`qwen2_vl`; transformers `models/qwen2_vl/configuration_qwen2_vl.py`): the Qwen2
+//! decoder and Qwen2-VL's vision tower.
+
+use crate::config::text::qwen2_decoder;
+use crate::config::vision::qwen2_vl_tower;
+use crate::config::{Defaults, Fallback, Fallback::*, Fields};
+
+use super::Family;
+
+/// The Qwen image placeholder's token ids (`Qwen2VLConfig`'s class defaults, shared by
+/// Qwen2.5-VL and Qwen3-VL).
+pub(super) const QWEN_TOKEN_IDS: &[(&str, Fallback)] = &[
+    ("image_token_id", Int(151655)),
+    ("video_token_id", Int(151656)),
+    ("vision_start_token_id", Int(151652)),
+    ("vision_end_token_id", Int(151653)),
+];
+
+/// `Qwen2VLTextConfig`'s defaults (also Qwen2.5-VL's decoder).
+pub(super) const TEXT: &[(&str, Fallback)] = &[
+    ("vocab_size", Int(152064)),
+    ("hidden_size", Int(8192)),
+    ("intermediate_size", Int(29568)),
+    ("num_hidden_layers", Int(80)),
+    ("num_attention_heads", Int(64)),
+    ("hidden_act", Text("silu")),
+    ("rms_norm_eps", Float(1e-5)),
+];
+
+/// `Qwen2VLVisionConfig`'s defaults.
+const VISION: &[(&str, Fallback)] = &[
+    ("depth", Int(32)),
+    ("embed_dim", Int(1280)),
+    ("hidden_size", Int(3584)),
+    ("hidden_act", Text("quick_gelu")),
+    ("mlp_ratio", Float(4.0)),
+    ("num_heads", Int(16)),
+    ("in_channels", Int(3)),
+    ("patch_size", Int(14)),
+    ("spatial_merge_size", Int(2)),
+    ("temporal_patch_size", Int(2)),
+];
+
+/// The family.
+pub(super) static FAMILY: Family = Family {
+    model_type: "qwen2_vl",
+    name: "Qwen2-VL",
+    defaults: Defaults {
+        top: &[QWEN_TOKEN_IDS],
+        text: &[TEXT],
+        vision: &[VISION],
+    },
+    resolve: |f: &Fields| Ok((qwen2_decoder(f)?, qwen2_vl_tower(&f.vision))),
+};
