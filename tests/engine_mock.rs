@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::mock::{image, reference, MockModel, MockProcessor};
+use common::mock::{image, reference, reference_rows, MockModel, MockProcessor};
 use verisample::engine::{
     Completion, Engine, EngineConfig, EngineError, FinishReason, ImageInput, KvBudget, Request,
 };
@@ -113,6 +113,59 @@ fn shuffled(mut v: Vec<Request>) -> Vec<Request> {
     odd.reverse();
     odd.extend(even);
     odd
+}
+
+/// The engine carries a model's position rows without knowing them: a 1-D RoPE model (one
+/// row of consecutive ids) runs through the same scheduler, batches and cache as M-RoPE's
+/// three rows, matches its own reference at every batch size, and differs from the 3-row
+/// model's tokens (the rows reach the model). A prepared input with the wrong number of rows
+/// fails alone.
+#[test]
+fn a_one_row_position_model_runs_through_the_same_engine() {
+    let one_row = |max_batch| {
+        let mut model = MockModel::default();
+        model.rows = 1;
+        let mut processor = MockProcessor::default();
+        processor.rows = 1;
+        Engine::new(model, processor, cfg(max_batch, 512, true)).expect("engine")
+    };
+    let mut first = None;
+    for max_batch in [1, 5, 24] {
+        let got = run(&mut one_row(max_batch), items(0));
+        for r in items(0) {
+            let (want, reason) = reference_rows(&r, MAX_NEW, 1);
+            assert_eq!(got[&r.id].token_ids, want, "request {}", r.id);
+            assert_eq!(got[&r.id].finish_reason, reason, "request {}", r.id);
+        }
+        let toks: BTreeMap<u64, Vec<u32>> =
+            got.into_iter().map(|(k, c)| (k, c.token_ids)).collect();
+        match &first {
+            None => first = Some(toks),
+            Some(f) => assert_eq!(f, &toks, "max_batch {max_batch}"),
+        }
+    }
+    let three = run(&mut engine(cfg(24, 512, true)), items(0));
+    let differ = three
+        .iter()
+        .filter(|(id, c)| first.as_ref().unwrap()[id] != c.token_ids)
+        .count();
+    assert!(
+        differ > 0,
+        "one and three position rows gave the same tokens"
+    );
+    // A processor that prepares three rows for a one-row model: refused per request.
+    let mut model = MockModel::default();
+    model.rows = 1;
+    let mut e = Engine::new(model, MockProcessor::default(), cfg(4, 512, true)).expect("engine");
+    let got = run(&mut e, items(0)[..2].to_vec());
+    for c in got.values() {
+        assert_eq!(c.finish_reason, FinishReason::Error);
+        assert!(
+            c.error.as_deref().unwrap_or("").contains("takes 1 rows"),
+            "{:?}",
+            c.error
+        );
+    }
 }
 
 #[test]

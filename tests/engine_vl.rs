@@ -483,10 +483,10 @@ fn a_decoded_image_prepares_exactly_as_its_encoded_file() {
     assert_eq!((a.images.len(), b.images.len()), (1, 1));
     let (ia, ib) = (&a.images[0], &b.images[0]);
     assert_eq!(
-        (ia.sha256, ia.grid_thw, ia.start),
-        (ib.sha256, ib.grid_thw, ib.start)
+        (ia.sha256, ia.grid, ia.start),
+        (ib.sha256, ib.grid, ib.start)
     );
-    assert_eq!(ia.grid_thw, [1, 8, 14]);
+    assert_eq!(ia.grid.thw, [1, 8, 14]);
     let pixels = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     assert_eq!(pixels(&ia.pixel_values), pixels(&ib.pixel_values));
 }

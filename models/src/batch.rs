@@ -19,9 +19,10 @@ use crate::config::{LayerKind, LinearAttentionSpec, TextSpec};
 /// Per-step batch metadata built by the engine's scheduler.
 #[derive(Debug, Clone)]
 pub struct BatchMeta {
-    /// M-RoPE position ids `[3, total_tokens]`, dtype `u32` (rows: temporal, height, width), on
-    /// the host: the model builds the step's rotary tables from them on the host and uploads
-    /// them once. Text tokens have the same id in all three rows.
+    /// Position ids `[rows, total_tokens]`, dtype `u32`, on the host: for M-RoPE
+    /// ([`crate::rope_index::MROPE_ROWS`]) the rows are temporal, height and width, and a text
+    /// token has the same id in all three. The model builds the step's rotary tables from them
+    /// on the host and uploads them once.
     pub positions: Tensor,
     /// New tokens per sequence in this step (a prefill chunk, or 1 for decode).
     pub query_lens: Vec<usize>,

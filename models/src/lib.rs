@@ -63,7 +63,8 @@ pub use image_limits::{ImageLimits, TooLarge};
 pub use load::LoadError;
 pub use model::{StepInput, VlModel};
 pub use processor::{
-    smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError, VisionInputs,
+    smart_resize, ImageGrid, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError,
+    VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
 pub use verisample_kernels::AttentionPath;

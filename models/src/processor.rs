@@ -147,6 +147,15 @@ pub struct ProcessedImage {
     pub patch_dim: usize,
 }
 
+/// What the vision tower needs of one image beside its pixel values: for the Qwen-VL
+/// processors, the patch grid `(t, h, w)` before spatial merging (`grid_thw`). The engine
+/// carries it from the processor to the model without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageGrid {
+    /// Patch grid `(t, h, w)`.
+    pub thw: [usize; 3],
+}
+
 /// The vision input of one model call: all images of the batch, concatenated.
 #[derive(Debug, Clone)]
 pub struct VisionInputs {

@@ -32,6 +32,9 @@ pub enum RopeIndexError {
     },
 }
 
+/// Rows of M-RoPE position ids: temporal, height, width.
+pub const MROPE_ROWS: usize = 3;
+
 /// Positions of one sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RopeIndex {

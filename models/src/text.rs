@@ -24,6 +24,7 @@ use crate::layers::{
     apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, MlpNames, Proj, RmsNorm,
 };
 use crate::moe::SparseMoe;
+use crate::rope_index::MROPE_ROWS;
 
 /// Softmax attention over the paged KV cache (`self_attn.*`).
 struct Attention {
@@ -244,7 +245,7 @@ impl TextModel {
         let n = embeds.dim(0)?;
         if meta.total_tokens() != n
             || meta.slot_mapping.len() != n
-            || meta.positions.dims() != [3, n]
+            || meta.positions.dims() != [MROPE_ROWS, n]
         {
             candle_core::bail!(
                 "batch meta does not match {n} tokens: query_lens sum {}, {} slots, positions {:?}",
@@ -381,13 +382,15 @@ impl TextModel {
     fn rotary(&self, positions: &Tensor, n: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
         let pos: Vec<Vec<u32>> = positions.to_dtype(DType::U32)?.to_vec2()?;
         let half = self.inv_freq.len();
-        let mut angles = Vec::with_capacity(n * half);
-        for ((&t, &h), &w) in pos[0].iter().zip(&pos[1]).zip(&pos[2]) {
-            let p = [t, h, w];
-            for (i, f) in self.inv_freq.iter().enumerate() {
-                angles.push(p[self.pair_axis[i]] as f32 * f);
-            }
-        }
+        let angles: Vec<f32> = (0..n)
+            .flat_map(|k| {
+                let pos = &pos;
+                self.inv_freq
+                    .iter()
+                    .zip(&self.pair_axis)
+                    .map(move |(f, &axis)| pos[axis][k] as f32 * f)
+            })
+            .collect();
         cos_sin(&angles, n, half, dev)
     }
 }

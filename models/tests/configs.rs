@@ -510,3 +510,29 @@ fn a_checkpoint_with_the_resaved_rope_block_loads_with_the_same_specs() {
     assert_eq!(resaved.text_spec().mrope_section, [2, 3, 3]);
     assert_eq!(resaved.vision_spec(), original.vision_spec());
 }
+
+/// Every family of the registry has its fixture checkpoint (made with transformers' own classes,
+/// run by the parity, batch-invariance and engine tests), and every fixture is a family's.
+#[test]
+fn the_fixtures_are_the_registry() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("config.json").is_file() && p.join("model.safetensors").is_file())
+        .map(|p| {
+            let config = std::fs::read_to_string(p.join("config.json")).unwrap();
+            let family = verisample_models::family_of(&config).unwrap();
+            let dir = p.file_name().unwrap().to_string_lossy().into_owned();
+            assert_eq!(
+                family.model_type, dir,
+                "fixture folder named for its model_type"
+            );
+            dir
+        })
+        .collect();
+    fixtures.sort();
+    let mut registry = verisample_models::supported_model_types();
+    registry.sort();
+    assert_eq!(fixtures, registry);
+}

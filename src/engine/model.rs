@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{BatchMeta, KvCache, StateLayout};
-use verisample_models::{ChatError, ImageEmbeds, ProcessorError, RopeIndexError};
+use verisample_models::{ChatError, ImageEmbeds, ImageGrid, ProcessorError, RopeIndexError};
 
 use super::request::{PreparedInput, Request};
 
@@ -50,6 +50,10 @@ pub trait EngineModel: Sync {
     /// Layout of the KV cache this model reads and writes.
     fn kv_layout(&self) -> KvLayout;
 
+    /// Rows of position ids per token the model takes ([`BatchMeta::positions`]
+    /// `[rows, total_tokens]`): 3 for M-RoPE's `(t, h, w)`, 1 for 1-D RoPE.
+    fn position_rows(&self) -> usize;
+
     /// Longest prompt in tokens the model accepts (`max_position_embeddings` of its text
     /// config); `None` when unknown (no limit is checked then).
     fn max_context(&self) -> Option<usize> {
@@ -57,7 +61,8 @@ pub trait EngineModel: Sync {
     }
 
     /// Vision encoder over a batch of images: `pixel_values` `[sum n_patches, patch_dim]`
-    /// (images concatenated in order, on the model's device) and one `grid_thw` per image.
+    /// (images concatenated in order, on the model's device) and each image's
+    /// [`ImageGrid`] as its processor prepared it.
     /// Returns the merged embeddings `[sum num_tokens, hidden]` (and DeepStack features),
     /// images in order.
     ///
@@ -65,7 +70,7 @@ pub trait EngineModel: Sync {
     fn encode_images(
         &self,
         pixel_values: &Tensor,
-        grid_thw: &[[usize; 3]],
+        grids: &[ImageGrid],
     ) -> candle_core::Result<ImageEmbeds>;
 
     /// Bytes one vision-encoder pass over `patches` patches (one image or a batch) needs

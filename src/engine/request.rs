@@ -6,7 +6,7 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use verisample_models::RgbImage;
+use verisample_models::{ImageGrid, RgbImage};
 
 /// An image attached to a request, encoded or already decoded, with the SHA-256 of its
 /// encoded file. Either way it is decoded once: [`ImageContent::Encoded`] by the input
@@ -101,8 +101,9 @@ pub struct PreparedImage {
     pub sha256: [u8; 32],
     /// Patches `[n_patches, channels · temporal_patch · patch · patch]`, f32, on the host.
     pub pixel_values: Tensor,
-    /// Grid of patches `(t, h, w)` before spatial merging.
-    pub grid_thw: [usize; 3],
+    /// What the vision tower needs beside the pixels (the patch grid), carried to
+    /// [`super::EngineModel::encode_images`] unread.
+    pub grid: ImageGrid,
     /// Index of its first image-pad token in `PreparedInput::token_ids`.
     pub start: usize,
     /// Number of image-pad tokens (`t · h · w / merge²`), equal to the vision encoder's
@@ -116,9 +117,12 @@ pub struct PreparedImage {
 pub struct PreparedInput {
     /// Prompt token ids, image placeholders expanded.
     pub token_ids: Vec<u32>,
-    /// M-RoPE `(t, h, w)` position id of each prompt token.
-    pub positions: Vec<[u32; 3]>,
-    /// Position id of the first generated token (`max(positions) + 1`).
+    /// Position ids of the prompt tokens, `[rows][token_ids.len()]`: as many rows as the
+    /// model's rotary embedding has axes ([`super::EngineModel::position_rows`]: 3, `(t, h,
+    /// w)`, for M-RoPE; 1 for 1-D RoPE). The engine only carries them to the model.
+    pub positions: Vec<Vec<u32>>,
+    /// Position id of the first generated token (M-RoPE: `max(positions) + 1`); generated
+    /// token `k` sits at `next_position + k` in every row.
     pub next_position: u32,
     /// The prompt's images, in token order.
     pub images: Vec<PreparedImage>,

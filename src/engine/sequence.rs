@@ -107,10 +107,10 @@ pub struct Sequence {
     pub seen: SeenTokens,
     /// Number of prompt tokens.
     pub prompt_len: usize,
-    /// M-RoPE position ids `(t, h, w)` of each prompt token.
-    pub prompt_positions: Vec<[u32; 3]>,
+    /// Position ids of the prompt tokens, `[rows][prompt_len]` ([`super::PreparedInput::positions`]).
+    pub prompt_positions: Vec<Vec<u32>>,
     /// Position id of the first generated token; generated token `k` sits at
-    /// `next_position + k` in all three rows (Qwen2-VL `get_rope_index` `mrope_position_deltas`).
+    /// `next_position + k` in every row (Qwen2-VL `get_rope_index` `mrope_position_deltas`).
     pub next_position: u32,
     /// Image placeholder spans in the prompt.
     pub images: Vec<ImageSpan>,
@@ -157,14 +157,11 @@ impl Sequence {
         &self.tokens[self.prompt_len..]
     }
 
-    /// M-RoPE position `(t, h, w)` of token `i` (prompt or generated).
-    pub fn position(&self, i: usize) -> [u32; 3] {
-        match self.prompt_positions.get(i) {
-            Some(p) => *p,
-            None => {
-                let p = self.next_position + (i - self.prompt_len) as u32;
-                [p, p, p]
-            }
+    /// Position id of token `i` (prompt or generated) in position row `row`.
+    pub fn position(&self, row: usize, i: usize) -> u32 {
+        match self.prompt_positions.get(row).and_then(|r| r.get(i)) {
+            Some(&p) => p,
+            None => self.next_position + (i - self.prompt_len) as u32,
         }
     }
 
@@ -236,7 +233,7 @@ mod tests {
             tokens: vec![5, 6, 7, 8],
             seen: SeenTokens::of(&[5, 6, 7, 8]),
             prompt_len: 2,
-            prompt_positions: vec![[0, 0, 0], [1, 3, 2]],
+            prompt_positions: vec![vec![0, 1], vec![0, 3], vec![0, 2]],
             next_position: 4,
             images: vec![],
             max_new_tokens: 8,
@@ -252,9 +249,10 @@ mod tests {
             taken: std::time::Instant::now(),
             first_token: None,
         };
-        assert_eq!(seq.position(1), [1, 3, 2]);
-        assert_eq!(seq.position(2), [4, 4, 4]);
-        assert_eq!(seq.position(3), [5, 5, 5]);
+        let at = |i| [0, 1, 2].map(|r| seq.position(r, i));
+        assert_eq!(at(1), [1, 3, 2]);
+        assert_eq!(at(2), [4, 4, 4]);
+        assert_eq!(at(3), [5, 5, 5]);
         assert_eq!(seq.generated(), &[7, 8]);
     }
 

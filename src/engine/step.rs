@@ -62,13 +62,15 @@ impl<M: EngineModel> Core<M> {
     pub fn add(&mut self, req: &Request, p: PreparedInput, taken: Instant) -> Option<Completion> {
         let id = req.id;
         let n = p.token_ids.len();
-        if n == 0 || p.positions.len() != n {
+        let rows = self.model.position_rows();
+        if n == 0 || p.positions.len() != rows || p.positions.iter().any(|r| r.len() != n) {
             return Some(Completion::failed(
                 id,
                 n,
                 format!(
-                    "prepared prompt has {n} tokens and {} positions",
-                    p.positions.len()
+                    "prepared prompt has {n} tokens and position rows of {:?} tokens; the model \
+                     takes {rows} rows",
+                    p.positions.iter().map(Vec::len).collect::<Vec<_>>()
                 ),
             ));
         }
@@ -360,10 +362,10 @@ impl<M: EngineModel> Core<M> {
         let device = self.model.device().clone();
         let mut patches = Vec::with_capacity(missing.len());
         for (sha, _) in &missing {
-            let (_, g) = self.vision.pending_pixels(sha).ok_or_else(|| {
+            let (p, _) = self.vision.pending_pixels(sha).ok_or_else(|| {
                 EngineError::Internal("image without pixels or embeddings".into())
             })?;
-            patches.push(g.iter().product::<usize>());
+            patches.push(p.dim(0)?);
         }
         let batches = vision_batches(
             &patches,
@@ -407,11 +409,7 @@ impl<M: EngineModel> Core<M> {
         let bs = self.cache.block_size;
         let total: usize = plan.seqs.iter().map(|s| s.end - s.start).sum();
         let mut ids = Vec::with_capacity(total);
-        let mut pos: [Vec<u32>; 3] = [
-            Vec::with_capacity(total),
-            Vec::with_capacity(total),
-            Vec::with_capacity(total),
-        ];
+        let mut pos = vec![Vec::with_capacity(total); self.model.position_rows()];
         let mut meta = BatchMeta {
             positions: Tensor::zeros(0, candle_core::DType::U32, &candle_core::Device::Cpu)?,
             query_lens: Vec::with_capacity(plan.seqs.len()),
@@ -430,9 +428,8 @@ impl<M: EngineModel> Core<M> {
             })?;
             for i in sc.start..sc.end {
                 ids.push(s.tokens[i]);
-                let p = s.position(i);
-                for r in 0..3 {
-                    pos[r].push(p[r]);
+                for (r, row) in pos.iter_mut().enumerate() {
+                    row.push(s.position(r, i));
                 }
                 meta.slot_mapping
                     .push(s.block_table[i / bs] * bs as u32 + (i % bs) as u32);
@@ -456,7 +453,7 @@ impl<M: EngineModel> Core<M> {
         // Host metadata: the model turns the positions into rotary tables on the host and
         // uploads those once per step (no device round trip).
         let flat: Vec<u32> = pos.concat();
-        meta.positions = Tensor::from_vec(flat, (3, total), &candle_core::Device::Cpu)?;
+        meta.positions = Tensor::from_vec(flat, (pos.len(), total), &candle_core::Device::Cpu)?;
         let images = if chunks.is_empty() {
             None
         } else {

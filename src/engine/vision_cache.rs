@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 
 use candle_core::Tensor;
-use verisample_models::ImageEmbeds;
+use verisample_models::{ImageEmbeds, ImageGrid};
 
 use super::request::PreparedImage;
 
 #[derive(Debug)]
 struct Entry {
     /// Preprocessed pixels `[n_patches, patch_dim]` and grid, until the embeddings exist.
-    pixels: Option<(Tensor, [usize; 3])>,
+    pixels: Option<(Tensor, ImageGrid)>,
     /// Embeddings `[num_tokens, hidden]` on the model's device.
     embeds: Option<ImageEmbeds>,
     /// Unfinished sequences referring to this image.
@@ -36,7 +36,7 @@ impl VisionCache {
         });
         e.users += 1;
         if e.embeds.is_none() && e.pixels.is_none() {
-            e.pixels = Some((image.pixel_values.clone(), image.grid_thw));
+            e.pixels = Some((image.pixel_values.clone(), image.grid));
         }
     }
 
@@ -56,7 +56,7 @@ impl VisionCache {
     }
 
     /// Pixels and grid of an image whose embeddings are still missing.
-    pub fn pending_pixels(&self, sha256: &[u8; 32]) -> Option<&(Tensor, [usize; 3])> {
+    pub fn pending_pixels(&self, sha256: &[u8; 32]) -> Option<&(Tensor, ImageGrid)> {
         self.entries
             .get(sha256)
             .filter(|e| e.embeds.is_none())
@@ -91,7 +91,7 @@ mod tests {
         PreparedImage {
             sha256: [byte; 32],
             pixel_values: Tensor::zeros((4, 3), candle_core::DType::F32, &Device::Cpu).unwrap(),
-            grid_thw: [1, 2, 2],
+            grid: ImageGrid { thw: [1, 2, 2] },
             start: 0,
             num_tokens: 1,
         }

@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{attention_layers, BatchMeta, KvCache, StateLayout};
 use verisample_models::{
-    decode_position, get_rope_index, smart_resize, AttentionPath, ChatMessage, ImageProcessor,
-    PixelBounds, PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
+    decode_position, get_rope_index, smart_resize, AttentionPath, ChatMessage, ImageGrid,
+    ImageProcessor, PixelBounds, PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
@@ -56,16 +56,20 @@ impl EngineModel for VlModel {
         self.text_spec().max_position_embeddings
     }
 
+    fn position_rows(&self) -> usize {
+        verisample_models::rope_index::MROPE_ROWS
+    }
+
     fn encode_images(
         &self,
         pixel_values: &Tensor,
-        grid_thw: &[[usize; 3]],
+        grids: &[ImageGrid],
     ) -> candle_core::Result<verisample_models::ImageEmbeds> {
         VlModel::encode_images(
             self,
             &VisionInputs {
                 pixel_values: pixel_values.clone(),
-                grid_thw: grid_thw.to_vec(),
+                grid_thw: grids.iter().map(|g| g.thw).collect(),
             },
         )
     }
@@ -232,8 +236,7 @@ impl InputProcessor for VlInputs {
             .encode(&Self::messages(req), Self::render_options(req), &grids)
             .map_err(InputError::Prompt)?;
         let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
-        let [t, h, w] = &rope.positions;
-        let positions = (0..ids.len()).map(|i| [t[i], h[i], w[i]]).collect();
+        let positions = rope.positions.to_vec();
         let mut images = Vec::new();
         if let Some((sha256, p)) = image {
             let start = ids
@@ -248,7 +251,7 @@ impl InputProcessor for VlInputs {
                     (n_patches, p.patch_dim),
                     &Device::Cpu,
                 )?,
-                grid_thw: p.grid_thw,
+                grid: ImageGrid { thw: p.grid_thw },
                 start,
                 num_tokens: self.images.num_image_tokens(p.grid_thw),
             });
@@ -300,6 +303,10 @@ impl InputProcessor for VlInputs {
     }
 }
 
+/// The engine [`load_engine`] returns: one model type and one input processor for every family
+/// of the registry (`verisample_models::FAMILIES`), so its callers name no family.
+pub type LoadedEngine = Engine<VlModel, VlInputs>;
+
 /// Load a checkpoint directory into a ready engine: weights in `dtype` on `device` with attention
 /// (and the projections and recurrent kernels) on `path` ([`VlModel::load_on_path`]), its
 /// processor (with `pixels` over the checkpoint's pixel bounds), tokenizer and chat template,
@@ -316,7 +323,7 @@ pub fn load_engine(
     mut cfg: EngineConfig,
     generation: &GenerationConfig,
     pixels: PixelBounds,
-) -> Result<Engine<VlModel, VlInputs>, VlLoadError> {
+) -> Result<LoadedEngine, VlLoadError> {
     cfg.validate()?;
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);

@@ -25,6 +25,9 @@ impl std::error::Error for Stopped {}
 /// The engine's [`Generator::version`], recorded in `run.json`.
 pub const ENGINE_VERSION: &str = concat!("verisample-engine ", env!("CARGO_PKG_VERSION"));
 
+/// The generator over [`crate::engine::vl::load_engine`]'s engine, whatever the family.
+pub type LoadedGenerator = EngineGenerator<verisample_models::VlModel, crate::engine::vl::VlInputs>;
+
 /// An [`Engine`] as the pipeline's [`Generator`]. Each [`GenRequest::think`] becomes the
 /// engine request's thinking mode; whether the chat template then ended the prompt with an
 /// open `<think>` comes back with each completion.

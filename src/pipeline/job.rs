@@ -14,18 +14,18 @@ use anyhow::Context as _;
 
 use super::{
     install_ctrlc, prepare_with, run, BackendError, Backends, EngineGenerator, GenRequest,
-    GenResult, Generator, ParquetSink, ParquetSource, PipelineError, Prepared, RunControl,
-    RunReport, StandardDecisions, ENGINE_VERSION,
+    GenResult, Generator, LoadedGenerator, ParquetSink, ParquetSource, PipelineError, Prepared,
+    RunControl, RunReport, StandardDecisions, ENGINE_VERSION,
 };
 use crate::engine::vision_budget;
-use crate::engine::vl::{load_engine, weights_bytes, VlInputs, VlLoadError};
-use crate::engine::{Engine, EngineConfig, KvBudget, VisionMemory};
+use crate::engine::vl::{load_engine, weights_bytes, LoadedEngine, VlLoadError};
+use crate::engine::{EngineConfig, KvBudget, VisionMemory};
 use crate::report::start::{gb, Measure, StartStep};
 use crate::settings::{
     data_spec, default_cache_file, fingerprint, hash_input_files_with, hash_model_files,
     model_files, DeviceSpec, FileHasher, Fingerprint, Settings,
 };
-use verisample_models::{PixelBounds, VlModel};
+use verisample_models::PixelBounds;
 
 use crate::settings::{DEFAULT_CUDA_KV_FRACTION, DEFAULT_METAL_KV_CACHE_GIB};
 
@@ -158,7 +158,7 @@ fn deferred_load(settings: &Settings) -> Option<BTreeMap<u64, String>> {
 struct LazyEngine<'a> {
     settings: &'a Settings,
     control: &'a RunControl,
-    engine: Option<EngineGenerator<VlModel, VlInputs>>,
+    engine: Option<LoadedGenerator>,
     refused_images: BTreeMap<u64, String>,
 }
 
@@ -166,7 +166,7 @@ impl LazyEngine<'_> {
     /// The engine, loaded now if it is not yet.
     ///
     /// Errors: from [`start_engine`].
-    fn load(&mut self) -> anyhow::Result<&mut EngineGenerator<VlModel, VlInputs>> {
+    fn load(&mut self) -> anyhow::Result<&mut LoadedGenerator> {
         if self.engine.is_none() {
             self.engine = Some(start_engine(self.settings, self.control)?);
         }
@@ -248,10 +248,7 @@ pub fn run_parquet(
 /// journal check that can still fail before the first generation).
 ///
 /// Errors: the handler, the device, the model, the chat template.
-fn start_engine(
-    settings: &Settings,
-    control: &RunControl,
-) -> anyhow::Result<EngineGenerator<VlModel, VlInputs>> {
+fn start_engine(settings: &Settings, control: &RunControl) -> anyhow::Result<LoadedGenerator> {
     install_ctrlc(control).context("installing the Ctrl-C handler")?;
     let what = match weights_bytes(&settings.model.dir, settings.dtype.to_dtype()) {
         Ok(bytes) => format!("load the model ({} of weights)", gb(bytes)),
@@ -272,10 +269,7 @@ fn start_engine(
 /// pixel bounds. `run` and `bench` both start here.
 ///
 /// Errors: the device, the model, the chat template, the engine's settings.
-pub fn load_engine_with(
-    settings: &Settings,
-    cfg: EngineConfig,
-) -> anyhow::Result<Engine<VlModel, VlInputs>> {
+pub fn load_engine_with(settings: &Settings, cfg: EngineConfig) -> anyhow::Result<LoadedEngine> {
     let device = settings.device.open().context("opening the device")?;
     let dir = &settings.model.dir;
     load_engine(

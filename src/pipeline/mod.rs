@@ -51,7 +51,7 @@ pub use control::KillAt;
 pub use control::{install_ctrlc, interrupted_exit_code, KillStage, RunControl, EXIT_INTERRUPTED};
 pub use dataset_io::{ParquetSink, ParquetSource};
 pub use decisions::StandardDecisions;
-pub use engine_io::{EngineGenerator, ENGINE_VERSION};
+pub use engine_io::{EngineGenerator, LoadedGenerator, ENGINE_VERSION};
 pub use error::PipelineError;
 pub use errors_jsonl::image_refusals;
 pub use lock::OutLock;

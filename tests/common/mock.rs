@@ -1,7 +1,8 @@
 //! An arithmetic stand-in for a VLM that exercises everything the engine owns: block
-//! tables, slot mapping, prefix sharing, image embedding slicing, M-RoPE positions.
+//! tables, slot mapping, prefix sharing, image embedding slicing, position rows (M-RoPE's three
+//! by default, or the one row of a 1-D RoPE model: [`MockModel::rows`]).
 //!
-//! Each computed token writes a "KV" value (a hash of its id, its M-RoPE position and, for an
+//! Each computed token writes a "KV" value (a hash of its id, its position ids and, for an
 //! image-pad token, its vision embedding) into the slot the engine assigned; the logits of a
 //! sequence's last token are peaked at `Σ_i value_i · (i + 1) mod VOCAB` over the cache
 //! positions `0..context_len` read back through the block table. A wrong slot, a stale or
@@ -17,21 +18,21 @@ use verisample::engine::{
     PreparedInput, Request, StepImages,
 };
 use verisample_models::batch::{BatchMeta, KvCache};
-use verisample_models::ImageEmbeds;
+use verisample_models::{ImageEmbeds, ImageGrid};
 
 pub const VOCAB: usize = 97;
 pub const EOS: u32 = 0;
 pub const IMAGE_PAD: u32 = 3;
 const P: u64 = 1_000_000_007;
 
-fn value(token: u32, pos: [u32; 3], emb: Option<f32>) -> u64 {
+fn value(token: u32, pos: &[u32], emb: Option<f32>) -> u64 {
     let e = emb.map_or(0, |e| e as u64 + 1);
-    (token as u64 * 1_000_003
-        + pos[0] as u64 * 7919
-        + pos[1] as u64 * 31
-        + pos[2] as u64 * 17
-        + e * 13)
-        % P
+    let p: u64 = pos
+        .iter()
+        .zip([7919, 31, 17])
+        .map(|(&p, w)| p as u64 * w)
+        .sum();
+    (token as u64 * 1_000_003 + p + e * 13) % P
 }
 
 fn next_token(values: &[u64]) -> u32 {
@@ -57,6 +58,8 @@ pub struct MockModel {
     pub max_seqs_in_step: AtomicUsize,
     /// The context reported by `max_context` (`None`: unlimited).
     pub context: Option<usize>,
+    /// Position rows it takes (`position_rows`): 3 as M-RoPE, or 1 as 1-D RoPE.
+    pub rows: usize,
 }
 
 impl Default for MockModel {
@@ -67,6 +70,7 @@ impl Default for MockModel {
             images_encoded: AtomicUsize::default(),
             max_seqs_in_step: AtomicUsize::default(),
             context: None,
+            rows: 3,
         }
     }
 }
@@ -78,6 +82,10 @@ impl EngineModel for MockModel {
 
     fn max_context(&self) -> Option<usize> {
         self.context
+    }
+
+    fn position_rows(&self) -> usize {
+        self.rows
     }
 
     fn kv_layout(&self) -> KvLayout {
@@ -93,10 +101,10 @@ impl EngineModel for MockModel {
     fn encode_images(
         &self,
         pixel_values: &Tensor,
-        grid_thw: &[[usize; 3]],
+        grids: &[ImageGrid],
     ) -> candle_core::Result<ImageEmbeds> {
         self.images_encoded
-            .fetch_add(grid_thw.len(), Ordering::Relaxed);
+            .fetch_add(grids.len(), Ordering::Relaxed);
         let rows = pixel_values.to_vec2::<f32>()?;
         let e = embed_rows(&rows);
         let n = e.len();
@@ -138,8 +146,8 @@ impl EngineModel for MockModel {
         }
         for (t, &id) in ids.iter().enumerate() {
             let e = rows.iter().position(|&r| r == t).map(|k| emb[k]);
-            store[meta.slot_mapping[t] as usize] =
-                Some(value(id, [pos[0][t], pos[1][t], pos[2][t]], e));
+            let p: Vec<u32> = pos.iter().map(|row| row[t]).collect();
+            store[meta.slot_mapping[t] as usize] = Some(value(id, &p, e));
         }
         self.max_seqs_in_step
             .fetch_max(meta.query_lens.len(), Ordering::Relaxed);
@@ -166,14 +174,20 @@ impl EngineModel for MockModel {
     }
 }
 
-/// Byte-level "tokenizer" with a chat-like template and a toy M-RoPE layout for images.
+/// Byte-level "tokenizer" with a chat-like template and a toy M-RoPE layout for images, or
+/// with `rows` 1, consecutive positions (1-D RoPE).
 pub struct MockProcessor {
     eos: Vec<u32>,
+    /// Position rows it prepares: 3 or 1.
+    pub rows: usize,
 }
 
 impl Default for MockProcessor {
     fn default() -> Self {
-        Self { eos: vec![EOS] }
+        Self {
+            eos: vec![EOS],
+            rows: 3,
+        }
     }
 }
 
@@ -208,7 +222,7 @@ impl InputProcessor for MockProcessor {
             images.push(PreparedImage {
                 sha256: img.sha256,
                 pixel_values: Tensor::from_vec(rows, (2 * n, 3), &Device::Cpu)?,
-                grid_thw: [1, 2, 2 * n],
+                grid: ImageGrid { thw: [1, 2, 2 * n] },
                 start,
                 num_tokens: n,
             });
@@ -224,6 +238,15 @@ impl InputProcessor for MockProcessor {
             positions.push([next; 3]);
             next += 1;
         }
+        let (positions, next) = match self.rows {
+            1 => (vec![(0..ids.len() as u32).collect()], ids.len() as u32),
+            _ => (
+                (0..3)
+                    .map(|r| positions.iter().map(|p| p[r]).collect())
+                    .collect(),
+                next,
+            ),
+        };
         Ok(PreparedInput {
             token_ids: ids,
             positions,
@@ -250,9 +273,17 @@ impl InputProcessor for MockProcessor {
 /// The tokens the mock generates for `req`, computed directly (no cache, no batching):
 /// generated ids including the final EOS (or image placeholder), and why it ended.
 pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
-    let p = MockProcessor::default()
-        .prepare(req)
-        .expect("reference prepare");
+    reference_rows(req, max_new, 3)
+}
+
+/// [`reference`] for a model of `rows` position rows ([`MockModel::rows`]).
+pub fn reference_rows(req: &Request, max_new: usize, rows: usize) -> (Vec<u32>, FinishReason) {
+    let p = MockProcessor {
+        rows,
+        ..MockProcessor::default()
+    }
+    .prepare(req)
+    .expect("reference prepare");
     let mut emb = vec![None; p.token_ids.len()];
     for img in &p.images {
         let rows = img.pixel_values.to_vec2::<f32>().expect("pixels");
@@ -263,9 +294,12 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
     let mut values: Vec<u64> = p
         .token_ids
         .iter()
-        .zip(&p.positions)
+        .enumerate()
         .zip(&emb)
-        .map(|((&t, &pos), &e)| value(t, pos, e))
+        .map(|((i, &t), &e)| {
+            let pos: Vec<u32> = p.positions.iter().map(|row| row[i]).collect();
+            value(t, &pos, e)
+        })
         .collect();
     let mut out = vec![];
     let mut pos = p.next_position;
@@ -281,7 +315,7 @@ pub fn reference(req: &Request, max_new: usize) -> (Vec<u32>, FinishReason) {
         if out.len() >= max_new {
             return (out, FinishReason::Length);
         }
-        values.push(value(t, [pos; 3], None));
+        values.push(value(t, &vec![pos; rows], None));
         pos += 1;
     }
 }

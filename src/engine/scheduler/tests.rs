@@ -9,7 +9,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
     Sequence {
         arrival,
         id: 100 + arrival,
-        prompt_positions: (0..n as u32).map(|p| [p, p, p]).collect(),
+        prompt_positions: vec![(0..n as u32).collect(); 3],
         next_position: n as u32,
         seen: SeenTokens::of(&tokens),
         tokens,
