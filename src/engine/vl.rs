@@ -134,6 +134,8 @@ pub struct VlInputs {
     prompts: PromptBuilder,
     image_token_id: u32,
     eos: Vec<u32>,
+    /// The family's opening reasoning tag.
+    think_open: &'static str,
 }
 
 impl VlInputs {
@@ -142,7 +144,8 @@ impl VlInputs {
     /// chat template as `enable_thinking` (contract §4 "reasoning enabled"; `None`: the
     /// template's own default). Generation ends on any of:
     /// `generation.eos_token_ids` (from `generation_config.json`), `config.json`'s
-    /// `eos_token_id`, and `<|im_end|>` and `<|endoftext|>` when the tokenizer has them.
+    /// `eos_token_id`, and the family's turn-ending tokens (`Family::stop_tokens`; Qwen:
+    /// `<|im_end|>` and `<|endoftext|>`) when the tokenizer has them.
     ///
     /// Errors: [`VlLoadError`] naming the file at fault.
     pub fn from_dir(
@@ -153,7 +156,9 @@ impl VlInputs {
     ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
         let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
-        let mut eos: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+        let family = model.family();
+        let mut eos: Vec<u32> = family
+            .stop_tokens
             .iter()
             .filter_map(|t| prompts.token_id(t))
             .collect();
@@ -166,6 +171,7 @@ impl VlInputs {
             prompts,
             image_token_id,
             eos,
+            think_open: family.think_open,
         })
     }
 
@@ -212,9 +218,7 @@ impl VlInputs {
             .prompts
             .decode(tail, false)
             .map_err(InputError::Decode)?;
-        Ok(text
-            .trim_end()
-            .ends_with(verisample_models::chat::THINK_OPEN))
+        Ok(text.trim_end().ends_with(self.think_open))
     }
 }
 

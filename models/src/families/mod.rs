@@ -1,7 +1,8 @@
 //! The model families this crate runs: one file per `model_type`, one line per family in
 //! [`FAMILIES`]. A family file holds what its transformers configuration class holds — the
-//! class defaults of the keys a saved `config.json` may omit (token ids included) — and which
-//! decoder and vision tower of [`crate::config`] its fields resolve to. Everything else (the
+//! class defaults of the keys a saved `config.json` may omit (token ids included) —, which
+//! decoder and vision tower of [`crate::config`] its fields resolve to, and the tokens of its
+//! chat format the engine needs (turn ends, the opening reasoning tag). Everything else (the
 //! supported list in errors, `--model` help, `doctor`, the docs table, the parity tests'
 //! tables) reads [`FAMILIES`]. How to add one: `docs/adding-a-model-family.md`.
 
@@ -28,11 +29,20 @@ pub struct Family {
     pub name: &'static str,
     /// The configuration classes' defaults for the keys a file may omit.
     pub defaults: Defaults,
+    /// Tokens of its chat format that end a turn, looked up in the checkpoint's tokenizer:
+    /// generation stops on them besides the configs' `eos_token_id`s.
+    pub stop_tokens: &'static [&'static str],
+    /// The tag a thinking chat template opens the reasoning with (a template that pre-fills it
+    /// ends the prompt with it, so the generated text starts inside the reasoning).
+    pub think_open: &'static str,
     /// The decoder and vision tower the parsed fields resolve to.
     ///
     /// Errors: [`ConfigError::Invalid`] naming the inconsistent setting.
     pub resolve: fn(&Fields) -> Result<(TextSpec, VisionSpec), ConfigError>,
 }
+
+/// The turn-ending tokens of the Qwen chat format (ChatML), shared by every Qwen-VL family.
+pub(crate) const QWEN_STOP_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>"];
 
 /// Every family this crate runs, in the order they are listed to users.
 pub static FAMILIES: [&Family; 6] = [

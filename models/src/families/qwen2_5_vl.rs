@@ -5,6 +5,8 @@ use crate::config::text::qwen2_decoder;
 use crate::config::vision::qwen2_5_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields};
 
+use crate::chat::THINK_OPEN;
+
 use super::{qwen2_vl, Family};
 
 /// `Qwen2_5_VLVisionConfig`'s defaults.
@@ -32,5 +34,7 @@ pub(super) static FAMILY: Family = Family {
         text: &[qwen2_vl::TEXT],
         vision: &[VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| Ok((qwen2_decoder(f)?, qwen2_5_vl_tower(&f.vision))),
 };

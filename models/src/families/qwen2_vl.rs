@@ -5,6 +5,8 @@ use crate::config::text::qwen2_decoder;
 use crate::config::vision::qwen2_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields};
 
+use crate::chat::THINK_OPEN;
+
 use super::Family;
 
 /// The Qwen image placeholder's token ids (`Qwen2VLConfig`'s class defaults, shared by
@@ -50,5 +52,7 @@ pub(super) static FAMILY: Family = Family {
         text: &[TEXT],
         vision: &[VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| Ok((qwen2_decoder(f)?, qwen2_vl_tower(&f.vision))),
 };

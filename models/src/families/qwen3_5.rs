@@ -6,6 +6,8 @@ use crate::config::qwen3_5::qwen3_5_decoder;
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields};
 
+use crate::chat::THINK_OPEN;
+
 use super::{qwen3_vl, Family};
 
 /// `Qwen3_5Config`'s token ids.
@@ -45,5 +47,7 @@ pub(super) static FAMILY: Family = Family {
         text: &[TEXT],
         vision: &[qwen3_vl::VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| Ok((qwen3_5_decoder(f)?, qwen3_vl_tower(&f.vision, false))),
 };

@@ -5,6 +5,8 @@ use crate::config::qwen3_5::qwen3_5_decoder;
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields, SparseRule};
 
+use crate::chat::THINK_OPEN;
+
 use super::{qwen3_5, qwen3_vl, Family};
 
 /// `Qwen3_5MoeTextConfig`'s defaults where they differ from `Qwen3_5TextConfig`'s, and its MoE
@@ -28,6 +30,8 @@ pub(super) static FAMILY: Family = Family {
         text: &[MOE_TEXT, qwen3_5::TEXT],
         vision: &[qwen3_vl::VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| {
         let mut text = qwen3_5_decoder(f)?;
         text.moe = Some(

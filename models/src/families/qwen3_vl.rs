@@ -5,6 +5,8 @@ use crate::config::text::qwen3_decoder;
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields};
 
+use crate::chat::THINK_OPEN;
+
 use super::{qwen2_vl, Family};
 
 /// `Qwen3VLTextConfig`'s defaults.
@@ -44,5 +46,7 @@ pub(super) static FAMILY: Family = Family {
         text: &[TEXT],
         vision: &[VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| Ok((qwen3_decoder(f)?, qwen3_vl_tower(&f.vision, true))),
 };

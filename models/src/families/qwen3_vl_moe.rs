@@ -5,6 +5,8 @@ use crate::config::text::qwen3_decoder;
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback, Fallback::*, Fields, SparseRule};
 
+use crate::chat::THINK_OPEN;
+
 use super::{qwen2_vl, qwen3_vl, Family};
 
 /// `Qwen3VLMoeTextConfig`'s defaults where they differ from `Qwen3VLTextConfig`'s, and its MoE
@@ -29,6 +31,8 @@ pub(super) static FAMILY: Family = Family {
         text: &[MOE_TEXT, qwen3_vl::TEXT],
         vision: &[qwen3_vl::VISION],
     },
+    stop_tokens: super::QWEN_STOP_TOKENS,
+    think_open: THINK_OPEN,
     resolve: |f: &Fields| {
         let mut text = qwen3_decoder(f)?;
         text.moe = Some(
