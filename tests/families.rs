@@ -42,22 +42,15 @@ fn model_help_names_every_family() {
     }
 }
 
-/// A `model_type` no family runs is refused from `config.json` alone, naming the supported
-/// ones, with the `--model` exit status, before the weights are hashed: the 4 GiB (sparse)
-/// weight file is never read, so the start step that hashes model files never begins.
-#[test]
-fn an_unsupported_model_type_is_refused_before_hashing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = tmp.path().join("llava");
+/// `run` of a 4 GiB (sparse) checkpoint in `tmp/name` with this `config.json`: its exit status
+/// and stderr, and whether it left anything in its output folder.
+fn run_checkpoint(tmp: &std::path::Path, name: &str, config: &str) -> (Option<i32>, String, bool) {
+    let model = tmp.join(name);
     std::fs::create_dir(&model).unwrap();
-    std::fs::write(
-        model.join("config.json"),
-        r#"{"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}"#,
-    )
-    .unwrap();
+    std::fs::write(model.join("config.json"), config).unwrap();
     let weights = std::fs::File::create(model.join("model.safetensors")).unwrap();
     weights.set_len(4 << 30).unwrap();
-    let out_dir = tmp.path().join("out");
+    let out_dir = tmp.join(format!("out-{name}"));
     let out = Command::new(BIN)
         .arg("run")
         .arg("--model")
@@ -67,11 +60,29 @@ fn an_unsupported_model_type_is_refused_before_hashing() {
         .arg("--out")
         .arg(&out_dir)
         .args(["--device", "cpu", "--progress", "jsonl"])
-        .env("VERISAMPLE_CACHE_DIR", tmp.path().join("cache"))
+        .env("VERISAMPLE_CACHE_DIR", tmp.join("cache"))
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let wrote = out_dir.exists() && std::fs::read_dir(&out_dir).unwrap().next().is_some();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        wrote,
+    )
+}
+
+/// A `model_type` no family runs, or a field its family cannot use, is refused from
+/// `config.json` with the `--model` exit status before the weights are hashed: the 4 GiB
+/// weight file is never read, so the start step that hashes model files never begins.
+#[test]
+fn an_unusable_config_is_refused_before_hashing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (status, stderr, wrote) = run_checkpoint(
+        tmp.path(),
+        "llava",
+        r#"{"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}"#,
+    );
+    assert_eq!(status, Some(2), "{stderr}");
     assert!(
         stderr.contains("unsupported model_type `llava`"),
         "{stderr}"
@@ -85,5 +96,18 @@ fn an_unsupported_model_type_is_refused_before_hashing() {
     }
     assert!(stderr.contains("config.json"), "{stderr}");
     assert!(!stderr.contains("hash model files"), "{stderr}");
-    assert!(!out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().next().is_none());
+    assert!(!wrote);
+    // A supported family with a field of the wrong type: the field is named.
+    let (status, stderr, wrote) = run_checkpoint(
+        tmp.path(),
+        "qwen2",
+        r#"{"model_type": "qwen2_vl", "vision_config": {"depth": "deep"}}"#,
+    );
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`vision_config.depth`: invalid type: string \"deep\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hash model files"), "{stderr}");
+    assert!(!wrote);
 }

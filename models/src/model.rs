@@ -109,15 +109,7 @@ impl VlModel {
                 path.name()
             )));
         }
-        let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|source| LoadError::Io {
-            path: cfg_path.clone(),
-            source,
-        })?;
-        let config = ModelConfig::from_json(&text).map_err(|source| LoadError::Config {
-            path: cfg_path.clone(),
-            source,
-        })?;
+        let config = ModelConfig::from_dir(dir)?;
         if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(LoadError::Weights(format!(
                 "unsupported dtype {dtype:?} (f32, bf16, f16)"

@@ -536,3 +536,33 @@ fn the_fixtures_are_the_registry() {
     registry.sort();
     assert_eq!(fixtures, registry);
 }
+
+/// A key the file holds is the file's, `null` included: a family default fills only what is
+/// absent (here Qwen3-VL's `head_dim` 128 would otherwise hide the `null`), and a `text_config`
+/// that is not an object is an error, not a flat layout.
+#[test]
+fn a_stated_null_is_not_replaced_by_a_default() {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&read("configs/Qwen3-VL-8B-Thinking.resaved.config.json")).unwrap();
+    v["text_config"].as_object_mut().unwrap().remove("head_dim");
+    assert_eq!(
+        ModelConfig::from_json(&v.to_string())
+            .unwrap()
+            .text()
+            .head_dim,
+        128
+    );
+    v["text_config"]["head_dim"] = serde_json::Value::Null;
+    assert!(matches!(
+        ModelConfig::from_json(&v.to_string()),
+        Err(ConfigError::Invalid(_))
+    ));
+    v["text_config"] = serde_json::json!("qwen3");
+    let msg = ModelConfig::from_json(&v.to_string())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("`text_config` = \"qwen3\" is not an object"),
+        "{msg}"
+    );
+}

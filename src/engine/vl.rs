@@ -329,6 +329,8 @@ pub fn load_engine(
     pixels: PixelBounds,
 ) -> Result<LoadedEngine, VlLoadError> {
     cfg.validate()?;
+    // config.json first: what is wrong with it is named before any other file is read.
+    verisample_models::ModelConfig::from_dir(dir)?;
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;

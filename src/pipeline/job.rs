@@ -65,15 +65,15 @@ pub struct JobReport {
 /// and input files, the model and data as given. Files are hashed through the user's hash
 /// cache ([`FileHasher`]; in full with `settings.verify_weights`), with progress on stderr.
 ///
-/// The model's `config.json` is read first: a `model_type` no family of
-/// [`verisample_models::FAMILIES`] runs is refused before any weight file is hashed.
+/// The model's `config.json` is read and resolved first: a `model_type` no family of
+/// [`verisample_models::FAMILIES`] runs, or a field it cannot use, is refused before any
+/// weight file is hashed.
 ///
-/// Errors: [`VlLoadError::Model`] for an unreadable `config.json` or an unsupported
-/// `model_type`; a model or input file cannot be read; a damaged Hugging Face blob with
+/// Errors: [`VlLoadError::Model`] for an unreadable or unusable `config.json`; a model or input file cannot be read; a damaged Hugging Face blob with
 /// `--verify-weights`.
 pub fn job_fingerprint(settings: &Settings) -> anyhow::Result<Fingerprint> {
     let dir = &settings.model.dir;
-    verisample_models::family_in(dir).map_err(VlLoadError::Model)?;
+    verisample_models::ModelConfig::from_dir(dir).map_err(VlLoadError::Model)?;
     let mut hasher = FileHasher::open(default_cache_file(), settings.verify_weights);
     let total = model_files(dir)
         .map(|files| files.values().map(|(_, size)| size).sum())

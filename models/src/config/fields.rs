@@ -6,8 +6,9 @@
 //! Defaults have one mechanism: [`Fallback`] tables of a family (its transformers
 //! configuration class's defaults), written into the file's own object before the typed parse
 //! ([`Fields::parse`]); a key the file states is never overwritten. The only serde defaults
-//! here are "absent" (`None`, `false`), the same for every family.
+//! here are "absent" (`None`), the same for every family.
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -95,9 +96,9 @@ pub struct TextFields {
     pub hidden_act: String,
     /// RMSNorm epsilon.
     pub rms_norm_eps: f64,
-    /// Bias on q/k/v/o (Qwen3 and later; Qwen2 always has q/k/v bias).
+    /// Bias on q/k/v/o (Qwen3 and later; Qwen2 always has q/k/v bias); absent or `null`: none.
     #[serde(default)]
-    pub attention_bias: bool,
+    pub attention_bias: Option<bool>,
     /// Rotary base written next to the rotary block (older files).
     #[serde(default)]
     pub rope_theta: Option<f64>,
@@ -229,12 +230,29 @@ struct Top {
     token_ids: VisionTokenIds,
 }
 
-/// Writes each default whose key `obj` lacks (or holds as `null`), the first table first.
+/// The typed parse of `value`, found at `scope` in the file (`""`: the top level); an error
+/// names the field from the top of the file.
+fn typed<T: DeserializeOwned>(value: Value, scope: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let field = match (scope, inner.as_str()) {
+            ("", ".") => "config.json".to_string(),
+            (s, ".") => s.to_string(),
+            ("", p) => p.to_string(),
+            (s, p) => format!("{s}.{p}"),
+        };
+        ConfigError::Field {
+            field,
+            source: e.into_inner(),
+        }
+    })
+}
+
+/// Writes each default whose key `obj` lacks, the first table first (a key the file holds,
+/// `null` included, is the file's: the typed parse decides).
 fn fill(obj: &mut Map<String, Value>, tables: &[Table]) {
     for (key, v) in tables.iter().flat_map(|t| t.iter()) {
-        if obj.get(*key).is_none_or(Value::is_null) {
-            obj.insert((*key).to_string(), v.to_json());
-        }
+        obj.entry(*key).or_insert_with(|| v.to_json());
     }
 }
 
@@ -242,7 +260,7 @@ impl Fields {
     /// Parses a `config.json` value: every spelling of the rotary block folded into one
     /// (`normalize`), `defaults` written where the file has no value, then the typed parse.
     ///
-    /// Errors: [`ConfigError::Json`] for a missing `vision_config` or a field of the wrong
+    /// Errors: [`ConfigError::Field`] naming a missing `vision_config` or a field of the wrong
     /// type; [`ConfigError::Invalid`] naming both places when two spellings of one setting
     /// disagree.
     pub fn parse(mut value: Value, defaults: &Defaults) -> Result<Self, ConfigError> {
@@ -252,23 +270,29 @@ impl Fields {
         };
         fill(top, defaults.top);
         // The nested text config, or the top level of a flat file.
+        let nested = top.get("text_config").is_some_and(Value::is_object);
         let text = match top.get_mut("text_config") {
             Some(Value::Object(text)) => {
                 fill(text, defaults.text);
                 Value::Object(text.clone())
             }
-            _ => {
+            None | Some(Value::Null) => {
                 fill(top, defaults.text);
                 Value::Object(top.clone())
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "`text_config` = {other} is not an object"
+                )))
             }
         };
         if let Some(Value::Object(vision)) = top.get_mut("vision_config") {
             fill(vision, defaults.vision);
         }
-        let parsed: Top = serde_json::from_value(value)?;
+        let parsed: Top = typed(value, "")?;
         Ok(Self {
-            text: serde_json::from_value(text)?,
-            vision: serde_json::from_value(Value::Object(parsed.vision_config))?,
+            text: typed(text, if nested { "text_config" } else { "" })?,
+            vision: typed(Value::Object(parsed.vision_config), "vision_config")?,
             top_rope_theta: parsed.rope_theta,
             tie_word_embeddings: parsed.tie_word_embeddings,
             token_ids: parsed.token_ids,

@@ -33,9 +33,17 @@ pub use rope::RopeParameters;
 /// Errors reading a config file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The JSON is malformed or a field has the wrong type.
+    /// The JSON is malformed.
     #[error("config: {0}")]
     Json(#[from] serde_json::Error),
+    /// A field is missing or has the wrong type.
+    #[error("`{field}`: {source}")]
+    Field {
+        /// Where it is, from the top of the file (`text_config.hidden_size`).
+        field: String,
+        /// What is wrong with it.
+        source: serde_json::Error,
+    },
     /// `model_type` names an architecture this crate does not implement.
     #[error("unsupported model_type `{found}`; supported: {}", supported.join(", "))]
     Unsupported {

@@ -93,8 +93,8 @@ pub fn qwen3_5_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         // Qwen3_5TextRotaryEmbedding.recomposition_frequencies always interleaves.
         mrope_interleaved: true,
         rotary_dim,
-        qkv_bias: t.attention_bias,
-        o_bias: t.attention_bias,
+        qkv_bias: t.attention_bias.unwrap_or(false),
+        o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
         attn_output_gate: true,
         zero_centered_norm: true,

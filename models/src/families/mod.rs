@@ -79,31 +79,18 @@ pub fn family_of(config_json: &str) -> Result<&'static Family, ConfigError> {
     family_of_value(&value)
 }
 
-/// The family of the checkpoint in `dir`, from its `config.json`'s `model_type` alone: the
-/// check a run makes before it hashes or loads any weight file.
-///
-/// Errors: [`LoadError::Io`] when `config.json` cannot be read; [`LoadError::Config`] naming
-/// the file for malformed JSON or an unsupported `model_type`.
-pub fn family_in(dir: &Path) -> Result<&'static Family, LoadError> {
-    let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    family_of(&text).map_err(|source| LoadError::Config { path, source })
-}
-
 fn family_of_value(value: &Value) -> Result<&'static Family, ConfigError> {
-    let found = value
-        .get("model_type")
-        .and_then(Value::as_str)
-        .unwrap_or("<missing>");
+    let found = match value.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "<missing>".to_string(),
+    };
     FAMILIES
         .iter()
         .copied()
         .find(|f| f.model_type == found)
         .ok_or_else(|| ConfigError::Unsupported {
-            found: found.to_string(),
+            found,
             supported: supported_model_types(),
         })
 }
@@ -137,6 +124,20 @@ impl ModelConfig {
             vision,
             token_ids: fields.token_ids,
         })
+    }
+
+    /// Reads and resolves `dir/config.json` ([`Self::from_json`]): all a run checks of a
+    /// checkpoint before it hashes or loads any weight file.
+    ///
+    /// Errors: [`LoadError::Io`] when the file cannot be read; [`LoadError::Config`] naming
+    /// the file and what is wrong in it.
+    pub fn from_dir(dir: &Path) -> Result<Self, LoadError> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|source| LoadError::Config { path, source })
     }
 
     /// The family (its `model_type`).
