@@ -320,6 +320,12 @@ pub enum SettingsError {
     /// `--model` is a folder, but holds no `config.json`.
     #[error("--model {}: no config.json in this folder (a model folder holds config.json, the safetensors weights and the tokenizer)", .0.display())]
     NotAModel(PathBuf),
+    /// `--model` is a folder whose `config.json` is a folder or a link to nothing.
+    #[error("--model {}: its config.json is not a readable file (a folder, or a link to a file that does not exist)", .0.display())]
+    ConfigNotAFile(PathBuf),
+    /// `--model` names a file (often the checkpoint's `config.json`), not its folder.
+    #[error("--model {}: is a file; pass the folder that holds config.json, the safetensors weights and the tokenizer", .0.display())]
+    ModelIsAFile(PathBuf),
     /// The model's `generation_config.json` is invalid or asks for a setting not implemented.
     #[error(transparent)]
     GenerationConfig(#[from] crate::engine::generation::GenerationConfigError),

@@ -104,9 +104,16 @@ pub(crate) fn fetch_hint(spec: &str) -> String {
 /// Errors: [`SettingsError::ModelNotFound`] listing every place looked at.
 pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsError> {
     let local = rebase(base, PathBuf::from(spec));
+    if local.is_file() {
+        return Err(SettingsError::ModelIsAFile(local));
+    }
     if local.is_dir() {
-        if !local.join("config.json").is_file() {
-            return Err(SettingsError::NotAModel(local));
+        let config = local.join("config.json");
+        if !config.is_file() {
+            return Err(match config.symlink_metadata() {
+                Ok(_) => SettingsError::ConfigNotAFile(local),
+                Err(_) => SettingsError::NotAModel(local),
+            });
         }
         return Ok(ResolvedModel {
             spec: spec.to_string(),
@@ -150,6 +157,27 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         let found = resolve_model(dir.path().to_str().unwrap(), Path::new(".")).unwrap();
         assert_eq!(found.dir, dir.path());
+        // The file itself instead of its folder.
+        let file = dir.path().join("config.json");
+        let err = resolve_model(file.to_str().unwrap(), Path::new(".")).unwrap_err();
+        assert!(matches!(err, SettingsError::ModelIsAFile(_)), "{err}");
+        assert!(err.to_string().contains("pass the folder"), "{err}");
+    }
+
+    #[test]
+    fn a_config_json_that_is_no_file_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("config.json")).unwrap();
+        let err = resolve_model(dir.path().to_str().unwrap(), Path::new(".")).unwrap_err();
+        assert!(matches!(err, SettingsError::ConfigNotAFile(_)), "{err}");
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            linked.path().join("gone.json"),
+            linked.path().join("config.json"),
+        )
+        .unwrap();
+        let err = resolve_model(linked.path().to_str().unwrap(), Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains("not a readable file"), "{err}");
     }
 
     #[test]
