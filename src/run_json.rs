@@ -4,8 +4,8 @@
 //! file of the same name included ([`RunJsonView`]: resume, the write phase, `verify`,
 //! `inspect`, the output-folder checks).
 //!
-//! A leaf module (but for the file names of [`crate::out_files`]): the record's settings, fingerprint and statistics are type parameters
-//! ([`RunJson`]), filled in as `pipeline::RunReport` by the pipeline, so that the settings'
+//! A leaf module (but for the file names of [`crate::out_files`]): the record's settings,
+//! fingerprint and statistics are type parameters ([`RunJson`]), filled in as `pipeline::RunReport` by the pipeline, so that the settings'
 //! own output-folder checks can read a `run.json` without importing the pipeline.
 
 use std::collections::BTreeMap;

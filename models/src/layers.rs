@@ -6,7 +6,7 @@ use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, PackedLinear, TiledLinear};
 
-pub use crate::config::MlpNames;
+use crate::config::MlpNames;
 
 /// Activation functions used by the Qwen-VL families (transformers `ACT2FN` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

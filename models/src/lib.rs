@@ -56,7 +56,7 @@ pub use config::{
     VisionNorm, VisionSpec,
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};
-pub use families::{family_of, listing, supported_model_types, Family, ModelConfig, FAMILIES};
+pub use families::{listing, supported_model_types, Family, ModelConfig, FAMILIES};
 pub use image_limits::{ImageLimits, TooLarge};
 pub use load::LoadError;
 pub use model::{StepInput, VlModel};

@@ -24,8 +24,9 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 use verisample_kernels::AttentionPath;
 
+use crate::config::MlpNames;
 use crate::config::MoeSpec;
-use crate::layers::{fused_linear, linear, Act, Mlp, MlpNames, Proj};
+use crate::layers::{fused_linear, linear, Act, Mlp, Proj};
 
 /// One layer's sparse MoE block (`mlp.*` of a sparse layer).
 pub struct SparseMoe {

@@ -18,10 +18,10 @@ use candle_nn::{Embedding, VarBuilder};
 use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 
 use crate::batch::{attention_layers, BatchMeta, KvCache};
-use crate::config::{LayerKind, TextSpec};
+use crate::config::{LayerKind, MlpNames, TextSpec};
 use crate::gated_delta_net::{reset_new_sequences, GatedDeltaNet};
 use crate::layers::{
-    apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, MlpNames, Proj, RmsNorm,
+    apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, Proj, RmsNorm,
 };
 use crate::moe::SparseMoe;
 use crate::rope_index::MROPE_ROWS;

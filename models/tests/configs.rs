@@ -522,7 +522,7 @@ fn the_fixtures_are_the_registry() {
         .filter(|p| p.join("config.json").is_file() && p.join("model.safetensors").is_file())
         .map(|p| {
             let config = std::fs::read_to_string(p.join("config.json")).unwrap();
-            let family = verisample_models::family_of(&config).unwrap();
+            let family = ModelConfig::from_json(&config).unwrap().family();
             let dir = p.file_name().unwrap().to_string_lossy().into_owned();
             assert_eq!(
                 family.model_type, dir,

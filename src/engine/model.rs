@@ -178,6 +178,6 @@ pub trait InputProcessor: Send + Sync {
     }
 
     /// Token ids that end generation (from `generation_config.json` `eos_token_id` and the
-    /// tokenizer: `<|im_end|>`, `<|endoftext|>` for Qwen2-VL).
+    /// family's turn-ending tokens in the tokenizer).
     fn eos_token_ids(&self) -> &[u32];
 }

@@ -157,11 +157,14 @@ impl Sequence {
         &self.tokens[self.prompt_len..]
     }
 
-    /// Position id of token `i` (prompt or generated) in position row `row`.
+    /// Position id of token `i` (prompt or generated) in position row `row`; `row` is below
+    /// the rows [`Self::prompt_positions`] holds (the engine admits no prompt with another
+    /// count).
     pub fn position(&self, row: usize, i: usize) -> u32 {
-        match self.prompt_positions.get(row).and_then(|r| r.get(i)) {
-            Some(&p) => p,
-            None => self.next_position + (i - self.prompt_len) as u32,
+        if i < self.prompt_len {
+            self.prompt_positions[row][i]
+        } else {
+            self.next_position + (i - self.prompt_len) as u32
         }
     }
 

@@ -409,7 +409,9 @@ impl<M: EngineModel> Core<M> {
         let bs = self.cache.block_size;
         let total: usize = plan.seqs.iter().map(|s| s.end - s.start).sum();
         let mut ids = Vec::with_capacity(total);
-        let mut pos = vec![Vec::with_capacity(total); self.model.position_rows()];
+        let mut pos: Vec<Vec<u32>> = (0..self.model.position_rows())
+            .map(|_| Vec::with_capacity(total))
+            .collect();
         let mut meta = BatchMeta {
             positions: Tensor::zeros(0, candle_core::DType::U32, &candle_core::Device::Cpu)?,
             query_lens: Vec::with_capacity(plan.seqs.len()),

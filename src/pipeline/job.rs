@@ -69,8 +69,8 @@ pub struct JobReport {
 /// [`verisample_models::FAMILIES`] runs, or a field it cannot use, is refused before any
 /// weight file is hashed.
 ///
-/// Errors: [`VlLoadError::Model`] for an unreadable or unusable `config.json`; a model or input file cannot be read; a damaged Hugging Face blob with
-/// `--verify-weights`.
+/// Errors: [`VlLoadError::Model`] for an unreadable or unusable `config.json`; a model or
+/// input file cannot be read; a damaged Hugging Face blob with `--verify-weights`.
 pub fn job_fingerprint(settings: &Settings) -> anyhow::Result<Fingerprint> {
     let dir = &settings.model.dir;
     verisample_models::ModelConfig::from_dir(dir).map_err(VlLoadError::Model)?;

@@ -20,7 +20,8 @@ pub struct Decoding {
     /// judge pass alike.
     pub repetition_penalty: f64,
     /// End-of-sequence ids taken from `generation_config.json` (generation also ends on
-    /// `config.json`'s `eos_token_id` and the tokenizer's `<|im_end|>` / `<|endoftext|>`).
+    /// `config.json`'s `eos_token_id` and the family's turn-ending tokens, Qwen's `<|im_end|>`
+    /// / `<|endoftext|>`).
     pub eos_token_ids: Vec<u32>,
     /// The file's sampling knobs (for the defaults of a run that samples,
     /// [`super::Sampling::resolve`]); not recorded.

@@ -3,10 +3,13 @@
 //! tower ([`VisionFields`]), the special token ids ([`VisionTokenIds`]). A family resolves them
 //! into the specs the model is built from (`crate::families`).
 //!
-//! Defaults have one mechanism: [`Fallback`] tables of a family (its transformers
-//! configuration class's defaults), written into the file's own object before the typed parse
-//! ([`Fields::parse`]); a key the file states is never overwritten. The only serde defaults
-//! here are "absent" (`None`), the same for every family.
+//! The class defaults of the keys a file may omit have one mechanism: [`Fallback`] tables of
+//! a family (its transformers configuration classes' defaults), written into the file's own
+//! object before the typed parse ([`Fields::parse`]); a key the file states is never
+//! overwritten. The only serde defaults here are "absent" (`None`), the same for every family.
+//! What transformers computes in code rather than declares on the class stays in the resolvers
+//! as it does there: the rotary base when no block gives one, Qwen3.5's
+//! `partial_rotary_factor` and `mrope_section` fallbacks.
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;

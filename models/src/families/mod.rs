@@ -2,9 +2,9 @@
 //! [`FAMILIES`]. A family file holds what its transformers configuration class holds — the
 //! class defaults of the keys a saved `config.json` may omit (token ids included) —, which
 //! decoder and vision tower of [`crate::config`] its fields resolve to, and the tokens of its
-//! chat format the engine needs (turn ends, the opening reasoning tag). Everything else (the
-//! supported list in errors, `--model` help, `doctor`, the docs table, the parity tests'
-//! tables) reads [`FAMILIES`]. How to add one: `docs/adding-a-model-family.md`.
+//! chat format the engine needs (turn ends, the opening reasoning tag). The supported list in
+//! errors, `--model` and `doctor --model` help read [`FAMILIES`]; tests hold the docs table and
+//! the fixture folders equal to it. How to add one: `docs/adding-a-model-family.md`.
 
 mod qwen2_5_vl;
 mod qwen2_vl;
@@ -45,7 +45,7 @@ pub struct Family {
 pub(crate) const QWEN_STOP_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>"];
 
 /// Every family this crate runs, in the order they are listed to users.
-pub static FAMILIES: [&Family; 6] = [
+pub static FAMILIES: &[&Family] = &[
     &qwen2_vl::FAMILY,
     &qwen2_5_vl::FAMILY,
     &qwen3_vl::FAMILY,
@@ -69,16 +69,10 @@ pub fn listing() -> String {
         .join(", ")
 }
 
-/// The family of a `config.json` text, read from its `model_type` alone (nothing else is
-/// parsed, so it answers before any weight is touched).
+/// The family of a parsed `config.json`, from its `model_type`.
 ///
-/// Errors: [`ConfigError::Json`] for malformed JSON; [`ConfigError::Unsupported`] naming the
-/// `model_type` found (`<missing>` when there is none) and the supported ones.
-pub fn family_of(config_json: &str) -> Result<&'static Family, ConfigError> {
-    let value: Value = serde_json::from_str(config_json)?;
-    family_of_value(&value)
-}
-
+/// Errors: [`ConfigError::Unsupported`] naming the `model_type` found (as written when it is
+/// not a string; `<missing>` when there is none) and the supported ones.
 fn family_of_value(value: &Value) -> Result<&'static Family, ConfigError> {
     let found = match value.get("model_type") {
         Some(Value::String(s)) => s.clone(),
@@ -109,7 +103,8 @@ impl ModelConfig {
     /// block listed in [`crate::config`]'s docs).
     ///
     /// Errors: [`ConfigError::Unsupported`] listing the supported `model_type`s;
-    /// [`ConfigError::Json`] for malformed JSON or wrong field types; [`ConfigError::Invalid`]
+    /// [`ConfigError::Json`] for malformed JSON; [`ConfigError::Field`] naming a missing
+    /// field or one of the wrong type; [`ConfigError::Invalid`]
     /// naming the setting when values are inconsistent (an `mrope_section` not summing to
     /// `rotary_dim / 2`, heads that do not divide, …) or two spellings of one setting
     /// disagree.
@@ -158,11 +153,5 @@ impl ModelConfig {
     /// Resolved vision spec.
     pub fn vision(&self) -> &VisionSpec {
         &self.vision
-    }
-}
-
-impl PartialEq for Family {
-    fn eq(&self, other: &Self) -> bool {
-        self.model_type == other.model_type
     }
 }

@@ -3,14 +3,14 @@
 
 use crate::config::text::qwen2_decoder;
 use crate::config::vision::qwen2_5_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields};
+use crate::config::{Defaults, Fallback::*, Fields, Table};
 
 use crate::chat::THINK_OPEN;
 
 use super::{qwen2_vl, Family};
 
 /// `Qwen2_5_VLVisionConfig`'s defaults.
-const VISION: &[(&str, Fallback)] = &[
+const VISION: Table = &[
     ("depth", Int(32)),
     ("hidden_size", Int(3584)),
     ("hidden_act", Text("silu")),

@@ -3,7 +3,7 @@
 
 use crate::config::text::qwen2_decoder;
 use crate::config::vision::qwen2_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields};
+use crate::config::{Defaults, Fallback::*, Fields, Table};
 
 use crate::chat::THINK_OPEN;
 
@@ -11,7 +11,7 @@ use super::Family;
 
 /// The Qwen image placeholder's token ids (`Qwen2VLConfig`'s class defaults, shared by
 /// Qwen2.5-VL and Qwen3-VL).
-pub(super) const QWEN_TOKEN_IDS: &[(&str, Fallback)] = &[
+pub(super) const QWEN_TOKEN_IDS: Table = &[
     ("image_token_id", Int(151655)),
     ("video_token_id", Int(151656)),
     ("vision_start_token_id", Int(151652)),
@@ -19,7 +19,7 @@ pub(super) const QWEN_TOKEN_IDS: &[(&str, Fallback)] = &[
 ];
 
 /// `Qwen2VLTextConfig`'s defaults (also Qwen2.5-VL's decoder).
-pub(super) const TEXT: &[(&str, Fallback)] = &[
+pub(super) const TEXT: Table = &[
     ("vocab_size", Int(152064)),
     ("hidden_size", Int(8192)),
     ("intermediate_size", Int(29568)),
@@ -30,7 +30,7 @@ pub(super) const TEXT: &[(&str, Fallback)] = &[
 ];
 
 /// `Qwen2VLVisionConfig`'s defaults.
-const VISION: &[(&str, Fallback)] = &[
+const VISION: Table = &[
     ("depth", Int(32)),
     ("embed_dim", Int(1280)),
     ("hidden_size", Int(3584)),

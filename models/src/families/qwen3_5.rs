@@ -4,14 +4,14 @@
 
 use crate::config::qwen3_5::qwen3_5_decoder;
 use crate::config::vision::qwen3_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields};
+use crate::config::{Defaults, Fallback::*, Fields, Table};
 
 use crate::chat::THINK_OPEN;
 
 use super::{qwen3_vl, Family};
 
 /// `Qwen3_5Config`'s token ids.
-pub(super) const TOKEN_IDS: &[(&str, Fallback)] = &[
+pub(super) const TOKEN_IDS: Table = &[
     ("image_token_id", Int(248056)),
     ("video_token_id", Int(248057)),
     ("vision_start_token_id", Int(248053)),
@@ -19,7 +19,7 @@ pub(super) const TOKEN_IDS: &[(&str, Fallback)] = &[
 ];
 
 /// `Qwen3_5TextConfig`'s defaults.
-pub(super) const TEXT: &[(&str, Fallback)] = &[
+pub(super) const TEXT: Table = &[
     ("vocab_size", Int(248320)),
     ("hidden_size", Int(4096)),
     ("intermediate_size", Int(12288)),

@@ -3,7 +3,7 @@
 
 use crate::config::qwen3_5::qwen3_5_decoder;
 use crate::config::vision::qwen3_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields, SparseRule};
+use crate::config::{Defaults, Fallback::*, Fields, SparseRule, Table};
 
 use crate::chat::THINK_OPEN;
 
@@ -11,7 +11,7 @@ use super::{qwen3_5, qwen3_vl, Family};
 
 /// `Qwen3_5MoeTextConfig`'s defaults where they differ from `Qwen3_5TextConfig`'s, and its MoE
 /// fields: 256 experts, top-8, inner 512, a shared expert of 512.
-const MOE_TEXT: &[(&str, Fallback)] = &[
+const MOE_TEXT: Table = &[
     ("hidden_size", Int(2048)),
     ("num_hidden_layers", Int(40)),
     ("num_key_value_heads", Int(2)),

@@ -3,14 +3,14 @@
 
 use crate::config::text::qwen3_decoder;
 use crate::config::vision::qwen3_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields};
+use crate::config::{Defaults, Fallback::*, Fields, Table};
 
 use crate::chat::THINK_OPEN;
 
 use super::{qwen2_vl, Family};
 
 /// `Qwen3VLTextConfig`'s defaults.
-pub(super) const TEXT: &[(&str, Fallback)] = &[
+pub(super) const TEXT: Table = &[
     ("vocab_size", Int(151936)),
     ("hidden_size", Int(4096)),
     ("intermediate_size", Int(22016)),
@@ -22,7 +22,7 @@ pub(super) const TEXT: &[(&str, Fallback)] = &[
 ];
 
 /// `Qwen3VLVisionConfig`'s defaults (also the vision config of Qwen3.5).
-pub(super) const VISION: &[(&str, Fallback)] = &[
+pub(super) const VISION: Table = &[
     ("depth", Int(27)),
     ("hidden_size", Int(1152)),
     ("hidden_act", Text("gelu_pytorch_tanh")),

@@ -3,7 +3,7 @@
 
 use crate::config::text::qwen3_decoder;
 use crate::config::vision::qwen3_vl_tower;
-use crate::config::{Defaults, Fallback, Fallback::*, Fields, SparseRule};
+use crate::config::{Defaults, Fallback::*, Fields, SparseRule, Table};
 
 use crate::chat::THINK_OPEN;
 
@@ -11,7 +11,7 @@ use super::{qwen2_vl, qwen3_vl, Family};
 
 /// `Qwen3VLMoeTextConfig`'s defaults where they differ from `Qwen3VLTextConfig`'s, and its MoE
 /// fields: 60 experts, top-4, inner 1408, every layer sparse.
-const MOE_TEXT: &[(&str, Fallback)] = &[
+const MOE_TEXT: Table = &[
     ("hidden_size", Int(2048)),
     ("intermediate_size", Int(5632)),
     ("num_hidden_layers", Int(24)),
