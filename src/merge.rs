@@ -15,9 +15,9 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::journal::{read_records, JournalError};
+use crate::out_files::JOURNAL_FILE;
 use crate::pipeline::image_refusals;
 use crate::pipeline::job::run_parquet;
-use crate::pipeline::outputs::JOURNAL_FILE;
 use crate::pipeline::{
     describe_changes, fold_generated, import_results, install_ctrlc, prepare, BackendError,
     GenRequest, GenResult, Generator, JournalEntry, PipelineError, Prepared, RunControl, RunReport,

@@ -14,9 +14,6 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The file name, in OUT.
-pub use crate::out_files::RUN_FILE as FILE;
-
 /// Status of a finished run.
 pub const STATUS_COMPLETE: &str = "complete";
 /// Status of a finished whole run (not one shard of several) in which no item reached a
@@ -29,7 +26,7 @@ pub const STATUS_WRITING: &str = "writing";
 
 /// `OUT/run.json`.
 pub fn path(out: &Path) -> PathBuf {
-    out.join(FILE)
+    out.join(crate::out_files::RUN_FILE)
 }
 
 /// `run.json`: what ran, on what, and what came out. `S`: the settings, `F`: the fingerprint,

@@ -103,13 +103,25 @@ impl VlModel {
         device: &Device,
         path: AttentionPath,
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_config_on_path(dir, ModelConfig::from_dir(dir)?, dtype, device, path)
+    }
+
+    /// [`Self::load_on_path`] with `dir/config.json` already read and resolved (`config`).
+    ///
+    /// Errors: as [`Self::load_on_path`].
+    pub fn load_config_on_path(
+        dir: &Path,
+        config: ModelConfig,
+        dtype: DType,
+        device: &Device,
+        path: AttentionPath,
+    ) -> std::result::Result<Self, LoadError> {
         if !path.available_on(device) {
             return Err(LoadError::Weights(format!(
                 "the {} attention path cannot run on {device:?} in this build",
                 path.name()
             )));
         }
-        let config = ModelConfig::from_dir(dir)?;
         if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(LoadError::Weights(format!(
                 "unsupported dtype {dtype:?} (f32, bf16, f16)"

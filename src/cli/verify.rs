@@ -212,7 +212,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
         Vec::new()
     };
     if recorded.is_none() {
-        use crate::pipeline::outputs::{JOURNAL_FILE, RUN_FILE};
+        use crate::out_files::{JOURNAL_FILE, RUN_FILE};
         if a.out.join(JOURNAL_FILE).exists() {
             anyhow::bail!(
                 "{} holds an unfinished run ({JOURNAL_FILE} but no {RUN_FILE}): its data/ is \
@@ -292,7 +292,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     }
     // The model outputs the run recorded, when OUT has them (a folder copied without its
     // logs is checked from the splits alone).
-    let generations_file = a.out.join(crate::pipeline::outputs::GENERATIONS_FILE);
+    let generations_file = a.out.join(crate::out_files::GENERATIONS_FILE);
     let mut generations = if !settings.kept_from_per_row {
         eprintln!(
             "note: {} was written by an earlier version (no per-row kept_from): the entries are \
@@ -305,7 +305,7 @@ pub(super) fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     } else {
         eprintln!(
             "note: no {} in {}: the entries are not checked against the model's outputs",
-            crate::pipeline::outputs::GENERATIONS_FILE,
+            crate::out_files::GENERATIONS_FILE,
             a.out.display()
         );
         None

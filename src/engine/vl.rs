@@ -330,11 +330,11 @@ pub fn load_engine(
 ) -> Result<LoadedEngine, VlLoadError> {
     cfg.validate()?;
     // config.json first: what is wrong with it is named before any other file is read.
-    verisample_models::ModelConfig::from_dir(dir)?;
+    let config = verisample_models::ModelConfig::from_dir(dir)?;
     let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;
-    let model = VlModel::load_on_path(dir, dtype, device, path)?;
+    let model = VlModel::load_config_on_path(dir, config, dtype, device, path)?;
     let inputs = VlInputs::from_dir(dir, &model, images, generation)?;
     Ok(Engine::new(model, inputs, cfg)?)
 }

@@ -181,7 +181,7 @@ impl SplitSink for ParquetSink {
                 );
             }
         }
-        let readme = self.out.join(super::outputs::CARD_FILE);
+        let readme = self.out.join(crate::out_files::CARD_FILE);
         if splits.is_empty() {
             // No split: no dataset to describe (`datasets` loads none), so no card; one of an
             // earlier run in this folder would describe data that is gone.

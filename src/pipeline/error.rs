@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use super::backend::{BackendError, ItemKey, Pass};
 use super::control::interrupted_exit_code;
-use super::outputs;
 use crate::journal::JournalError;
 
 /// Why a run stopped without producing its outputs.
@@ -41,7 +40,7 @@ pub enum PipelineError {
         dropped: u64,
     },
     /// Another process is running in OUT (it holds `OUT/.verisample.lock`).
-    #[error("another verisample process is running in {} (it holds {}); wait for it to finish or use another --out", .0.display(), .0.join(outputs::LOCK_FILE).display())]
+    #[error("another verisample process is running in {} (it holds {}); wait for it to finish or use another --out", .0.display(), .0.join(crate::out_files::LOCK_FILE).display())]
     Locked(PathBuf),
     /// OUT holds the output of a run with other settings, model or input. The message names
     /// the differences in words; the fingerprints are logged at debug level (`-v`).

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 
 use super::backend::{ItemKey, Pass};
-use super::outputs::{jsonl, ErrorLine, ERRORS_FILE};
+use super::outputs::{jsonl, ErrorLine};
 use super::plan::{ItemPlan, RowPlan};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
+use crate::out_files::ERRORS_FILE;
 
 /// The `image.bytes` errors of an output folder's `errors.jsonl`, by stream position: among
 /// them the images its engine refused (for its vision memory budget, or its processor's

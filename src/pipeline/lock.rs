@@ -10,9 +10,9 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use super::outputs::LOCK_FILE;
 use super::PipelineError;
 use crate::journal::JournalError;
+use crate::out_files::LOCK_FILE;
 
 /// The held lock of an output folder; dropping it removes the lock file and releases it.
 #[derive(Debug)]

@@ -137,7 +137,7 @@ pub fn run(
         replayed_results,
         torn_journal_bytes: prepared.torn_bytes,
     };
-    let run_json = settings.out.join(outputs::RUN_FILE);
+    let run_json = settings.out.join(crate::out_files::RUN_FILE);
     let write_report = |report: &RunReport| -> Result<(), PipelineError> {
         let json = serde_json::to_vec_pretty(report).unwrap_or_default();
         crate::atomic::write_atomic(&run_json, &json)?;
@@ -179,7 +179,7 @@ pub fn run(
         let first = &plans[0];
         let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
         return Err(PipelineError::InputUnreadable {
-            errors: settings.out.join(outputs::ERRORS_FILE),
+            errors: settings.out.join(crate::out_files::ERRORS_FILE),
             count: plans.len(),
             first: format!("{}: {message}", first.file),
         });

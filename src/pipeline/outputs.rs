@@ -9,9 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::backend::{Generation, ItemKey};
 
-pub use crate::out_files::{
-    CARD_FILE, CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE, JOURNAL_FILE, LOCK_FILE,
-    RUN_FILE,
+use crate::out_files::{
+    CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE, JOURNAL_FILE, RUN_FILE,
 };
 
 /// The files this module owns, for `--restart`.

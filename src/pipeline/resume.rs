@@ -140,7 +140,7 @@ impl Prepared {
     /// corrected command starts as on a fresh folder.
     pub fn abandon(self) {
         if self.results.is_empty() {
-            let journal = self.settings.out.join(outputs::JOURNAL_FILE);
+            let journal = self.settings.out.join(crate::out_files::JOURNAL_FILE);
             if let Err(e) = std::fs::remove_file(&journal) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!("cannot remove {}: {e}", journal.display());
@@ -239,7 +239,7 @@ pub fn prepare_with<T, E: From<PipelineError>>(
 ) -> Result<(Prepared, T), E> {
     let lock = lock::OutLock::take(&settings.out)?;
     super::dataset_io::check_kept_split_files(&settings.out, settings.restart)?;
-    let path = settings.out.join(outputs::JOURNAL_FILE);
+    let path = settings.out.join(crate::out_files::JOURNAL_FILE);
     if settings.restart || nothing_to_lose(&settings.out, &path) {
         let started = match start() {
             Ok(started) => started,
@@ -252,7 +252,7 @@ pub fn prepare_with<T, E: From<PipelineError>>(
         // writing the new card would leave a card whose configs point at no files (this run
         // writes its own card at the end, or none without splits). Then the earlier run's
         // splits, with the run.json that records them (a user's own files in data/ stay).
-        let card = settings.out.join(outputs::CARD_FILE);
+        let card = settings.out.join(crate::out_files::CARD_FILE);
         match std::fs::remove_file(&card) {
             Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
                 return Err(PipelineError::from(JournalError::Io { path: card, source }).into());
@@ -291,7 +291,7 @@ fn open_journal(
     settings: &Settings,
     fingerprint: Fingerprint,
 ) -> Result<Prepared, PipelineError> {
-    let path = settings.out.join(outputs::JOURNAL_FILE);
+    let path = settings.out.join(crate::out_files::JOURNAL_FILE);
     let removed = outputs::remove_debris(&settings.out).map_err(|source| JournalError::Io {
         path: settings.out.clone(),
         source,

@@ -16,14 +16,12 @@ use super::control::{KillStage, RunControl};
 use super::dataset_io::EarlierSplits;
 use super::dedup::DUPLICATE;
 use super::errors_jsonl::error_line;
-use super::outputs::{
-    jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord, CHART_FILE,
-    CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE,
-};
+use super::outputs::{jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord};
 use super::plan::{ItemPlan, JudgeRole, RowPlan};
 use super::sampled::QuestionSamples;
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
+use crate::out_files::{CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE};
 use crate::record::split_meta::split_row_meta;
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
 use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};

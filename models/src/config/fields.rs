@@ -273,15 +273,14 @@ impl Fields {
         };
         fill(top, defaults.top);
         // The nested text config, or the top level of a flat file.
-        let nested = top.get("text_config").is_some_and(Value::is_object);
-        let text = match top.get_mut("text_config") {
+        let (text, text_scope) = match top.get_mut("text_config") {
             Some(Value::Object(text)) => {
                 fill(text, defaults.text);
-                Value::Object(text.clone())
+                (Value::Object(text.clone()), "text_config")
             }
             None | Some(Value::Null) => {
                 fill(top, defaults.text);
-                Value::Object(top.clone())
+                (Value::Object(top.clone()), "")
             }
             Some(other) => {
                 return Err(ConfigError::Invalid(format!(
@@ -294,7 +293,7 @@ impl Fields {
         }
         let parsed: Top = typed(value, "")?;
         Ok(Self {
-            text: typed(text, if nested { "text_config" } else { "" })?,
+            text: typed(text, text_scope)?,
             vision: typed(Value::Object(parsed.vision_config), "vision_config")?,
             top_rope_theta: parsed.rope_theta,
             tie_word_embeddings: parsed.tie_word_embeddings,

@@ -10,15 +10,17 @@ use super::{MergerNames, MlpNames, VisionNorm, VisionSpec};
 pub fn qwen2_vl_tower(v: &VisionFields) -> VisionSpec {
     let width = v.embed_dim.unwrap_or(v.hidden_size);
     VisionSpec {
-        norm: VisionNorm::LayerNorm,
-        mlp: MlpNames::Fc,
-        merger: MergerNames::LnQ,
-        patch_bias: false,
         hidden_size: width,
         // transformers: int(embed_dim * mlp_ratio)
         intermediate_size: (width as f64 * v.mlp_ratio.unwrap_or(4.0)) as usize,
         out_hidden_size: v.hidden_size,
-        ..common(v)
+        ..common(
+            v,
+            VisionNorm::LayerNorm,
+            MlpNames::Fc,
+            MergerNames::LnQ,
+            false,
+        )
     }
 }
 
@@ -26,13 +28,15 @@ pub fn qwen2_vl_tower(v: &VisionFields) -> VisionSpec {
 /// except in `fullatt_block_indexes`.
 pub fn qwen2_5_vl_tower(v: &VisionFields) -> VisionSpec {
     VisionSpec {
-        norm: VisionNorm::RmsNorm,
-        mlp: MlpNames::Gated,
-        merger: MergerNames::LnQ,
-        patch_bias: false,
         window_size: v.window_size.unwrap_or(0),
         fullatt_block_indexes: v.fullatt_block_indexes.clone().unwrap_or_default(),
-        ..common(v)
+        ..common(
+            v,
+            VisionNorm::RmsNorm,
+            MlpNames::Gated,
+            MergerNames::LnQ,
+            false,
+        )
     }
 }
 
@@ -41,27 +45,36 @@ pub fn qwen2_5_vl_tower(v: &VisionFields) -> VisionSpec {
 /// `deepstack` (Qwen3.5 runs the tower without them).
 pub fn qwen3_vl_tower(v: &VisionFields, deepstack: bool) -> VisionSpec {
     VisionSpec {
-        norm: VisionNorm::LayerNorm,
-        mlp: MlpNames::LinearFc,
-        merger: MergerNames::LinearFc,
-        patch_bias: true,
         num_position_embeddings: v.num_position_embeddings.unwrap_or(0),
         deepstack_visual_indexes: match deepstack {
             true => v.deepstack_visual_indexes.clone().unwrap_or_default(),
             false => Vec::new(),
         },
-        ..common(v)
+        ..common(
+            v,
+            VisionNorm::LayerNorm,
+            MlpNames::LinearFc,
+            MergerNames::LinearFc,
+            true,
+        )
     }
 }
 
-/// The fields every tower reads the same way; no window attention, no learned positions, no
-/// DeepStack (the switches are each tower's own).
-fn common(v: &VisionFields) -> VisionSpec {
+/// A tower with these switches (norm, MLP and merger tensor names, patch-embedding bias) and
+/// the fields every tower reads the same way; no window attention, no learned positions, no
+/// DeepStack.
+fn common(
+    v: &VisionFields,
+    norm: VisionNorm,
+    mlp: MlpNames,
+    merger: MergerNames,
+    patch_bias: bool,
+) -> VisionSpec {
     VisionSpec {
-        norm: VisionNorm::LayerNorm,
-        mlp: MlpNames::Fc,
-        merger: MergerNames::LnQ,
-        patch_bias: false,
+        norm,
+        mlp,
+        merger,
+        patch_bias,
         depth: v.depth,
         hidden_size: v.hidden_size,
         num_heads: v.num_heads,

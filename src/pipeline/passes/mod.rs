@@ -66,7 +66,7 @@ pub(crate) fn recorded_errors(settings: &Settings) -> BTreeSet<Unit> {
     let last = earlier.map_or(u64::MAX, |n| {
         settings.shard.position_of(n.saturating_sub(1))
     });
-    let path = settings.out.join(super::outputs::ERRORS_FILE);
+    let path = settings.out.join(crate::out_files::ERRORS_FILE);
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
