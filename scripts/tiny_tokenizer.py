@@ -22,6 +22,9 @@ and generated with a fixed seed, so the output is byte-identical run to run.
 
 Public API (kept stable; other scripts import it):
     build_tokenizer(out_dir) -> dict   # returns {"vocab_size": int, "special_ids": {tok: id}}
+    build_tokenizer(out_dir, extra_special=[...], named_special={...}, chat_template=...)
+        # a family's own special tokens (ids after ``</think>``) and chat template; the BPE
+        # vocabulary and merges are the same
     CHAT_TEMPLATE, ORAND_QUESTION, JUDGE_TEMPLATE, reading_trace(digits), judge_trace(ref, cand)
 CLI:
     python scripts/tiny_tokenizer.py OUT_DIR
@@ -204,8 +207,21 @@ def _added_token(content: str, special: bool) -> AddedToken:
     return AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
 
 
-def build_tokenizer(out_dir: str, vocab_size: int = 1200) -> dict:
+def build_tokenizer(
+    out_dir: str,
+    vocab_size: int = 1200,
+    extra_special: list[str] | tuple[str, ...] = (),
+    named_special: dict[str, str] | None = None,
+    chat_template: str = CHAT_TEMPLATE,
+) -> dict:
     """Train and write the tokenizer files into ``out_dir`` (created if missing).
+
+    ``extra_special``: further special added tokens of one model family (ids after
+    ``</think>``, in this order; also listed in ``additional_special_tokens``).
+    ``named_special``: ``tokenizer_config.json`` ``extra_special_tokens`` (a name → token
+    dict, as the InternVL checkpoints have, so transformers sets ``tokenizer.<name>``).
+    ``chat_template``: the template written (the corpus always holds CHAT_TEMPLATE, so the
+    BPE is the same for every family). The defaults write the common files byte for byte.
 
     Returns ``{"vocab_size": total size including added tokens, "special_ids": {token: id}}``.
     """
@@ -229,6 +245,9 @@ def build_tokenizer(out_dir: str, vocab_size: int = 1200) -> dict:
     tok.train_from_iterator(_corpus(), trainer=trainer)
     tok.add_special_tokens([_added_token(t, True) for t in SPECIAL_TOKENS])
     tok.add_tokens([_added_token(t, False) for t in NON_SPECIAL_ADDED])
+    extra_special = list(extra_special)
+    if extra_special:
+        tok.add_special_tokens([_added_token(t, True) for t in extra_special])
 
     tok.save(os.path.join(out_dir, "tokenizer.json"), pretty=True)
 
@@ -242,27 +261,29 @@ def build_tokenizer(out_dir: str, vocab_size: int = 1200) -> dict:
         for m in tj["model"]["merges"]:
             f.write((m if isinstance(m, str) else " ".join(m)) + "\n")
 
-    special_ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS + NON_SPECIAL_ADDED}
+    added = SPECIAL_TOKENS + NON_SPECIAL_ADDED + extra_special
+    special_ids = {t: tok.token_to_id(t) for t in added}
     added_decoder = {}
-    for t in SPECIAL_TOKENS + NON_SPECIAL_ADDED:
+    for t in added:
         added_decoder[str(special_ids[t])] = {
             "content": t,
             "lstrip": False,
             "normalized": False,
             "rstrip": False,
             "single_word": False,
-            "special": t in SPECIAL_TOKENS,
+            "special": t not in NON_SPECIAL_ADDED,
         }
     config = {
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": added_decoder,
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"] + extra_special,
         "bos_token": None,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",
         "errors": "replace",
+        **({"extra_special_tokens": dict(named_special)} if named_special else {}),
         "model_max_length": 4096,
         "pad_token": "<|endoftext|>",
         "split_special_tokens": False,
@@ -273,7 +294,7 @@ def build_tokenizer(out_dir: str, vocab_size: int = 1200) -> dict:
         json.dump(config, f, indent=2, ensure_ascii=False)
         f.write("\n")
     with open(os.path.join(out_dir, "chat_template.jinja"), "w", encoding="utf-8") as f:
-        f.write(CHAT_TEMPLATE)
+        f.write(chat_template)
     return {"vocab_size": tok.get_vocab_size(with_added_tokens=True), "special_ids": special_ids}
 
 

@@ -206,7 +206,7 @@ fn image_requests_match_the_transformers_goldens() {
     let Some(data) = shared_data::require_shared_data() else {
         return;
     };
-    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"] {
+    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "internvl"] {
         let golden = goldens(family, &data);
         let mut reqs = items(0);
         for (i, (_, image)) in golden.iter().enumerate() {
@@ -447,9 +447,10 @@ fn chunked_prefill_through_image_tokens_gives_the_same_tokens() {
     assert!(chunked.stats().prefill_steps > whole.len() as u64 / 8 * 3);
 }
 
+/// InternVL runs the same engine on one row of plain positions and tiled images.
 #[test]
-fn qwen2_5_vl_and_qwen3_vl_run_through_the_engine_batch_invariantly() {
-    for family in ["qwen2_5_vl", "qwen3_vl"] {
+fn qwen2_5_vl_qwen3_vl_and_internvl_run_through_the_engine_batch_invariantly() {
+    for family in ["qwen2_5_vl", "qwen3_vl", "internvl"] {
         let one = run(&mut engine_with(family, 1, 4096), items(0));
         assert_complete(&one, 24);
         let many = run(&mut engine_with(family, 24, 64), items(0));
@@ -518,10 +519,10 @@ fn pixel_bounds_override_the_checkpoint_processor() {
     })
     .expect("load fixture");
     let images = capped.processor().images();
-    assert_eq!(
-        (images.min_pixels, images.max_pixels),
-        (base.min_pixels, 28 * 28 * 4)
-    );
+    let (base_min, base_max) = base
+        .pixel_bounds()
+        .expect("a Qwen processor has pixel bounds");
+    assert_eq!(images.pixel_bounds(), Some((base_min, 28 * 28 * 4)));
     // transformers' smart_resize of a 200x120 image: 196x112 (8x14 patches) within the
     // checkpoint's 50176 pixels, 56x28 (2x4 patches) within 3136.
     let image = png(1, 200, 120);
@@ -529,7 +530,7 @@ fn pixel_bounds_override_the_checkpoint_processor() {
     assert_eq!(base.preprocess(bytes).unwrap().grid_thw, [1, 8, 14]);
     assert_eq!(images.preprocess(bytes).unwrap().grid_thw, [1, 2, 4]);
     let err = load(PixelBounds {
-        min_pixels: Some(base.max_pixels + 1),
+        min_pixels: Some(base_max + 1),
         max_pixels: None,
     })
     .err()

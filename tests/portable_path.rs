@@ -13,7 +13,7 @@ use serde::Deserialize;
 use verisample::engine::generation::GenerationConfig;
 use verisample::engine::vl::VlInputs;
 use verisample::engine::{Engine, EngineConfig, FinishReason, ImageInput, KvBudget, Request};
-use verisample_models::{AttentionPath, ImageProcessor, VlModel};
+use verisample_models::{AttentionPath, Preprocessor, VlModel};
 
 #[derive(Deserialize)]
 struct ValRef {
@@ -27,7 +27,7 @@ fn generate(path: AttentionPath, requests: &[Request]) -> Vec<Vec<u32>> {
     let dir = repo().join("assets/model");
     let model = VlModel::load_on_path(&dir, DType::F32, &Device::Cpu, path).unwrap();
     assert_eq!(model.attention_path(), path);
-    let images = ImageProcessor::from_dir(&dir).unwrap();
+    let images = Preprocessor::from_dir(&dir, model.config()).unwrap();
     let generation = GenerationConfig::resolve(&dir, true, None).unwrap();
     let inputs = VlInputs::from_dir(&dir, &model, images, &generation).unwrap();
     let cfg = EngineConfig {

@@ -8,9 +8,11 @@
 //!   `lstrip_blocks`, Python string methods through `minijinja_contrib::pycompat`,
 //!   `raise_exception`; special tokens of `tokenizer_config.json` (`bos_token`, `eos_token`, …)
 //!   are in the context.
-//! - Each `<|image_pad|>` token is expanded to `t·h·w / merge²` copies (the processor's
-//!   `replace_image_token`). Expanding ids instead of text gives the same tokens because the
-//!   pad is an added token, split off before BPE.
+//! - Each image placeholder (`<|image_pad|>`, `<IMG_CONTEXT>`) is expanded to the image's
+//!   token count (the processor's `replace_image_token`: `t·h·w / merge²` for Qwen-VL,
+//!   `tiles · tokens_per_tile` between `<img>` and `</img>` for InternVL). Expanding ids
+//!   instead of text gives the same tokens because the placeholder and the wrap tokens are
+//!   added tokens, split off before BPE.
 
 use std::path::Path;
 
@@ -239,31 +241,48 @@ impl ChatTemplate {
     }
 }
 
-/// Template + tokenizer + image-pad expansion: messages and image grids → prompt ids.
+/// Template + tokenizer + image-pad expansion: messages and image token counts → prompt ids.
 #[derive(Debug)]
 pub struct PromptBuilder {
     template: ChatTemplate,
     tokenizer: Tokenizer,
     image_token_id: u32,
-    merge_size: usize,
+    /// Ids put before and after each expanded placeholder run (InternVL's `<img>`, `</img>`).
+    wrap: Option<(u32, u32)>,
 }
 
 impl PromptBuilder {
     /// Loads `tokenizer.json` and the chat template of a checkpoint directory.
-    /// `image_token_id` comes from `config.json`, `merge_size` from the processor.
+    /// `image_token_id` comes from `config.json`; `wrap`, the tokens the family's processor
+    /// puts around an image's placeholder run (`crate::Family::image_wrap`), are looked up in
+    /// the tokenizer.
     ///
-    /// Errors: [`ChatError`] for missing/invalid files.
-    pub fn from_dir(dir: &Path, image_token_id: u32, merge_size: usize) -> Result<Self, ChatError> {
+    /// Errors: [`ChatError`] for missing/invalid files, or a tokenizer without a wrap token.
+    pub fn from_dir(
+        dir: &Path,
+        image_token_id: u32,
+        wrap: Option<(&str, &str)>,
+    ) -> Result<Self, ChatError> {
         let path = dir.join("tokenizer.json");
         let tokenizer = Tokenizer::from_file(&path).map_err(|e| ChatError::File {
             path: path.display().to_string(),
             msg: e.to_string(),
         })?;
+        let id = |t: &str| {
+            tokenizer.token_to_id(t).ok_or_else(|| ChatError::File {
+                path: path.display().to_string(),
+                msg: format!("the tokenizer has no `{t}` token (the family's image wrap)"),
+            })
+        };
+        let wrap = match wrap {
+            Some((open, close)) => Some((id(open)?, id(close)?)),
+            None => None,
+        };
         Ok(Self {
             template: ChatTemplate::from_dir(dir)?,
             tokenizer,
             image_token_id,
-            merge_size,
+            wrap,
         })
     }
 
@@ -277,32 +296,34 @@ impl PromptBuilder {
         &self.tokenizer
     }
 
-    /// Renders, tokenises and expands image pads: the `k`-th `<|image_pad|>` becomes
-    /// `t·h·w / merge²` pads for `grids[k]`.
+    /// Renders, tokenises and expands image placeholders: the `k`-th placeholder becomes
+    /// `tokens[k]` placeholders (the processor's `replace_image_token`), between the wrap
+    /// tokens when the family has them.
     ///
-    /// Errors: [`ChatError::ImageCount`] when pads and grids differ in number; template or
-    /// tokenizer errors.
+    /// Errors: [`ChatError::ImageCount`] when placeholders and images differ in number;
+    /// template or tokenizer errors.
     pub fn encode(
         &self,
         messages: &[ChatMessage],
         opts: RenderOptions,
-        grids: &[[usize; 3]],
+        tokens: &[usize],
     ) -> Result<Vec<u32>, ChatError> {
         let text = self.template.render(messages, opts)?;
         let ids = self.encode_text(&text)?;
         let pads = ids.iter().filter(|&&t| t == self.image_token_id).count();
-        if pads != grids.len() {
+        if pads != tokens.len() {
             return Err(ChatError::ImageCount {
                 pads,
-                images: grids.len(),
+                images: tokens.len(),
             });
         }
-        let mut out = Vec::with_capacity(ids.len());
+        let mut out = Vec::with_capacity(ids.len() + tokens.iter().sum::<usize>());
         let mut k = 0;
         for id in ids {
             if id == self.image_token_id {
-                let n = grids[k].iter().product::<usize>() / (self.merge_size * self.merge_size);
-                out.extend(std::iter::repeat_n(id, n));
+                out.extend(self.wrap.map(|w| w.0));
+                out.extend(std::iter::repeat_n(id, tokens[k]));
+                out.extend(self.wrap.map(|w| w.1));
                 k += 1;
             } else {
                 out.push(id);

@@ -18,7 +18,7 @@
 //! - [`VlModel::encode_images`]`(&VisionInputs)` → [`ImageEmbeds`] (attention within each image).
 //!
 //! Per step (prefill chunks and decodes mixed in one ragged batch):
-//! - [`VlModel::forward`]`(&StepInput { input_ids, images }, &BatchMeta, &mut KvCache)` →
+//! - [`VlModel::forward`]`(&StepInput { input_ids, images, image_rows }, &BatchMeta, &mut KvCache)` →
 //!   logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
 //!
 //! Modules: [`families`] (one file per `model_type`, the registry [`FAMILIES`], and
@@ -36,15 +36,18 @@ pub mod decode;
 pub mod families;
 pub mod gated_delta_net;
 pub mod image_limits;
+pub mod intern_vit;
 pub mod layers;
 pub mod load;
 pub mod model;
 pub mod moe;
+pub mod preprocessor;
 pub mod probe;
 pub mod processor;
 mod resample;
 pub mod rope_index;
 pub mod text;
+pub mod tiles;
 pub mod vision;
 
 pub use batch::{BatchMeta, KvCache, StateLayout};
@@ -52,18 +55,20 @@ pub use chat::{
     ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
 };
 pub use config::{
-    ConfigError, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, MoeSpec, TextSpec,
-    VisionNorm, VisionSpec,
+    ConfigError, InternVitSpec, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, MoeSpec,
+    TextSpec, VisionConfig, VisionNorm, VisionSpec,
 };
 pub use decode::{decode_rgb, DecodeError, RgbImage};
 pub use families::{listing, supported_model_types, Family, ModelConfig, FAMILIES};
 pub use image_limits::{ImageLimits, TooLarge};
 pub use load::LoadError;
 pub use model::{StepInput, VlModel};
+pub use preprocessor::Preprocessor;
 pub use processor::{
     smart_resize, ImageGrid, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError,
     VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
+pub use tiles::{tile_grid, TileProcessor};
 pub use verisample_kernels::AttentionPath;
 pub use vision::{vision_forward_bytes, ImageEmbeds};

@@ -11,29 +11,42 @@ use candle_nn::VarBuilder;
 use verisample_kernels::AttentionPath;
 
 use crate::batch::{BatchMeta, KvCache};
-use crate::config::{TextSpec, VisionSpec};
+use crate::config::{TextSpec, VisionConfig};
 use crate::families::{Family, ModelConfig};
+use crate::intern_vit::InternVit;
 use crate::load::LoadError;
 use crate::processor::VisionInputs;
 use crate::text::TextModel;
 use crate::vision::{ImageEmbeds, VisionTower};
+
+/// The vision side of a model, as its family's config resolves it.
+enum Vision {
+    /// A Qwen-VL patch tower with its merger(s).
+    Qwen(VisionTower),
+    /// InternViT, pixel shuffle and projector.
+    InternVit(InternVit),
+}
 
 /// One step's inputs for [`VlModel::forward`].
 #[derive(Debug, Clone, Copy)]
 pub struct StepInput<'a> {
     /// Token ids of the step, `[total_tokens]`, sequences concatenated as in [`BatchMeta`].
     pub input_ids: &'a [u32],
-    /// Embeddings for the image-pad tokens of this step, in order of appearance (rows must
-    /// equal the number of `image_token_id` tokens in `input_ids`); `None` if there are none.
+    /// Embeddings for the image tokens of this step, in order; `None` if there are none.
     pub images: Option<&'a ImageEmbeds>,
+    /// Rows of `input_ids` the embeddings of `images` go to, in order (the engine's: a
+    /// placeholder id the model generated is text, as in transformers, where only a prompt's
+    /// placeholders get image features); `None`: every `image_token_id` row, which must then
+    /// be as many as the embeddings.
+    pub image_rows: Option<&'a [u32]>,
 }
 
-/// A Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 model.
+/// A model of any family of the registry ([`crate::FAMILIES`]): its vision side and decoder.
 pub struct VlModel {
     config: ModelConfig,
     text_spec: TextSpec,
-    vision_spec: VisionSpec,
-    vision: VisionTower,
+    vision_spec: VisionConfig,
+    vision: Vision,
     text: TextModel,
     device: Device,
     dtype: DType,
@@ -79,8 +92,12 @@ impl VlModel {
     /// f16, one shard at a time with its pages released as it is read:
     /// [`crate::load::load_tensors`]) from a checkpoint directory onto `device`.
     ///
-    /// Accepts both tensor layouts: published (`visual.*`, `model.layers.*`) and transformers 5
-    /// (`model.visual.*`, `model.language_model.*`); `lm_head.weight` unless embeddings are tied.
+    /// Accepts the tensor layouts checkpoints are published in: transformers 5
+    /// (`model.visual.*` or `model.vision_tower.*` + `model.multi_modal_projector.*`,
+    /// `model.language_model.*`, `lm_head.weight`), the Qwen-VL releases (`visual.*`,
+    /// `model.layers.*`), and the InternVL `-hf` releases (`vision_tower.*`,
+    /// `multi_modal_projector.*`, `language_model.model.*`, `language_model.lm_head.weight`);
+    /// no `lm_head` when embeddings are tied.
     ///
     /// Attention and the other kernels take the default path for `device`
     /// ([`AttentionPath::for_device`]; [`Self::load_on_path`] chooses).
@@ -150,14 +167,33 @@ impl VlModel {
     ) -> std::result::Result<Self, LoadError> {
         let text_spec = config.text().clone();
         let vision_spec = config.vision().clone();
-        let (text_prefix, vision_prefix) =
+        // (decoder, root of lm_head, root of the vision side)
+        let (text_prefix, head_prefix, root) =
             if vb.contains_tensor("model.language_model.embed_tokens.weight") {
-                ("model.language_model", "model.visual")
+                ("model.language_model", "", "model")
+            } else if vb.contains_tensor("language_model.model.embed_tokens.weight") {
+                ("language_model.model", "language_model", "")
             } else {
-                ("model", "visual")
+                ("model", "", "")
             };
-        let vision = VisionTower::new(&vision_spec, vb.pp(vision_prefix), path)?;
-        let text = TextModel::new(&text_spec, vb.pp(text_prefix), vb.clone(), path)?;
+        let at = |name: &str| match root {
+            "" => vb.pp(name),
+            r => vb.pp(r).pp(name),
+        };
+        let vision = match &vision_spec {
+            VisionConfig::Qwen(spec) => Vision::Qwen(VisionTower::new(spec, at("visual"), path)?),
+            VisionConfig::InternVit(spec) => Vision::InternVit(InternVit::new(
+                spec,
+                at("vision_tower"),
+                at("multi_modal_projector"),
+                path,
+            )?),
+        };
+        let head = match head_prefix {
+            "" => vb.clone(),
+            h => vb.pp(h),
+        };
+        let text = TextModel::new(&text_spec, vb.pp(text_prefix), head, path)?;
         Ok(Self {
             config,
             text_spec,
@@ -184,14 +220,14 @@ impl VlModel {
         &self.text_spec
     }
 
-    /// Resolved vision spec.
-    pub fn vision_spec(&self) -> &VisionSpec {
+    /// Resolved vision tower.
+    pub fn vision_spec(&self) -> &VisionConfig {
         &self.vision_spec
     }
 
-    /// `<|image_pad|>` id.
+    /// The image placeholder id (`<|image_pad|>`, `<IMG_CONTEXT>`).
     pub fn image_token_id(&self) -> u32 {
-        self.config.token_ids().image_token_id
+        self.config.image_token_id()
     }
 
     /// Device the weights live on.
@@ -231,30 +267,42 @@ impl VlModel {
         )
     }
 
-    /// Runs the vision tower on a batch of images (attention stays inside each image).
+    /// Runs the vision side on a batch of images (attention stays inside each image, or
+    /// each tile): one embedding row per image token, images in order.
     ///
     /// Errors: candle errors when `pixel_values` does not match `grid_thw`.
     pub fn encode_images(&self, inputs: &VisionInputs) -> CResult<ImageEmbeds> {
-        self.vision.forward(
-            &inputs.pixel_values.to_device(&self.device)?,
-            &inputs.grid_thw,
-        )
+        let pixel_values = inputs.pixel_values.to_device(&self.device)?;
+        match &self.vision {
+            Vision::Qwen(tower) => tower.forward(&pixel_values, &inputs.grid_thw),
+            Vision::InternVit(vit) => vit.forward(&pixel_values, &inputs.grid_thw),
+        }
     }
 
-    /// Token embeddings with image embeddings spliced in at the image-pad positions:
+    /// Token embeddings with image embeddings spliced in at the image rows:
     /// `[total_tokens, hidden]`, plus the image-pad row indices (u32, for DeepStack).
     ///
-    /// Errors: when the number of image-pad tokens differs from the embedding rows.
+    /// Errors: when the image rows differ in number from the embedding rows, or lie beyond
+    /// the step.
     pub fn input_embeds(&self, input: &StepInput<'_>) -> CResult<(Tensor, Option<Tensor>)> {
         let text = self.text.embed(input.input_ids, &self.device)?;
         let image_tok = self.image_token_id();
-        let rows: Vec<u32> = input
-            .input_ids
-            .iter()
-            .enumerate()
-            .filter(|(_, &t)| t == image_tok)
-            .map(|(i, _)| i as u32)
-            .collect();
+        let rows: Vec<u32> = match input.image_rows {
+            Some(rows) => rows.to_vec(),
+            None => input
+                .input_ids
+                .iter()
+                .enumerate()
+                .filter(|(_, &t)| t == image_tok)
+                .map(|(i, _)| i as u32)
+                .collect(),
+        };
+        if rows.iter().any(|&r| r as usize >= input.input_ids.len()) {
+            candle_core::bail!(
+                "an image row beyond the step's {} tokens",
+                input.input_ids.len()
+            );
+        }
         let have = input
             .images
             .map(|e| e.embeds.dim(0))

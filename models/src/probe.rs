@@ -10,6 +10,7 @@ pub use verisample_kernels::probe::{differing, Variation};
 use verisample_kernels::{lcg_uniform, max_abs_diff};
 
 use crate::batch::{BatchMeta, KvCache};
+use crate::config::VisionConfig;
 use crate::model::{StepInput, VlModel};
 use crate::processor::VisionInputs;
 
@@ -86,7 +87,10 @@ impl<'a> Batch<'a> {
         let n = ids.len();
         let meta = BatchMeta {
             // Text tokens: the same position on the t, h and w rows.
-            positions: Tensor::from_vec(positions.repeat(3), (3, n), &candle_core::Device::Cpu)?,
+            positions: {
+                let rows = self.model.text_spec().position_rows;
+                Tensor::from_vec(positions.repeat(rows), (rows, n), &candle_core::Device::Cpu)?
+            },
             query_lens,
             context_lens,
             block_tables: tables,
@@ -97,6 +101,7 @@ impl<'a> Batch<'a> {
         let input = StepInput {
             input_ids: &ids,
             images: None,
+            image_rows: None,
         };
         self.model
             .forward(&input, &meta, &mut self.cache)?
@@ -206,48 +211,52 @@ pub fn forward_invariance(model: &VlModel) -> Result<Vec<Variation>> {
     Ok(variations)
 }
 
-/// The probe image's embeddings (a 3·merge × 4·merge patch grid of pseudo-random pixels)
-/// encoded alone, f32: what `doctor` compares between a device and the CPU.
+/// The probe image's embeddings ([`probe_grids`]: pseudo-random pixels) encoded alone, f32:
+/// what `doctor` compares between a device and the CPU.
 ///
 /// Errors: candle errors of the tower.
 pub fn probe_image_embeds(model: &VlModel) -> Result<Vec<f32>> {
-    let probe = probe_grid(model);
+    let (probe, _) = probe_grids(model);
     encode(model, &[(1, probe)])
 }
 
-/// Whether the vision tower's output for one image (a 3·merge × 4·merge patch grid) is
-/// bitwise the same encoded alone and encoded in one call after three images of other sizes.
+/// Whether the vision tower's output for one image ([`probe_grids`]) is bitwise the same
+/// encoded alone and encoded in one call after three images of other sizes.
 ///
 /// Errors: candle errors of the tower.
 pub fn vision_invariance(model: &VlModel) -> Result<Vec<Variation>> {
-    let (probe, m) = (probe_grid(model), model.vision_spec().spatial_merge_size);
+    let (probe, [a, b, c]) = probe_grids(model);
     let alone = encode(model, &[(1, probe)])?;
-    let together = encode(
-        model,
-        &[
-            (10, [1, 2 * m, 5 * m]),
-            (11, [1, 4 * m, 4 * m]),
-            (12, [1, m, 3 * m]),
-            (1, probe),
-        ],
-    )?;
+    let together = encode(model, &[(10, a), (11, b), (12, c), (1, probe)])?;
     Ok(vec![Variation {
         what: "image after three others".into(),
         max_abs_diff: max_abs_diff(&together[together.len() - alone.len()..], &alone),
     }])
 }
 
-/// The probe image's patch grid: `[1, 3·merge, 4·merge]`.
-fn probe_grid(model: &VlModel) -> [usize; 3] {
-    let m = model.vision_spec().spatial_merge_size;
-    [1, 3 * m, 4 * m]
+/// The probe image's grid and three others of other sizes: patch grids `[1, 3·merge,
+/// 4·merge]` after `[1, 2·merge, 5·merge]`, `[1, 4·merge, 4·merge]`, `[1, merge, 3·merge]`
+/// for the Qwen towers; 1 tile after 2, 1 and 3 tiles for InternViT.
+fn probe_grids(model: &VlModel) -> ([usize; 3], [[usize; 3]; 3]) {
+    match model.vision_spec() {
+        VisionConfig::Qwen(s) => {
+            let m = s.spatial_merge_size;
+            (
+                [1, 3 * m, 4 * m],
+                [[1, 2 * m, 5 * m], [1, 4 * m, 4 * m], [1, m, 3 * m]],
+            )
+        }
+        VisionConfig::InternVit(s) => {
+            let side = s.patches_per_side();
+            ([1, side, side], [2, 1, 3].map(|t| [t, side, side]))
+        }
+    }
 }
 
 /// The embeddings (f32, flat) of `images` — `(seed, grid)`, pseudo-random pixels in [-1.5, 1.5)
 /// seeded by `seed` — encoded in one call of the vision tower.
 fn encode(model: &VlModel, images: &[(u64, [usize; 3])]) -> Result<Vec<f32>> {
-    let s = model.vision_spec();
-    let row = s.in_channels * s.temporal_patch_size * s.patch_size * s.patch_size;
+    let row = model.vision_spec().patch_dim();
     let parts = images
         .iter()
         .map(|&(seed, grid)| {

@@ -56,6 +56,10 @@ pub enum ProcessorError {
         /// Declared width.
         width: usize,
     },
+    /// `--min-pixels` / `--max-pixels` given for a processor that cuts images into fixed
+    /// tiles (InternVL), which has no pixel bounds to override.
+    #[error("--min-pixels / --max-pixels do not apply to this model: its image processor cuts images into fixed-size tiles")]
+    NoPixelBounds,
     /// Tensor construction failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

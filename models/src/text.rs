@@ -24,7 +24,6 @@ use crate::layers::{
     apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, Proj, RmsNorm,
 };
 use crate::moe::SparseMoe;
-use crate::rope_index::MROPE_ROWS;
 
 /// Softmax attention over the paged KV cache (`self_attn.*`).
 struct Attention {
@@ -245,7 +244,7 @@ impl TextModel {
         let n = embeds.dim(0)?;
         if meta.total_tokens() != n
             || meta.slot_mapping.len() != n
-            || meta.positions.dims() != [MROPE_ROWS, n]
+            || meta.positions.dims() != [self.spec.position_rows, n]
         {
             candle_core::bail!(
                 "batch meta does not match {n} tokens: query_lens sum {}, {} slots, positions {:?}",
@@ -378,7 +377,8 @@ impl TextModel {
         a.o.forward(&attn)
     }
 
-    /// M-RoPE `cos`/`sin` `[n, rotary_dim/2]` from positions `[3, n]`.
+    /// Rotary `cos`/`sin` `[n, rotary_dim/2]` from positions `[position_rows, n]` (each pair
+    /// on its M-RoPE axis; plain RoPE has every pair on the one row).
     fn rotary(&self, positions: &Tensor, n: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
         let pos: Vec<Vec<u32>> = positions.to_dtype(DType::U32)?.to_vec2()?;
         let half = self.inv_freq.len();

@@ -34,7 +34,7 @@ fn qwen2_vl_2b_flat_layout() {
     assert_eq!(t.rms_norm_eps, 1e-6);
     assert!(t.tie_word_embeddings);
     assert_eq!(t.eos_token_ids, vec![151645]);
-    let v = c.vision();
+    let v = c.vision().qwen().unwrap();
     assert_eq!(
         (
             v.depth,
@@ -55,7 +55,7 @@ fn qwen2_vl_2b_flat_layout() {
         (14, 2, 2, 3)
     );
     assert_eq!(v.hidden_act, "quick_gelu");
-    assert_eq!(c.token_ids().image_token_id, 151655);
+    assert_eq!(c.image_token_id(), 151655);
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn qwen2_5_vl_7b_flat_layout() {
     assert!(!t.mrope_interleaved && t.qkv_bias && !t.qk_norm);
     assert_eq!(t.rope_theta, 1_000_000.0);
     assert!(!t.tie_word_embeddings);
-    let v = c.vision();
+    let v = c.vision().qwen().unwrap();
     assert_eq!(
         (
             v.depth,
@@ -118,7 +118,7 @@ fn qwen3_vl_8b_thinking_nested_layout() {
     assert_eq!((t.vocab_size, t.intermediate_size), (151936, 12288));
     assert!(!t.tie_word_embeddings);
     assert_eq!(t.eos_token_ids, vec![151645]);
-    let v = c.vision();
+    let v = c.vision().qwen().unwrap();
     assert_eq!(
         (v.num_heads, v.spatial_merge_size, v.temporal_patch_size),
         (16, 2, 2)
@@ -152,8 +152,8 @@ fn transformers5_nested_layout_of_the_fixture() {
         (64, 2, 4, 2, 16)
     );
     assert_eq!(t.mrope_section, [2, 3, 3]);
-    assert_eq!(c.vision().rope_theta, 10000.0);
-    assert_eq!(c.vision().hidden_act, "quick_gelu");
+    assert_eq!(c.vision().qwen().unwrap().rope_theta, 10000.0);
+    assert_eq!(c.vision().qwen().unwrap().hidden_act, "quick_gelu");
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn old_and_new_names_of_a_key_side_by_side_parse_like_transformers() {
     v["vision_config"]["in_channels"] = serde_json::json!(3);
     let c = ModelConfig::from_json(&v.to_string()).unwrap();
     assert_eq!(c.text().mrope_section, [2, 3, 3]);
-    assert_eq!(c.vision().in_channels, 3);
+    assert_eq!(c.vision().qwen().unwrap().in_channels, 3);
     // The two names disagreeing is an error naming both.
     v["vision_config"]["in_chans"] = serde_json::json!(4);
     let err = ModelConfig::from_json(&v.to_string()).unwrap_err();
@@ -315,7 +315,7 @@ fn check(e: &Expect, label: &str, json: &serde_json::Value) {
     assert_eq!(t.mrope_interleaved, e.interleaved, "{label}");
     assert_eq!(t.tie_word_embeddings, e.tie, "{label}");
     assert_eq!(t.eos_token_ids, vec![151645], "{label}");
-    let v = c.vision();
+    let v = c.vision().qwen().unwrap();
     let got = [
         v.depth,
         v.hidden_size,
@@ -508,7 +508,10 @@ fn a_checkpoint_with_the_resaved_rope_block_loads_with_the_same_specs() {
     let original = verisample_models::VlModel::load(&src, DType::F32, &Device::Cpu).unwrap();
     assert_eq!(resaved.text_spec(), original.text_spec());
     assert_eq!(resaved.text_spec().mrope_section, [2, 3, 3]);
-    assert_eq!(resaved.vision_spec(), original.vision_spec());
+    assert_eq!(
+        resaved.vision_spec().qwen().unwrap(),
+        original.vision_spec().qwen().unwrap()
+    );
 }
 
 /// Every family of the registry has its fixture checkpoint (made with transformers' own classes,

@@ -56,7 +56,7 @@ fn empty_text_configs_take_the_moe_class_defaults() {
     );
     assert_eq!(m.shared_expert_intermediate_size, Some(512));
     assert_eq!(m.sparse_layers, vec![true; 40]);
-    assert_eq!(c.token_ids().image_token_id, 248056);
+    assert_eq!(c.image_token_id(), 248056);
 }
 
 /// `Qwen3VLMoeTextDecoderLayer`: sparse when not in `mlp_only_layers` and `(i + 1) %

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use verisample_models::config::{
-    ConfigError, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, VisionNorm,
+    ConfigError, Fields, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, VisionNorm,
+    VisionTokenIds,
 };
 use verisample_models::ModelConfig;
 
@@ -69,7 +70,7 @@ fn default_config_as_transformers_saves_it() {
     );
     assert_eq!(lin.conv_state_elems(), 8192 * 3);
     assert_eq!(lin.recurrent_state_elems(), 32 * 128 * 128);
-    let v = c.vision();
+    let v = c.vision().qwen().unwrap();
     // Qwen3-VL's tower: LayerNorm, `linear_fc1/fc2` MLP and merger, a patch-embedding bias.
     assert_eq!(
         (v.norm, v.mlp, v.merger, v.patch_bias),
@@ -91,7 +92,12 @@ fn default_config_as_transformers_saves_it() {
         (27, 1152, 4304, 3584)
     );
     assert_eq!((v.patch_size, v.num_position_embeddings), (16, 2304));
-    let ids = c.token_ids();
+    // The file's token ids, as the family's fields read them.
+    let ids: VisionTokenIds = Fields::parse(read("default.config.json"), &c.family().defaults)
+        .unwrap()
+        .top_as()
+        .unwrap();
+    assert_eq!(c.image_token_id(), ids.image_token_id);
     assert_eq!(
         (
             ids.image_token_id,
@@ -158,7 +164,7 @@ fn flat_layout_resolves_like_the_nested_one() {
         }
         let c = parse(&flat).unwrap();
         assert_eq!(c.text().clone(), expected, "{name}");
-        assert_eq!(c.token_ids().image_token_id, 248056, "{name}");
+        assert_eq!(c.image_token_id(), 248056, "{name}");
     }
 }
 

@@ -26,7 +26,7 @@ fn model() -> VlModel {
 }
 
 fn row_width(model: &VlModel) -> usize {
-    let s = model.vision_spec();
+    let s = model.vision_spec().qwen().unwrap();
     s.in_channels * s.temporal_patch_size * s.patch_size * s.patch_size
 }
 
@@ -43,7 +43,10 @@ fn tower_matches_direct_attention() {
         .encode_images(&inputs)
         .unwrap()
         .embeds;
-    assert_eq!(native.dims(), &[600, m.vision_spec().out_hidden_size]);
+    assert_eq!(
+        native.dims(),
+        &[600, m.vision_spec().qwen().unwrap().out_hidden_size]
+    );
     let d = (native - direct)
         .unwrap()
         .abs()
@@ -58,7 +61,7 @@ fn tower_matches_direct_attention() {
 #[test]
 fn tower_runs_a_3000x3000_image_in_linear_attention_memory() {
     let m = model();
-    let spec = m.vision_spec().clone();
+    let spec = m.vision_spec().qwen().unwrap().clone();
     // 3000 px → 2996 (multiple of patch·merge = 28) → 214 patches per side.
     let side = 3000 / 28 * 2;
     let grid = [1, side, side];

@@ -43,8 +43,8 @@ fn preprocessing(family: &str) {
         &std::fs::read_to_string(dir.join("config.json")).unwrap(),
     )
     .unwrap();
-    let image_tok = model_cfg.token_ids().image_token_id;
-    let prompts = PromptBuilder::from_dir(&dir, image_tok, proc.merge_size).unwrap();
+    let image_tok = model_cfg.image_token_id();
+    let prompts = PromptBuilder::from_dir(&dir, image_tok, None).unwrap();
     let question = g.meta["question"].as_str().unwrap();
     let model = load_model(family);
     let mut grids = Vec::new();
@@ -73,7 +73,7 @@ fn preprocessing(family: &str) {
                     add_generation_prompt: true,
                     enable_thinking: Some(true),
                 },
-                &[out.grid_thw],
+                &[proc.num_image_tokens(out.grid_thw)],
             )
             .unwrap();
         assert_eq!(ids, g.ids("input_ids", i), "prompt ids of sequence {i}");
@@ -279,6 +279,7 @@ fn chunked_prefill(family: &str) {
         let input = StepInput {
             input_ids: &seq.ids[range.clone()],
             images: Some(&images),
+            image_rows: None,
         };
         last = model
             .forward(&input, &meta, &mut cache)

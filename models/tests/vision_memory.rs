@@ -58,7 +58,7 @@ fn estimate_covers_the_measured_peak_of_every_family() {
     let threads = rayon::current_num_threads();
     for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] {
         let m = VlModel::load(&fixture_dir(family), DType::F32, &Device::Cpu).unwrap();
-        let spec = m.vision_spec().clone();
+        let spec = m.vision_spec().qwen().unwrap().clone();
         let row = spec.in_channels * spec.temporal_patch_size * spec.patch_size.pow(2);
         let data: Vec<f32> = (0..n * row)
             .map(|i| ((i % 251) as f32 / 125.0) - 1.0)
@@ -91,6 +91,8 @@ fn estimate_covers_the_measured_peak_of_every_family() {
     let spec = VlModel::load(&fixture_dir("qwen2_vl"), DType::F32, &Device::Cpu)
         .unwrap()
         .vision_spec()
+        .qwen()
+        .unwrap()
         .clone();
     let at = |p: usize| vision_forward_bytes(&spec, p, DType::F32, 2);
     assert_eq!(at(4 * n) - at(2 * n), 2 * (at(2 * n) - at(n)));

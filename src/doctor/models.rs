@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device};
 use verisample_kernels::AttentionPath;
-use verisample_models::{ImageProcessor, VlModel};
+use verisample_models::{Preprocessor, VlModel};
 
 use super::{check_dtype, dt, fail, invariance_check, Check, DoctorError, DoctorOptions, Status};
 use crate::dataset::reader::InputReader;
@@ -218,7 +218,7 @@ fn generate(
     let load =
         |e: &dyn std::fmt::Display| DoctorError::Load(format!("{}: {e}", opts.model.display()));
     let model = VlModel::load_on_path(&opts.model, dtype, device, path).map_err(|e| load(&e))?;
-    let images = ImageProcessor::from_dir(&opts.model).map_err(|e| load(&e))?;
+    let images = Preprocessor::from_dir(&opts.model, model.config()).map_err(|e| load(&e))?;
     let generation = GenerationConfig::resolve(&opts.model, true, None).map_err(|e| load(&e))?;
     let inputs =
         VlInputs::from_dir(&opts.model, &model, images, &generation).map_err(|e| load(&e))?;

@@ -31,6 +31,7 @@ pub mod scheduler;
 pub mod sequence;
 mod state_slots;
 mod step;
+pub mod think_budget;
 pub mod vision_budget;
 pub mod vision_cache;
 pub mod vl;
@@ -262,6 +263,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             "KV cache pool allocated"
         );
         let placeholders = model.placeholder_token_ids();
+        let think_tokens = processor.think_tokens().cloned();
         let sampler = Greedy::new(cfg.repetition_penalty.unwrap_or(1.0));
         let stats = EngineStats {
             max_batch: cfg.max_batch,
@@ -279,6 +281,7 @@ impl<M: EngineModel, P: InputProcessor> Engine<M, P> {
             latency: Default::default(),
             next_arrival: 0,
             placeholders,
+            think_tokens,
             vision_budget,
             vision_batch_patches,
             state_slots: StateSlots::new(num_slots),

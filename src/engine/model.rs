@@ -180,4 +180,10 @@ pub trait InputProcessor: Send + Sync {
     /// Token ids that end generation (from `generation_config.json` `eos_token_id` and the
     /// family's turn-ending tokens in the tokenizer).
     fn eos_token_ids(&self) -> &[u32];
+
+    /// The reasoning tags and early-stopping text a thinking budget uses
+    /// ([`super::think_budget`]). Default: `None` (a request with a budget fails).
+    fn think_tokens(&self) -> Option<&super::think_budget::ThinkTokens> {
+        None
+    }
 }

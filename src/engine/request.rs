@@ -92,6 +92,10 @@ pub struct Request {
     /// Token ids that end this request besides the model's end-of-sequence ids: generated, one
     /// is kept as the last token and the request finishes with `FinishReason::Stop`.
     pub stop_token_ids: Vec<u32>,
+    /// End the reasoning after this many tokens with the family's early-stopping text
+    /// ([`super::think_budget`]); `None`: no budget. A processor without
+    /// [`super::InputProcessor::think_tokens`] fails the request.
+    pub think_budget: Option<usize>,
 }
 
 /// One image of a prepared prompt: preprocessed pixels and where its placeholder tokens are.
@@ -175,6 +179,10 @@ pub struct Completion {
     /// when the request failed before its prompt was rendered).
     #[serde(default)]
     pub prefilled_think: bool,
+    /// The thinking budget was reached and the reasoning ended by the early-stopping text
+    /// ([`Request::think_budget`]); absent from the serialized form when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub think_budget_hit: bool,
 }
 
 impl Completion {
@@ -191,6 +199,7 @@ impl Completion {
             error: Some(message.into()),
             exceeds_capacity: false,
             prefilled_think: false,
+            think_budget_hit: false,
         }
     }
 

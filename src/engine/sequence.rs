@@ -133,6 +133,8 @@ pub struct Sequence {
     pub cached_tokens: usize,
     /// The prompt ended with an open `<think>` ([`super::PreparedInput::prefilled_think`]).
     pub prefilled_think: bool,
+    /// The request's thinking budget and where it stands ([`super::think_budget`]).
+    pub think: Option<super::think_budget::ThinkBudget>,
     /// Sampling settings and stream key ([`super::sampling::SampleStream::key`]); `None`:
     /// greedy.
     pub sampling: Option<(super::sampling::SamplingParams, [u8; 32])>,
@@ -248,6 +250,7 @@ mod tests {
             preemptions: 0,
             cached_tokens: 0,
             prefilled_think: false,
+            think: None,
             sampling: None,
             taken: std::time::Instant::now(),
             first_token: None,

@@ -15,6 +15,7 @@ use super::sampler::Greedy;
 use super::scheduler::{Dropout, Schedule, ScheduledSeq, Scheduler, StepKind};
 use super::sequence::{ImageSpan, SeenTokens, Sequence};
 use super::state_slots::StateSlots;
+use super::think_budget::{ThinkBudget, ThinkTokens};
 use super::vision_budget::vision_batches;
 use super::vision_cache::VisionCache;
 use super::{EngineError, EngineStats};
@@ -32,6 +33,8 @@ pub(crate) struct Core<M> {
     pub next_arrival: u64,
     /// `model.placeholder_token_ids()`, cached.
     pub placeholders: Vec<u32>,
+    /// `processor.think_tokens()`, cached.
+    pub think_tokens: Option<ThinkTokens>,
     /// The greedy sampler (`cfg.repetition_penalty`).
     pub sampler: Greedy,
     /// Bytes one vision pass may take (`cfg.vision_memory` resolved; `None`: unknown).
@@ -96,6 +99,17 @@ impl<M: EngineModel> Core<M> {
                 ),
             ));
         }
+        let think =
+            match (req.think_budget, &self.think_tokens) {
+                (None, _) => None,
+                (Some(budget), Some(t)) => Some(ThinkBudget::new(budget, p.prefilled_think, t)),
+                (Some(_), None) => return Some(Completion::failed(
+                    id,
+                    n,
+                    "a thinking budget needs the tokenizer's closing reasoning tag, which this \
+                     model's tokenizer lacks",
+                )),
+            };
         for img in &p.images {
             self.vision.add_user(img);
         }
@@ -127,6 +141,7 @@ impl<M: EngineModel> Core<M> {
             preemptions: 0,
             cached_tokens: 0,
             prefilled_think: p.prefilled_think,
+            think,
             sampling: req.sampling.map(|s| (s.params, s.key())),
             taken,
             first_token: None,
@@ -236,7 +251,9 @@ impl<M: EngineModel> Core<M> {
                 }
                 continue;
             };
-            self.scheduler.append_token(sc.seq, tok);
+            let tok = self
+                .scheduler
+                .append_generated(sc.seq, tok, self.think_tokens.as_ref());
             let Some(s) = self.scheduler.seq(sc.seq) else {
                 continue;
             };
@@ -334,6 +351,7 @@ impl<M: EngineModel> Core<M> {
             error,
             exceeds_capacity: false,
             prefilled_think: s.prefilled_think,
+            think_budget_hit: s.think.as_ref().is_some_and(ThinkBudget::hit),
         }
     }
 

@@ -1,19 +1,20 @@
-//! The models crate's [`VlModel`] (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5) behind the engine
-//! traits, and [`VlInputs`]: its chat template, tokenizer, image processor and M-RoPE index as
-//! the engine's input processor.
+//! The models crate's [`VlModel`] (every family of `verisample_models::FAMILIES`) behind the
+//! engine traits, and [`VlInputs`]: its chat template, tokenizer, image processor and position
+//! index (M-RoPE, or plain 1-D positions) as the engine's input processor.
 
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{attention_layers, BatchMeta, KvCache, StateLayout};
 use verisample_models::{
-    decode_position, get_rope_index, smart_resize, AttentionPath, ChatMessage, ImageGrid,
-    ImageProcessor, PixelBounds, PromptBuilder, RenderOptions, StepInput, VisionInputs, VlModel,
+    decode_position, get_rope_index, AttentionPath, ChatMessage, ImageGrid, PixelBounds,
+    Preprocessor, PromptBuilder, RenderOptions, StepInput, VisionConfig, VisionInputs, VlModel,
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
 use super::model::{EngineModel, InputError, InputProcessor, KvLayout, StepImages};
 use super::request::{ImageContent, PreparedImage, PreparedInput, Request};
+use super::think_budget::ThinkTokens;
 use super::{Engine, EngineConfig, EngineError};
 
 /// Errors loading a checkpoint for the engine.
@@ -57,7 +58,7 @@ impl EngineModel for VlModel {
     }
 
     fn position_rows(&self) -> usize {
-        verisample_models::rope_index::MROPE_ROWS
+        self.text_spec().position_rows
     }
 
     fn encode_images(
@@ -74,16 +75,15 @@ impl EngineModel for VlModel {
         )
     }
 
-    fn placeholder_token_ids(&self) -> Vec<u32> {
-        vec![self.image_token_id()]
-    }
-
     /// [`verisample_models::vision_forward_bytes`] with the rayon pool's workers, plus the f32
     /// pixel values twice (the prepared image, held until encoded, and the batch's
-    /// concatenation).
+    /// concatenation); `None` (unknown: nothing refused) for InternViT, whose estimate is not
+    /// written yet.
     fn vision_pass_bytes(&self, patches: usize) -> Option<u64> {
-        let spec = self.vision_spec();
-        let patch_dim = spec.in_channels * spec.temporal_patch_size * spec.patch_size.pow(2);
+        let VisionConfig::Qwen(spec) = self.vision_spec() else {
+            return None;
+        };
+        let patch_dim = self.vision_spec().patch_dim();
         let forward = verisample_models::vision_forward_bytes(
             spec,
             patches,
@@ -100,22 +100,14 @@ impl EngineModel for VlModel {
         meta: &BatchMeta,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor> {
-        // The model finds image rows by the image-pad id; they must be exactly ours (a
-        // generated image-pad token would be taken for an image row).
-        let image_tok = self.image_token_id();
-        let pad_rows = input_ids.iter().filter(|&&t| t == image_tok).count();
-        let ours = images.map_or(0, |i| i.rows.len());
-        if pad_rows != ours {
-            candle_core::bail!(
-                "{pad_rows} image-pad tokens in the step but {ours} image rows: a generated \
-                 image-pad token cannot be told apart from an image by VlModel::forward"
-            );
-        }
+        // The image rows are the engine's: a placeholder id the model generated stays text.
+        let rows: Option<Vec<u32>> = images.map(|i| i.rows.iter().map(|&r| r as u32).collect());
         VlModel::forward(
             self,
             &StepInput {
                 input_ids,
                 images: images.map(|i| &i.embeds),
+                image_rows: Some(rows.as_deref().unwrap_or(&[])),
             },
             meta,
             cache,
@@ -127,15 +119,20 @@ impl EngineModel for VlModel {
 /// the newline(s) a template puts after it.
 const PREFILL_TAIL_TOKENS: usize = 4;
 
-/// Chat template + tokenizer + image processor + M-RoPE index of a checkpoint.
+/// Chat template + tokenizer + image processor + position index of a checkpoint.
 #[derive(Debug)]
 pub struct VlInputs {
-    images: ImageProcessor,
+    images: Preprocessor,
     prompts: PromptBuilder,
     image_token_id: u32,
+    /// Rows of position ids the decoder reads (3: M-RoPE; 1: plain RoPE).
+    position_rows: usize,
     eos: Vec<u32>,
     /// The family's opening reasoning tag.
     think_open: &'static str,
+    /// The reasoning tags and early-stopping text of a thinking budget, when the tokenizer
+    /// has the closing tag as one token.
+    think: Option<ThinkTokens>,
 }
 
 impl VlInputs {
@@ -151,12 +148,12 @@ impl VlInputs {
     pub fn from_dir(
         dir: &Path,
         model: &VlModel,
-        images: ImageProcessor,
+        images: Preprocessor,
         generation: &GenerationConfig,
     ) -> Result<Self, VlLoadError> {
         let image_token_id = model.image_token_id();
-        let prompts = PromptBuilder::from_dir(dir, image_token_id, images.merge_size)?;
         let family = model.family();
+        let prompts = PromptBuilder::from_dir(dir, image_token_id, family.image_wrap)?;
         let mut eos: Vec<u32> = family
             .stop_tokens
             .iter()
@@ -166,10 +163,23 @@ impl VlInputs {
         eos.extend(&model.text_spec().eos_token_ids);
         eos.sort_unstable();
         eos.dedup();
+        let think = match prompts.token_id(verisample_models::chat::THINK_CLOSE) {
+            Some(close) => {
+                let stop = prompts.encode_text(family.think_budget_stop)?;
+                stop.contains(&close).then(|| ThinkTokens {
+                    open: prompts.token_id(family.think_open),
+                    close,
+                    stop,
+                })
+            }
+            None => None,
+        };
         Ok(Self {
+            think,
             images,
             prompts,
             image_token_id,
+            position_rows: model.text_spec().position_rows,
             eos,
             think_open: family.think_open,
         })
@@ -181,7 +191,7 @@ impl VlInputs {
     }
 
     /// The image processor (the checkpoint's, with the run's pixel bounds applied).
-    pub fn images(&self) -> &ImageProcessor {
+    pub fn images(&self) -> &Preprocessor {
         &self.images
     }
 }
@@ -235,12 +245,24 @@ impl InputProcessor for VlInputs {
             None => None,
         };
         let grids: Vec<[usize; 3]> = image.iter().map(|(_, p)| p.grid_thw).collect();
+        let tokens: Vec<usize> = grids
+            .iter()
+            .map(|&g| self.images.num_image_tokens(g))
+            .collect();
         let ids = self
             .prompts
-            .encode(&Self::messages(req), Self::render_options(req), &grids)
+            .encode(&Self::messages(req), Self::render_options(req), &tokens)
             .map_err(InputError::Prompt)?;
-        let rope = get_rope_index(&ids, &grids, self.image_token_id, self.images.merge_size)?;
-        let positions = rope.positions.to_vec();
+        let (positions, next_position) = match self.images.merge_size() {
+            Some(merge) if self.position_rows == verisample_models::rope_index::MROPE_ROWS => {
+                let rope = get_rope_index(&ids, &grids, self.image_token_id, merge)?;
+                (
+                    rope.positions.to_vec(),
+                    decode_position(ids.len(), rope.rope_delta),
+                )
+            }
+            _ => (vec![(0..ids.len() as u32).collect()], ids.len() as u32),
+        };
         let mut images = Vec::new();
         if let Some((sha256, p)) = image {
             let start = ids
@@ -260,7 +282,6 @@ impl InputProcessor for VlInputs {
                 num_tokens: self.images.num_image_tokens(p.grid_thw),
             });
         }
-        let next_position = decode_position(ids.len(), rope.rope_delta);
         let prefilled_think = self.ends_in_think(&ids)?;
         Ok(PreparedInput {
             prefilled_think,
@@ -284,26 +305,21 @@ impl InputProcessor for VlInputs {
             .map_err(InputError::Decode)
     }
 
-    /// `smart_resize` of `height × width` (factor `patch · merge`), in patches.
+    /// `smart_resize` of `height × width` (factor `patch · merge`), or the tiles, in patches.
     fn image_patches(&self, width: u32, height: u32, max_pixels: Option<usize>) -> Option<usize> {
-        let p = &self.images;
-        let (h, w) = smart_resize(
-            height as usize,
-            width as usize,
-            p.patch_size * p.merge_size,
-            p.min_pixels,
-            max_pixels.unwrap_or(p.max_pixels),
-        )
-        .ok()?;
-        Some((h / p.patch_size) * (w / p.patch_size))
+        self.images.image_patches(width, height, max_pixels)
     }
 
     fn pixel_bounds(&self) -> Option<(usize, usize)> {
-        Some((self.images.min_pixels, self.images.max_pixels))
+        self.images.pixel_bounds()
     }
 
     fn eos_token_ids(&self) -> &[u32] {
         &self.eos
+    }
+
+    fn think_tokens(&self) -> Option<&ThinkTokens> {
+        self.think.as_ref()
     }
 }
 
@@ -331,7 +347,7 @@ pub fn load_engine(
     cfg.validate()?;
     // config.json first: what is wrong with it is named before any other file is read.
     let config = verisample_models::ModelConfig::from_dir(dir)?;
-    let images = ImageProcessor::from_dir(dir)?.with_pixel_bounds(pixels)?;
+    let images = Preprocessor::from_dir(dir, &config)?.with_pixel_bounds(pixels)?;
     cfg.repetition_penalty = Some(generation.repetition_penalty);
     check_weights_fit(dir, dtype, device)?;
     let model = VlModel::load_config_on_path(dir, config, dtype, device, path)?;

@@ -80,6 +80,8 @@ pub struct GenRequest {
     pub max_new_tokens: usize,
     /// Sample from this stream (`--samples`, `--temperature`); `None`: greedy.
     pub sampling: Option<crate::engine::sampling::SampleStream>,
+    /// End the reasoning after this many tokens (`--think-budget`); `None`: no budget.
+    pub think_budget: Option<usize>,
 }
 
 /// The engine's output for one request.
@@ -97,6 +99,10 @@ pub struct Generation {
     /// starts inside the reasoning (Qwen3 thinking templates).
     #[serde(default)]
     pub prefilled_think: bool,
+    /// The thinking budget was reached: the reasoning was ended by the family's
+    /// early-stopping text (`--think-budget`); absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub think_budget_hit: bool,
 }
 
 /// One finished request, as handed to the `on_done` callback.

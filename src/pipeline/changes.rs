@@ -132,6 +132,7 @@ mod tests {
             dtype: crate::settings::DTypeSpec::F32,
             kernels: None,
             max_new_tokens: 2048,
+            think_budget: None,
             shard: "0/1".into(),
             verifiers: Vec::new(),
             dedup: true,

@@ -74,6 +74,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass) -> GenResult {
             prompt_tokens: c.prompt_tokens,
             finish,
             prefilled_think: c.prefilled_think,
+            think_budget_hit: c.think_budget_hit,
         }),
         exceeds_capacity: c.exceeds_capacity,
     }
@@ -98,6 +99,7 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
                 enable_thinking: Some(r.think),
                 sampling: r.sampling,
                 stop_token_ids: Vec::new(),
+                think_budget: r.think_budget,
             });
         let result = self.engine.generate(engine_requests, |c: Completion| {
             let Some(&(key, pass)) = usize::try_from(c.id).ok().and_then(|i| keys.get(i)) else {
@@ -162,6 +164,7 @@ mod tests {
             error: error.map(str::to_string),
             exceeds_capacity: false,
             prefilled_think: true,
+            think_budget_hit: false,
         };
         let r = to_result(done(engine::FinishReason::Stop, None), key, Pass::Answer);
         let g = r.outcome.unwrap();

@@ -75,6 +75,8 @@ struct SplitItems<T> {
     kept_from: Vec<u32>,
     /// The sample of each entry (`clean_meta.sample_index` of a sampled run).
     samples: Vec<u32>,
+    /// Whether a thinking budget ended each entry's reasoning (`clean_meta.think_budget_hit`).
+    budget_hits: Vec<bool>,
 }
 
 impl<T> Default for SplitItems<T> {
@@ -83,16 +85,19 @@ impl<T> Default for SplitItems<T> {
             items: Vec::new(),
             kept_from: Vec::new(),
             samples: Vec::new(),
+            budget_hits: Vec::new(),
         }
     }
 }
 
 impl<T> SplitItems<T> {
-    /// Add the entry of sample `key.sample` of input question `key.qa`.
-    fn push(&mut self, entry: T, key: ItemKey) {
+    /// Add the entry of sample `key.sample` of input question `key.qa`; `budget_hit`: a
+    /// thinking budget ended its reasoning.
+    fn push(&mut self, entry: T, key: ItemKey, budget_hit: bool) {
         self.items.push(entry);
         self.kept_from.push(key.qa);
         self.samples.push(key.sample);
+        self.budget_hits.push(budget_hit);
     }
 }
 
@@ -111,6 +116,8 @@ struct Collected {
     errors: Vec<ErrorLine>,
     cleaning: Vec<CleaningLine>,
     generations: Vec<GenerationLine>,
+    /// The answers a thinking budget cut (`Generation::think_budget_hit`).
+    budget_hits: std::collections::HashSet<ItemKey>,
     rows_written: u64,
 }
 
@@ -249,10 +256,11 @@ fn place_routed(
             if distinct && !first {
                 return;
             }
+            let hit = c.budget_hits.contains(&key);
             if let Some(t) = think {
-                splits.think.push(t, key);
+                splits.think.push(t, key, hit);
             }
-            splits.nothink.push(nothink, key);
+            splits.nothink.push(nothink, key, hit);
         }
         Routed::Rejected(r) => {
             bump(&mut c.stats.reject_reasons, &r.reason);
@@ -296,7 +304,10 @@ fn place_question(
         "errors"
     };
     for (sample, entry) in outcome.wrong {
-        splits.rejected.push(entry, key.with_sample(sample));
+        let key = key.with_sample(sample);
+        splits
+            .rejected
+            .push(entry, key, c.budget_hits.contains(&key));
     }
     c.ledger.place((key.position, Some(key.qa)), destination);
 }
@@ -386,6 +397,13 @@ fn route_sample(
             return Ok(());
         }
     };
+    if let Some(b) = &mut c.stats.think_budget {
+        b.answers += 1;
+        if generation.think_budget_hit {
+            b.hit += 1;
+            c.budget_hits.insert(key);
+        }
+    }
     let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, o)));
     if let Some((role, j)) = &judge {
         count_verdict(&mut c.stats, *role, j);
@@ -420,21 +438,23 @@ fn write_row_splits(
     // Each split row says which input question each item is, and in a sampled run which
     // sample ([`crate::record::split_meta`]).
     let samples = w.settings.sampling.samples;
+    let budget = w.settings.think_budget;
     let image = published_image(&row.image);
     fn make<Q>(
         items: SplitItems<Q>,
-        (clean_meta, samples): (&str, usize),
+        (clean_meta, samples, budget): (&str, usize, Option<usize>),
         (image, image_sha256): (&crate::record::ImageRef, &str),
     ) -> OutputRow<Q> {
         let sampling = (samples > 1).then_some((samples, items.samples.as_slice()));
+        let budget = budget.map(|n| (n, items.budget_hits.as_slice()));
         OutputRow {
             image: image.clone(),
-            clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling),
+            clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling, budget),
             qa: items.items,
             image_sha256: image_sha256.to_string(),
         }
     }
-    let meta = (clean_meta, samples);
+    let meta = (clean_meta, samples, budget);
     let image = (&image, image_sha256);
     let rows = [
         (
@@ -500,12 +520,20 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
                 reused: w.judge_reused,
                 ..Default::default()
             },
+            think_budget: w
+                .settings
+                .think_budget
+                .map(|n| crate::report::ThinkBudgetStats {
+                    budget: n as u64,
+                    ..Default::default()
+                }),
             ..RunStats::default()
         },
         ledger: Ledger::new(),
         errors: Vec::new(),
         cleaning: Vec::new(),
         generations: Vec::new(),
+        budget_hits: Default::default(),
         rows_written: 0,
     };
     // Rows by the parquet footer: an unreadable row group counts its rows, a file whose rows

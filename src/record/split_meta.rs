@@ -9,6 +9,10 @@
 pub const SAMPLES_KEY: &str = "samples";
 /// The `clean_meta` key holding each QA item's sample index.
 pub const SAMPLE_INDEX_KEY: &str = "sample_index";
+/// The `clean_meta` key holding `--think-budget` N.
+pub const THINK_BUDGET_KEY: &str = "think_budget";
+/// The `clean_meta` key holding, per QA item, whether the thinking budget ended its reasoning.
+pub const THINK_BUDGET_HIT_KEY: &str = "think_budget_hit";
 /// The `clean_meta` object holding the cleaner's notes ([`crate::clean::RowNotes`]).
 pub const CLEANING_KEY: &str = "cleaning";
 /// The key, inside [`CLEANING_KEY`], holding each item's input `qa` index.
@@ -17,12 +21,14 @@ pub const KEPT_FROM_KEY: &str = "kept_from";
 /// `clean_meta` of one split row: the input row's (`clean_meta`, a JSON object), its
 /// `cleaning.kept_from` replaced by `kept_from` (the input `qa` index of each item of this
 /// split row; left out when the row's `clean_meta` has no `cleaning` object), and with
-/// `sampling` = `Some((K, indices))` K and the sample of each item. Keys stay sorted, as in
-/// every `clean_meta`.
+/// `sampling` = `Some((K, indices))` K and the sample of each item, with `think_budget` =
+/// `Some((N, hits))` the budget and whether it ended each item's reasoning. Keys stay sorted,
+/// as in every `clean_meta`.
 pub fn split_row_meta(
     clean_meta: &str,
     kept_from: &[u32],
     sampling: Option<(usize, &[u32])>,
+    think_budget: Option<(usize, &[bool])>,
 ) -> String {
     let mut meta: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(clean_meta).unwrap_or_default();
@@ -32,6 +38,10 @@ pub fn split_row_meta(
     if let Some((samples, index)) = sampling {
         meta.insert(SAMPLES_KEY.into(), samples.into());
         meta.insert(SAMPLE_INDEX_KEY.into(), serde_json::json!(index));
+    }
+    if let Some((budget, hits)) = think_budget {
+        meta.insert(THINK_BUDGET_KEY.into(), budget.into());
+        meta.insert(THINK_BUDGET_HIT_KEY.into(), serde_json::json!(hits));
     }
     serde_json::Value::Object(meta).to_string()
 }
@@ -68,21 +78,26 @@ mod tests {
     #[test]
     fn split_row_meta_sets_kept_from_and_samples_with_sorted_keys() {
         let meta = r#"{"cleaning":{"dropped":[[0,"duplicate"]],"kept_from":[0,1]},"position":3,"source_file":"a.parquet"}"#;
-        let greedy = split_row_meta(meta, &[1], None);
+        let greedy = split_row_meta(meta, &[1], None, None);
         assert_eq!(
             greedy,
             r#"{"cleaning":{"dropped":[[0,"duplicate"]],"kept_from":[1]},"position":3,"source_file":"a.parquet"}"#
         );
         assert_eq!(samples_of(&greedy), None);
         assert_eq!(kept_from_of(&greedy), Some(Ok(vec![1])));
-        let sampled = split_row_meta(meta, &[1, 1], Some((4, &[0, 2])));
+        let sampled = split_row_meta(meta, &[1, 1], Some((4, &[0, 2])), None);
         assert_eq!(
             sampled,
             r#"{"cleaning":{"dropped":[[0,"duplicate"]],"kept_from":[1,1]},"position":3,"sample_index":[0,2],"samples":4,"source_file":"a.parquet"}"#
         );
         assert_eq!(samples_of(&sampled), Some(4));
+        let budgeted = split_row_meta(meta, &[0, 1], None, Some((64, &[true, false])));
+        assert_eq!(
+            budgeted,
+            r#"{"cleaning":{"dropped":[[0,"duplicate"]],"kept_from":[0,1]},"position":3,"source_file":"a.parquet","think_budget":64,"think_budget_hit":[true,false]}"#
+        );
         // A row without cleaning notes keeps none.
-        assert_eq!(split_row_meta("{}", &[0], None), "{}");
+        assert_eq!(split_row_meta("{}", &[0], None, None), "{}");
         assert_eq!(kept_from_of("{}"), None);
         assert!(kept_from_of(r#"{"cleaning":{"kept_from":"x"}}"#)
             .unwrap()

@@ -251,10 +251,26 @@ pub struct RunStats {
     /// Rejection sampling (absent for a greedy run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingStats>,
+    /// `--think-budget`: the budget and the answers whose reasoning it ended (absent for a
+    /// run without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_budget: Option<ThinkBudgetStats>,
     /// Family → how its questions fared (with K = 1 for a greedy run: pass@1 is its accept
     /// rate): the accept rate per family of the card and chart.
     #[serde(default)]
     pub families: BTreeMap<String, SamplingStats>,
+}
+
+/// How a thinking budget fared (`--think-budget N`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkBudgetStats {
+    /// N, reasoning tokens.
+    pub budget: u64,
+    /// Answer generations whose reasoning reached N and was ended by the early-stopping
+    /// text (`think_budget_hit` in `generations.jsonl` and `clean_meta`).
+    pub hit: u64,
+    /// Answer generations routed in all.
+    pub answers: u64,
 }
 
 /// Live progress of a run, written to stderr.
@@ -518,6 +534,14 @@ pub fn card_markdown(
     } else {
         "questions"
     };
+    if let Some(b) = &stats.think_budget {
+        s.push_str(&format!(
+            "Thinking budget: {} tokens. It ended the reasoning of {} of {} answers with the \
+             model family's early-stopping text (`think_budget_hit` in `clean_meta` and \
+             `generations.jsonl`).\n\n",
+            b.budget, b.hit, b.answers
+        ));
+    }
     if let Some(k) = &stats.sampling {
         s.push_str(&format!(
             "Rejection sampling: {} samples per question. pass@1 {:.1} % ({} of {} questions), \

@@ -34,6 +34,9 @@ pub struct CanonicalSettings {
     pub kernels: Option<KernelsSpec>,
     /// Generation budget.
     pub max_new_tokens: usize,
+    /// Thinking budget; left out when unset, so runs without it keep their fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_budget: Option<usize>,
     /// Shard `I/N`.
     pub shard: String,
     /// Verifier overrides (they decide accept/reject), as given, less those that change no

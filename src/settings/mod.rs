@@ -225,6 +225,10 @@ pub struct Settings {
     pub kernels: Option<KernelsSpec>,
     /// Generation budget per answer, tokens.
     pub max_new_tokens: usize,
+    /// Reasoning tokens before the early-stopping text ends an answer's reasoning
+    /// (`--think-budget`); absent in `run.json` of runs without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_budget: Option<usize>,
     /// Greedy decoding settings, effective values (absent in `run.json` of older runs).
     #[serde(default)]
     pub decoding: Decoding,
@@ -438,6 +442,7 @@ impl Settings {
                 .kernels
                 .filter(|&k| k != KernelsSpec::default_for(self.device)),
             max_new_tokens: self.max_new_tokens,
+            think_budget: self.think_budget,
             shard: self.shard.to_string(),
             verifiers: verifiers::effective_verifiers(&self.verifiers),
             dedup: self.dedup,

@@ -93,6 +93,11 @@ pub struct RunOptions {
     /// Generation budget per answer in tokens. [default: 2048]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_new_tokens: Option<usize>,
+    /// End an answer's reasoning after N tokens with the model family's early-stopping text
+    /// (Qwen3's "Considering the limited time by the user, …" and `</think>`), then let it
+    /// answer; the items that hit it are recorded. Needs --think on. [default: no budget]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub think_budget: Option<usize>,
     /// Honour the checkpoint's generation_config.json in greedy decoding (repetition_penalty,
     /// eos_token_id; other settings that change greedy output are refused). [default: on]
     #[arg(long, value_enum, value_name = "SWITCH")]

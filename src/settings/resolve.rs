@@ -123,6 +123,7 @@ impl Settings {
             dtype: opts.dtype.unwrap_or(default_dtype),
             kernels: opts.kernels,
             max_new_tokens: sizes.max_new_tokens,
+            think_budget: opts.think_budget,
             decoding,
             sampling,
             max_batch: sizes.max_batch,
@@ -172,6 +173,13 @@ impl Sizes {
             "max-new-tokens",
             opts.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS),
         )?;
+        if let (Some(n), Some(Switch::Off)) = (opts.think_budget, opts.think) {
+            return Err(SettingsError::Invalid {
+                key: "think-budget",
+                value: n.to_string(),
+                why: "applies only with --think on (it ends the reasoning)".into(),
+            });
+        }
         let max_batch_auto = opts.max_batch.is_none() && device != DeviceSpec::Cpu;
         let default_max_batch = if max_batch_auto {
             AUTO_MAX_BATCH_CAP

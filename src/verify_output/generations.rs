@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::{answer_is_list, Disagreement, FamilySplits, Problem, RecheckSettings};
 use crate::judge::JudgeOutcome;
-use crate::record::split_meta::{kept_from_of, SAMPLE_INDEX_KEY};
+use crate::record::split_meta::{kept_from_of, SAMPLE_INDEX_KEY, THINK_BUDGET_HIT_KEY};
 use crate::record::{AcceptedQa, OutputRow, QaItem, RejectedQa};
 use crate::route::{route, Assessment, FinishReason, Generation, Routed};
 
@@ -26,6 +26,8 @@ struct Line {
     row: u64,
     /// The answer generation; `None` when it failed (its item is in `errors.jsonl`).
     answer: Option<Generation>,
+    /// A thinking budget ended the answer's reasoning (`think_budget_hit`).
+    budget_hit: bool,
     /// The judge's outcome when it judged a verifier reject (`judge_role` `rescue`); a failed
     /// judge generation is an empty `UNSURE`, as the write phase reads it.
     rescue: Option<JudgeOutcome>,
@@ -82,6 +84,7 @@ impl RunGenerations {
                     file: v["file"].as_str().unwrap_or_default().to_string(),
                     row: num("row").unwrap_or(0),
                     answer: generation(&v["answer"]),
+                    budget_hit: v["answer"]["think_budget_hit"].as_bool().unwrap_or(false),
                     rescue,
                 },
             );
@@ -185,11 +188,33 @@ impl RunGenerations {
             .as_array()
             .map(|a| a.iter().map(|s| s.as_u64().unwrap_or(0)).collect())
             .unwrap_or_default();
+        let hits = meta[THINK_BUDGET_HIT_KEY].as_array();
         let mut found = Vec::new();
         for (q, from) in kept.into_iter().enumerate().take(row.qa.len()) {
             let key = (position, from, samples.get(q).copied().unwrap_or(0));
             match self.lines.get(&key) {
-                Some(line) if line.answer.is_some() => found.push((q, key, line)),
+                Some(line) if line.answer.is_some() => {
+                    // clean_meta's `think_budget_hit` is the line's, entry by entry.
+                    let said = hits.map(|h| h.get(q).and_then(serde_json::Value::as_bool));
+                    if said.unwrap_or(Some(false)) != Some(line.budget_hit) {
+                        out.push(Disagreement {
+                            split: name.to_string(),
+                            row: r,
+                            qa: Some(q),
+                            problem: Problem::NotTheModelOutput,
+                            detail: format!(
+                                "clean_meta think_budget_hit says {:?} but generations.jsonl's \
+                                 answer at position {} qa {} sample {} says {}",
+                                said.flatten(),
+                                key.0,
+                                key.1,
+                                key.2,
+                                line.budget_hit
+                            ),
+                        });
+                    }
+                    found.push((q, key, line));
+                }
                 other => out.push(Disagreement {
                     split: name.to_string(),
                     row: r,

@@ -267,6 +267,7 @@ fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Genera
         text: body,
         finish,
         prefilled_think: false,
+        think_budget_hit: false,
     })
 }
 
@@ -393,6 +394,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         dtype: DTypeSpec::F32,
         kernels: None,
         max_new_tokens: 64,
+        think_budget: None,
         decoding: Default::default(),
         sampling: Default::default(),
         max_batch: 5,

@@ -30,6 +30,8 @@ pub enum Fallback {
     Text(&'static str),
     /// A list of integers (layer indexes).
     Ints(&'static [u64]),
+    /// A switch.
+    Bool(bool),
 }
 
 impl Fallback {
@@ -39,6 +41,7 @@ impl Fallback {
             Self::Float(v) => Value::from(v),
             Self::Text(v) => Value::from(v),
             Self::Ints(v) => Value::from(v.to_vec()),
+            Self::Bool(v) => Value::from(v),
         }
     }
 }
@@ -79,6 +82,10 @@ pub struct VisionTokenIds {
 /// the family has it).
 #[derive(Debug, Clone, Deserialize)]
 pub struct TextFields {
+    /// The decoder's own `model_type`, when the file nests a decoder of another kind
+    /// (InternVL's `text_config`: `qwen2`, `qwen3`).
+    #[serde(default)]
+    pub model_type: Option<String>,
     /// Vocabulary size (rows of `embed_tokens` and `lm_head`).
     pub vocab_size: usize,
     /// Hidden size of the decoder.
@@ -206,20 +213,23 @@ impl VisionFields {
     }
 }
 
-/// Everything a family resolves: the decoder and vision fields with its defaults applied, and
-/// the two top-level settings a flat file shares with its decoder.
+/// Everything a family resolves: the decoder fields with its defaults applied (every family's
+/// decoder is one of the shared stacks), the two top-level settings a flat file shares with its
+/// decoder, and the top level and `vision_config` with its defaults applied, each parsed into
+/// the family's own typed fields by the family ([`Self::top_as`], [`Self::vision_as`]: the
+/// vision towers and their top-level keys differ in kind between families).
 #[derive(Debug, Clone)]
 pub struct Fields {
     /// Decoder fields (`text_config`, or the top level of a flat file).
     pub text: TextFields,
-    /// `vision_config`.
-    pub vision: VisionFields,
     /// Top-level `rope_theta` (the flat layout's rotary base).
     pub top_rope_theta: Option<f64>,
     /// Top-level `tie_word_embeddings` (wins over the decoder's own).
     pub tie_word_embeddings: Option<bool>,
-    /// The image placeholder's token ids.
-    pub token_ids: VisionTokenIds,
+    /// The top level, defaults filled in.
+    top: Value,
+    /// `vision_config`, defaults filled in.
+    vision: Value,
 }
 
 #[derive(Deserialize)]
@@ -229,8 +239,6 @@ struct Top {
     tie_word_embeddings: Option<bool>,
     #[serde(default)]
     rope_theta: Option<f64>,
-    #[serde(flatten)]
-    token_ids: VisionTokenIds,
 }
 
 /// The typed parse of `value`, found at `scope` in the file (`""`: the top level); an error
@@ -291,13 +299,27 @@ impl Fields {
         if let Some(Value::Object(vision)) = top.get_mut("vision_config") {
             fill(vision, defaults.vision);
         }
-        let parsed: Top = typed(value, "")?;
+        let parsed: Top = typed(value.clone(), "")?;
         Ok(Self {
             text: typed(text, text_scope)?,
-            vision: typed(Value::Object(parsed.vision_config), "vision_config")?,
             top_rope_theta: parsed.rope_theta,
             tie_word_embeddings: parsed.tie_word_embeddings,
-            token_ids: parsed.token_ids,
+            top: value,
+            vision: Value::Object(parsed.vision_config),
         })
+    }
+
+    /// The top level as a family's typed fields (its token ids, projector settings).
+    ///
+    /// Errors: [`ConfigError::Field`] naming a missing field or one of the wrong type.
+    pub fn top_as<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        typed(self.top.clone(), "")
+    }
+
+    /// `vision_config` as a family's typed fields ([`VisionFields`] for the Qwen towers).
+    ///
+    /// Errors: [`ConfigError::Field`] naming a missing field or one of the wrong type.
+    pub fn vision_as<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        typed(self.vision.clone(), "vision_config")
     }
 }

@@ -135,8 +135,12 @@ pub struct TextSpec {
     pub rms_norm_eps: f64,
     /// Rotary base.
     pub rope_theta: f64,
-    /// M-RoPE pairs per axis (t, h, w); sums to `rotary_dim / 2`.
+    /// M-RoPE pairs per axis (t, h, w); sums to `rotary_dim / 2`. A decoder with plain 1-D
+    /// RoPE has every pair on the first axis: `[rotary_dim / 2, 0, 0]`.
     pub mrope_section: [usize; 3],
+    /// Rows of position ids a token carries: 3 for M-RoPE
+    /// ([`crate::rope_index::MROPE_ROWS`]: temporal, height, width), 1 for plain RoPE.
+    pub position_rows: usize,
     /// Leading dimensions of each head that are rotated (`head_dim` but in Qwen3.5:
     /// `int(head_dim · partial_rotary_factor)`); the rest pass through.
     pub rotary_dim: usize,
@@ -168,6 +172,87 @@ pub struct TextSpec {
     /// Sparse mixture-of-experts blocks (Qwen3-VL-MoE, Qwen3.5-MoE): which layers route
     /// their tokens to experts instead of the dense MLP; `None` for the dense families.
     pub moe: Option<MoeSpec>,
+}
+
+/// The vision tower a family's `config.json` resolves to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VisionConfig {
+    /// The Qwen-VL patch towers with their patch mergers (`crate::vision`).
+    Qwen(VisionSpec),
+    /// InternViT over fixed-size tiles, pixel shuffle and the MLP projector
+    /// (`crate::intern_vit`).
+    InternVit(InternVitSpec),
+}
+
+impl VisionConfig {
+    /// The Qwen-VL tower's spec, if this is one.
+    pub fn qwen(&self) -> Option<&VisionSpec> {
+        match self {
+            Self::Qwen(s) => Some(s),
+            Self::InternVit(_) => None,
+        }
+    }
+
+    /// Width of one row of `pixel_values` (one patch): `C·T·P·P` for the Qwen towers, `C·P·P`
+    /// for InternViT.
+    pub fn patch_dim(&self) -> usize {
+        match self {
+            Self::Qwen(s) => s.in_channels * s.temporal_patch_size * s.patch_size.pow(2),
+            Self::InternVit(s) => s.in_channels * s.patch_size.pow(2),
+        }
+    }
+}
+
+/// InternVL's vision side, resolved (transformers `InternVLVisionConfig` and the projector
+/// settings of `InternVLConfig`, `models/internvl/configuration_internvl.py`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InternVitSpec {
+    /// Encoder layers (`num_hidden_layers`).
+    pub num_layers: usize,
+    /// Width of the encoder.
+    pub hidden_size: usize,
+    /// Attention heads.
+    pub num_heads: usize,
+    /// MLP inner size.
+    pub intermediate_size: usize,
+    /// MLP activation name.
+    pub hidden_act: String,
+    /// Norm of the layers (`norm_type`: `layer_norm` or `rms_norm`).
+    pub norm: VisionNorm,
+    /// Epsilon of the layers' norms (`layer_norm_eps`).
+    pub norm_eps: f64,
+    /// RMSNorm over all heads' queries and keys before attention (`use_qk_norm`).
+    pub qk_norm: bool,
+    /// Bias on q/k/v (`attention_bias`).
+    pub attention_bias: bool,
+    /// Side of a tile in pixels (`image_size`; square).
+    pub image_size: usize,
+    /// Side of a patch in pixels (`patch_size`; square).
+    pub patch_size: usize,
+    /// Image channels.
+    pub in_channels: usize,
+    /// A learned position table `[1 + patches, hidden]` is added (`use_absolute_position_embeddings`).
+    pub absolute_positions: bool,
+    /// A final LayerNorm after the encoder (`use_mean_pooling` false).
+    pub final_norm: bool,
+    /// Patches merged per side by the pixel shuffle (`1 / downsample_ratio`).
+    pub shuffle: usize,
+    /// Projector activation (`projector_hidden_act`).
+    pub projector_act: String,
+    /// Projector output width (the decoder's hidden size).
+    pub out_hidden_size: usize,
+}
+
+impl InternVitSpec {
+    /// Patches per side of a tile.
+    pub fn patches_per_side(&self) -> usize {
+        self.image_size / self.patch_size.max(1)
+    }
+
+    /// Image tokens one tile becomes: `(image_size / patch_size / shuffle)²`.
+    pub fn tokens_per_tile(&self) -> usize {
+        (self.patches_per_side() / self.shuffle.max(1)).pow(2)
+    }
 }
 
 /// Resolved vision-tower switches and sizes.

@@ -90,6 +90,7 @@ pub fn qwen3_5_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         rms_norm_eps: t.rms_norm_eps,
         rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(10000.0),
         mrope_section: section(&rope_for_section, rotary_dim)?,
+        position_rows: crate::rope_index::MROPE_ROWS,
         // Qwen3_5TextRotaryEmbedding.recomposition_frequencies always interleaves.
         mrope_interleaved: true,
         rotary_dim,

@@ -7,15 +7,27 @@ use serde_json::Value;
 use super::fields::Fields;
 use super::rope::{RopeParameters, MROPE_TYPES};
 use super::{ConfigError, LayerKind, TextSpec};
+use crate::rope_index::MROPE_ROWS;
+
+/// How a decoder's rotary pairs take their positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions {
+    /// M-RoPE: three rows (temporal, height, width) split by `mrope_section` (the Qwen-VL
+    /// families).
+    MRope,
+    /// Plain 1-D RoPE: one row, every pair on it (the decoder as its text-only model runs it:
+    /// InternVL's `qwen2` / `qwen3` decoders).
+    Plain,
+}
 
 /// The Qwen2 decoder (transformers `Qwen2VLTextModel`): bias on q/k/v, no q/k norm, every
 /// head fully rotated, `head_dim = hidden_size / num_attention_heads`; rotary base
 /// `rope_parameters.rope_theta`, else the decoder's or the top level's `rope_theta` (the flat
 /// layout keeps it there), else 1e6.
 ///
-/// Errors: [`ConfigError::Invalid`] for a missing or mis-summed `mrope_section`, another rope
-/// kind, or heads that do not divide.
-pub fn qwen2_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
+/// Errors: [`ConfigError::Invalid`] for a missing or mis-summed `mrope_section` (M-RoPE),
+/// another rope kind, or heads that do not divide.
+pub fn qwen2_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, ConfigError> {
     let t = &f.text;
     let rope = t.rope_parameters.clone().unwrap_or_default();
     let head_dim = t
@@ -36,7 +48,8 @@ pub fn qwen2_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
             .or(t.rope_theta)
             .or(f.top_rope_theta)
             .unwrap_or(1_000_000.0),
-        mrope_section: section(&rope, head_dim)?,
+        mrope_section: layout(&rope, head_dim, positions)?,
+        position_rows: rows(positions),
         mrope_interleaved: false,
         qkv_bias: true,
         o_bias: false,
@@ -64,7 +77,7 @@ pub fn qwen2_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
 /// block says so; rotary base 5e5 unless stated.
 ///
 /// Errors: as [`qwen2_decoder`].
-pub fn qwen3_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
+pub fn qwen3_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, ConfigError> {
     let t = &f.text;
     let head_dim = t.head_dim.unwrap_or(0);
     let rope = t.rope_parameters.clone().unwrap_or_default();
@@ -78,8 +91,9 @@ pub fn qwen3_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         head_dim,
         rms_norm_eps: t.rms_norm_eps,
         rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(500000.0),
-        mrope_section: section(&rope, head_dim)?,
-        mrope_interleaved: rope.mrope_interleaved.unwrap_or(false),
+        mrope_section: layout(&rope, head_dim, positions)?,
+        position_rows: rows(positions),
+        mrope_interleaved: positions == Positions::MRope && rope.mrope_interleaved.unwrap_or(false),
         qkv_bias: t.attention_bias.unwrap_or(false),
         o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
@@ -99,6 +113,30 @@ pub fn qwen3_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
     };
     check_heads(&spec)?;
     Ok(spec)
+}
+
+/// Rows of position ids for `positions`.
+pub(super) fn rows(positions: Positions) -> usize {
+    match positions {
+        Positions::MRope => MROPE_ROWS,
+        Positions::Plain => 1,
+    }
+}
+
+/// The pairs per position row: [`section`] for M-RoPE; for plain RoPE every pair on the one
+/// row, the rotary block of kind `default` (scaled kinds are not implemented).
+fn layout(
+    rope: &RopeParameters,
+    rotary_dim: usize,
+    positions: Positions,
+) -> Result<[usize; 3], ConfigError> {
+    match (positions, rope.rope_type.as_deref()) {
+        (Positions::MRope, _) => section(rope, rotary_dim),
+        (Positions::Plain, None | Some("default")) => Ok([rotary_dim / 2, 0, 0]),
+        (Positions::Plain, Some(kind)) => Err(ConfigError::Invalid(format!(
+            "text rope type `{kind}` is not implemented; supported: default"
+        ))),
+    }
 }
 
 /// `mrope_section` of the decoder's rotary block, which must be plain M-RoPE, summing to

@@ -6,6 +6,7 @@
 //! errors, `--model` and `doctor --model` help read [`FAMILIES`]; tests hold the docs table and
 //! the fixture folders equal to it. How to add one: `docs/adding-a-model-family.md`.
 
+mod internvl;
 mod qwen2_5_vl;
 mod qwen2_vl;
 mod qwen3_5;
@@ -17,7 +18,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::config::{ConfigError, Defaults, Fields, TextSpec, VisionSpec, VisionTokenIds};
+use crate::config::{
+    ConfigError, Defaults, Fields, TextSpec, VisionConfig, VisionFields, VisionSpec, VisionTokenIds,
+};
 use crate::load::LoadError;
 
 /// One model family: a `model_type` of `config.json` and how its fields resolve.
@@ -35,14 +38,60 @@ pub struct Family {
     /// The tag a thinking chat template opens the reasoning with (a template that pre-fills it
     /// ends the prompt with it, so the generated text starts inside the reasoning).
     pub think_open: &'static str,
-    /// The decoder and vision tower the parsed fields resolve to.
+    /// The text that ends the reasoning when a thinking budget is reached, the closing tag
+    /// included (`--think-budget`; the engine appends it, tokenized, in place of the next
+    /// sampled tokens).
+    pub think_budget_stop: &'static str,
+    /// The tokens the processor puts around an image's placeholder run, when the chat
+    /// template writes the placeholder alone (InternVL: `<img>` … `</img>` around the
+    /// `<IMG_CONTEXT>` run; `None` for the Qwen-VL families, whose templates write
+    /// `<|vision_start|><|image_pad|><|vision_end|>`).
+    pub image_wrap: Option<(&'static str, &'static str)>,
+    /// The decoder, vision tower and image placeholder the parsed fields resolve to.
     ///
-    /// Errors: [`ConfigError::Invalid`] naming the inconsistent setting.
-    pub resolve: fn(&Fields) -> Result<(TextSpec, VisionSpec), ConfigError>,
+    /// Errors: [`ConfigError::Invalid`] naming the inconsistent setting;
+    /// [`ConfigError::Field`] naming a missing or mistyped field of the family's own.
+    pub resolve: fn(&Fields) -> Result<Resolved, ConfigError>,
+}
+
+/// What a family's fields resolve to.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The decoder.
+    pub text: TextSpec,
+    /// The vision tower.
+    pub vision: VisionConfig,
+    /// The image placeholder token id (`image_token_id`).
+    pub image_token_id: u32,
+}
+
+/// A Qwen-VL family's resolution: the top level's Qwen token ids and `vision_config`
+/// ([`VisionFields`]) parsed first (a mistyped field is named before any inconsistency), then
+/// the decoder `text` resolves and the tower `tower` builds.
+///
+/// Errors: [`ConfigError::Field`] naming a missing or mistyped field; the decoder's errors.
+pub(crate) fn qwen_vl(
+    f: &Fields,
+    text: impl FnOnce(&Fields) -> Result<TextSpec, ConfigError>,
+    tower: impl FnOnce(&VisionFields) -> VisionSpec,
+) -> Result<Resolved, ConfigError> {
+    let ids: VisionTokenIds = f.top_as()?;
+    let vision: VisionFields = f.vision_as()?;
+    Ok(Resolved {
+        text: text(f)?,
+        vision: VisionConfig::Qwen(tower(&vision)),
+        image_token_id: ids.image_token_id,
+    })
 }
 
 /// The turn-ending tokens of the Qwen chat format (ChatML), shared by every Qwen-VL family.
 pub(crate) const QWEN_STOP_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>"];
+
+/// Qwen3's early-stopping text for a thinking budget (Qwen docs, quickstart "Thinking
+/// Budget"; vLLM #18127), without the `.` those examples put after `</think>`, which would
+/// open the answer.
+pub(crate) const QWEN_THINK_BUDGET_STOP: &str = "\n\nConsidering the limited time by the user, I \
+     have to give the solution based on the thinking directly now.\n</think>\n\n";
 
 /// Every family this crate runs, in the order they are listed to users.
 pub static FAMILIES: &[&Family] = &[
@@ -52,6 +101,7 @@ pub static FAMILIES: &[&Family] = &[
     &qwen3_5::FAMILY,
     &qwen3_vl_moe::FAMILY,
     &qwen3_5_moe::FAMILY,
+    &internvl::FAMILY,
 ];
 
 /// The `model_type`s of [`FAMILIES`], in order.
@@ -94,8 +144,8 @@ fn family_of_value(value: &Value) -> Result<&'static Family, ConfigError> {
 pub struct ModelConfig {
     family: &'static Family,
     text: TextSpec,
-    vision: VisionSpec,
-    token_ids: VisionTokenIds,
+    vision: VisionConfig,
+    image_token_id: u32,
 }
 
 impl ModelConfig {
@@ -112,12 +162,12 @@ impl ModelConfig {
         let value: Value = serde_json::from_str(text)?;
         let family = family_of_value(&value)?;
         let fields = Fields::parse(value, &family.defaults)?;
-        let (text, vision) = (family.resolve)(&fields)?;
+        let r = (family.resolve)(&fields)?;
         Ok(Self {
             family,
-            text,
-            vision,
-            token_ids: fields.token_ids,
+            text: r.text,
+            vision: r.vision,
+            image_token_id: r.image_token_id,
         })
     }
 
@@ -140,9 +190,9 @@ impl ModelConfig {
         self.family
     }
 
-    /// The image placeholder's special token ids.
-    pub fn token_ids(&self) -> &VisionTokenIds {
-        &self.token_ids
+    /// The image placeholder token id (one per image token in a prompt).
+    pub fn image_token_id(&self) -> u32 {
+        self.image_token_id
     }
 
     /// Resolved decoder spec.
@@ -150,8 +200,8 @@ impl ModelConfig {
         &self.text
     }
 
-    /// Resolved vision spec.
-    pub fn vision(&self) -> &VisionSpec {
+    /// Resolved vision tower.
+    pub fn vision(&self) -> &VisionConfig {
         &self.vision
     }
 }

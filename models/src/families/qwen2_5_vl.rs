@@ -1,7 +1,7 @@
 //! Qwen2.5-VL (`qwen2_5_vl`; transformers `models/qwen2_5_vl/configuration_qwen2_5_vl.py`):
 //! the Qwen2 decoder and Qwen2.5-VL's windowed vision tower.
 
-use crate::config::text::qwen2_decoder;
+use crate::config::text::{qwen2_decoder, Positions::MRope};
 use crate::config::vision::qwen2_5_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, Table};
 
@@ -36,5 +36,7 @@ pub(super) static FAMILY: Family = Family {
     },
     stop_tokens: super::QWEN_STOP_TOKENS,
     think_open: THINK_OPEN,
-    resolve: |f: &Fields| Ok((qwen2_decoder(f)?, qwen2_5_vl_tower(&f.vision))),
+    think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
+    image_wrap: None,
+    resolve: |f: &Fields| super::qwen_vl(f, |f| qwen2_decoder(f, MRope), qwen2_5_vl_tower),
 };

@@ -49,5 +49,7 @@ pub(super) static FAMILY: Family = Family {
     },
     stop_tokens: super::QWEN_STOP_TOKENS,
     think_open: THINK_OPEN,
-    resolve: |f: &Fields| Ok((qwen3_5_decoder(f)?, qwen3_vl_tower(&f.vision, false))),
+    think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
+    image_wrap: None,
+    resolve: |f: &Fields| super::qwen_vl(f, qwen3_5_decoder, |v| qwen3_vl_tower(v, false)),
 };

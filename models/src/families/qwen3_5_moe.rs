@@ -32,13 +32,18 @@ pub(super) static FAMILY: Family = Family {
     },
     stop_tokens: super::QWEN_STOP_TOKENS,
     think_open: THINK_OPEN,
+    think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
+    image_wrap: None,
     resolve: |f: &Fields| {
-        let mut text = qwen3_5_decoder(f)?;
-        text.moe = Some(
-            f.text
-                .moe
-                .resolve(SparseRule::EveryLayerWithSharedExpert, text.num_layers)?,
-        );
-        Ok((text, qwen3_vl_tower(&f.vision, false)))
+        let text = |f: &Fields| {
+            let mut text = qwen3_5_decoder(f)?;
+            text.moe = Some(
+                f.text
+                    .moe
+                    .resolve(SparseRule::EveryLayerWithSharedExpert, text.num_layers)?,
+            );
+            Ok(text)
+        };
+        super::qwen_vl(f, text, |v| qwen3_vl_tower(v, false))
     },
 };

@@ -1,7 +1,7 @@
 //! Qwen3-VL (`qwen3_vl`; transformers `models/qwen3_vl/configuration_qwen3_vl.py`): the Qwen3
 //! decoder and Qwen3-VL's vision tower with DeepStack.
 
-use crate::config::text::qwen3_decoder;
+use crate::config::text::{qwen3_decoder, Positions::MRope};
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, Table};
 
@@ -48,5 +48,9 @@ pub(super) static FAMILY: Family = Family {
     },
     stop_tokens: super::QWEN_STOP_TOKENS,
     think_open: THINK_OPEN,
-    resolve: |f: &Fields| Ok((qwen3_decoder(f)?, qwen3_vl_tower(&f.vision, true))),
+    think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
+    image_wrap: None,
+    resolve: |f: &Fields| {
+        super::qwen_vl(f, |f| qwen3_decoder(f, MRope), |v| qwen3_vl_tower(v, true))
+    },
 };

@@ -1,7 +1,7 @@
 //! Qwen3-VL-MoE (`qwen3_vl_moe`; transformers `models/qwen3_vl_moe/configuration_qwen3_vl_moe.py`):
 //! Qwen3-VL with sparse mixture-of-experts decoder layers.
 
-use crate::config::text::qwen3_decoder;
+use crate::config::text::{qwen3_decoder, Positions::MRope};
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, SparseRule, Table};
 
@@ -33,13 +33,18 @@ pub(super) static FAMILY: Family = Family {
     },
     stop_tokens: super::QWEN_STOP_TOKENS,
     think_open: THINK_OPEN,
+    think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
+    image_wrap: None,
     resolve: |f: &Fields| {
-        let mut text = qwen3_decoder(f)?;
-        text.moe = Some(
-            f.text
-                .moe
-                .resolve(SparseRule::SparseStep, text.num_layers)?,
-        );
-        Ok((text, qwen3_vl_tower(&f.vision, true)))
+        let text = |f: &Fields| {
+            let mut text = qwen3_decoder(f, MRope)?;
+            text.moe = Some(
+                f.text
+                    .moe
+                    .resolve(SparseRule::SparseStep, text.num_layers)?,
+            );
+            Ok(text)
+        };
+        super::qwen_vl(f, text, |v| qwen3_vl_tower(v, true))
     },
 };

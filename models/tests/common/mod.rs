@@ -170,9 +170,11 @@ pub fn run_greedy(
         acc += l;
         logits_indices.push(acc - 1);
     }
-    let flat: Vec<u32> = pos.concat();
+    // A plain-RoPE decoder reads the first row only.
+    let rows = model.text_spec().position_rows;
+    let flat: Vec<u32> = pos[..rows].concat();
     let meta = BatchMeta {
-        positions: Tensor::from_vec(flat, (3, ids.len()), &dev).unwrap(),
+        positions: Tensor::from_vec(flat, (rows, ids.len()), &dev).unwrap(),
         query_lens: lens.clone(),
         context_lens: lens.clone(),
         block_tables: tables.clone(),
@@ -192,6 +194,7 @@ pub fn run_greedy(
             &StepInput {
                 input_ids: &ids,
                 images: Some(&images),
+                image_rows: None,
             },
             &meta,
             cache,
@@ -209,9 +212,9 @@ pub fn run_greedy(
             .zip(&idx)
             .map(|(s, &i)| decode_position(i, s.rope_delta))
             .collect();
-        let flat: Vec<u32> = [p.clone(), p.clone(), p].concat();
+        let flat: Vec<u32> = vec![p; rows].concat();
         let meta = BatchMeta {
-            positions: Tensor::from_vec(flat, (3, seqs.len()), &dev).unwrap(),
+            positions: Tensor::from_vec(flat, (rows, seqs.len()), &dev).unwrap(),
             query_lens: vec![1; seqs.len()],
             context_lens: idx.iter().map(|i| i + 1).collect(),
             block_tables: tables.clone(),
@@ -224,6 +227,7 @@ pub fn run_greedy(
                 &StepInput {
                     input_ids: &ids,
                     images: None,
+                    image_rows: None,
                 },
                 &meta,
                 cache,

@@ -12,7 +12,7 @@
 //!
 //! The scheduler holds pure state: it never touches tensors. The engine turns a [`Schedule`]
 //! into a `BatchMeta`, runs the model, and reports back with [`Scheduler::commit`],
-//! [`Scheduler::append_token`] and [`Scheduler::finish`].
+//! [`Scheduler::append_generated`] and [`Scheduler::finish`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -364,11 +364,28 @@ impl Scheduler {
         }
     }
 
-    /// Append a sampled token to a sequence.
-    pub fn append_token(&mut self, key: u64, token: u32) {
-        if let Some(s) = self.seqs.get_mut(&key) {
-            s.push_token(token);
+    /// Append the token sampled for a sequence, or in its place the next token of its
+    /// thinking budget's early-stopping text ([`super::think_budget`], with the model's
+    /// reasoning tags `think`); returns the token appended.
+    pub fn append_generated(
+        &mut self,
+        key: u64,
+        sampled: u32,
+        think: Option<&super::think_budget::ThinkTokens>,
+    ) -> u32 {
+        let Some(s) = self.seqs.get_mut(&key) else {
+            return sampled;
+        };
+        let token = match (&mut s.think, think) {
+            (Some(b), Some(_)) => b.next(sampled),
+            _ => sampled,
+        };
+        s.push_token(token);
+        let generated = s.tokens.len() - s.prompt_len;
+        if let (Some(b), Some(t)) = (&mut s.think, think) {
+            b.observe(token, generated, t);
         }
+        token
     }
 
     /// Empty the prefix cache (between `generate` calls, with no sequence left).

@@ -24,6 +24,7 @@ fn seq(arrival: u64, tokens: Vec<u32>) -> Sequence {
         preemptions: 0,
         cached_tokens: 0,
         prefilled_think: false,
+        think: None,
         sampling: None,
         taken: std::time::Instant::now(),
         first_token: None,
@@ -60,7 +61,7 @@ fn run(s: &mut Scheduler, token: u32) -> Schedule {
     s.commit(&plan);
     for sc in &plan.seqs {
         if sc.sample {
-            s.append_token(sc.seq, token);
+            s.append_generated(sc.seq, token, None);
         }
     }
     plan

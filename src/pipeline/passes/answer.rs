@@ -395,6 +395,7 @@ fn answer_row(
                     think: ctx.settings.think,
                     max_new_tokens: ctx.settings.max_new_tokens,
                     sampling: sampling.stream(position, key.qa, key.sample),
+                    think_budget: ctx.settings.think_budget,
                 });
             }
         }

@@ -97,6 +97,7 @@ pub(crate) fn judge_answers(
                 think: settings.think,
                 max_new_tokens: settings.max_new_tokens,
                 sampling: None,
+                think_budget: None,
             });
         }
     }
@@ -234,6 +235,7 @@ mod tests {
             prompt_tokens: 9,
             finish,
             prefilled_think: false,
+            think_budget_hit: false,
         })
     }
 

@@ -1,0 +1,250 @@
+//! InternVL parity with transformers on the tiny fixture (`tests/fixtures/internvl/`, made by
+//! `scripts/make_fixtures.py --family internvl`): the GotOcr2 tiles of the real JPEGs bit for
+//! bit, the prompt with `<img>` + `<IMG_CONTEXT>`×n + `</img>`, InternViT + pixel shuffle +
+//! projector features, prefill logits and greedy tokens on the plain-RoPE Qwen3 decoder, and
+//! batch invariance of a ragged batch. f32 on CPU.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::*;
+use verisample_models::{
+    ChatMessage, ModelConfig, Preprocessor, PromptBuilder, RenderOptions, VisionInputs, VlModel,
+};
+
+const FAMILY: &str = "internvl";
+
+/// transformers' `pixel_values` `[tiles, C, S, S]` in our layout `[tiles · (S/P)², C·P·P]`
+/// (each tile's patches row-major, a patch `[C, P, P]`).
+fn patchified(pv: &Tensor, patch: usize) -> Tensor {
+    let (tiles, c, s, _) = pv.dims4().unwrap();
+    let side = s / patch;
+    pv.reshape(vec![tiles, c, side, patch, side, patch])
+        .unwrap()
+        .permute(vec![0, 2, 4, 1, 3, 5])
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .reshape((tiles * side * side, c * patch * patch))
+        .unwrap()
+}
+
+fn config() -> ModelConfig {
+    ModelConfig::from_dir(&fixture_dir(FAMILY)).unwrap()
+}
+
+/// Sequence `i` fed the reference pixel values and the reference prompt (plain positions).
+fn reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
+    let VisionInputs { pixel_values, .. } = reference_pixels(model, g, i);
+    let tiles = g.t("pixel_values", i).dim(0).unwrap();
+    let side = pixel_values.dim(0).unwrap() / tiles;
+    let side = (side as f64).sqrt() as usize;
+    let images = model
+        .encode_images(&VisionInputs {
+            pixel_values,
+            grid_thw: vec![[tiles, side, side]],
+        })
+        .unwrap();
+    let ids = g.ids("input_ids", i);
+    let pos: Vec<u32> = (0..ids.len() as u32).collect();
+    SeqInput {
+        positions: [pos.clone(), pos.clone(), pos],
+        ids,
+        rope_delta: 0,
+        images,
+    }
+}
+
+fn reference_pixels(model: &VlModel, g: &Goldens, i: usize) -> VisionInputs {
+    let patch = match model.vision_spec() {
+        verisample_models::VisionConfig::InternVit(s) => s.patch_size,
+        other => panic!("not InternViT: {other:?}"),
+    };
+    VisionInputs {
+        pixel_values: patchified(g.t("pixel_values", i), patch),
+        grid_thw: Vec::new(),
+    }
+}
+
+/// The config resolves to a plain-RoPE Qwen3 decoder (one position row) and InternViT with
+/// the fixture's sizes.
+#[test]
+fn config_resolves_to_internvit_and_a_plain_rope_decoder() {
+    let c = config();
+    assert_eq!(c.family().model_type, "internvl");
+    let t = c.text();
+    assert_eq!(t.position_rows, 1);
+    assert_eq!(t.mrope_section, [t.rotary_dim / 2, 0, 0]);
+    assert!(t.qk_norm, "text_config.model_type qwen3 has q/k norm");
+    let verisample_models::VisionConfig::InternVit(v) = c.vision() else {
+        panic!("{:?}", c.vision())
+    };
+    assert_eq!((v.image_size, v.patch_size, v.shuffle), (112, 14, 2));
+    assert_eq!(v.tokens_per_tile(), 16);
+    assert_eq!(v.out_hidden_size, t.hidden_size);
+}
+
+/// Decode + tiles + resize + normalise of the real JPEGs: bit-exact with transformers'
+/// Pillow processor; then the prompt ids, and the whole path to greedy tokens.
+#[test]
+fn real_jpegs_tiles_prompt_and_greedy_tokens() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let g = Goldens::load(FAMILY);
+    let dir = fixture_dir(FAMILY);
+    let cfg = config();
+    let proc = Preprocessor::from_dir(&dir, &cfg).unwrap();
+    let prompts =
+        PromptBuilder::from_dir(&dir, cfg.image_token_id(), cfg.family().image_wrap).unwrap();
+    let question = g.meta["question"].as_str().unwrap();
+    let model = load_model(FAMILY);
+    for i in 0..g.n() {
+        let path = data.join(g.meta["images"][i].as_str().unwrap());
+        let out = proc.preprocess(&std::fs::read(&path).unwrap()).unwrap();
+        let tiles = g.t("pixel_values", i).dim(0).unwrap();
+        assert_eq!(out.grid_thw, [tiles, 8, 8], "tiles of image {i}");
+        assert_eq!(
+            g.ids("num_patches", i),
+            vec![tiles as u32],
+            "num_patches of image {i}"
+        );
+        let want = reference_pixels(&model, &g, i)
+            .pixel_values
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let differing = out
+            .pixel_values
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert_eq!(out.pixel_values.len(), want.len());
+        assert_eq!(
+            differing,
+            0,
+            "image {i}: max |Δ| {}",
+            max_abs(&out.pixel_values, &want)
+        );
+        let ids = prompts
+            .encode(
+                &[ChatMessage::user_image_question(question)],
+                RenderOptions {
+                    add_generation_prompt: true,
+                    enable_thinking: Some(true),
+                },
+                &[proc.num_image_tokens(out.grid_thw)],
+            )
+            .unwrap();
+        assert_eq!(ids, g.ids("input_ids", i), "prompt ids of sequence {i}");
+        let n = out.pixel_values.len() / out.patch_dim;
+        let images = model
+            .encode_images(&VisionInputs {
+                pixel_values: Tensor::from_vec(out.pixel_values, (n, out.patch_dim), &Device::Cpu)
+                    .unwrap(),
+                grid_thw: vec![out.grid_thw],
+            })
+            .unwrap();
+        let pos: Vec<u32> = (0..ids.len() as u32).collect();
+        let seq = SeqInput {
+            positions: [pos.clone(), pos.clone(), pos],
+            ids,
+            rope_delta: 0,
+            images,
+        };
+        let run = run_greedy(&model, &mut fresh_cache(&model), &[seq], 24, 0);
+        assert_eq!(
+            run.tokens[0],
+            g.ids("greedy", i),
+            "greedy tokens of image {i}"
+        );
+    }
+}
+
+/// InternViT + pixel shuffle + projector on transformers' pixel values match its image
+/// features; prefill logits within 1e-4 and the 24 greedy tokens equal.
+#[test]
+fn features_logits_and_greedy_tokens_match_transformers() {
+    let g = Goldens::load(FAMILY);
+    let model = load_model(FAMILY);
+    for i in 0..g.n() {
+        let seq = reference_seq(&model, &g, i);
+        let got: Vec<f32> = seq.images.embeds.flatten_all().unwrap().to_vec1().unwrap();
+        let d = max_abs(&got, &g.f32s("image_features", i));
+        println!("internvl seq {i}: image features max |Δ| {d:.3e}");
+        assert!(d <= 1e-4, "image features of sequence {i}: max |Δ| {d}");
+        let run = run_greedy(&model, &mut fresh_cache(&model), &[seq], 24, 0);
+        let d = max_abs(&run.prefill_logits[0], &g.f32s("logits", i));
+        println!("internvl seq {i}: prefill logits max |Δ| {d:.3e}");
+        assert!(d <= 1e-4, "sequence {i}: prefill logits max |Δ| {d}");
+        assert_eq!(
+            run.tokens[0],
+            g.ids("greedy", i),
+            "greedy tokens of sequence {i}"
+        );
+    }
+}
+
+/// The four sequences prefilled and decoded as one ragged batch, their images encoded in one
+/// call, give bitwise the logits and tokens each has alone.
+#[test]
+fn a_ragged_batch_is_bitwise_each_sequence_alone() {
+    let g = Goldens::load(FAMILY);
+    let model = load_model(FAMILY);
+    let seqs: Vec<SeqInput> = (0..g.n()).map(|i| reference_seq(&model, &g, i)).collect();
+    let alone: Vec<Run> = seqs
+        .iter()
+        .map(|s| {
+            let one = SeqInput {
+                ids: s.ids.clone(),
+                positions: s.positions.clone(),
+                rope_delta: 0,
+                images: s.images.clone(),
+            };
+            run_greedy(&model, &mut fresh_cache(&model), &[one], 8, 0)
+        })
+        .collect();
+    let pv = Tensor::cat(
+        &(0..g.n())
+            .map(|i| reference_pixels(&model, &g, i).pixel_values)
+            .collect::<Vec<_>>(),
+        0,
+    )
+    .unwrap();
+    let grids = (0..g.n())
+        .map(|i| [g.t("pixel_values", i).dim(0).unwrap(), 8, 8])
+        .collect();
+    let joint = model
+        .encode_images(&VisionInputs {
+            pixel_values: pv,
+            grid_thw: grids,
+        })
+        .unwrap();
+    let mut start = 0;
+    let batched: Vec<SeqInput> = seqs
+        .iter()
+        .map(|s| {
+            let n = s.images.embeds.dim(0).unwrap();
+            let images = joint.narrow(start, n).unwrap();
+            start += n;
+            SeqInput {
+                ids: s.ids.clone(),
+                positions: s.positions.clone(),
+                rope_delta: 0,
+                images,
+            }
+        })
+        .collect();
+    let batch = run_greedy(&model, &mut fresh_cache(&model), &batched, 8, 0);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (i, one) in alone.iter().enumerate() {
+        assert_eq!(
+            bits(&batch.prefill_logits[i]),
+            bits(&one.prefill_logits[0]),
+            "prefill logits of sequence {i}"
+        );
+        assert_eq!(batch.tokens[i], one.tokens[0], "tokens of sequence {i}");
+    }
+}
