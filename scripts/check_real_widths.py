@@ -16,8 +16,13 @@ Widths (config.json of the published checkpoints):
       16 heads, window 112, merger to 3584.
   8b  Qwen3-VL-8B-Instruct: text 4096 / 12288, 32 heads, 8 KV heads, head_dim 128; vision
       1152 / 4304, 16 heads, patch 16, 2304 position embeddings, merger to 4096.
+  internvl-8b  InternVL3.5-8B-HF: Qwen3-8B decoder (4096 / 12288, 32 heads, 8 KV heads,
+      head_dim 128, plain RoPE 1e6); InternViT-300M (1024 / 4096, 16 heads, layer norm,
+      biased attention, layer scale), tiles of 448 (256 tokens each after the 0.5 pixel
+      shuffle), 1-12 tiles + a thumbnail, projector to 4096.
 
-Peak memory per process: about 1 GB (2b), 4.5 GB (7b), 5 GB (8b) in f32; run one at a time.
+Peak memory per process: about 1 GB (2b), 4.5 GB (7b), 5 GB (8b, internvl-8b) in f32; run one
+at a time.
 CI (`.ci/run`) runs the 2b one.
 
 Usage (from the repository root, after ``cargo build --release``):
@@ -45,7 +50,7 @@ VOCAB = 151936
 # `build` is told otherwise). The 2B's context length is the published one (32768), so that
 # the prompt of a 12.8 Mpx image (16384 image tokens) fits (scripts/bench_large_images.py).
 # Published embedding ties: the 2B ties its embeddings, the 7B and 8B do not.
-TIED = {"2b": True, "7b": False, "8b": False}
+TIED = {"2b": True, "7b": False, "8b": False, "internvl-8b": False}
 WIDTHS = {
     "2b": ("qwen2_vl",
            dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
@@ -63,7 +68,17 @@ WIDTHS = {
                                  "mrope_interleaved": True}),
            dict(depth=4, hidden_size=1152, intermediate_size=4304, num_heads=16, out_hidden_size=4096,
                 num_position_embeddings=2304, deepstack_visual_indexes=[1, 2, 3])),
+    "internvl-8b": ("internvl",
+                    dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+                         head_dim=128, max_position_embeddings=40960,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+                    dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=4096, num_attention_heads=16,
+                         image_size=[448, 448], patch_size=[14, 14], norm_type="layer_norm", use_qk_norm=False,
+                         attention_bias=True)),
 }
+# InternVL's processor at the published tile: 448 pixels, 256 tokens a tile, up to 12 tiles.
+INTERNVL_PROCESSOR = {"size": {"height": 448, "width": 448}, "max_patches": 12}
+INTERNVL_TILE_TOKENS = 256
 
 
 def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | None = None) -> None:
@@ -87,6 +102,9 @@ def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | Non
     cfg["vision_config"].update(vision)
     if vision_depth is not None:
         cfg["vision_config"]["depth"] = vision_depth
+    if cfg["model_type"] == "internvl":
+        cfg["image_seq_length"] = INTERNVL_TILE_TOKENS
+        patch_internvl_processor(out_dir)
     cfg.pop("dtype", None)
     cfg["tie_word_embeddings"] = TIED[name]
     cfg["text_config"]["tie_word_embeddings"] = TIED[name]
@@ -96,6 +114,25 @@ def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | Non
     model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="300MB")
     if not os.path.exists(os.path.join(out_dir, "model.safetensors.index.json")):
         sys.exit(f"{name}: save_pretrained wrote no shard index")
+
+
+def patch_internvl_processor(out_dir: str) -> None:
+    """The fixture's processor files (tiles of 112) at the published tile size."""
+    path = os.path.join(out_dir, "preprocessor_config.json")
+    with open(path) as f:
+        pre = json.load(f)
+    pre.update(INTERNVL_PROCESSOR)
+    with open(path, "w") as f:
+        json.dump(pre, f, indent=2)
+    path = os.path.join(out_dir, "processor_config.json")
+    with open(path) as f:
+        proc = json.load(f)
+    proc["image_seq_length"] = INTERNVL_TILE_TOKENS
+    for sub in ("image_processor", "video_processor"):
+        if sub in proc:
+            proc[sub].update(INTERNVL_PROCESSOR)
+    with open(path, "w") as f:
+        json.dump(proc, f, indent=2)
 
 
 def hf_worker(args: argparse.Namespace) -> None:

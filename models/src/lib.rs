@@ -1,33 +1,39 @@
-//! VLM architectures on candle (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5), built for a batch
-//! engine.
+//! VLM architectures on candle (the families of [`FAMILIES`]: Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
+//! Qwen3.5 and their MoE variants, InternVL), built for a batch engine.
 //!
 //! # Public API (what the engine calls)
 //!
 //! Load once:
+//! - [`ModelConfig::from_dir`]`(dir)` → the family and its resolved specs.
 //! - [`VlModel::load`]`(dir, dtype, &device)` → model (config, safetensors, vision + decoder);
 //!   [`VlModel::new_kv_cache`] or [`KvCache::new`] with [`VlModel::text_spec`] sizes.
-//! - [`ImageProcessor::from_dir`]`(dir)` → `preprocessor_config.json`; [`ImageLimits`] guard.
-//! - [`PromptBuilder::from_dir`]`(dir, model.image_token_id(), processor.merge_size)`.
+//! - [`Preprocessor::from_dir`]`(dir, &config)` → the family's image processor
+//!   (`preprocessor_config.json`); [`ImageLimits`] guard.
+//! - [`PromptBuilder::from_dir`]`(dir, config.image_token_id(), family.image_wrap)`.
 //!
 //! Per request:
-//! - [`ImageProcessor::preprocess`]`(bytes)` → [`ProcessedImage`] (`pixel_values`, `grid_thw`).
-//! - [`PromptBuilder::encode`]`(&[ChatMessage], RenderOptions, &[grid_thw])` → prompt ids with
-//!   image pads expanded.
-//! - [`get_rope_index`]`(ids, grids, image_token_id, merge)` → [`RopeIndex`] (M-RoPE positions
-//!   `[3][len]` and `rope_delta`); decode positions via [`decode_position`].
-//! - [`VlModel::encode_images`]`(&VisionInputs)` → [`ImageEmbeds`] (attention within each image).
+//! - [`Preprocessor::preprocess`]`(bytes)` → [`ProcessedImage`] (`pixel_values`, `grid_thw`).
+//! - [`PromptBuilder::encode`]`(&[ChatMessage], RenderOptions, &[image tokens])` → prompt ids
+//!   with image placeholders expanded ([`Preprocessor::num_image_tokens`]).
+//! - M-RoPE families: [`get_rope_index`]`(ids, grids, image_token_id, merge)` → [`RopeIndex`]
+//!   (positions `[3][len]` and `rope_delta`), decode positions via [`decode_position`]; a plain
+//!   RoPE decoder ([`TextSpec::position_rows`] 1) takes `0..len`.
+//! - [`VlModel::encode_images`]`(&VisionInputs)` → [`ImageEmbeds`] (attention within each image
+//!   or tile).
 //!
 //! Per step (prefill chunks and decodes mixed in one ragged batch):
-//! - [`VlModel::forward`]`(&StepInput { input_ids, images, image_rows }, &BatchMeta, &mut KvCache)` →
-//!   logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
+//! - [`VlModel::forward`]`(&StepInput { input_ids, images, image_rows }, &BatchMeta, &mut
+//!   KvCache)` → logits `[logits_indices.len(), vocab]` f32. The model keeps no per-call state.
 //!
 //! Modules: [`families`] (one file per `model_type`, the registry [`FAMILIES`], and
 //! [`ModelConfig`]), [`config`] (config.json's fields and the decoders and vision towers the
-//! families share), [`processor`] (+ Pillow bicubic in `resample`), [`chat`],
-//! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`], [`text`] (the
-//! decoder, a mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer),
-//! [`model`], [`batch`] (the engine interface types), [`probe`] (batch invariance of a whole
-//! model, for `doctor` and the tests).
+//! families share), [`processor`] (Qwen-VL's, + Pillow bicubic in `resample`), [`tiles`]
+//! (InternVL's GotOcr2 tiles), [`preprocessor`] (the two behind one type), [`chat`],
+//! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`] (the Qwen-VL
+//! towers), [`intern_vit`] (InternViT, pixel shuffle, projector), [`text`] (the decoder, a
+//! mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer), [`model`],
+//! [`batch`] (the engine interface types), [`probe`] (batch invariance of a whole model, for
+//! `doctor` and the tests).
 
 pub mod batch;
 pub mod chat;

@@ -189,6 +189,41 @@ impl VisionInputs {
     }
 }
 
+/// The image processor's settings of a checkpoint directory and the file they came from:
+/// `preprocessor_config.json` (what transformers 4 saves and the published checkpoints
+/// carry), else the `image_processor` object of `processor_config.json` (where transformers 5's
+/// processor `save_pretrained` nests them).
+///
+/// Errors: [`ProcessorError::Config`] naming the file when neither holds them or one is not
+/// JSON.
+pub fn image_processor_config(
+    dir: &Path,
+) -> Result<(std::path::PathBuf, serde_json::Value), ProcessorError> {
+    let flat = dir.join("preprocessor_config.json");
+    let nested = dir.join("processor_config.json");
+    let read = |path: &Path| -> Result<serde_json::Value, ProcessorError> {
+        let err = |msg: String| ProcessorError::Config {
+            path: path.display().to_string(),
+            msg,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+    };
+    if flat.exists() || !nested.exists() {
+        return Ok((flat.clone(), read(&flat)?));
+    }
+    match read(&nested)?.get("image_processor") {
+        Some(v @ serde_json::Value::Object(_)) => Ok((nested, v.clone())),
+        _ => Err(ProcessorError::Config {
+            path: flat.display().to_string(),
+            msg: format!(
+                "missing, and {} has no `image_processor` object",
+                nested.display()
+            ),
+        }),
+    }
+}
+
 /// Target size `(height, width)` of the Qwen-VL resize (transformers `smart_resize`): both sides
 /// multiples of `factor = patch_size · merge_size`, pixel count within `[min_pixels,
 /// max_pixels]`, aspect ratio kept as closely as possible. Python's `round` (ties to even) is
@@ -273,18 +308,18 @@ impl ImageProcessor {
         })
     }
 
-    /// Reads `preprocessor_config.json` from a checkpoint directory.
+    /// Reads the image processor's settings of a checkpoint directory
+    /// ([`image_processor_config`]).
     ///
     /// Errors: [`ProcessorError::Config`] when the file is missing or malformed.
     pub fn from_dir(dir: &Path) -> Result<Self, ProcessorError> {
-        let path = dir.join("preprocessor_config.json");
+        let (path, value) = image_processor_config(dir)?;
         let err = |msg: String| ProcessorError::Config {
             path: path.display().to_string(),
             msg,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
         let cfg: PreprocessorConfig =
-            serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+            serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
         Self::new(&cfg).map_err(|e| err(e.to_string()))
     }
 

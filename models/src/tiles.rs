@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::decode::RgbImage;
 use crate::image_limits::ImageLimits;
-use crate::processor::{ProcessedImage, ProcessorError};
+use crate::processor::{image_processor_config, ProcessedImage, ProcessorError};
 use crate::resample::resize_bicubic;
 
 /// `size` of the GotOcr2 `preprocessor_config.json`: the tile in pixels.
@@ -130,8 +130,9 @@ pub fn tile_grid(
 }
 
 impl TileProcessor {
-    /// Reads `preprocessor_config.json` from a checkpoint directory, for a tower with
-    /// `patch_size` and `tokens_per_tile`.
+    /// Reads the image processor's settings of a checkpoint directory
+    /// ([`crate::processor::image_processor_config`]), for a tower with `patch_size` and
+    /// `tokens_per_tile`.
     ///
     /// Errors: [`ProcessorError::Config`] when the file is missing or malformed, the tile is
     /// not square or not a multiple of the patch, mean/std do not have 3 entries, or the
@@ -141,13 +142,12 @@ impl TileProcessor {
         patch_size: usize,
         tokens_per_tile: usize,
     ) -> Result<Self, ProcessorError> {
-        let path = dir.join("preprocessor_config.json");
+        let (path, value) = image_processor_config(dir)?;
         let err = |msg: String| ProcessorError::Config {
             path: path.display().to_string(),
             msg,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
-        let cfg: TileConfig = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let cfg: TileConfig = serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
         let three = |v: &[f32], what: &str| {
             <[f32; 3]>::try_from(v)
                 .map_err(|_| err(format!("{what} must have 3 entries, got {v:?}")))

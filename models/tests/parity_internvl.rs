@@ -9,61 +9,13 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::*;
 use verisample_models::{
-    ChatMessage, ModelConfig, Preprocessor, PromptBuilder, RenderOptions, VisionInputs, VlModel,
+    ChatMessage, ModelConfig, Preprocessor, PromptBuilder, RenderOptions, VisionInputs,
 };
 
 const FAMILY: &str = "internvl";
 
-/// transformers' `pixel_values` `[tiles, C, S, S]` in our layout `[tiles · (S/P)², C·P·P]`
-/// (each tile's patches row-major, a patch `[C, P, P]`).
-fn patchified(pv: &Tensor, patch: usize) -> Tensor {
-    let (tiles, c, s, _) = pv.dims4().unwrap();
-    let side = s / patch;
-    pv.reshape(vec![tiles, c, side, patch, side, patch])
-        .unwrap()
-        .permute(vec![0, 2, 4, 1, 3, 5])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .reshape((tiles * side * side, c * patch * patch))
-        .unwrap()
-}
-
 fn config() -> ModelConfig {
     ModelConfig::from_dir(&fixture_dir(FAMILY)).unwrap()
-}
-
-/// Sequence `i` fed the reference pixel values and the reference prompt (plain positions).
-fn reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
-    let VisionInputs { pixel_values, .. } = reference_pixels(model, g, i);
-    let tiles = g.t("pixel_values", i).dim(0).unwrap();
-    let side = pixel_values.dim(0).unwrap() / tiles;
-    let side = (side as f64).sqrt() as usize;
-    let images = model
-        .encode_images(&VisionInputs {
-            pixel_values,
-            grid_thw: vec![[tiles, side, side]],
-        })
-        .unwrap();
-    let ids = g.ids("input_ids", i);
-    let pos: Vec<u32> = (0..ids.len() as u32).collect();
-    SeqInput {
-        positions: [pos.clone(), pos.clone(), pos],
-        ids,
-        rope_delta: 0,
-        images,
-    }
-}
-
-fn reference_pixels(model: &VlModel, g: &Goldens, i: usize) -> VisionInputs {
-    let patch = match model.vision_spec() {
-        verisample_models::VisionConfig::InternVit(s) => s.patch_size,
-        other => panic!("not InternViT: {other:?}"),
-    };
-    VisionInputs {
-        pixel_values: patchified(g.t("pixel_values", i), patch),
-        grid_thw: Vec::new(),
-    }
 }
 
 /// The config resolves to a plain-RoPE Qwen3 decoder (one position row) and InternViT with
@@ -109,7 +61,7 @@ fn real_jpegs_tiles_prompt_and_greedy_tokens() {
             vec![tiles as u32],
             "num_patches of image {i}"
         );
-        let want = reference_pixels(&model, &g, i)
+        let want = internvl_pixels(&model, &g, i)
             .pixel_values
             .flatten_all()
             .unwrap()
@@ -170,7 +122,7 @@ fn features_logits_and_greedy_tokens_match_transformers() {
     let g = Goldens::load(FAMILY);
     let model = load_model(FAMILY);
     for i in 0..g.n() {
-        let seq = reference_seq(&model, &g, i);
+        let seq = internvl_reference_seq(&model, &g, i);
         let got: Vec<f32> = seq.images.embeds.flatten_all().unwrap().to_vec1().unwrap();
         let d = max_abs(&got, &g.f32s("image_features", i));
         println!("internvl seq {i}: image features max |Δ| {d:.3e}");
@@ -193,7 +145,9 @@ fn features_logits_and_greedy_tokens_match_transformers() {
 fn a_ragged_batch_is_bitwise_each_sequence_alone() {
     let g = Goldens::load(FAMILY);
     let model = load_model(FAMILY);
-    let seqs: Vec<SeqInput> = (0..g.n()).map(|i| reference_seq(&model, &g, i)).collect();
+    let seqs: Vec<SeqInput> = (0..g.n())
+        .map(|i| internvl_reference_seq(&model, &g, i))
+        .collect();
     let alone: Vec<Run> = seqs
         .iter()
         .map(|s| {
@@ -208,7 +162,7 @@ fn a_ragged_batch_is_bitwise_each_sequence_alone() {
         .collect();
     let pv = Tensor::cat(
         &(0..g.n())
-            .map(|i| reference_pixels(&model, &g, i).pixel_values)
+            .map(|i| internvl_pixels(&model, &g, i).pixel_values)
             .collect::<Vec<_>>(),
         0,
     )
@@ -247,4 +201,68 @@ fn a_ragged_batch_is_bitwise_each_sequence_alone() {
         );
         assert_eq!(batch.tokens[i], one.tokens[0], "tokens of sequence {i}");
     }
+}
+
+/// The same images as PNG files (lossless, made here from the decoded JPEGs) give the same
+/// tiles as their JPEGs, so transformers' pixel values: the PNG decode path of the tile
+/// processor.
+#[test]
+fn real_images_as_png_give_the_same_tiles() {
+    let Some(data) = require_shared_data() else {
+        return;
+    };
+    let g = Goldens::load(FAMILY);
+    let proc = Preprocessor::from_dir(&fixture_dir(FAMILY), &config()).unwrap();
+    for i in 0..g.n() {
+        let path = data.join(g.meta["images"][i].as_str().unwrap());
+        let rgb = proc.decode(&std::fs::read(&path).unwrap()).unwrap();
+        let img = image::RgbImage::from_raw(rgb.width as u32, rgb.height as u32, rgb.data.clone())
+            .unwrap();
+        let mut png = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut png, image::ImageFormat::Png).unwrap();
+        let png = png.into_inner();
+        assert!(png.starts_with(b"\x89PNG"), "image {i} is a PNG");
+        let from_png = proc.preprocess(&png).unwrap();
+        let want = g.f32s("pixel_values", i).len();
+        assert_eq!(from_png.pixel_values.len(), want, "image {i}");
+        assert_eq!(
+            from_png,
+            proc.preprocess_rgb(&rgb).unwrap(),
+            "image {i}: PNG tiles vs the JPEG's"
+        );
+    }
+}
+
+/// A checkpoint saved by transformers 5's processor has no `preprocessor_config.json`: the
+/// image processor's settings are read from `processor_config.json`'s `image_processor`, the
+/// same tiles as from the flat file.
+#[test]
+fn the_processor_settings_nested_in_processor_config_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture_dir(FAMILY);
+    std::fs::copy(
+        src.join("processor_config.json"),
+        dir.path().join("processor_config.json"),
+    )
+    .unwrap();
+    let nested = match Preprocessor::from_dir(dir.path(), &config()).unwrap() {
+        Preprocessor::Tiles(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let flat = match Preprocessor::from_dir(&src, &config()).unwrap() {
+        Preprocessor::Tiles(t) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (nested.tile, nested.max_tiles, nested.mean, nested.std),
+        (112, 6, flat.mean, flat.std)
+    );
+    assert_eq!((flat.tile, flat.max_tiles), (112, 6));
+    // Neither file: the error names the flat one.
+    let empty = tempfile::tempdir().unwrap();
+    let err = Preprocessor::from_dir(empty.path(), &config()).unwrap_err();
+    assert!(
+        err.to_string().contains("preprocessor_config.json"),
+        "{err}"
+    );
 }

@@ -11,9 +11,14 @@ mod common;
 
 use candle_core::DType;
 use common::*;
-use verisample_models::{AttentionPath, VisionInputs, VlModel};
+use verisample_models::{AttentionPath, VisionConfig, VisionInputs, VlModel};
 
 fn sequences(model: &VlModel, g: &Goldens) -> Vec<SeqInput> {
+    if matches!(model.vision_spec(), VisionConfig::InternVit(_)) {
+        return (0..g.n())
+            .map(|i| internvl_reference_seq(model, g, i))
+            .collect();
+    }
     (0..g.n())
         .map(|i| SeqInput {
             ids: g.ids("input_ids", i),
@@ -88,3 +93,4 @@ family_tests!(qwen3_vl, "qwen3_vl");
 family_tests!(qwen3_5, "qwen3_5");
 family_tests!(qwen3_vl_moe, "qwen3_vl_moe");
 family_tests!(qwen3_5_moe, "qwen3_5_moe");
+family_tests!(internvl, "internvl");

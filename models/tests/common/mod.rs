@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use verisample_models::{decode_position, BatchMeta, ImageEmbeds, KvCache, StepInput, VlModel};
+use verisample_models::{
+    decode_position, BatchMeta, ImageEmbeds, KvCache, StepInput, VisionInputs, VlModel,
+};
 
 /// `models/tests/fixtures/<family>`.
 pub fn fixture_dir(family: &str) -> PathBuf {
@@ -283,4 +285,54 @@ pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_finite("got", a);
     assert_finite("want", b);
     verisample_kernels::max_abs_diff(a, b)
+}
+
+/// transformers' `pixel_values` `[tiles, C, S, S]` in our layout `[tiles · (S/P)², C·P·P]`
+/// (each tile's patches row-major, a patch `[C, P, P]`).
+fn patchified(pv: &Tensor, patch: usize) -> Tensor {
+    let (tiles, c, s, _) = pv.dims4().unwrap();
+    let side = s / patch;
+    pv.reshape(vec![tiles, c, side, patch, side, patch])
+        .unwrap()
+        .permute(vec![0, 2, 4, 1, 3, 5])
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .reshape((tiles * side * side, c * patch * patch))
+        .unwrap()
+}
+
+/// InternVL sequence `i` of a fixture fed transformers' pixel values and prompt (plain
+/// positions, the same on every row).
+pub fn internvl_reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
+    let VisionInputs { pixel_values, .. } = internvl_pixels(model, g, i);
+    let tiles = g.t("pixel_values", i).dim(0).unwrap();
+    let side = pixel_values.dim(0).unwrap() / tiles;
+    let side = (side as f64).sqrt() as usize;
+    let images = model
+        .encode_images(&VisionInputs {
+            pixel_values,
+            grid_thw: vec![[tiles, side, side]],
+        })
+        .unwrap();
+    let ids = g.ids("input_ids", i);
+    let pos: Vec<u32> = (0..ids.len() as u32).collect();
+    SeqInput {
+        positions: [pos.clone(), pos.clone(), pos],
+        ids,
+        rope_delta: 0,
+        images,
+    }
+}
+
+/// transformers' pixel values of InternVL sequence `i`, in our patch-row layout.
+pub fn internvl_pixels(model: &VlModel, g: &Goldens, i: usize) -> VisionInputs {
+    let patch = match model.vision_spec() {
+        verisample_models::VisionConfig::InternVit(s) => s.patch_size,
+        other => panic!("not InternViT: {other:?}"),
+    };
+    VisionInputs {
+        pixel_values: patchified(g.t("pixel_values", i), patch),
+        grid_thw: Vec::new(),
+    }
 }
