@@ -19,7 +19,8 @@ a ~100 M parameter random Qwen3.5 (``qwen3_5_100m``: 14 hybrid layers, every 4th
 attention, the others Gated DeltaNet) built likewise from models/tests/fixtures/qwen3_5; both
 written to a temporary folder, never committed; and ~100 M parameter random mixtures of experts
 of both MoE families (``qwen3_vl_moe_100m``, ``qwen3_5_moe_100m``: 8 experts, top-2) built from
-their fixtures.
+their fixtures, and a ~100 M parameter random InternVL (``internvl_100m``: Qwen3 decoder,
+InternViT, the internvl fixture's tiles of 112 pixels).
 
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
@@ -42,7 +43,8 @@ same DIR reuses them), e.g. to profile one engine on the very checkpoint of the 
 Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
-        [--models tiny,100m,qwen3_5_100m,qwen3_vl_moe_100m,qwen3_5_moe_100m,qwen2_5_vl_7b]
+        [--models tiny,100m,qwen3_5_100m,qwen3_vl_moe_100m,qwen3_5_moe_100m,internvl_100m,
+                  qwen2_5_vl_7b]
         [--json OUT.json] [--keep DIR] [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
         [--repeat N]
 """
@@ -66,6 +68,7 @@ FIXTURE_QWEN3_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5")
 FIXTURE_QWEN2_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_5_vl")
 FIXTURE_QWEN3_VL_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_vl_moe")
 FIXTURE_QWEN3_5_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5_moe")
+FIXTURE_INTERNVL = os.path.join(REPO, "models", "tests", "fixtures", "internvl")
 QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."
@@ -195,7 +198,23 @@ def make_100m_qwen3_5_moe(out_dir: str) -> None:
     save_random(cfg, out_dir)
 
 
+def make_100m_internvl(out_dir: str) -> None:
+    """A random InternVL of ~100 M parameters: a Qwen3 decoder (14 layers of 768, 12 heads of
+    64 over 2 KV heads, plain RoPE) and InternViT (6 layers of 384, 6 heads), with the internvl
+    fixture's tokenizer and processor (tiles of 112 pixels, 16 tokens each, up to 6 + a
+    thumbnail)."""
+    cfg = copy_fixture_files(FIXTURE_INTERNVL, out_dir)
+    cfg["text_config"].update(
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=12,
+        num_key_value_heads=2, head_dim=64, layer_types=["full_attention"] * 14,
+    )
+    cfg["vision_config"].update(num_hidden_layers=6, hidden_size=384, intermediate_size=1536,
+                                num_attention_heads=6)
+    save_random(cfg, out_dir)
+
+
 BUILDERS = {
+    "internvl_100m": make_100m_internvl,
     "100m": make_100m,
     "qwen3_5_100m": make_100m_qwen3_5,
     "qwen3_vl_moe_100m": make_100m_qwen3_vl_moe,
