@@ -43,12 +43,12 @@ pub enum ChatError {
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    /// Image pads in the prompt and images given disagree.
-    #[error("prompt has {pads} image pads but {images} images were given")]
+    /// Image placeholders in the prompt and images given disagree.
+    #[error("prompt has {pads} image placeholders but {images} images were given")]
     ImageCount {
-        /// `<|image_pad|>` tokens in the rendered prompt.
+        /// Image placeholder tokens (`<|image_pad|>`, `<IMG_CONTEXT>`) in the rendered prompt.
         pads: usize,
-        /// Grids passed.
+        /// Images' token counts passed.
         images: usize,
     },
 }

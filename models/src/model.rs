@@ -1,7 +1,8 @@
-//! A loaded Qwen-VL checkpoint: vision tower + decoder, glued for a batch engine.
+//! A loaded checkpoint of any family of the registry: its vision side + decoder, glued for a
+//! batch engine.
 //!
 //! The model owns weights only: no KV cache, no per-call state. Each call takes the token ids
-//! of one step, the image embeddings for the image-pad tokens among them, the step's
+//! of one step, the image embeddings for the image-placeholder rows among them, the step's
 //! [`BatchMeta`] and the engine's [`KvCache`].
 
 use std::path::{Path, PathBuf};
@@ -280,7 +281,7 @@ impl VlModel {
     }
 
     /// Token embeddings with image embeddings spliced in at the image rows:
-    /// `[total_tokens, hidden]`, plus the image-pad row indices (u32, for DeepStack).
+    /// `[total_tokens, hidden]`, plus the image row indices (u32, for DeepStack).
     ///
     /// Errors: when the image rows differ in number from the embedding rows, or lie beyond
     /// the step.

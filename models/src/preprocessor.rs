@@ -8,8 +8,35 @@ use std::path::Path;
 use crate::config::VisionConfig;
 use crate::decode::RgbImage;
 use crate::families::ModelConfig;
-use crate::processor::{smart_resize, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError};
+use crate::processor::{
+    image_processor_config, smart_resize, ImageProcessor, PixelBounds, ProcessedImage,
+    ProcessorError,
+};
 use crate::tiles::TileProcessor;
+
+/// `image_seq_length` of `dir/processor_config.json`, when it states one, against the tower's
+/// `tokens` per tile (the processor expands each tile to that many placeholders).
+///
+/// Errors: [`ProcessorError::Config`] naming the file when they differ or it is not JSON.
+fn check_image_seq_length(dir: &Path, tokens: usize) -> Result<(), ProcessorError> {
+    let path = dir.join("processor_config.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let err = |msg: String| ProcessorError::Config {
+        path: path.display().to_string(),
+        msg,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+    match value.get("image_seq_length").map(serde_json::Value::as_u64) {
+        None => Ok(()),
+        Some(Some(n)) if n == tokens as u64 => Ok(()),
+        Some(n) => Err(err(format!(
+            "image_seq_length {n:?}, but config.json's tower makes {tokens} tokens a tile \
+             ((image_size / patch_size · downsample_ratio)²)"
+        ))),
+    }
+}
 
 /// A checkpoint's image processor.
 #[derive(Debug, Clone)]
@@ -21,17 +48,32 @@ pub enum Preprocessor {
 }
 
 impl Preprocessor {
-    /// Reads `dir/preprocessor_config.json` as the processor `config`'s vision tower takes.
+    /// Reads the image processor's settings of `dir`
+    /// ([`crate::processor::image_processor_config`]) as the processor `config`'s vision
+    /// tower takes. The tiles must be the tower's `image_size` (transformers would resample
+    /// the position table to another size: not implemented), and a `processor_config.json`
+    /// that states `image_seq_length` must state the tower's tokens per tile.
     ///
     /// Errors: [`ProcessorError::Config`] naming the file and what is wrong in it.
     pub fn from_dir(dir: &Path, config: &ModelConfig) -> Result<Self, ProcessorError> {
         Ok(match config.vision() {
             VisionConfig::Qwen(_) => Self::Qwen(ImageProcessor::from_dir(dir)?),
-            VisionConfig::InternVit(s) => Self::Tiles(TileProcessor::from_dir(
-                dir,
-                s.patch_size,
-                s.tokens_per_tile(),
-            )?),
+            VisionConfig::InternVit(s) => {
+                let tiles = TileProcessor::from_dir(dir, s.patch_size, s.tokens_per_tile())?;
+                if tiles.tile != s.image_size {
+                    return Err(ProcessorError::Config {
+                        path: image_processor_config(dir)?.0.display().to_string(),
+                        msg: format!(
+                            "tiles of {} pixels, but config.json's vision_config.image_size is \
+                             {}: resampling the position table to another tile size is not \
+                             implemented",
+                            tiles.tile, s.image_size
+                        ),
+                    });
+                }
+                check_image_seq_length(dir, s.tokens_per_tile())?;
+                Self::Tiles(tiles)
+            }
         })
     }
 

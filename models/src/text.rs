@@ -113,7 +113,8 @@ fn attention(spec: &TextSpec, a: VarBuilder, path: AttentionPath) -> Result<Atte
 
 impl TextModel {
     /// Loads the decoder from `vb` at the text prefix (`model` or `model.language_model`);
-    /// `lm_head` from `head_vb` unless embeddings are tied. `path` is the implementation of
+    /// `lm_head` from `head_vb` unless embeddings are tied and the checkpoint holds no
+    /// `lm_head.weight` (transformers 5 does not tie a head the checkpoint has). `path` is the implementation of
     /// attention, and with it of the projections ([`crate::layers::Proj::from_parts`]) and the
     /// recurrent kernels. Each layer's mixer follows `spec.layer_types`: attention
     /// (`self_attn`) or Gated DeltaNet (`linear_attn`).
@@ -174,7 +175,8 @@ impl TextModel {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(h, eps, zc, vb.pp("norm"))?;
-        let (embed, lm_head) = if spec.tie_word_embeddings {
+        let tied = spec.tie_word_embeddings && !head_vb.contains_tensor("lm_head.weight");
+        let (embed, lm_head) = if tied {
             let dtype = embed.embeddings().dtype();
             let head = Proj::from_parts(vec![(embed.embeddings().clone(), None)], path)?;
             match head {

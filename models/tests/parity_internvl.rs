@@ -9,7 +9,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::*;
 use verisample_models::{
-    ChatMessage, ModelConfig, Preprocessor, PromptBuilder, RenderOptions, VisionInputs,
+    ChatMessage, ModelConfig, Preprocessor, PromptBuilder, RenderOptions, VisionInputs, VlModel,
 };
 
 const FAMILY: &str = "internvl";
@@ -263,6 +263,85 @@ fn the_processor_settings_nested_in_processor_config_are_read() {
     let err = Preprocessor::from_dir(empty.path(), &config()).unwrap_err();
     assert!(
         err.to_string().contains("preprocessor_config.json"),
+        "{err}"
+    );
+}
+
+/// The `-hf` conversion leaves `InternVLConfig`'s `tie_word_embeddings` at its class default
+/// while the checkpoint holds its own `lm_head` (the untied 8B and larger): the head the
+/// checkpoint has is used, as transformers 5 does, whatever the config says; and a file
+/// without the key is untied (the decoder's default).
+#[test]
+fn the_checkpoints_own_head_is_used_even_when_the_config_says_tied() {
+    let g = Goldens::load(FAMILY);
+    let src = fixture_dir(FAMILY);
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["tie_word_embeddings"] = true.into();
+    cfg["text_config"]["tie_word_embeddings"] = true.into();
+    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+    let model = VlModel::load(dir.path(), candle_core::DType::F32, &Device::Cpu).unwrap();
+    assert!(model.text_spec().tie_word_embeddings);
+    let run = run_greedy(
+        &model,
+        &mut fresh_cache(&model),
+        &[internvl_reference_seq(&model, &g, 0)],
+        24,
+        0,
+    );
+    assert_eq!(run.tokens[0], g.ids("greedy", 0));
+    // No key at either level: untied.
+    cfg.as_object_mut().unwrap().remove("tie_word_embeddings");
+    cfg["text_config"]
+        .as_object_mut()
+        .unwrap()
+        .remove("tie_word_embeddings");
+    let c = ModelConfig::from_json(&cfg.to_string()).unwrap();
+    assert!(!c.text().tie_word_embeddings);
+}
+
+/// Tiles of another size than the tower's `image_size`, or an `image_seq_length` other than
+/// the tower's tokens per tile, are refused when the processor is read, naming the file.
+#[test]
+fn a_processor_that_does_not_fit_the_tower_is_refused() {
+    let src = fixture_dir(FAMILY);
+    let copy = |edit: &dyn Fn(&str, serde_json::Value) -> serde_json::Value| {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["preprocessor_config.json", "processor_config.json"] {
+            let v =
+                serde_json::from_str(&std::fs::read_to_string(src.join(name)).unwrap()).unwrap();
+            std::fs::write(dir.path().join(name), edit(name, v).to_string()).unwrap();
+        }
+        dir
+    };
+    let bigger = copy(&|name, mut v| {
+        if name == "preprocessor_config.json" {
+            v["size"] = serde_json::json!({"height": 224, "width": 224});
+        }
+        v
+    });
+    let err = Preprocessor::from_dir(bigger.path(), &config())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("preprocessor_config.json") && err.contains("vision_config.image_size is 112"),
+        "{err}"
+    );
+    let more = copy(&|name, mut v| {
+        if name == "processor_config.json" {
+            v["image_seq_length"] = 64.into();
+        }
+        v
+    });
+    let err = Preprocessor::from_dir(more.path(), &config())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("processor_config.json") && err.contains("image_seq_length Some(64)"),
         "{err}"
     );
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! requests ─▶ input pipeline (rayon pool: image decode + preprocessing, chat template,
-//!             tokenizer, M-RoPE positions) ─▶ bounded channel ─▶ waiting queue
+//!             tokenizer, position ids) ─▶ bounded channel ─▶ waiting queue
 //!          ─▶ scheduler step: prefill newly admitted sequences (ragged, no padding; vision
 //!             encoder batched over images not seen yet) or decode one token per running
 //!             sequence ─▶ greedy sampler on the device (repetition penalty, argmax; only

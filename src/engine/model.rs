@@ -80,9 +80,10 @@ pub trait EngineModel: Sync {
         None
     }
 
-    /// Token ids that stand for non-text inputs (image placeholders). A sequence that
-    /// generates one ends with `FinishReason::Error` (it cannot be fed back as a text token
-    /// through a model that finds image rows by token id). Default: none.
+    /// Token ids a model cannot take back as text once generated (a model that finds its
+    /// image rows by token id rather than by [`StepImages::rows`]): a sequence that generates
+    /// one ends with `FinishReason::Error`. Default: none (the models crate's `VlModel` takes
+    /// the rows it is given, so a generated placeholder is text, as in transformers).
     fn placeholder_token_ids(&self) -> Vec<u32> {
         Vec::new()
     }
@@ -139,7 +140,8 @@ pub enum InputError {
 /// Chat template, tokenizer and image preprocessing of a model. Called from the input
 /// pipeline's worker threads, hence `Send + Sync`.
 pub trait InputProcessor: Send + Sync {
-    /// Turn a request into prompt tokens, M-RoPE positions and preprocessed images.
+    /// Turn a request into prompt tokens, position ids (M-RoPE rows, or one plain row) and
+    /// preprocessed images.
     ///
     /// Errors: [`InputError`] (undecodable image, template error, …); the request then
     /// completes with `FinishReason::Error`.

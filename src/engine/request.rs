@@ -116,7 +116,7 @@ pub struct PreparedImage {
 }
 
 /// A request after the input pipeline: chat template applied, tokenized, image preprocessed,
-/// M-RoPE position ids computed.
+/// position ids computed.
 #[derive(Debug, Clone)]
 pub struct PreparedInput {
     /// Prompt token ids, image placeholders expanded.
@@ -146,8 +146,9 @@ pub enum FinishReason {
     /// sequence grew to fill the whole KV cache pool): `finish_reason: length`, as in the
     /// pipeline's [`crate::route::FinishReason::Length`].
     Length,
-    /// The request could not be run (bad image, prompt larger than the KV cache, the model
-    /// generated an image placeholder token, …); `Completion::error` says why.
+    /// The request could not be run (bad image, prompt larger than the KV cache, a model that
+    /// cannot take a generated image placeholder back as text generated one, …);
+    /// `Completion::error` says why.
     Error,
 }
 

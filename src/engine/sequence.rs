@@ -1,4 +1,4 @@
-//! One sequence in the engine: its tokens (prompt, then generated), M-RoPE positions, image
+//! One sequence in the engine: its tokens (prompt, then generated), position ids, image
 //! spans, block table and how much of it is in the KV cache; and the prefix-cache block hash.
 
 use sha2::{Digest, Sha256};
@@ -31,7 +31,7 @@ impl ImageSpan {
 /// ids (little-endian u32), and for each image span overlapping the block its SHA-256 and the
 /// block's offset relative to the span start. The hash therefore fixes the whole prefix up to
 /// the end of the block, images included (vLLM's automatic prefix caching with multimodal
-/// "extra keys"). M-RoPE positions are a function of that prefix, so equal hashes mean equal KV.
+/// "extra keys"). Position ids are a function of that prefix, so equal hashes mean equal KV.
 pub fn block_hashes(
     tokens: &[u32],
     images: &[ImageSpan],

@@ -257,6 +257,15 @@ fn start_engine(settings: &Settings, control: &RunControl) -> anyhow::Result<Loa
     let step = StartStep::begin(settings.progress, what, Measure::Time);
     let mut engine = load_engine_with(settings, engine_config(settings))?;
     step.finish();
+    if settings.think_budget.is_some()
+        && crate::engine::InputProcessor::think_tokens(engine.processor()).is_none()
+    {
+        anyhow::bail!(
+            "--think-budget needs the closing reasoning tag `</think>` as one token of {}, and \
+             the family's early-stopping text to hold it; this tokenizer has no such token",
+            settings.model.dir.join("tokenizer.json").display()
+        );
+    }
     engine.set_stop_flag(control.stop.clone());
     if settings.max_batch_auto {
         tracing::info!("{}", auto_batch_line(engine.config().max_batch, settings));

@@ -15,13 +15,15 @@ use crate::chat::THINK_OPEN;
 
 use super::{Family, Resolved, QWEN_STOP_TOKENS};
 
-/// `InternVLConfig`'s defaults.
+/// `InternVLConfig`'s defaults. Not its `tie_word_embeddings = True`: transformers'
+/// conversion script leaves it at that default in the published `-hf` files, and transformers
+/// does not tie when the checkpoint holds its own `lm_head` (the 8B and larger do); so the
+/// file's own value decides, else `text_config`'s, else the decoder's default (untied).
 const TOP: Table = &[
     ("image_token_id", Int(151667)),
     ("downsample_ratio", Float(0.5)),
     ("projector_hidden_act", Text("gelu")),
     ("vision_feature_select_strategy", Text("default")),
-    ("tie_word_embeddings", Bool(true)),
 ];
 
 /// The defaults `Qwen2Config` and `Qwen3Config` share (InternVL's `text_config` is one of
@@ -193,8 +195,9 @@ fn resolve(f: &Fields) -> Result<Resolved, ConfigError> {
         || !side.is_multiple_of(spec.shuffle)
     {
         return Err(ConfigError::Invalid(format!(
-            "InternViT: hidden {} over {} heads, image {} over patch {}, {side} patches per side \
-             over shuffle {}",
+            "vision_config.hidden_size {} over num_attention_heads {}, image_size {} over \
+             patch_size {}, {side} patches per side over 1 / downsample_ratio = {}: each must \
+             divide",
             spec.hidden_size, spec.num_heads, spec.image_size, spec.patch_size, spec.shuffle
         )));
     }
