@@ -68,10 +68,18 @@ fn stable_files(out: &Path) -> BTreeMap<String, Vec<u8>> {
 fn budget_hits_are_recorded_and_the_bytes_hold_at_any_batch_and_on_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let one = tmp.path().join("one");
-    ok(
+    let first = ok(
         run(&one, &["--think-budget", "2", "--max-batch", "1"]),
         "batch 1",
     );
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        stdout.contains("thinking budget 2 tokens: it ended the reasoning of 48 of 48 answers"),
+        "{stdout}"
+    );
+    // 2 + the early-stopping text's tokens reach --max-new-tokens 48: said at start.
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(stderr.contains("leave no room for an answer"), "{stderr}");
     // Every answer's reasoning is longer than 2 tokens: each was cut, and says so.
     let lines = std::fs::read_to_string(one.join("generations.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 48);
@@ -122,7 +130,7 @@ fn budget_hits_are_recorded_and_the_bytes_hold_at_any_batch_and_on_resume() {
     let said = String::from_utf8_lossy(&refused.stdout).into_owned()
         + &String::from_utf8_lossy(&refused.stderr);
     assert!(
-        said.contains("clean_meta think_budget_hit says Some(true) but generations.jsonl's"),
+        said.contains("clean_meta think_budget_hit says true but generations.jsonl's"),
         "{said}"
     );
 

@@ -292,6 +292,13 @@ impl ImageProcessor {
             })
         };
         let size = cfg.size.clone().unwrap_or_default();
+        let std = three(&cfg.image_std, "image_std")?;
+        if std.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(ProcessorError::Config {
+                path: String::new(),
+                msg: format!("image_std {std:?} must be positive"),
+            });
+        }
         Ok(Self {
             min_pixels: cfg.min_pixels.or(size.shortest_edge).unwrap_or(56 * 56),
             max_pixels: cfg
@@ -302,7 +309,7 @@ impl ImageProcessor {
             temporal_patch_size: cfg.temporal_patch_size,
             merge_size: cfg.merge_size,
             mean: three(&cfg.image_mean, "image_mean")?,
-            std: three(&cfg.image_std, "image_std")?,
+            std,
             rescale_factor: cfg.rescale_factor,
             limits: ImageLimits::default(),
         })

@@ -153,7 +153,7 @@ impl TileProcessor {
                 .map_err(|_| err(format!("{what} must have 3 entries, got {v:?}")))
         };
         let TileSize { height, width } = cfg.size;
-        if height != width || patch_size == 0 || !height.is_multiple_of(patch_size) {
+        if height != width || height == 0 || patch_size == 0 || !height.is_multiple_of(patch_size) {
             return Err(err(format!(
                 "size {height}x{width} must be a square tile, a multiple of the patch {patch_size}"
             )));
@@ -170,6 +170,10 @@ impl TileProcessor {
                 cfg.min_patches, cfg.max_patches
             )));
         }
+        let std = three(&cfg.image_std, "image_std")?;
+        if std.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(err(format!("image_std {std:?} must be positive")));
+        }
         Ok(Self {
             tile: height,
             patch_size,
@@ -177,7 +181,7 @@ impl TileProcessor {
             max_tiles: cfg.max_patches,
             tokens_per_tile,
             mean: three(&cfg.image_mean, "image_mean")?,
-            std: three(&cfg.image_std, "image_std")?,
+            std,
             rescale_factor: cfg.rescale_factor,
             limits: ImageLimits::default(),
         })

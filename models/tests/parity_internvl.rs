@@ -344,4 +344,44 @@ fn a_processor_that_does_not_fit_the_tower_is_refused() {
         err.contains("processor_config.json") && err.contains("image_seq_length Some(64)"),
         "{err}"
     );
+    for (key, value, says) in [
+        (
+            "size",
+            serde_json::json!({"height": 0, "width": 0}),
+            "square tile",
+        ),
+        (
+            "image_std",
+            serde_json::json!([0.0, 0.0, 0.0]),
+            "must be positive",
+        ),
+    ] {
+        let bad = copy(&|name, mut v| {
+            if name == "preprocessor_config.json" {
+                v[key] = value.clone();
+            }
+            v
+        });
+        let err = Preprocessor::from_dir(bad.path(), &config())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{key}: {err}");
+    }
+}
+
+/// Tiles take any aspect ratio (transformers' GotOcr2 has no 200:1 rule, unlike Qwen-VL's
+/// `smart_resize`): a 2×600 image becomes a grid of tiles and its thumbnail.
+#[test]
+fn a_very_wide_image_is_tiled() {
+    let proc = Preprocessor::from_dir(&fixture_dir(FAMILY), &config()).unwrap();
+    let wide = verisample_models::RgbImage {
+        width: 600,
+        height: 2,
+        data: vec![128; 600 * 2 * 3],
+    };
+    let out = proc.preprocess_rgb(&wide).unwrap();
+    // 300:1 → the widest grid of at most 6 tiles, 6×1, plus the thumbnail.
+    assert_eq!(out.grid_thw, [7, 8, 8]);
+    assert_eq!(proc.image_patches(600, 2, None), Some(7 * 64));
+    assert_eq!(proc.pixel_bounds(), None);
 }

@@ -26,9 +26,10 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> FieldProblem
 
 /// Check that `bytes` is an image of a supported format that decodes completely within the
 /// pipeline's one [`ImageLimits`] (the image processor's own), and that `admit` accepts its
-/// header size `(width, height)` before it is decoded (after the aspect ratio the model's
-/// `smart_resize` takes, [`verisample_models::image_limits::aspect_ratio_ok`]; then the engine's vision memory budget,
-/// [`super::Generator::check_image`]). Returns the image decoded, as the model's processor
+/// header size `(width, height)` before it is decoded (the engine's check,
+/// [`super::Generator::check_image`]: the shapes the model's image processor takes — the
+/// Qwen-VL `smart_resize` refuses an aspect ratio over 200, InternVL's tiles take any —, then
+/// its vision memory budget). Returns the image decoded, as the model's processor
 /// decodes it ([`verisample_models::decode_rgb`]: `[height, width, 3]` 8-bit RGB), which the
 /// answer requests carry to the processor so that it is not decoded again.
 ///
@@ -62,13 +63,6 @@ pub fn check_image(
     limits
         .check(w, h)
         .map_err(|e| problem(FIELD, e.to_string()))?;
-    if !verisample_models::image_limits::aspect_ratio_ok(w as usize, h as usize) {
-        let message = verisample_models::ProcessorError::AspectRatio {
-            height: h as usize,
-            width: w as usize,
-        };
-        return Err(problem(FIELD, message.to_string()));
-    }
     admit(w, h).map_err(|m| problem(FIELD, m))?;
     verisample_models::decode_rgb(bytes, &limits)
         .map_err(|e| problem(FIELD, format!("image does not decode: {e}")))
@@ -187,14 +181,8 @@ mod tests {
             ("truncated", Some(truncated), Err("does not decode")),
             ("bomb", Some(bomb), Err("too large")),
             ("wide", Some(wide), Err("too large")),
-            // smart_resize's aspect ratio, refused from the header (this one has no pixels)
-            // before `admit` or a decode: 200:1 is the widest it takes.
-            (
-                "ratio",
-                Some(png_header_only(1000, 4)),
-                Err("absolute aspect ratio must be smaller than 200, got a 1000x4 image"),
-            ),
-            ("ratio 200", Some(png(4, 800)), Ok((4, 800))),
+            // No shape rule of its own: a 250:1 image is the model's to refuse (`admit`).
+            ("ratio 250", Some(png(4, 1000)), Ok((4, 1000))),
         ];
         for (name, bytes, want) in cases {
             let got = check_image(bytes.as_deref(), any_size).map(|rgb| (rgb.width, rgb.height));

@@ -257,9 +257,19 @@ fn start_engine(settings: &Settings, control: &RunControl) -> anyhow::Result<Loa
     let step = StartStep::begin(settings.progress, what, Measure::Time);
     let mut engine = load_engine_with(settings, engine_config(settings))?;
     step.finish();
-    if settings.think_budget.is_some()
-        && crate::engine::InputProcessor::think_tokens(engine.processor()).is_none()
-    {
+    let think = crate::engine::InputProcessor::think_tokens(engine.processor());
+    if let (Some(budget), Some(t)) = (settings.think_budget, think) {
+        if budget + t.stop.len() + BUDGET_ANSWER_ROOM > settings.max_new_tokens {
+            tracing::warn!(
+                "--think-budget {budget} plus the {} tokens of the early-stopping text leave no \
+                 room for an answer (fewer than {BUDGET_ANSWER_ROOM} tokens) within \
+                 --max-new-tokens {}: an answer the budget cuts may end truncated",
+                t.stop.len(),
+                settings.max_new_tokens
+            );
+        }
+    }
+    if settings.think_budget.is_some() && think.is_none() {
         anyhow::bail!(
             "--think-budget needs the closing reasoning tag `</think>` as one token of {}, and \
              the family's early-stopping text to hold it; this tokenizer has no such token",
@@ -272,6 +282,11 @@ fn start_engine(settings: &Settings, control: &RunControl) -> anyhow::Result<Loa
     }
     Ok(EngineGenerator::new(engine))
 }
+
+/// Tokens a `--think-budget` run should leave for the answer after the reasoning and the
+/// early-stopping text; fewer is warned about at start (a short answer, as the tasks here
+/// take, and its end-of-turn token).
+const BUDGET_ANSWER_ROOM: usize = 16;
 
 /// Open the device of `settings` and load its model into an engine of configuration `cfg`
 /// (a run's is [`engine_config`]), as a run does: its dtype, kernels, generation config and

@@ -70,6 +70,9 @@ pub struct Summary {
     /// `reject_reasons` samples.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<super::SamplingStats>,
+    /// `--think-budget` and the answers it cut ([`RunStats::think_budget`]); absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_budget: Option<super::ThinkBudgetStats>,
     /// Generations per second in this process.
     pub items_per_s: f64,
     /// Generated tokens per second in this process.
@@ -155,6 +158,7 @@ impl Summary {
             replayed: t.replayed_items,
             merged_shards: None,
             sampling: stats.sampling.clone(),
+            think_budget: stats.think_budget.clone(),
             items_per_s: t.items_per_s,
             tokens_per_s: t.tokens_per_s,
         }
@@ -234,6 +238,12 @@ impl Summary {
         }
         if let Some(k) = &self.sampling {
             s.push_str(&sampling_line(k));
+        }
+        if let Some(b) = &self.think_budget {
+            s.push_str(&format!(
+                "thinking budget {} tokens: it ended the reasoning of {} of {} answers\n",
+                b.budget, b.hit, b.answers
+            ));
         }
         s.push_str(&format!("rejected {}", self.rejected));
         if !self.reject_reasons.is_empty() {

@@ -197,19 +197,20 @@ impl RunGenerations {
                     // clean_meta's `think_budget_hit` is the line's, entry by entry.
                     let said = hits.map(|h| h.get(q).and_then(serde_json::Value::as_bool));
                     if said.unwrap_or(Some(false)) != Some(line.budget_hit) {
+                        let said = match said {
+                            None => "nothing".to_string(),
+                            Some(None) => "no flag for this entry".to_string(),
+                            Some(Some(b)) => b.to_string(),
+                        };
                         out.push(Disagreement {
                             split: name.to_string(),
                             row: r,
                             qa: Some(q),
                             problem: Problem::NotTheModelOutput,
                             detail: format!(
-                                "clean_meta think_budget_hit says {:?} but generations.jsonl's \
+                                "clean_meta think_budget_hit says {said} but generations.jsonl's \
                                  answer at position {} qa {} sample {} says {}",
-                                said.flatten(),
-                                key.0,
-                                key.1,
-                                key.2,
-                                line.budget_hit
+                                key.0, key.1, key.2, line.budget_hit
                             ),
                         });
                     }
