@@ -20,7 +20,8 @@ attention, the others Gated DeltaNet) built likewise from models/tests/fixtures/
 written to a temporary folder, never committed; and ~100 M parameter random mixtures of experts
 of both MoE families (``qwen3_vl_moe_100m``, ``qwen3_5_moe_100m``: 8 experts, top-2) built from
 their fixtures, and a ~100 M parameter random InternVL (``internvl_100m``: Qwen3 decoder,
-InternViT, the internvl fixture's tiles of 112 pixels).
+InternViT, the internvl fixture's tiles of 112 pixels), and a ~100 M parameter random GLM-4.1V
+(``glm4v_100m``: GLM-4 decoder, GLM-4.1V's vision tower, the glm4v fixture's processor).
 
 It also measures the machine's f32 GEMM GFLOP/s (torch.matmul, 2048³, same threads) and the
 fraction of it our prefill reaches (2 · decoder-layer parameters · prefill tokens / decoder
@@ -44,7 +45,7 @@ Usage (from the repository root, after ``cargo build --release``):
     python scripts/bench_vs_transformers.py [--images DIR] [--num-images 32]
         [--batch-sizes 1,16] [--max-new-tokens 32] [--threads N] [--bin PATH]
         [--models tiny,100m,qwen3_5_100m,qwen3_vl_moe_100m,qwen3_5_moe_100m,internvl_100m,
-                  qwen2_5_vl_7b]
+                  glm4v_100m,qwen2_5_vl_7b]
         [--json OUT.json] [--keep DIR] [--device cpu|cuda] [--dtype f32|bf16] [--kv-cache-gib G]
         [--repeat N]
 """
@@ -69,6 +70,7 @@ FIXTURE_QWEN2_5 = os.path.join(REPO, "models", "tests", "fixtures", "qwen2_5_vl"
 FIXTURE_QWEN3_VL_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_vl_moe")
 FIXTURE_QWEN3_5_MOE = os.path.join(REPO, "models", "tests", "fixtures", "qwen3_5_moe")
 FIXTURE_INTERNVL = os.path.join(REPO, "models", "tests", "fixtures", "internvl")
+FIXTURE_GLM4V = os.path.join(REPO, "models", "tests", "fixtures", "glm4v")
 QUESTION = (
     "What is written in the image? Answer this question using the text in the image "
     "directly without any other context. Answer in short without any other content."
@@ -213,8 +215,26 @@ def make_100m_internvl(out_dir: str) -> None:
     save_random(cfg, out_dir)
 
 
+def make_100m_glm4v(out_dir: str) -> None:
+    """A random GLM-4.1V of ~100 M parameters: a GLM-4 decoder (14 layers of 768, 12 heads of
+    64 over 2 KV heads, half of each head rotated, M-RoPE [4, 6, 6]) and GLM-4.1V's vision tower
+    (6 blocks of 384, 6 heads, a 24×24 position table), with the glm4v fixture's tokenizer and
+    processor."""
+    cfg = copy_fixture_files(FIXTURE_GLM4V, out_dir)
+    cfg["text_config"].update(
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=14, num_attention_heads=12,
+        num_key_value_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6],
+                         "partial_rotary_factor": 0.5},
+    )
+    cfg["vision_config"].update(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6,
+                                out_hidden_size=768, image_size=336)
+    save_random(cfg, out_dir)
+
+
 BUILDERS = {
     "internvl_100m": make_100m_internvl,
+    "glm4v_100m": make_100m_glm4v,
     "100m": make_100m,
     "qwen3_5_100m": make_100m_qwen3_5,
     "qwen3_vl_moe_100m": make_100m_qwen3_vl_moe,
@@ -322,7 +342,9 @@ def hf_worker(args: argparse.Namespace) -> None:
         if cuda:
             torch.cuda.synchronize()
     tok = processor.tokenizer
-    eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+    vocab = tok.get_vocab()
+    # The families' turn ends (Qwen: <|im_end|>, <|endoftext|>; GLM also <|user|>, <|observation|>).
+    eos = sorted({vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|user|>", "<|observation|>") if t in vocab})
     pad = tok.convert_tokens_to_ids("<|endoftext|>")
     files = list_images(args.images, args.num_images)
     items, prefill_tokens, prefill_secs, gen_secs, decode_tokens = [], 0, 0.0, 0.0, 0

@@ -20,6 +20,10 @@ Widths (config.json of the published checkpoints):
       head_dim 128, plain RoPE 1e6); InternViT-300M (1024 / 4096, 16 heads, layer norm,
       biased attention, layer scale), tiles of 448 (256 tokens each after the 0.5 pixel
       shuffle), 1-12 tiles + a thumbnail, projector to 4096.
+  glm-9b  GLM-4.1V-9B-Thinking: GLM-4 decoder (4096 / 13696, 32 heads, 2 KV heads, half of
+      each 128-wide head rotated, M-RoPE [8, 12, 12], 151552-token vocabulary); vision 1536,
+      12 heads, image_size 336 (24×24 learned positions), merger 13696 to 4096; the published
+      pixel bounds (12544 / 9633792).
 
 Peak memory per process: about 1 GB (2b), 4.5 GB (7b), 5 GB (8b, internvl-8b) in f32; run one
 at a time.
@@ -50,7 +54,9 @@ VOCAB = 151936
 # `build` is told otherwise). The 2B's context length is the published one (32768), so that
 # the prompt of a 12.8 Mpx image (16384 image tokens) fits (scripts/bench_large_images.py).
 # Published embedding ties: the 2B ties its embeddings, the 7B and 8B do not.
-TIED = {"2b": True, "7b": False, "8b": False, "internvl-8b": False}
+TIED = {"2b": True, "7b": False, "8b": False, "internvl-8b": False, "glm-9b": False}
+# A vocabulary other than the Qwen one.
+VOCABS = {"glm-9b": 151552}
 WIDTHS = {
     "2b": ("qwen2_vl",
            dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
@@ -75,7 +81,15 @@ WIDTHS = {
                     dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=4096, num_attention_heads=16,
                          image_size=[448, 448], patch_size=[14, 14], norm_type="layer_norm", use_qk_norm=False,
                          attention_bias=True)),
+    "glm-9b": ("glm4v",
+               dict(hidden_size=4096, intermediate_size=13696, num_attention_heads=32, num_key_value_heads=2,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12],
+                                     "partial_rotary_factor": 0.5}),
+               dict(depth=4, hidden_size=1536, intermediate_size=13696, num_heads=12, out_hidden_size=4096,
+                    image_size=336, patch_size=14)),
 }
+# GLM-4.1V-9B-Thinking's published pixel bounds (preprocessor_config.json `size`).
+GLM_SIZE = {"shortest_edge": 12544, "longest_edge": 9633792}
 # InternVL's processor at the published tile: 448 pixels, 256 tokens a tile, up to 12 tiles.
 INTERNVL_PROCESSOR = {"size": {"height": 448, "width": 448}, "max_patches": 12}
 INTERNVL_TILE_TOKENS = 256
@@ -97,7 +111,7 @@ def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | Non
             shutil.copy(os.path.join(src, f), out_dir)
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    cfg["text_config"].update(text, vocab_size=VOCAB, num_hidden_layers=text_layers,
+    cfg["text_config"].update(text, vocab_size=VOCABS.get(name, VOCAB), num_hidden_layers=text_layers,
                               layer_types=["full_attention"] * text_layers)
     cfg["vision_config"].update(vision)
     if vision_depth is not None:
@@ -105,6 +119,8 @@ def build(name: str, out_dir: str, text_layers: int = 2, vision_depth: int | Non
     if cfg["model_type"] == "internvl":
         cfg["image_seq_length"] = INTERNVL_TILE_TOKENS
         patch_internvl_processor(out_dir)
+    if cfg["model_type"] == "glm4v":
+        patch_size(out_dir, GLM_SIZE)
     cfg.pop("dtype", None)
     cfg["tie_word_embeddings"] = TIED[name]
     cfg["text_config"]["tie_word_embeddings"] = TIED[name]
@@ -135,6 +151,21 @@ def patch_internvl_processor(out_dir: str) -> None:
         json.dump(proc, f, indent=2)
 
 
+def patch_size(out_dir: str, size: dict) -> None:
+    """The fixture's processor files with the published `size` (pixel bounds)."""
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            cfg = json.load(f)
+        for sub in (cfg, cfg.get("image_processor")):
+            if isinstance(sub, dict) and "size" in sub:
+                sub["size"] = dict(size)
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
+
+
 def hf_worker(args: argparse.Namespace) -> None:
     """transformers' greedy tokens for each image, one JSON object (as bench_vs_transformers)."""
     import torch
@@ -145,7 +176,9 @@ def hf_worker(args: argparse.Namespace) -> None:
     processor = AutoProcessor.from_pretrained(args.model, use_fast=False)
     model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32).eval()
     tok = processor.tokenizer
-    eos = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+    vocab = tok.get_vocab()
+    # The families' turn ends (Qwen: <|im_end|>, <|endoftext|>; GLM also <|user|>, <|observation|>).
+    eos = sorted({vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|user|>", "<|observation|>") if t in vocab})
     msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
     prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=True)
     items = []

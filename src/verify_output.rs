@@ -38,7 +38,12 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::judge::{parse_verdict, Verdict, NUMBER_GUARD_DEFAULT};
-use crate::record::split_meta::kept_from_of;
+use crate::record::split_meta::{answer_format_of, kept_from_of};
+use crate::verifiers::think::AnswerFormat;
+
+/// Whether a split row's reference is a list, and where its answers are
+/// ([`Checker::reading`]).
+type Reading = (bool, AnswerFormat);
 use crate::record::{AcceptedQa, OutputRow, RejectedQa, SplitKind};
 use crate::route::{decide, Decision, RejectReason, ACCEPTED_BY_JUDGE};
 use crate::verifiers::pytext::py_strip;
@@ -391,16 +396,36 @@ impl Checker<'_> {
         parsed
     }
 
-    /// `list`: the row's `clean_meta` says its reference is a list ([`answer_is_list`]).
-    fn check_accepted(&mut self, split: &str, row: usize, qa: usize, e: &AcceptedQa, list: bool) {
+    /// How a split row's entries are read, from its `clean_meta`: whether its reference is a
+    /// list ([`answer_is_list`]) and where the model's answer is in `vlm_answer` / `wrong_vlm`
+    /// ([`answer_format_of`]; an unknown format is flagged and read as the whole text).
+    fn reading(&mut self, split: &str, row: usize, clean_meta: &str) -> Reading {
+        let format = answer_format_of(clean_meta).unwrap_or_else(|msg| {
+            self.flag(split, row, None, Problem::UnknownValue, msg);
+            AnswerFormat::AfterThink
+        });
+        (answer_is_list(clean_meta), format)
+    }
+
+    /// `reading`: the row's [`Reading`]; the verifier checks the final answer in `vlm_answer`.
+    fn check_accepted(
+        &mut self,
+        split: &str,
+        row: usize,
+        qa: usize,
+        e: &AcceptedQa,
+        reading: Reading,
+    ) {
+        let (list, format) = reading;
         let at = (split, row, qa);
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let verifier = self.settings.registry.for_family(Some(&self.family));
         let references = stored_references(&e.org_answer, list);
         let references: Vec<&str> = references.iter().map(String::as_str).collect();
-        let v = verifier.verify_any(&e.vlm_answer, &references);
+        let final_answer = py_strip(format.answer_of(&e.vlm_answer));
+        let v = verifier.verify_any(final_answer, &references);
         match decide(
-            &e.vlm_answer,
+            final_answer,
             false,
             &v,
             verdict,
@@ -455,8 +480,16 @@ impl Checker<'_> {
         }
     }
 
-    /// `list`: as in [`Checker::check_accepted`].
-    fn check_rejected(&mut self, split: &str, row: usize, qa: usize, e: &RejectedQa, list: bool) {
+    /// `reading`: as in [`Checker::check_accepted`].
+    fn check_rejected(
+        &mut self,
+        split: &str,
+        row: usize,
+        qa: usize,
+        e: &RejectedQa,
+        reading: Reading,
+    ) {
+        let (list, format) = reading;
         let at = (split, row, qa);
         let verdict = self.stored_verdict(at, e.judge_verdict.as_deref(), e.judge_raw.as_deref());
         let stored = RejectReason::parse(&e.reason);
@@ -473,7 +506,7 @@ impl Checker<'_> {
         if truncated {
             self.report.taken_as_stored += 1;
         }
-        let answer = py_strip(&e.wrong_vlm);
+        let answer = py_strip(format.answer_of(py_strip(&e.wrong_vlm)));
         let verifier = self.settings.registry.for_family(Some(&self.family));
         let references = stored_references(&e.answer, list);
         let references: Vec<&str> = references.iter().map(String::as_str).collect();
@@ -593,9 +626,9 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
             c.check_row(name, r, row);
             let questions = row.qa.iter().map(|e| e.question.as_str());
             c.check_kept_questions((name, r), &row.clean_meta, questions, &mut kept_questions);
-            let list = answer_is_list(&row.clean_meta);
+            let reading = c.reading(name, r, &row.clean_meta);
             for (q, e) in row.qa.iter().enumerate() {
-                c.check_accepted(name, r, q, e, list);
+                c.check_accepted(name, r, q, e, reading);
                 if side == 0 && !settings.thinking {
                     c.flag(
                         name,
@@ -651,9 +684,9 @@ pub fn recheck_family(splits: &FamilySplits<'_>, settings: &RecheckSettings) -> 
             questions,
             &mut kept_questions,
         );
-        let list = answer_is_list(&row.clean_meta);
+        let reading = c.reading(rejected_name, r, &row.clean_meta);
         for (q, e) in row.qa.iter().enumerate() {
-            c.check_rejected(rejected_name, r, q, e, list);
+            c.check_rejected(rejected_name, r, q, e, reading);
             if let Some((name, ar, aq)) = accepted_items.get(&item_key(
                 &row.image_sha256,
                 &e.question,

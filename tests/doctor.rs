@@ -76,6 +76,7 @@ fn doctor_on_cpu_passes_every_check_it_reports() {
                 "qwen3_vl",
                 "qwen3_5",
                 "qwen3_5_moe",
+                "glm4v",
             ] {
                 assert!(d.contains(family), "{name} did not check {family}: {d}");
             }

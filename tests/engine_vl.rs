@@ -206,7 +206,14 @@ fn image_requests_match_the_transformers_goldens() {
     let Some(data) = shared_data::require_shared_data() else {
         return;
     };
-    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "internvl"] {
+    for family in [
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "qwen3_vl",
+        "qwen3_5",
+        "internvl",
+        "glm4v",
+    ] {
         let golden = goldens(family, &data);
         let mut reqs = items(0);
         for (i, (_, image)) in golden.iter().enumerate() {
@@ -447,10 +454,11 @@ fn chunked_prefill_through_image_tokens_gives_the_same_tokens() {
     assert!(chunked.stats().prefill_steps > whole.len() as u64 / 8 * 3);
 }
 
-/// InternVL runs the same engine on one row of plain positions and tiled images.
+/// InternVL runs the same engine on one row of plain positions and tiled images; GLM-4.1V on
+/// M-RoPE with its own resize and turn ends.
 #[test]
-fn qwen2_5_vl_qwen3_vl_and_internvl_run_through_the_engine_batch_invariantly() {
-    for family in ["qwen2_5_vl", "qwen3_vl", "internvl"] {
+fn qwen2_5_vl_qwen3_vl_internvl_and_glm4v_run_through_the_engine_batch_invariantly() {
+    for family in ["qwen2_5_vl", "qwen3_vl", "internvl", "glm4v"] {
         let one = run(&mut engine_with(family, 1, 4096), items(0));
         assert_complete(&one, 24);
         let many = run(&mut engine_with(family, 24, 64), items(0));

@@ -106,6 +106,7 @@ fn routed_run() -> Splits {
                 raw: raw.into(),
                 finish,
                 prefilled_open: true,
+                format: Default::default(),
             };
             let a = Assessment::new(&generation, &[reference], &Verifier::Alnum);
             let outcome = judge

@@ -114,6 +114,57 @@ pub const THINK_OPEN: &str = "<think>";
 /// The closing reasoning tag of the Qwen3 chat templates.
 pub const THINK_CLOSE: &str = "</think>";
 
+/// Where a family's generated text holds its final answer, once the reasoning
+/// (`<think>…</think>`) is split off. Recorded with each generation (`answer_format` in
+/// `generations.jsonl`, absent for [`Self::AfterThink`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerFormat {
+    /// Everything after the reasoning (the Qwen families, InternVL).
+    #[default]
+    AfterThink,
+    /// GLM-4.1V-Thinking: the answer is written `<answer>…</answer>` after the reasoning and
+    /// the final answer boxed inside it, `<|begin_of_box|>X<|end_of_box|>` (its model card and
+    /// chat template). The answer is the last box's content; without a box, the text inside
+    /// `<answer>`; without `<answer>`, all of it.
+    GlmBox,
+}
+
+/// GLM's answer tags ([`AnswerFormat::GlmBox`]).
+const GLM_ANSWER: (&str, &str) = ("<answer>", "</answer>");
+/// GLM's box markers ([`AnswerFormat::GlmBox`]).
+const GLM_BOX: (&str, &str) = ("<|begin_of_box|>", "<|end_of_box|>");
+
+impl AnswerFormat {
+    /// The final answer inside `after_think`, the text after the reasoning (not stripped).
+    pub fn answer_of(self, after_think: &str) -> &str {
+        match self {
+            Self::AfterThink => after_think,
+            Self::GlmBox => {
+                let inside = match after_think.find(GLM_ANSWER.0) {
+                    Some(at) => {
+                        let rest = &after_think[at + GLM_ANSWER.0.len()..];
+                        rest.rfind(GLM_ANSWER.1).map_or(rest, |end| &rest[..end])
+                    }
+                    None => after_think,
+                };
+                match inside.rfind(GLM_BOX.0) {
+                    Some(at) => {
+                        let rest = &inside[at + GLM_BOX.0.len()..];
+                        rest.find(GLM_BOX.1).map_or(rest, |end| &rest[..end])
+                    }
+                    None => inside,
+                }
+            }
+        }
+    }
+
+    /// Whether it is [`Self::AfterThink`] (serde's `skip_serializing_if`).
+    pub fn is_after_think(&self) -> bool {
+        *self == Self::AfterThink
+    }
+}
+
 /// Rendering switches passed to the template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderOptions {
@@ -361,6 +412,31 @@ impl PromptBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glm_answers_are_the_last_box_inside_answer() {
+        let glm = AnswerFormat::GlmBox;
+        let cases = [
+            (
+                "<answer>The amount is <|begin_of_box|>1432<|end_of_box|> pesos.</answer>",
+                "1432",
+            ),
+            // The last box counts; text around it does not.
+            (
+                "<answer><|begin_of_box|>1<|end_of_box|> or <|begin_of_box|>12<|end_of_box|></answer>",
+                "12",
+            ),
+            ("<answer>\n1432\n</answer>", "\n1432\n"),
+            ("<answer>1432", "1432"),
+            ("<|begin_of_box|>77", "77"),
+            ("plain 5", "plain 5"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(glm.answer_of(text), want, "{text}");
+        }
+        let qwen = AnswerFormat::AfterThink;
+        assert_eq!(qwen.answer_of("<answer>x</answer>"), "<answer>x</answer>");
+    }
 
     #[test]
     fn renders_images_thinking_and_generation_prompt() {

@@ -244,6 +244,11 @@ impl Mlp {
                 "down_proj",
                 Some(inner),
             ),
+            MlpNames::GateUp => (
+                linear(dim, 2 * inner, bias, vb.pp("gate_up_proj"), path)?,
+                "down_proj",
+                Some(inner),
+            ),
             MlpNames::Fc => (linear(dim, inner, bias, vb.pp("fc1"), path)?, "fc2", None),
             MlpNames::LinearFc => (
                 linear(dim, inner, bias, vb.pp("linear_fc1"), path)?,

@@ -1,5 +1,5 @@
 //! VLM architectures on candle (the families of [`FAMILIES`]: Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
-//! Qwen3.5 and their MoE variants, InternVL), built for a batch engine.
+//! Qwen3.5 and their MoE variants, InternVL, GLM-4.1V), built for a batch engine.
 //!
 //! # Public API (what the engine calls)
 //!
@@ -30,7 +30,7 @@
 //! families share), [`processor`] (Qwen-VL's, + Pillow bicubic in `resample`), [`tiles`]
 //! (InternVL's GotOcr2 tiles), [`preprocessor`] (the two behind one type), [`chat`],
 //! [`rope_index`], [`layers`] (shared norms/MLP/rotary/attention), [`vision`] (the Qwen-VL
-//! towers), [`intern_vit`] (InternViT, pixel shuffle, projector), [`text`] (the decoder, a
+//! towers, GLM-4.1V's with [`vision_glm`]), [`intern_vit`] (InternViT, pixel shuffle, projector), [`text`] (the decoder, a
 //! mixer per layer), [`gated_delta_net`] (Qwen3.5's linear-attention mixer), [`model`],
 //! [`batch`] (the engine interface types), [`probe`] (batch invariance of a whole model, for
 //! `doctor` and the tests).
@@ -55,10 +55,12 @@ pub mod rope_index;
 pub mod text;
 pub mod tiles;
 pub mod vision;
+pub mod vision_glm;
 
 pub use batch::{BatchMeta, KvCache, StateLayout};
 pub use chat::{
-    ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder, RenderOptions,
+    AnswerFormat, ChatError, ChatMessage, ChatTemplate, Content, ContentPart, PromptBuilder,
+    RenderOptions,
 };
 pub use config::{
     ConfigError, InternVitSpec, LayerKind, LinearAttentionSpec, MergerNames, MlpNames, MoeSpec,
@@ -71,8 +73,8 @@ pub use load::LoadError;
 pub use model::{StepInput, VlModel};
 pub use preprocessor::Preprocessor;
 pub use processor::{
-    smart_resize, ImageGrid, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError,
-    VisionInputs,
+    glm_smart_resize, smart_resize, ImageGrid, ImageProcessor, PixelBounds, ProcessedImage,
+    ProcessorError, ResizeRule, VisionInputs,
 };
 pub use rope_index::{decode_position, get_rope_index, RopeIndex, RopeIndexError};
 pub use tiles::{tile_grid, TileProcessor};

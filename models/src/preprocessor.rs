@@ -9,8 +9,7 @@ use crate::config::VisionConfig;
 use crate::decode::RgbImage;
 use crate::families::ModelConfig;
 use crate::processor::{
-    image_processor_config, smart_resize, ImageProcessor, PixelBounds, ProcessedImage,
-    ProcessorError,
+    image_processor_config, ImageProcessor, PixelBounds, ProcessedImage, ProcessorError,
 };
 use crate::tiles::TileProcessor;
 
@@ -57,7 +56,9 @@ impl Preprocessor {
     /// Errors: [`ProcessorError::Config`] naming the file and what is wrong in it.
     pub fn from_dir(dir: &Path, config: &ModelConfig) -> Result<Self, ProcessorError> {
         Ok(match config.vision() {
-            VisionConfig::Qwen(_) => Self::Qwen(ImageProcessor::from_dir(dir)?),
+            VisionConfig::Qwen(_) => {
+                Self::Qwen(ImageProcessor::from_dir(dir)?.with_rule(config.family().resize))
+            }
             VisionConfig::InternVit(s) => {
                 let tiles = TileProcessor::from_dir(dir, s.patch_size, s.tokens_per_tile())?;
                 if tiles.tile != s.image_size {
@@ -137,14 +138,9 @@ impl Preprocessor {
     ) -> Option<usize> {
         match self {
             Self::Qwen(p) => {
-                let (h, w) = smart_resize(
-                    height as usize,
-                    width as usize,
-                    p.patch_size * p.merge_size,
-                    p.min_pixels,
-                    max_pixels.unwrap_or(p.max_pixels),
-                )
-                .ok()?;
+                let (h, w) = p
+                    .target_size(height as usize, width as usize, max_pixels)
+                    .ok()?;
                 Some((h / p.patch_size) * (w / p.patch_size))
             }
             Self::Tiles(p) if width > 0 && height > 0 => {

@@ -255,6 +255,58 @@ pub fn smart_resize(
     Ok((h_bar as usize, w_bar as usize))
 }
 
+/// GLM-4.1V's resize (transformers `models/glm4v/image_processing_pil_glm4v.py`
+/// `smart_resize` with `num_frames = temporal_factor = frames`): a side below `factor` first
+/// scales the image up (`int(side · max(factor / h, factor / w))`), then as [`smart_resize`]
+/// but the image counts as `frames` frames against the pixel bounds (`t_bar · h_bar · w_bar`,
+/// and `frames · h · w` in the rescale).
+///
+/// Errors: [`ProcessorError::AspectRatio`] when `max/min > 200` or a side is 0.
+pub fn glm_smart_resize(
+    height: usize,
+    width: usize,
+    factor: usize,
+    frames: usize,
+    min_pixels: usize,
+    max_pixels: usize,
+) -> Result<(usize, usize), ProcessorError> {
+    if height == 0 || width == 0 {
+        return Err(ProcessorError::AspectRatio { height, width });
+    }
+    let (mut h, mut w, f) = (height as f64, width as f64, factor as f64);
+    if height < factor || width < factor {
+        let scale = (f / h).max(f / w);
+        h = (h * scale).trunc();
+        w = (w * scale).trunc();
+    }
+    if h.max(w) / h.min(w) > 200.0 {
+        return Err(ProcessorError::AspectRatio { height, width });
+    }
+    let t = frames as f64;
+    let mut h_bar = (h / f).round_ties_even() * f;
+    let mut w_bar = (w / f).round_ties_even() * f;
+    // t_bar = round(frames / temporal_factor) · temporal_factor = frames.
+    if t * h_bar * w_bar > max_pixels as f64 {
+        let beta = (t * h * w / max_pixels as f64).sqrt();
+        h_bar = f.max((h / beta / f).floor() * f);
+        w_bar = f.max((w / beta / f).floor() * f);
+    } else if t * h_bar * w_bar < min_pixels as f64 {
+        let beta = (min_pixels as f64 / (t * h * w)).sqrt();
+        h_bar = (h * beta / f).ceil() * f;
+        w_bar = (w * beta / f).ceil() * f;
+    }
+    Ok((h_bar as usize, w_bar as usize))
+}
+
+/// Which `smart_resize` an [`ImageProcessor`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeRule {
+    /// Qwen2-VL's [`smart_resize`] (the Qwen-VL families).
+    Qwen,
+    /// GLM-4.1V's [`glm_smart_resize`], the image counted as `temporal_patch_size` frames.
+    Glm,
+}
+
 /// The image processor, configured from `preprocessor_config.json`.
 #[derive(Debug, Clone)]
 pub struct ImageProcessor {
@@ -276,6 +328,8 @@ pub struct ImageProcessor {
     pub rescale_factor: f64,
     /// Decoder limits.
     pub limits: ImageLimits,
+    /// The resize it runs (set by the family: [`Self::with_rule`]).
+    pub rule: ResizeRule,
 }
 
 impl ImageProcessor {
@@ -312,6 +366,7 @@ impl ImageProcessor {
             std,
             rescale_factor: cfg.rescale_factor,
             limits: ImageLimits::default(),
+            rule: ResizeRule::Qwen,
         })
     }
 
@@ -344,6 +399,38 @@ impl ImageProcessor {
             });
         }
         Ok(self)
+    }
+
+    /// The processor with the family's resize `rule`.
+    pub fn with_rule(self, rule: ResizeRule) -> Self {
+        Self { rule, ..self }
+    }
+
+    /// The size `(height, width)` an image of `height × width` is resized to, `max_pixels`
+    /// replacing the processor's bound.
+    ///
+    /// Errors: [`ProcessorError::AspectRatio`] as the resize rule refuses the size.
+    pub fn target_size(
+        &self,
+        height: usize,
+        width: usize,
+        max_pixels: Option<usize>,
+    ) -> Result<(usize, usize), ProcessorError> {
+        let (factor, max) = (
+            self.patch_size * self.merge_size,
+            max_pixels.unwrap_or(self.max_pixels),
+        );
+        match self.rule {
+            ResizeRule::Qwen => smart_resize(height, width, factor, self.min_pixels, max),
+            ResizeRule::Glm => glm_smart_resize(
+                height,
+                width,
+                factor,
+                self.temporal_patch_size,
+                self.min_pixels,
+                max,
+            ),
+        }
     }
 
     /// Number of `<|image_pad|>` tokens an image of this grid becomes: `t·h·w / merge²`.
@@ -382,13 +469,7 @@ impl ImageProcessor {
             });
         }
         let (p, m, t) = (self.patch_size, self.merge_size, self.temporal_patch_size);
-        let (rh, rw) = smart_resize(
-            img.height,
-            img.width,
-            p * m,
-            self.min_pixels,
-            self.max_pixels,
-        )?;
+        let (rh, rw) = self.target_size(img.height, img.width, None)?;
         let resized = if (rh, rw) == (img.height, img.width) {
             img.data.clone()
         } else {
@@ -460,6 +541,38 @@ mod tests {
     }
 
     #[test]
+    fn glm_resize_matches_transformers() {
+        // transformers 5.25 `models/glm4v/image_processing_pil_glm4v.smart_resize(2, h, w,
+        // factor=28, min_pixels, max_pixels)`: a side below 28 scales the image up first, and
+        // the image counts twice against the bounds (published bounds 12544 / 9633792).
+        let published = (12544, 9_633_792);
+        let small = (112 * 112, 28 * 28 * 2 * 64);
+        for ((h, w), (lo, hi), want) in [
+            ((10, 500), published, (28, 1400)),
+            ((300, 120), small, (308, 112)),
+            ((1000, 2000), published, (1008, 1988)),
+            ((1000, 2000), small, (140, 308)),
+            ((27, 900), small, (28, 924)),
+            ((3000, 4000), published, (1876, 2520)),
+            ((3000, 4000), small, (168, 252)),
+            ((56, 56), published, (84, 84)),
+            ((128, 1000), small, (56, 616)),
+        ] {
+            assert_eq!(
+                glm_smart_resize(h, w, 28, 2, lo, hi).unwrap(),
+                want,
+                "{h}x{w}"
+            );
+        }
+        // Qwen's rule on the same image counts it once: another size.
+        assert_eq!(
+            smart_resize(1000, 2000, 28, 112 * 112, 28 * 28 * 2 * 64).unwrap(),
+            (224, 448)
+        );
+        assert!(glm_smart_resize(1, 300, 28, 2, 1, 1 << 30).is_err());
+    }
+
+    #[test]
     fn aspect_ratio_over_200_is_an_error() {
         assert!(matches!(
             smart_resize(1, 201, 28, 0, 1 << 30),
@@ -486,6 +599,7 @@ mod tests {
             std: [1.0; 3],
             rescale_factor: 1.0,
             limits: ImageLimits::default(),
+            rule: ResizeRule::Qwen,
         };
         let out = proc
             .preprocess_rgb(&RgbImage {

@@ -18,7 +18,7 @@ use candle_nn::{Embedding, VarBuilder};
 use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 
 use crate::batch::{attention_layers, BatchMeta, KvCache};
-use crate::config::{LayerKind, MlpNames, TextSpec};
+use crate::config::{LayerKind, MlpNames, RotaryLayout, TextSpec};
 use crate::gated_delta_net::{reset_new_sequences, GatedDeltaNet};
 use crate::layers::{
     apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, Proj, RmsNorm,
@@ -56,6 +56,10 @@ enum FeedForward {
 struct Layer {
     input_norm: RmsNorm,
     post_norm: RmsNorm,
+    /// GLM-4: on the mixer's output before the residual add (`post_self_attn_layernorm`).
+    mixed_norm: Option<RmsNorm>,
+    /// GLM-4: on the MLP's output before the residual add (`post_mlp_layernorm`).
+    ff_norm: Option<RmsNorm>,
     mixer: Mixer,
     mlp: FeedForward,
 }
@@ -93,8 +97,8 @@ fn attention(spec: &TextSpec, a: VarBuilder, path: AttentionPath) -> Result<Atte
             .then(|| RmsNorm::load(hd, spec.rms_norm_eps, spec.zero_centered_norm, a.pp(name)))
             .transpose()
     };
-    Ok(Attention {
-        qkv: fused_linear(
+    let qkv = match spec.rotary_layout {
+        RotaryLayout::Half => fused_linear(
             h,
             &[
                 (q_width, a.pp("q_proj")),
@@ -104,11 +108,57 @@ fn attention(spec: &TextSpec, a: VarBuilder, path: AttentionPath) -> Result<Atte
             spec.qkv_bias,
             path,
         )?,
+        RotaryLayout::Pairs => {
+            let rows = |heads: usize| pairs_as_halves(heads, hd, spec.rotary_dim);
+            let part = |name: &str, out: usize, order: Option<Vec<u32>>| -> Result<_> {
+                let vb = a.pp(name);
+                let w = vb.get((out, h), "weight")?;
+                let b = spec.qkv_bias.then(|| vb.get(out, "bias")).transpose()?;
+                Ok(match order {
+                    Some(o) => {
+                        let idx = Tensor::new(o.as_slice(), w.device())?;
+                        let b = b.map(|b| b.index_select(&idx, 0)).transpose()?;
+                        (w.index_select(&idx, 0)?, b)
+                    }
+                    None => (w, b),
+                })
+            };
+            let kv = spec.num_kv_heads * hd;
+            Proj::from_parts(
+                vec![
+                    part("q_proj", q_width, Some(rows(spec.num_heads)))?,
+                    part("k_proj", kv, Some(rows(spec.num_kv_heads)))?,
+                    part("v_proj", kv, None)?,
+                ],
+                path,
+            )?
+        }
+    };
+    Ok(Attention {
+        qkv,
         o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"), path)?,
         q_norm: norm("q_norm")?,
         k_norm: norm("k_norm")?,
         gated: spec.attn_output_gate,
     })
+}
+
+/// The row order that turns a projection whose heads rotate in adjacent pairs `(2i, 2i + 1)`
+/// into one rotating in halves `(i, i + rotary_dim / 2)`: per head of `head_dim`, the even
+/// rows of the rotated part, then its odd rows, then the rows that pass through. The same
+/// order on `q` and `k` leaves every score `q · k` unchanged, so [`apply_rotary`] serves both
+/// layouts ([`RotaryLayout::Pairs`]).
+fn pairs_as_halves(heads: usize, head_dim: usize, rotary_dim: usize) -> Vec<u32> {
+    (0..heads)
+        .flat_map(|h| {
+            let base = h * head_dim;
+            (0..rotary_dim)
+                .step_by(2)
+                .chain((1..rotary_dim).step_by(2))
+                .chain(rotary_dim..head_dim)
+                .map(move |d| (base + d) as u32)
+        })
+        .collect()
 }
 
 impl TextModel {
@@ -159,16 +209,26 @@ impl TextModel {
                     _ => FeedForward::Dense(Mlp::new(
                         h,
                         spec.intermediate_size,
-                        MlpNames::Gated,
+                        match spec.fused_gate_up {
+                            true => MlpNames::GateUp,
+                            false => MlpNames::Gated,
+                        },
                         false,
                         act,
                         l.pp("mlp"),
                         path,
                     )?),
                 };
+                let sandwich = |name: &str| {
+                    spec.sandwich_norms
+                        .then(|| RmsNorm::load(h, eps, zc, l.pp(name)))
+                        .transpose()
+                };
                 Ok(Layer {
                     input_norm: RmsNorm::load(h, eps, zc, l.pp("input_layernorm"))?,
                     post_norm: RmsNorm::load(h, eps, zc, l.pp("post_attention_layernorm"))?,
+                    mixed_norm: sandwich("post_self_attn_layernorm")?,
+                    ff_norm: sandwich("post_mlp_layernorm")?,
                     mixer,
                     mlp,
                 })
@@ -305,11 +365,19 @@ impl TextModel {
                     d.forward(&h, meta, (conv, state), self.attention)?
                 }
             };
+            let mixed = match &l.mixed_norm {
+                Some(n) => n.forward(&mixed)?,
+                None => mixed,
+            };
             x = (x + mixed)?;
             let normed = l.post_norm.forward(&x)?;
             let ff = match &l.mlp {
                 FeedForward::Dense(m) => m.forward(&normed)?,
                 FeedForward::Sparse(m) => m.forward(&normed)?,
+            };
+            let ff = match &l.ff_norm {
+                Some(n) => n.forward(&ff)?,
+                None => ff,
             };
             x = (&x + ff)?;
             if let Some((rows, feats)) = deepstack {

@@ -16,7 +16,10 @@ use candle_nn::VarBuilder;
 use verisample_kernels::{AttentionPath, SegmentAttentionParams};
 
 use crate::config::{MlpNames, VisionNorm, VisionSpec};
-use crate::layers::{apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, Norm, Proj};
+use crate::layers::{
+    apply_rotary, cos_sin, inv_freq, linear, weighted_sum, Act, Mlp, Norm, Proj, RmsNorm,
+};
+use crate::vision_glm::{bicubic_positions, table_values, GlmHead};
 
 /// Output of the vision tower for a batch of images.
 #[derive(Debug, Clone)]
@@ -120,6 +123,14 @@ impl Merger {
     }
 }
 
+/// What turns the blocks' output into image tokens.
+enum Head {
+    /// The Qwen patch merger.
+    Merger(Merger),
+    /// GLM-4.1V's `post_layernorm`, `downsample` and merger.
+    Glm(Box<GlmHead>),
+}
+
 /// A vision tower with its merger(s).
 pub struct VisionTower {
     spec: VisionSpec,
@@ -127,8 +138,11 @@ pub struct VisionTower {
     /// (stride = kernel, so the convolution is one matmul per patch).
     patch_embed: Proj,
     pos_embed: Option<Tensor>,
+    /// GLM-4.1V: `post_conv_layernorm`, and the position table as f32 values resampled
+    /// bicubically per image ([`bicubic_positions`]).
+    glm_stem: Option<(RmsNorm, Vec<f32>)>,
     blocks: Vec<Block>,
-    merger: Merger,
+    merger: Head,
     deepstack: Vec<Merger>,
     inv_freq: Vec<f32>,
     dtype: DType,
@@ -155,25 +169,37 @@ impl VisionTower {
             .patch_bias
             .then(|| vb.get(hid, "patch_embed.proj.bias"))
             .transpose()?;
-        let pos_embed = match spec.num_position_embeddings {
-            0 => None,
-            n => Some(vb.get((n, hid), "pos_embed.weight")?),
+        let pos_embed = match (spec.num_position_embeddings, spec.glm) {
+            (0, _) | (_, Some(_)) => None,
+            (n, None) => Some(vb.get((n, hid), "pos_embed.weight")?),
+        };
+        let glm_stem = match spec.glm {
+            Some(_) => {
+                let n = spec.num_position_embeddings;
+                let table = vb.get((n, hid), "embeddings.position_embedding.weight")?;
+                Some((
+                    RmsNorm::new(hid, spec.norm_eps, vb.pp("post_conv_layernorm"))?,
+                    table_values(&table)?,
+                ))
+            }
+            None => None,
         };
         let act = Act::from_name(&spec.hidden_act)?;
         let rms = spec.norm == VisionNorm::RmsNorm;
         let blocks = (0..spec.depth)
             .map(|i| {
                 let b = vb.pp("blocks").pp(i);
+                let eps = spec.norm_eps;
                 Ok(Block {
-                    norm1: Norm::new(rms, hid, 1e-6, b.pp("norm1"))?,
-                    norm2: Norm::new(rms, hid, 1e-6, b.pp("norm2"))?,
-                    qkv: linear(hid, 3 * hid, true, b.pp("attn").pp("qkv"), path)?,
-                    proj: linear(hid, hid, true, b.pp("attn").pp("proj"), path)?,
+                    norm1: Norm::new(rms, hid, eps, b.pp("norm1"))?,
+                    norm2: Norm::new(rms, hid, eps, b.pp("norm2"))?,
+                    qkv: linear(hid, 3 * hid, spec.qkv_bias, b.pp("attn").pp("qkv"), path)?,
+                    proj: linear(hid, hid, spec.block_bias, b.pp("attn").pp("proj"), path)?,
                     mlp: Mlp::new(
                         hid,
                         spec.intermediate_size,
                         spec.mlp,
-                        true,
+                        spec.block_bias,
                         act,
                         b.pp("mlp"),
                         path,
@@ -181,7 +207,10 @@ impl VisionTower {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let merger = Merger::new(spec, false, vb.pp("merger"), path)?;
+        let merger = match spec.glm {
+            Some(glm) => Head::Glm(Box::new(GlmHead::new(spec, glm, vb.clone(), path)?)),
+            None => Head::Merger(Merger::new(spec, false, vb.pp("merger"), path)?),
+        };
         let deepstack = (0..spec.deepstack_visual_indexes.len())
             .map(|i| Merger::new(spec, true, vb.pp("deepstack_merger_list").pp(i), path))
             .collect::<Result<Vec<_>>>()?;
@@ -191,6 +220,7 @@ impl VisionTower {
             dtype: patch_w.dtype(),
             patch_embed: Proj::from_parts(vec![(patch_w, patch_b)], path)?,
             pos_embed,
+            glm_stem,
             blocks,
             merger,
             deepstack,
@@ -220,6 +250,12 @@ impl VisionTower {
         let coords = patch_coords(grid_thw, m);
         if let Some(table) = &self.pos_embed {
             x = (x + self.interpolated_pos_embed(table, &coords, grid_thw, &dev)?)?;
+        }
+        if let Some((norm, table)) = &self.glm_stem {
+            let side = (self.spec.num_position_embeddings as f64).sqrt() as usize;
+            let hid = self.spec.hidden_size;
+            let pos = bicubic_positions(table, side, hid, &coords, grid_thw, &dev)?;
+            x = (norm.forward(&x)? + pos.to_dtype(self.dtype)?)?;
         }
         // 2D rotary: first half h·inv_freq, second half w·inv_freq.
         let q = self.inv_freq.len();
@@ -266,7 +302,10 @@ impl VisionTower {
                 deepstack.push(self.deepstack[k].forward(&x)?);
             }
         }
-        let mut embeds = self.merger.forward(&x)?;
+        let mut embeds = match &self.merger {
+            Head::Merger(m) => m.forward(&x)?,
+            Head::Glm(g) => g.forward(&x)?,
+        };
         if let Some(order) = window_perm {
             // argsort of the window order restores image order.
             let mut inverse = vec![0u32; order.len()];

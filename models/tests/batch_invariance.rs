@@ -58,3 +58,4 @@ family_tests!(qwen3_5, "qwen3_5");
 family_tests!(qwen3_vl_moe, "qwen3_vl_moe");
 family_tests!(qwen3_5_moe, "qwen3_5_moe");
 family_tests!(internvl, "internvl");
+family_tests!(glm4v, "glm4v");

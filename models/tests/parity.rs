@@ -30,19 +30,22 @@ fn reference_seq(model: &VlModel, g: &Goldens, i: usize) -> SeqInput {
 
 /// Decode (Pillow-exact, `tests/jpeg_pillow.rs`) + resize + normalise of the real JPEGs:
 /// bit-exact with transformers' Pillow processor, and the prompt ids and M-RoPE positions
-/// built from the resulting grid. Catches: any decode, resize or normalisation drift, even
-/// one 8-bit level on one value.
+/// built from the resulting grid; the same images re-encoded as PNG give the same pixel
+/// values. Catches: any decode, resize or normalisation drift, even one 8-bit level on one
+/// value.
 fn preprocessing(family: &str) {
     let Some(data) = require_shared_data() else {
         return;
     };
     let g = Goldens::load(family);
     let dir = fixture_dir(family);
-    let proc = ImageProcessor::from_dir(&dir).unwrap();
     let model_cfg = verisample_models::ModelConfig::from_json(
         &std::fs::read_to_string(dir.join("config.json")).unwrap(),
     )
     .unwrap();
+    let proc = ImageProcessor::from_dir(&dir)
+        .unwrap()
+        .with_rule(model_cfg.family().resize);
     let image_tok = model_cfg.image_token_id();
     let prompts = PromptBuilder::from_dir(&dir, image_tok, None).unwrap();
     let question = g.meta["question"].as_str().unwrap();
@@ -66,6 +69,15 @@ fn preprocessing(family: &str) {
             want.len()
         );
         assert_eq!(differing, 0, "image {i}: max |Δ| {mx}");
+        // The same image as a PNG (lossless, made here from the decoded JPEG): the PNG decode
+        // path gives transformers' pixel values too.
+        let rgb = proc.decode(&std::fs::read(&path).unwrap()).unwrap();
+        let img = image::RgbImage::from_raw(rgb.width as u32, rgb.height as u32, rgb.data).unwrap();
+        let mut png = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut png, image::ImageFormat::Png).unwrap();
+        let from_png = proc.preprocess(png.get_ref()).unwrap();
+        assert!(png.get_ref().starts_with(b"\x89PNG"), "image {i} is a PNG");
+        assert_eq!(from_png.pixel_values, want, "image {i}: PNG pixel values");
         let ids = prompts
             .encode(
                 &[ChatMessage::user_image_question(question)],
@@ -423,9 +435,28 @@ fn reference_text_shape(family: &str) -> TextShape {
             true,
             1202,
         ),
+        // GLM-4 decoder: head_dim 64 / 4; rotary dim 8 (partial_rotary_factor 0.5), 4 pairs.
+        "glm4v" => (
+            1225,
+            64,
+            96,
+            2,
+            4,
+            2,
+            16,
+            1e4,
+            [2, 1, 1],
+            false,
+            false,
+            GLM4V_EOS[0],
+        ),
         other => panic!("no reference shape for {other}"),
     }
 }
+
+/// The glm4v fixture's end-of-sequence ids: `<|endoftext|>`, `<|user|>`, `<|observation|>` of
+/// its tokenizer (as GLM-4.1V-9B-Thinking's `generation_config.json` lists them).
+const GLM4V_EOS: [u32; 3] = [1200, 1212, 1214];
 
 /// The parsed config equals transformers' reading of it, and the logits have one column per
 /// vocabulary entry. Catches: a config field read from the wrong key or defaulted (e.g.
@@ -466,8 +497,13 @@ fn config_shapes(family: &str) {
         _ => None,
     };
     assert_eq!(moe, want, "{family} moe");
-    assert_eq!(s.eos_token_ids, [1202]);
-    assert_eq!(s.rms_norm_eps, 1e-6);
+    // GLM-4.1V: eos `<|endoftext|>`, `<|user|>`, `<|observation|>`; its RMSNorm eps 1e-5.
+    let (eos, eps) = match family {
+        "glm4v" => (GLM4V_EOS.to_vec(), 1e-5),
+        _ => (vec![1202], 1e-6),
+    };
+    assert_eq!(s.eos_token_ids, eos);
+    assert_eq!(s.rms_norm_eps, eps);
     let g = Goldens::load(family);
     let run = run_greedy(
         &model,
@@ -476,8 +512,9 @@ fn config_shapes(family: &str) {
         1,
         0,
     );
-    assert_eq!(run.prefill_logits[0].len(), 1209);
-    assert_eq!(g.f32s("logits", 0).len(), 1209);
+    let vocab = reference_text_shape(family).0;
+    assert_eq!(run.prefill_logits[0].len(), vocab);
+    assert_eq!(g.f32s("logits", 0).len(), vocab);
     assert_eq!(model.device().location(), Device::Cpu.location());
 }
 
@@ -526,3 +563,4 @@ family_tests!(qwen3_vl, "qwen3_vl");
 family_tests!(qwen3_5, "qwen3_5");
 family_tests!(qwen3_vl_moe, "qwen3_vl_moe");
 family_tests!(qwen3_5_moe, "qwen3_5_moe");
+family_tests!(glm4v, "glm4v");

@@ -1,7 +1,8 @@
 //! The vision tower's memory estimate ([`vision_forward_bytes`]) against what the tower
 //! really allocates: a counting global allocator records the peak bytes live during one
 //! `encode_images` of each fixture family (Qwen2-VL full attention, Qwen2.5-VL windows +
-//! gated MLP, Qwen3-VL learned positions + DeepStack). The estimate must cover the peak (it
+//! gated MLP, Qwen3-VL learned positions + DeepStack, GLM-4.1V resampled positions + its
+//! convolution head). The estimate must cover the peak (it
 //! decides which images are refused before they can exhaust memory) without overstating it
 //! by more than half (else it refuses images that would fit).
 
@@ -56,7 +57,7 @@ fn estimate_covers_the_measured_peak_of_every_family() {
     let grid = [1, 72, 96];
     let n = grid[1] * grid[2];
     let threads = rayon::current_num_threads();
-    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] {
+    for family in ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"] {
         let m = VlModel::load(&fixture_dir(family), DType::F32, &Device::Cpu).unwrap();
         let spec = m.vision_spec().qwen().unwrap().clone();
         let row = spec.in_channels * spec.temporal_patch_size * spec.patch_size.pow(2);

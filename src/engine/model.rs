@@ -188,4 +188,10 @@ pub trait InputProcessor: Send + Sync {
     fn think_tokens(&self) -> Option<&super::think_budget::ThinkTokens> {
         None
     }
+
+    /// Where the model's family writes its final answer after the reasoning. Default: the
+    /// text after the reasoning.
+    fn answer_format(&self) -> verisample_models::AnswerFormat {
+        verisample_models::AnswerFormat::AfterThink
+    }
 }

@@ -7,8 +7,9 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use verisample_models::batch::{attention_layers, BatchMeta, KvCache, StateLayout};
 use verisample_models::{
-    decode_position, get_rope_index, AttentionPath, ChatMessage, ImageGrid, PixelBounds,
-    Preprocessor, PromptBuilder, RenderOptions, StepInput, VisionConfig, VisionInputs, VlModel,
+    decode_position, get_rope_index, AnswerFormat, AttentionPath, ChatMessage, ImageGrid,
+    PixelBounds, Preprocessor, PromptBuilder, RenderOptions, StepInput, VisionConfig, VisionInputs,
+    VlModel,
 };
 
 use super::generation::{GenerationConfig, GenerationConfigError};
@@ -130,6 +131,8 @@ pub struct VlInputs {
     eos: Vec<u32>,
     /// The family's opening reasoning tag.
     think_open: &'static str,
+    /// Where the family writes its final answer.
+    answer: AnswerFormat,
     /// The reasoning tags and early-stopping text of a thinking budget, when the tokenizer
     /// has the closing tag as one token.
     think: Option<ThinkTokens>,
@@ -182,6 +185,7 @@ impl VlInputs {
             position_rows: model.text_spec().position_rows,
             eos,
             think_open: family.think_open,
+            answer: family.answer,
         })
     }
 
@@ -320,6 +324,10 @@ impl InputProcessor for VlInputs {
 
     fn think_tokens(&self) -> Option<&ThinkTokens> {
         self.think.as_ref()
+    }
+
+    fn answer_format(&self) -> AnswerFormat {
+        self.answer
     }
 }
 

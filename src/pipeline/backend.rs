@@ -12,6 +12,7 @@ use crate::engine::ImageInput;
 pub use crate::judge::{JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, RowError, SplitKind};
 pub use crate::route::FinishReason;
+use crate::verifiers::think::AnswerFormat;
 
 /// Errors from a backend (reader, engine, writer), kept opaque: the pipeline only reports them.
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
@@ -103,6 +104,10 @@ pub struct Generation {
     /// early-stopping text (`--think-budget`); absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub think_budget_hit: bool,
+    /// Where the model's family writes its final answer after the reasoning (GLM-4.1V: in a
+    /// box inside `<answer>`); absent for the text after the reasoning.
+    #[serde(default, skip_serializing_if = "AnswerFormat::is_after_think")]
+    pub answer_format: AnswerFormat,
 }
 
 /// One finished request, as handed to the `on_done` callback.

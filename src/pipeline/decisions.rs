@@ -25,6 +25,7 @@ impl StandardDecisions {
             raw: generation.text.clone(),
             finish: generation.finish,
             prefilled_open: generation.prefilled_think,
+            format: generation.answer_format,
         };
         Assessment::new(
             &g,

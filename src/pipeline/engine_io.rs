@@ -8,6 +8,7 @@ use super::backend::{
     BackendError, FinishReason, GenRequest, GenResult, Generation, Generator, ItemKey, Pass,
 };
 use crate::engine::{self, Completion, Engine, EngineError, EngineModel, InputProcessor};
+use crate::verifiers::think::AnswerFormat;
 
 /// Returned by the completion callback to make the engine stop (a Ctrl-C or a journal
 /// failure); [`EngineGenerator::generate`] turns it back into a clean return.
@@ -52,7 +53,7 @@ impl<M: EngineModel, P: InputProcessor> EngineGenerator<M, P> {
     }
 }
 
-fn to_result(c: Completion, key: ItemKey, pass: Pass) -> GenResult {
+fn to_result(c: Completion, key: ItemKey, pass: Pass, format: AnswerFormat) -> GenResult {
     let finish = match c.finish_reason {
         engine::FinishReason::Stop => FinishReason::Stop,
         engine::FinishReason::Length => FinishReason::Length,
@@ -75,6 +76,7 @@ fn to_result(c: Completion, key: ItemKey, pass: Pass) -> GenResult {
             finish,
             prefilled_think: c.prefilled_think,
             think_budget_hit: c.think_budget_hit,
+            answer_format: format,
         }),
         exceeds_capacity: c.exceeds_capacity,
     }
@@ -101,11 +103,12 @@ impl<M: EngineModel, P: InputProcessor> Generator for EngineGenerator<M, P> {
                 stop_token_ids: Vec::new(),
                 think_budget: r.think_budget,
             });
+        let format = self.engine.processor().answer_format();
         let result = self.engine.generate(engine_requests, |c: Completion| {
             let Some(&(key, pass)) = usize::try_from(c.id).ok().and_then(|i| keys.get(i)) else {
                 return Ok(());
             };
-            match on_done(to_result(c, key, pass)) {
+            match on_done(to_result(c, key, pass, format)) {
                 ControlFlow::Continue(()) => Ok(()),
                 ControlFlow::Break(()) => Err(Box::new(Stopped)),
             }
@@ -166,18 +169,34 @@ mod tests {
             prefilled_think: true,
             think_budget_hit: false,
         };
-        let r = to_result(done(engine::FinishReason::Stop, None), key, Pass::Answer);
+        let r = to_result(
+            done(engine::FinishReason::Stop, None),
+            key,
+            Pass::Answer,
+            AnswerFormat::GlmBox,
+        );
         let g = r.outcome.unwrap();
         assert_eq!(
-            (g.finish, g.prompt_tokens, g.prefilled_think),
-            (FinishReason::Stop, 9, true)
+            (
+                g.finish,
+                g.prompt_tokens,
+                g.prefilled_think,
+                g.answer_format
+            ),
+            (FinishReason::Stop, 9, true, AnswerFormat::GlmBox)
         );
-        let r = to_result(done(engine::FinishReason::Length, None), key, Pass::Judge);
+        let r = to_result(
+            done(engine::FinishReason::Length, None),
+            key,
+            Pass::Judge,
+            AnswerFormat::AfterThink,
+        );
         assert_eq!(r.outcome.unwrap().finish, FinishReason::Length);
         let r = to_result(
             done(engine::FinishReason::Error, Some("image: bad")),
             key,
             Pass::Answer,
+            AnswerFormat::AfterThink,
         );
         assert!(!r.exceeds_capacity);
         assert_eq!(r.outcome.unwrap_err(), "image: bad");
@@ -185,6 +204,7 @@ mod tests {
             Completion::exceeds_capacity(0, 300, "prompt of 300 tokens needs 19 KV cache blocks"),
             key,
             Pass::Judge,
+            AnswerFormat::AfterThink,
         );
         assert!(r.exceeds_capacity);
         assert!(r.outcome.unwrap_err().starts_with("prompt of 300 tokens"));

@@ -27,6 +27,7 @@ use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKi
 use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};
 use crate::settings::Settings;
 use crate::shard::Shard;
+use crate::verifiers::think::AnswerFormat;
 
 /// Inputs of [`write_outputs`].
 pub(crate) struct WriteInput<'a> {
@@ -107,6 +108,8 @@ struct RowSplits {
     think: SplitItems<AcceptedQa>,
     nothink: SplitItems<AcceptedQa>,
     rejected: SplitItems<RejectedQa>,
+    /// Where the model wrote its answers (its generations', one model per run).
+    answer_format: AnswerFormat,
 }
 
 /// Everything the write phase accumulates.
@@ -397,6 +400,7 @@ fn route_sample(
             return Ok(());
         }
     };
+    splits.answer_format = generation.answer_format;
     if let Some(b) = &mut c.stats.think_budget {
         b.answers += 1;
         if generation.think_budget_hit {
@@ -442,19 +446,19 @@ fn write_row_splits(
     let image = published_image(&row.image);
     fn make<Q>(
         items: SplitItems<Q>,
-        (clean_meta, samples, budget): (&str, usize, Option<usize>),
+        (clean_meta, samples, budget, format): (&str, usize, Option<usize>, AnswerFormat),
         (image, image_sha256): (&crate::record::ImageRef, &str),
     ) -> OutputRow<Q> {
         let sampling = (samples > 1).then_some((samples, items.samples.as_slice()));
         let budget = budget.map(|n| (n, items.budget_hits.as_slice()));
         OutputRow {
             image: image.clone(),
-            clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling, budget),
+            clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling, budget, format),
             qa: items.items,
             image_sha256: image_sha256.to_string(),
         }
     }
-    let meta = (clean_meta, samples, budget);
+    let meta = (clean_meta, samples, budget, splits.answer_format);
     let image = (&image, image_sha256);
     let rows = [
         (

@@ -28,7 +28,8 @@ use unicode_general_category::{get_general_category, GeneralCategory};
 use crate::judge::{guard_vetoes, JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, QaItem, RejectedQa};
 use crate::verifiers::pytext::py_isspace;
-use crate::verifiers::think::{split_think, ThinkSplit};
+use crate::verifiers::pytext::py_strip;
+use crate::verifiers::think::{split_think, AnswerFormat, ThinkSplit};
 use crate::verifiers::{Verification, Verifier};
 
 /// Why generation stopped.
@@ -50,6 +51,9 @@ pub struct Generation {
     pub finish: FinishReason,
     /// The prompt ended with an open `<think>` pre-filled by the chat template.
     pub prefilled_open: bool,
+    /// Where the model's family writes its final answer after the reasoning.
+    #[serde(default)]
+    pub format: AnswerFormat,
 }
 
 /// Why an item was rejected; stored as the snake-case `reason` of the rejected split.
@@ -207,8 +211,12 @@ pub fn decide(
 /// Everything known about an item before the judge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
-    /// The generation split into reasoning and answer.
+    /// The generation split into reasoning and the text after it (`vlm_answer`,
+    /// `wrong_vlm`).
     pub split: ThinkSplit,
+    /// The final answer in that text, as the family writes it ([`AnswerFormat`]; the whole
+    /// text but for GLM's box), stripped: what the verifier checks and the judge grades.
+    pub answer: String,
     /// Finish reason `length` or an unterminated think.
     pub truncated: bool,
     /// The verifier's result on the stripped answer against the reference.
@@ -220,10 +228,12 @@ impl Assessment {
     /// several for a list-valued answer: [`Verifier::verify_any`]).
     pub fn new(generation: &Generation, references: &[&str], verifier: &Verifier) -> Assessment {
         let split = split_think(&generation.raw, generation.prefilled_open);
+        let answer = py_strip(generation.format.answer_of(&split.answer)).to_string();
         let truncated = generation.finish == FinishReason::Length || split.unterminated;
-        let verification = verifier.verify_any(&split.answer, references);
+        let verification = verifier.verify_any(&answer, references);
         Assessment {
             split,
+            answer,
             truncated,
             verification,
         }
@@ -232,12 +242,12 @@ impl Assessment {
     /// Whether the judge must grade this item: not truncated, not blank, rejected by the
     /// verifier (an unusable reference included).
     pub fn needs_judge(&self) -> bool {
-        !self.truncated && !is_blank(&self.split.answer) && !self.verification.accepted()
+        !self.truncated && !is_blank(&self.answer) && !self.verification.accepted()
     }
 
     /// The candidate text the judge grades (the stripped answer).
     pub fn judge_candidate(&self) -> &str {
-        &self.split.answer
+        &self.answer
     }
 }
 
@@ -267,7 +277,7 @@ pub fn route(
 ) -> Routed {
     let judge = judge.filter(|_| assessment.needs_judge());
     let decision = decide(
-        &assessment.split.answer,
+        &assessment.answer,
         assessment.truncated,
         &assessment.verification,
         judge.map(|j| j.verdict),

@@ -16,6 +16,7 @@ fn generation(raw: &str, finish: FinishReason) -> Generation {
         raw: raw.to_string(),
         finish,
         prefilled_open: true,
+        format: AnswerFormat::AfterThink,
     }
 }
 
@@ -332,4 +333,51 @@ fn reasons_round_trip() {
     }
     assert!(!RejectReason::Truncated.is_judged());
     assert!(RejectReason::UnusableReference.is_judged());
+}
+
+/// GLM-4.1V writes its final answer boxed inside `<answer>`: the verifier checks the box, not
+/// the words around it; `vlm_answer` keeps the whole text after the reasoning.
+#[test]
+fn glm_boxed_answer_is_what_the_verifier_checks() {
+    let raw = "<think>The amount reads one thousand four hundred thirty-two.</think>\
+               <answer>It could be 1482 but it is <|begin_of_box|>1432<|end_of_box|></answer>";
+    let glm = Generation {
+        format: AnswerFormat::GlmBox,
+        prefilled_open: false,
+        ..generation(raw, FinishReason::Stop)
+    };
+    let a = Assessment::new(&glm, &["1432"], &Verifier::Alnum);
+    assert_eq!(a.answer, "1432");
+    assert!(!a.needs_judge());
+    let (think, _) = accepted(route(&qa("1432"), &a, None, true));
+    assert_eq!(think.answer, "1432");
+    assert_eq!(
+        think.vlm_answer,
+        "<answer>It could be 1482 but it is <|begin_of_box|>1432<|end_of_box|></answer>"
+    );
+    assert_eq!(
+        think.think.as_deref(),
+        Some("The amount reads one thousand four hundred thirty-two.")
+    );
+    // Read as the text after the reasoning, the same output is wrong: the surrounding words
+    // are not the amount.
+    let plain = Generation {
+        format: AnswerFormat::AfterThink,
+        ..glm.clone()
+    };
+    let a = Assessment::new(&plain, &["1432"], &Verifier::Alnum);
+    assert!(!a.verification.accepted());
+    // A wrong box is rejected whatever the words around it say; the judge grades the box.
+    let wrong = Generation {
+        raw: raw.replace("<|begin_of_box|>1432", "<|begin_of_box|>1482"),
+        ..glm
+    };
+    let a = Assessment::new(&wrong, &["1432"], &Verifier::Alnum);
+    assert!(a.needs_judge());
+    assert_eq!(a.judge_candidate(), "1482");
+    let r = rejected(route(&qa("1432"), &a, None, true));
+    assert_eq!(
+        r.wrong_vlm,
+        wrong.raw[wrong.raw.find("<answer>").unwrap()..]
+    );
 }

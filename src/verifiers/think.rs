@@ -19,6 +19,8 @@ use super::pytext::py_strip;
 
 /// The reasoning tags of the Qwen3 chat templates (declared with the templates).
 pub use verisample_models::chat::{THINK_CLOSE, THINK_OPEN};
+/// Where a family's answer is in the text after the reasoning (GLM: its last box).
+pub use verisample_models::AnswerFormat;
 
 /// A raw generation split into reasoning and answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ use crate::judge::JudgeOutcome;
 use crate::record::split_meta::{kept_from_of, SAMPLE_INDEX_KEY, THINK_BUDGET_HIT_KEY};
 use crate::record::{AcceptedQa, OutputRow, QaItem, RejectedQa};
 use crate::route::{route, Assessment, FinishReason, Generation, Routed};
+use crate::verifiers::think::AnswerFormat;
 
 /// (stream position, input `qa` index, sample) of an item: the key of a generation line.
 type Key = (u64, u64, u64);
@@ -72,6 +73,10 @@ impl RunGenerations {
                     raw: p["text"].as_str()?.to_string(),
                     finish: serde_json::from_value::<FinishReason>(p["finish"].clone()).ok()?,
                     prefilled_open: p["prefilled_think"].as_bool().unwrap_or(false),
+                    format: match p.get("answer_format") {
+                        Some(f) => serde_json::from_value(f.clone()).ok()?,
+                        None => AnswerFormat::AfterThink,
+                    },
                 })
             };
             let rescue = (v["judge_role"] == "rescue").then(|| match generation(&v["judge"]) {

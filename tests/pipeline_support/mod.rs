@@ -32,6 +32,7 @@ use verisample::settings::{
     fingerprint, DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings,
 };
 use verisample::shard::Shard;
+use verisample::verifiers::think::AnswerFormat;
 
 /// A tiny PNG whose pixel value depends on `seed` (so image hashes differ per row).
 pub fn png(seed: u8) -> Vec<u8> {
@@ -221,6 +222,7 @@ fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Genera
     if text.contains("[engine-fail]") {
         return Err("image processor refused the image".into());
     }
+    let mut format = AnswerFormat::AfterThink;
     let (body, finish) = match req.pass {
         Pass::Answer if text.contains("[long]") => {
             ("<think>\nthe strokes are".to_string(), FinishReason::Length)
@@ -235,10 +237,23 @@ fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Genera
                     oracle.get(&hex::encode(image.sha256)).cloned()
                 })
                 .unwrap_or_else(|| "1990".to_string());
-            (
-                format!("<think>\nreading\n</think>\n\n{said}"),
-                FinishReason::Stop,
-            )
+            match said.strip_prefix("glm:") {
+                // GLM-4.1V's way: the final answer boxed inside `<answer>`, among other words.
+                Some(boxed) => {
+                    format = AnswerFormat::GlmBox;
+                    (
+                        format!(
+                            "<think>\nreading\n</think><answer>It might be 7, but it reads \
+                             <|begin_of_box|>{boxed}<|end_of_box|></answer>"
+                        ),
+                        FinishReason::Stop,
+                    )
+                }
+                None => (
+                    format!("<think>\nreading\n</think>\n\n{said}"),
+                    FinishReason::Stop,
+                ),
+            }
         }
         Pass::Judge => {
             let field = |name: &str| {
@@ -268,6 +283,7 @@ fn respond(req: &GenRequest, oracle: &BTreeMap<String, String>) -> Result<Genera
         finish,
         prefilled_think: false,
         think_budget_hit: false,
+        answer_format: format,
     })
 }
 

@@ -146,6 +146,14 @@ pub struct TextSpec {
     pub rotary_dim: usize,
     /// Qwen3-VL interleaved M-RoPE layout.
     pub mrope_interleaved: bool,
+    /// How the rotated dimensions of a head pair up ([`RotaryLayout`]).
+    pub rotary_layout: RotaryLayout,
+    /// GLM-4's extra norms: RMSNorm on the attention output (`post_self_attn_layernorm`) and
+    /// on the MLP output (`post_mlp_layernorm`) before each residual add.
+    pub sandwich_norms: bool,
+    /// The MLP's gate and up projections are one tensor, `mlp.gate_up_proj` `[2 · inter,
+    /// hidden]` (gate rows first; GLM-4), not `gate_proj` and `up_proj`.
+    pub fused_gate_up: bool,
     /// Bias on q/k/v (Qwen2: yes; Qwen3: `attention_bias`).
     pub qkv_bias: bool,
     /// Bias on o_proj (Qwen3 `attention_bias`).
@@ -172,6 +180,17 @@ pub struct TextSpec {
     /// Sparse mixture-of-experts blocks (Qwen3-VL-MoE, Qwen3.5-MoE): which layers route
     /// their tokens to experts instead of the dense MLP; `None` for the dense families.
     pub moe: Option<MoeSpec>,
+}
+
+/// How the `rotary_dim` rotated dimensions of a head pair up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotaryLayout {
+    /// Dimension `i` with `i + rotary_dim / 2` (transformers `rotate_half`: the Qwen families).
+    Half,
+    /// Dimension `2i` with `2i + 1` (transformers `rotate_half_llm`, GLM-4). Loaded as
+    /// [`Self::Half`]: the rotated rows of `q_proj` and `k_proj` are reordered (even rows,
+    /// then odd rows, per head), which leaves every attention score unchanged.
+    Pairs,
 }
 
 /// The vision tower a family's `config.json` resolves to.
@@ -293,10 +312,32 @@ pub struct VisionSpec {
     pub window_size: usize,
     /// Qwen2.5-VL blocks with full attention.
     pub fullatt_block_indexes: Vec<usize>,
-    /// Qwen3-VL learned position embeddings (0 = none).
+    /// Learned position embeddings, a square table (0 = none): Qwen3-VL's `pos_embed`,
+    /// GLM-4.1V's `embeddings.position_embedding` (see [`Self::glm`]).
     pub num_position_embeddings: usize,
+    /// Bias on the blocks' `attn.qkv` (Qwen: yes; GLM-4.1V: `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on the blocks' `attn.proj` and MLP linears (Qwen: yes; GLM-4.1V: no).
+    pub block_bias: bool,
+    /// Epsilon of the blocks' norms (Qwen: 1e-6; GLM-4.1V: `rms_norm_eps`).
+    pub norm_eps: f64,
+    /// GLM-4.1V's stem and head ([`GlmVision`]); `None` for the Qwen towers.
+    pub glm: Option<GlmVision>,
     /// Qwen3-VL DeepStack source blocks.
     pub deepstack_visual_indexes: Vec<usize>,
+}
+
+/// GLM-4.1V's vision stem and head (transformers `Glm4vVisionModel`): RMSNorm after the
+/// patch embedding (`post_conv_layernorm`), the learned position table resampled bicubically
+/// to each image's grid (`Glm4vVisionEmbeddings`), RMSNorm after the blocks
+/// (`post_layernorm`), a `merge × merge` convolution to `out_hidden_size` (`downsample`) and
+/// the SwiGLU merger (`merger.proj`, `post_projection_norm`, GELU, `gate_proj`/`up_proj`/
+/// `down_proj`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GlmVision {
+    /// Inner width of the merger's gated MLP (`vision_config.intermediate_size`; the blocks'
+    /// MLPs are `out_hidden_size` wide).
+    pub merger_intermediate_size: usize,
 }
 
 /// The norm of a vision tower's blocks and merger.
@@ -313,6 +354,8 @@ pub enum VisionNorm {
 pub enum MlpNames {
     /// `gate_proj` / `up_proj` / `down_proj` (gated).
     Gated,
+    /// `gate_up_proj` (gate rows, then up rows) / `down_proj` (gated; GLM-4).
+    GateUp,
     /// `fc1` / `fc2` (Qwen2-VL vision).
     Fc,
     /// `linear_fc1` / `linear_fc2` (Qwen3-VL vision).

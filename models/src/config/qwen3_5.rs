@@ -6,7 +6,7 @@
 
 use super::fields::{Fields, TextFields};
 use super::text::{check_heads, eos_ids, section};
-use super::{ConfigError, LayerKind, LinearAttentionSpec, TextSpec};
+use super::{ConfigError, LayerKind, LinearAttentionSpec, RotaryLayout, TextSpec};
 
 /// transformers' `partial_rotary_factor` default for Qwen3.5 (`kwargs.setdefault(..., 0.25)`
 /// in `Qwen3_5TextConfig.__post_init__`).
@@ -98,6 +98,9 @@ pub fn qwen3_5_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
         attn_output_gate: true,
+        rotary_layout: RotaryLayout::Half,
+        sandwich_norms: false,
+        fused_gate_up: false,
         zero_centered_norm: true,
         tie_word_embeddings: f
             .tie_word_embeddings

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::fields::Fields;
 use super::rope::{RopeParameters, MROPE_TYPES};
-use super::{ConfigError, LayerKind, TextSpec};
+use super::{ConfigError, LayerKind, RotaryLayout, TextSpec};
 use crate::rope_index::MROPE_ROWS;
 
 /// How a decoder's rotary pairs take their positions.
@@ -55,6 +55,9 @@ pub fn qwen2_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, Confi
         o_bias: false,
         qk_norm: false,
         attn_output_gate: false,
+        rotary_layout: RotaryLayout::Half,
+        sandwich_norms: false,
+        fused_gate_up: false,
         zero_centered_norm: false,
         rotary_dim: head_dim,
         layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
@@ -98,8 +101,80 @@ pub fn qwen3_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, Confi
         o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
         attn_output_gate: false,
+        rotary_layout: RotaryLayout::Half,
+        sandwich_norms: false,
+        fused_gate_up: false,
         zero_centered_norm: false,
         rotary_dim: head_dim,
+        layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
+        linear_attention: None,
+        tie_word_embeddings: f
+            .tie_word_embeddings
+            .or(t.tie_word_embeddings)
+            .unwrap_or(false),
+        hidden_act: t.hidden_act.clone(),
+        eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
+        max_position_embeddings: t.max_position_embeddings,
+        moe: None,
+    };
+    check_heads(&spec)?;
+    Ok(spec)
+}
+
+/// The GLM-4 decoder of GLM-4.1V (transformers `Glm4vTextModel`): bias on q/k/v, none on
+/// `o_proj`, no q/k norm, `head_dim = hidden_size / num_attention_heads`, the leading
+/// `int(head_dim · partial_rotary_factor)` dimensions of a head rotated in adjacent pairs
+/// (`rotate_half_llm`) with M-RoPE in contiguous `mrope_section` chunks (default `[8, 12,
+/// 12]`, `Glm4vTextRotaryEmbedding`), RMSNorm after attention and after the MLP
+/// (`post_self_attn_layernorm`, `post_mlp_layernorm`), a fused `gate_up_proj`; rotary base
+/// `rope_parameters.rope_theta`, else the decoder's `rope_theta`, else 10000
+/// (`default_theta`); `partial_rotary_factor` from the rotary block, else the decoder's, else 1.
+///
+/// Errors: as [`qwen2_decoder`].
+pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
+    let t = &f.text;
+    let mut rope = t.rope_parameters.clone().unwrap_or_default();
+    if rope.mrope_section.is_none() {
+        rope.mrope_section = Some(vec![8, 12, 12]);
+    }
+    let head_dim = t
+        .hidden_size
+        .checked_div(t.num_attention_heads)
+        .unwrap_or(0);
+    let factor = rope
+        .partial_rotary_factor
+        .or(t.partial_rotary_factor)
+        .unwrap_or(1.0);
+    // transformers: int(head_dim * partial_rotary_factor)
+    let rotary_dim = (head_dim as f64 * factor) as usize;
+    if rotary_dim == 0 || rotary_dim > head_dim || !rotary_dim.is_multiple_of(2) {
+        return Err(ConfigError::Invalid(format!(
+            "partial_rotary_factor {factor} gives {rotary_dim} rotated dimensions of a head of \
+             {head_dim}; they must be even and at most the head"
+        )));
+    }
+    let spec = TextSpec {
+        vocab_size: t.vocab_size,
+        hidden_size: t.hidden_size,
+        intermediate_size: t.intermediate_size,
+        num_layers: t.num_hidden_layers,
+        num_heads: t.num_attention_heads,
+        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
+        head_dim,
+        rms_norm_eps: t.rms_norm_eps,
+        rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(10_000.0),
+        mrope_section: section(&rope, rotary_dim)?,
+        position_rows: rows(Positions::MRope),
+        mrope_interleaved: false,
+        rotary_layout: RotaryLayout::Pairs,
+        sandwich_norms: true,
+        fused_gate_up: true,
+        qkv_bias: true,
+        o_bias: false,
+        qk_norm: false,
+        attn_output_gate: false,
+        zero_centered_norm: false,
+        rotary_dim,
         layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
         linear_attention: None,
         tie_word_embeddings: f

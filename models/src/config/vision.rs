@@ -90,5 +90,9 @@ fn common(
         fullatt_block_indexes: Vec::new(),
         num_position_embeddings: 0,
         deepstack_visual_indexes: Vec::new(),
+        qkv_bias: true,
+        block_bias: true,
+        norm_eps: 1e-6,
+        glm: None,
     }
 }

@@ -11,7 +11,8 @@ use crate::config::{
     ConfigError, Defaults, Fallback::*, Fields, InternVitSpec, Table, VisionConfig, VisionNorm,
 };
 
-use crate::chat::THINK_OPEN;
+use crate::chat::{AnswerFormat, THINK_OPEN};
+use crate::processor::ResizeRule;
 
 use super::{Family, Resolved, QWEN_STOP_TOKENS};
 
@@ -221,5 +222,7 @@ pub(super) static FAMILY: Family = Family {
     think_open: THINK_OPEN,
     think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
     image_wrap: Some(("<img>", "</img>")),
+    resize: ResizeRule::Qwen,
+    answer: AnswerFormat::AfterThink,
     resolve,
 };

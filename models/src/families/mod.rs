@@ -6,6 +6,7 @@
 //! errors, `--model` and `doctor --model` help read [`FAMILIES`]; tests hold the docs table and
 //! the fixture folders equal to it. How to add one: `docs/adding-a-model-family.md`.
 
+mod glm4v;
 mod internvl;
 mod qwen2_5_vl;
 mod qwen2_vl;
@@ -18,10 +19,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::chat::AnswerFormat;
 use crate::config::{
     ConfigError, Defaults, Fields, TextSpec, VisionConfig, VisionFields, VisionSpec, VisionTokenIds,
 };
 use crate::load::LoadError;
+use crate::processor::ResizeRule;
 
 /// One model family: a `model_type` of `config.json` and how its fields resolve.
 #[derive(Debug)]
@@ -47,6 +50,10 @@ pub struct Family {
     /// `<IMG_CONTEXT>` run; `None` for the Qwen-VL families, whose templates write
     /// `<|vision_start|><|image_pad|><|vision_end|>`).
     pub image_wrap: Option<(&'static str, &'static str)>,
+    /// The `smart_resize` of its image processor (the Qwen-VL processor's families).
+    pub resize: ResizeRule,
+    /// Where its generated text holds the final answer after the reasoning.
+    pub answer: AnswerFormat,
     /// The decoder, vision tower and image placeholder the parsed fields resolve to.
     ///
     /// Errors: [`ConfigError::Invalid`] naming the inconsistent setting;
@@ -102,6 +109,7 @@ pub static FAMILIES: &[&Family] = &[
     &qwen3_vl_moe::FAMILY,
     &qwen3_5_moe::FAMILY,
     &internvl::FAMILY,
+    &glm4v::FAMILY,
 ];
 
 /// The `model_type`s of [`FAMILIES`], in order.

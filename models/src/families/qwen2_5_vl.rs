@@ -5,7 +5,8 @@ use crate::config::text::{qwen2_decoder, Positions::MRope};
 use crate::config::vision::qwen2_5_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, Table};
 
-use crate::chat::THINK_OPEN;
+use crate::chat::{AnswerFormat, THINK_OPEN};
+use crate::processor::ResizeRule;
 
 use super::{qwen2_vl, Family};
 
@@ -38,5 +39,7 @@ pub(super) static FAMILY: Family = Family {
     think_open: THINK_OPEN,
     think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
     image_wrap: None,
+    resize: ResizeRule::Qwen,
+    answer: AnswerFormat::AfterThink,
     resolve: |f: &Fields| super::qwen_vl(f, |f| qwen2_decoder(f, MRope), qwen2_5_vl_tower),
 };

@@ -5,7 +5,8 @@ use crate::config::qwen3_5::qwen3_5_decoder;
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, SparseRule, Table};
 
-use crate::chat::THINK_OPEN;
+use crate::chat::{AnswerFormat, THINK_OPEN};
+use crate::processor::ResizeRule;
 
 use super::{qwen3_5, qwen3_vl, Family};
 
@@ -34,6 +35,8 @@ pub(super) static FAMILY: Family = Family {
     think_open: THINK_OPEN,
     think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
     image_wrap: None,
+    resize: ResizeRule::Qwen,
+    answer: AnswerFormat::AfterThink,
     resolve: |f: &Fields| {
         let text = |f: &Fields| {
             let mut text = qwen3_5_decoder(f)?;

@@ -5,7 +5,8 @@ use crate::config::text::{qwen3_decoder, Positions::MRope};
 use crate::config::vision::qwen3_vl_tower;
 use crate::config::{Defaults, Fallback::*, Fields, Table};
 
-use crate::chat::THINK_OPEN;
+use crate::chat::{AnswerFormat, THINK_OPEN};
+use crate::processor::ResizeRule;
 
 use super::{qwen2_vl, Family};
 
@@ -50,6 +51,8 @@ pub(super) static FAMILY: Family = Family {
     think_open: THINK_OPEN,
     think_budget_stop: super::QWEN_THINK_BUDGET_STOP,
     image_wrap: None,
+    resize: ResizeRule::Qwen,
+    answer: AnswerFormat::AfterThink,
     resolve: |f: &Fields| {
         super::qwen_vl(f, |f| qwen3_decoder(f, MRope), |v| qwen3_vl_tower(v, true))
     },

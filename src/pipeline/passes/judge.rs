@@ -236,6 +236,7 @@ mod tests {
             finish,
             prefilled_think: false,
             think_budget_hit: false,
+            answer_format: Default::default(),
         })
     }
 
