@@ -35,13 +35,16 @@ sys.path.insert(0, HERE)
 import tiny_tokenizer  # noqa: E402
 from make_fixtures import CLIP_MEAN, CLIP_STD, IMAGES, N_GREEDY, REPO, randomize  # noqa: E402
 
-# GLM-4.1V's special tokens (tokenizer_config.json of zai-org/GLM-4.1V-9B-Thinking), added after
-# the tiny tokenizer's own.
+# GLM-4.1V's added tokens (tokenizer_config.json of zai-org/GLM-4.1V-9B-Thinking), after the tiny
+# tokenizer's own: the special ones, then those it does not mark special — the answer tags and
+# box markers, which decoding keeps (so the verifier finds the box; vLLM's users see them in
+# served output).
 GLM4V_TOKENS = [
     "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
     "<|begin_of_image|>", "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>",
-    "<|video|>", "<answer>", "</answer>", "<|begin_of_box|>", "<|end_of_box|>",
+    "<|video|>",
 ]
+GLM4V_ANSWER_TOKENS = ["<answer>", "</answer>", "<|begin_of_box|>", "<|end_of_box|>"]
 # The chat template of zai-org/GLM-4.1V-9B-Thinking (its chat_template.jinja). No network here:
 # the text equals, byte for byte, the `official_chat_template` a public renderer-validation
 # artifact records for that checkpoint at revision 3c1471e51dc811b589d4d12b1c1c7c1c941267c2.
@@ -139,7 +142,8 @@ def build(data: str, out: str, seed: int) -> None:
     from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil, smart_resize
 
     os.makedirs(out, exist_ok=True)
-    info = tiny_tokenizer.build_tokenizer(out, extra_special=GLM4V_TOKENS, chat_template=GLM4V_CHAT_TEMPLATE)
+    info = tiny_tokenizer.build_tokenizer(out, extra_special=GLM4V_TOKENS, chat_template=GLM4V_CHAT_TEMPLATE,
+                                          extra_added=GLM4V_ANSWER_TOKENS)
     for extra in ("vocab.json", "merges.txt"):  # the Rust side reads tokenizer.json only
         os.remove(os.path.join(out, extra))
     ids = {**info["special_ids"]}

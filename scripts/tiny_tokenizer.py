@@ -213,6 +213,7 @@ def build_tokenizer(
     extra_special: list[str] | tuple[str, ...] = (),
     named_special: dict[str, str] | None = None,
     chat_template: str = CHAT_TEMPLATE,
+    extra_added: list[str] | tuple[str, ...] = (),
 ) -> dict:
     """Train and write the tokenizer files into ``out_dir`` (created if missing).
 
@@ -221,7 +222,9 @@ def build_tokenizer(
     ``named_special``: ``tokenizer_config.json`` ``extra_special_tokens`` (a name → token
     dict, as the InternVL checkpoints have, so transformers sets ``tokenizer.<name>``).
     ``chat_template``: the template written (the corpus always holds CHAT_TEMPLATE, so the
-    BPE is the same for every family). The defaults write the common files byte for byte.
+    BPE is the same for every family). ``extra_added``: further added tokens that are not
+    special (ids after ``extra_special``; decoding keeps them, as GLM-4.1V's ``<answer>`` and
+    box markers). The defaults write the common files byte for byte.
 
     Returns ``{"vocab_size": total size including added tokens, "special_ids": {token: id}}``.
     """
@@ -248,6 +251,9 @@ def build_tokenizer(
     extra_special = list(extra_special)
     if extra_special:
         tok.add_special_tokens([_added_token(t, True) for t in extra_special])
+    extra_added = list(extra_added)
+    if extra_added:
+        tok.add_tokens([_added_token(t, False) for t in extra_added])
 
     tok.save(os.path.join(out_dir, "tokenizer.json"), pretty=True)
 
@@ -261,7 +267,7 @@ def build_tokenizer(
         for m in tj["model"]["merges"]:
             f.write((m if isinstance(m, str) else " ".join(m)) + "\n")
 
-    added = SPECIAL_TOKENS + NON_SPECIAL_ADDED + extra_special
+    added = SPECIAL_TOKENS + NON_SPECIAL_ADDED + extra_special + extra_added
     special_ids = {t: tok.token_to_id(t) for t in added}
     added_decoder = {}
     for t in added:
@@ -271,7 +277,7 @@ def build_tokenizer(
             "normalized": False,
             "rstrip": False,
             "single_word": False,
-            "special": t not in NON_SPECIAL_ADDED,
+            "special": t not in NON_SPECIAL_ADDED and t not in extra_added,
         }
     config = {
         "add_bos_token": False,

@@ -56,8 +56,33 @@ impl Preprocessor {
     /// Errors: [`ProcessorError::Config`] naming the file and what is wrong in it.
     pub fn from_dir(dir: &Path, config: &ModelConfig) -> Result<Self, ProcessorError> {
         Ok(match config.vision() {
-            VisionConfig::Qwen(_) => {
-                Self::Qwen(ImageProcessor::from_dir(dir)?.with_rule(config.family().resize))
+            VisionConfig::Qwen(spec) => {
+                let p = ImageProcessor::from_dir(dir)?.with_rule(config.family().resize);
+                let sizes = [
+                    ("patch_size", p.patch_size, "patch_size", spec.patch_size),
+                    (
+                        "merge_size",
+                        p.merge_size,
+                        "spatial_merge_size",
+                        spec.spatial_merge_size,
+                    ),
+                    (
+                        "temporal_patch_size",
+                        p.temporal_patch_size,
+                        "temporal_patch_size",
+                        spec.temporal_patch_size,
+                    ),
+                ];
+                if let Some((key, got, field, want)) = sizes.iter().find(|s| s.1 != s.3) {
+                    return Err(ProcessorError::Config {
+                        path: image_processor_config(dir)?.0.display().to_string(),
+                        msg: format!(
+                            "{key} {got}, but config.json's vision_config.{field} is {want}: \
+                             the processor must cut the patches the tower embeds"
+                        ),
+                    });
+                }
+                Self::Qwen(p)
             }
             VisionConfig::InternVit(s) => {
                 let tiles = TileProcessor::from_dir(dir, s.patch_size, s.tokens_per_tile())?;

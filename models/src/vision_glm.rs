@@ -8,7 +8,7 @@
 //! `grid_sample(mode="bicubic", align_corners=False, padding_mode="border")` CPU kernel
 //! (`aten/src/ATen/native/cpu/GridSamplerKernel.cpp`), its f32 formula followed operation for
 //! operation; torch's vectorised build of it rounds some values differently in the last bits
-//! (max |Δ| 6e-8 on the fixture, `models/tests/glm4v_positions.rs`).
+//! (max |Δ| 6e-8 on the fixture, `models/tests/glm4v.rs`).
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;

@@ -64,8 +64,12 @@ pub fn answer_format_of(clean_meta: &str) -> Result<AnswerFormat, String> {
     let meta: serde_json::Value = serde_json::from_str(clean_meta).unwrap_or_default();
     match meta.get(ANSWER_FORMAT_KEY) {
         None => Ok(AnswerFormat::AfterThink),
-        Some(v) => serde_json::from_value(v.clone())
-            .map_err(|_| format!("clean_meta {ANSWER_FORMAT_KEY} {v} is not an answer format")),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+            format!(
+                "clean_meta {ANSWER_FORMAT_KEY} {v} is not an answer format (known: \
+                     \"glm_box\"; absent: the text after the reasoning)"
+            )
+        }),
     }
 }
 

@@ -134,7 +134,8 @@ pub fn qwen3_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, Confi
 pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
     let t = &f.text;
     let mut rope = t.rope_parameters.clone().unwrap_or_default();
-    if rope.mrope_section.is_none() {
+    let stated = rope.mrope_section.is_some();
+    if !stated {
         rope.mrope_section = Some(vec![8, 12, 12]);
     }
     let head_dim = t
@@ -163,7 +164,15 @@ pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         head_dim,
         rms_norm_eps: t.rms_norm_eps,
         rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(10_000.0),
-        mrope_section: section(&rope, rotary_dim)?,
+        mrope_section: section(&rope, rotary_dim).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "{e} (rotary_dim = head_dim {head_dim} · partial_rotary_factor {factor}{})",
+                match stated {
+                    true => "",
+                    false => "; mrope_section not stated: transformers' default [8, 12, 12]",
+                }
+            ))
+        })?,
         position_rows: rows(Positions::MRope),
         mrope_interleaved: false,
         rotary_layout: RotaryLayout::Pairs,
