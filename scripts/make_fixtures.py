@@ -216,6 +216,23 @@ def preprocessor_config(family: str) -> dict:
     }
 
 
+def greedy(model, inputs) -> tuple[torch.Tensor, list[int], list[float]]:
+    """The prefill's last-position logits [vocab] f32, then N_GREEDY greedy tokens (no stop on
+    EOS) and each step's top-1 minus top-2 logit, decoding with the model's own KV cache."""
+    with torch.no_grad():
+        o = model(**inputs, use_cache=True)
+        prefill = logits = o.logits[0, -1].float()
+        toks, margins = [], []
+        for _ in range(N_GREEDY):
+            top = torch.topk(logits, 2)
+            nxt = int(top.indices[0])
+            toks.append(nxt)
+            margins.append(float(top.values[0] - top.values[1]))
+            o = model(input_ids=torch.tensor([[nxt]]), cache=o.cache, use_cache=True)
+            logits = o.logits[0, -1].float()
+    return prefill.contiguous(), toks, margins
+
+
 def randomize(model: torch.nn.Module, seed: int, zero_centred: bool = False) -> None:
     """Weights with healthy magnitudes so logits have clear margins (default init is ~0.02).
 
@@ -308,20 +325,7 @@ def build(family: str, data: str) -> None:
         goldens[f"input_ids_{i}"] = ids[0].long().contiguous()
         goldens[f"position_ids_{i}"] = pos[:, 0, :].long().contiguous()
         goldens[f"rope_delta_{i}"] = delta.reshape(1).long().contiguous()
-        with torch.no_grad():
-            o = model(**inputs, use_cache=True)
-            logits = o.logits[0, -1].float()
-            goldens[f"logits_{i}"] = logits.contiguous()
-            cache = o.cache
-            toks, margins = [], []
-            for _ in range(N_GREEDY):
-                top = torch.topk(logits, 2)
-                nxt = int(top.indices[0])
-                toks.append(nxt)
-                margins.append(float(top.values[0] - top.values[1]))
-                o = model(input_ids=torch.tensor([[nxt]]), cache=cache, use_cache=True)
-                cache = o.cache
-                logits = o.logits[0, -1].float()
+        goldens[f"logits_{i}"], toks, margins = greedy(model, inputs)
         goldens[f"greedy_{i}"] = torch.tensor(toks, dtype=torch.long)
         goldens[f"greedy_margin_{i}"] = torch.tensor(margins, dtype=torch.float32)
         print(family, name, "grid", inputs["image_grid_thw"].tolist(), "len", ids.shape[1],
@@ -452,19 +456,7 @@ def build_internvl(data: str, seed: int | None = None) -> None:
                 pixel_values, vision_feature_layer=config.vision_feature_layer,
                 vision_feature_select_strategy=config.vision_feature_select_strategy).pooler_output
             goldens[f"image_features_{i}"] = feats.reshape(-1, feats.shape[-1]).float().contiguous()
-            o = model(**inputs, use_cache=True)
-            logits = o.logits[0, -1].float()
-            goldens[f"logits_{i}"] = logits.contiguous()
-            cache = o.cache
-            toks, margins = [], []
-            for _ in range(N_GREEDY):
-                top = torch.topk(logits, 2)
-                nxt = int(top.indices[0])
-                toks.append(nxt)
-                margins.append(float(top.values[0] - top.values[1]))
-                o = model(input_ids=torch.tensor([[nxt]]), cache=cache, use_cache=True)
-                cache = o.cache
-                logits = o.logits[0, -1].float()
+            goldens[f"logits_{i}"], toks, margins = greedy(model, inputs)
         goldens[f"greedy_{i}"] = torch.tensor(toks, dtype=torch.long)
         goldens[f"greedy_margin_{i}"] = torch.tensor(margins, dtype=torch.float32)
         all_margins += margins

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import tiny_tokenizer  # noqa: E402
-from make_fixtures import CLIP_MEAN, CLIP_STD, IMAGES, N_GREEDY, REPO, randomize  # noqa: E402
+from make_fixtures import CLIP_MEAN, CLIP_STD, IMAGES, REPO, greedy, randomize  # noqa: E402
 
 # GLM-4.1V's added tokens (tokenizer_config.json of zai-org/GLM-4.1V-9B-Thinking), after the tiny
 # tokenizer's own: the special ones, then those it does not mark special — the answer tags and
@@ -224,19 +224,7 @@ def build(data: str, out: str, seed: int) -> None:
             # [1, hidden, n, 1] → [n, hidden], as Glm4vVisionEmbeddings adds it.
             goldens[f"pos_embed_{i}"] = resampled.pop().squeeze(0).squeeze(-1).permute(1, 0).contiguous()
             assert not resampled
-            o = model(**inputs, use_cache=True)
-            logits = o.logits[0, -1].float()
-            goldens[f"logits_{i}"] = logits.contiguous()
-            cache = o.cache
-            toks, margins = [], []
-            for _ in range(N_GREEDY):
-                top = torch.topk(logits, 2)
-                nxt = int(top.indices[0])
-                toks.append(nxt)
-                margins.append(float(top.values[0] - top.values[1]))
-                o = model(input_ids=torch.tensor([[nxt]]), cache=cache, use_cache=True)
-                cache = o.cache
-                logits = o.logits[0, -1].float()
+            goldens[f"logits_{i}"], toks, margins = greedy(model, inputs)
         goldens[f"pixel_values_{i}"] = inputs["pixel_values"].float().contiguous()
         goldens[f"grid_thw_{i}"] = thw.long().contiguous()
         goldens[f"input_ids_{i}"] = inputs["input_ids"][0].long().contiguous()

@@ -20,9 +20,7 @@ use verisample_kernels::{AttentionPath, PagedAttentionParams, PagedStep};
 use crate::batch::{attention_layers, BatchMeta, KvCache};
 use crate::config::{LayerKind, MlpNames, RotaryLayout, TextSpec};
 use crate::gated_delta_net::{reset_new_sequences, GatedDeltaNet};
-use crate::layers::{
-    apply_rotary, cos_sin, fused_linear, inv_freq, linear, Act, Mlp, Proj, RmsNorm,
-};
+use crate::layers::{apply_rotary, cos_sin, inv_freq, linear, Act, Mlp, Proj, RmsNorm};
 use crate::moe::SparseMoe;
 
 /// Softmax attention over the paged KV cache (`self_attn.*`).
@@ -97,43 +95,31 @@ fn attention(spec: &TextSpec, a: VarBuilder, path: AttentionPath) -> Result<Atte
             .then(|| RmsNorm::load(hd, spec.rms_norm_eps, spec.zero_centered_norm, a.pp(name)))
             .transpose()
     };
-    let qkv = match spec.rotary_layout {
-        RotaryLayout::Half => fused_linear(
-            h,
-            &[
-                (q_width, a.pp("q_proj")),
-                (spec.num_kv_heads * hd, a.pp("k_proj")),
-                (spec.num_kv_heads * hd, a.pp("v_proj")),
-            ],
-            spec.qkv_bias,
-            path,
-        )?,
-        RotaryLayout::Pairs => {
-            let rows = |heads: usize| pairs_as_halves(heads, hd, spec.rotary_dim);
-            let part = |name: &str, out: usize, order: Option<Vec<u32>>| -> Result<_> {
-                let vb = a.pp(name);
-                let w = vb.get((out, h), "weight")?;
-                let b = spec.qkv_bias.then(|| vb.get(out, "bias")).transpose()?;
-                Ok(match order {
-                    Some(o) => {
-                        let idx = Tensor::new(o.as_slice(), w.device())?;
-                        let b = b.map(|b| b.index_select(&idx, 0)).transpose()?;
-                        (w.index_select(&idx, 0)?, b)
-                    }
-                    None => (w, b),
-                })
-            };
-            let kv = spec.num_kv_heads * hd;
-            Proj::from_parts(
-                vec![
-                    part("q_proj", q_width, Some(rows(spec.num_heads)))?,
-                    part("k_proj", kv, Some(rows(spec.num_kv_heads)))?,
-                    part("v_proj", kv, None)?,
-                ],
-                path,
-            )?
-        }
+    // The rows of q and k in the order the rotation reads them (GLM's adjacent pairs as halves).
+    let order = |heads: usize| {
+        (spec.rotary_layout == RotaryLayout::Pairs)
+            .then(|| pairs_as_halves(heads, hd, spec.rotary_dim))
     };
+    let part = |name: &str, out: usize, order: Option<Vec<u32>>| -> Result<_> {
+        let vb = a.pp(name);
+        let w = vb.get((out, h), "weight")?;
+        let b = spec.qkv_bias.then(|| vb.get(out, "bias")).transpose()?;
+        let Some(order) = order else {
+            return Ok((w, b));
+        };
+        let idx = Tensor::new(order.as_slice(), w.device())?;
+        let b = b.map(|b| b.index_select(&idx, 0)).transpose()?;
+        Ok((w.index_select(&idx, 0)?, b))
+    };
+    let kv = spec.num_kv_heads * hd;
+    let qkv = Proj::from_parts(
+        vec![
+            part("q_proj", q_width, order(spec.num_heads))?,
+            part("k_proj", kv, order(spec.num_kv_heads))?,
+            part("v_proj", kv, None)?,
+        ],
+        path,
+    )?;
     Ok(Attention {
         qkv,
         o: linear(spec.num_heads * hd, h, spec.o_bias, a.pp("o_proj"), path)?,

@@ -5,8 +5,8 @@
 //! `qwen3_5_moe`.
 
 use super::fields::{Fields, TextFields};
-use super::text::{check_heads, eos_ids, section};
-use super::{ConfigError, LayerKind, LinearAttentionSpec, RotaryLayout, TextSpec};
+use super::text::{check_heads, dense, section};
+use super::{ConfigError, LayerKind, LinearAttentionSpec, TextSpec};
 
 /// transformers' `partial_rotary_factor` default for Qwen3.5 (`kwargs.setdefault(..., 0.25)`
 /// in `Qwen3_5TextConfig.__post_init__`).
@@ -79,18 +79,9 @@ pub fn qwen3_5_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
             linear.value_head_dim
         )));
     }
+    let theta = rope.rope_theta.or(t.rope_theta).unwrap_or(10000.0);
     let spec = TextSpec {
-        vocab_size: t.vocab_size,
-        hidden_size: t.hidden_size,
-        intermediate_size: t.intermediate_size,
-        num_layers: t.num_hidden_layers,
-        num_heads: t.num_attention_heads,
-        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
-        head_dim,
-        rms_norm_eps: t.rms_norm_eps,
-        rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(10000.0),
         mrope_section: section(&rope_for_section, rotary_dim)?,
-        position_rows: crate::rope_index::MROPE_ROWS,
         // Qwen3_5TextRotaryEmbedding.recomposition_frequencies always interleaves.
         mrope_interleaved: true,
         rotary_dim,
@@ -98,20 +89,10 @@ pub fn qwen3_5_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
         attn_output_gate: true,
-        rotary_layout: RotaryLayout::Half,
-        sandwich_norms: false,
-        fused_gate_up: false,
         zero_centered_norm: true,
-        tie_word_embeddings: f
-            .tie_word_embeddings
-            .or(t.tie_word_embeddings)
-            .unwrap_or(false),
-        hidden_act: t.hidden_act.clone(),
-        eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
-        max_position_embeddings: t.max_position_embeddings,
         layer_types,
         linear_attention: Some(linear),
-        moe: None,
+        ..dense(f, head_dim, theta)
     };
     check_heads(&spec)?;
     Ok(spec)

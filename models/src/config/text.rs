@@ -34,42 +34,15 @@ pub fn qwen2_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, Confi
         .hidden_size
         .checked_div(t.num_attention_heads)
         .unwrap_or(0);
+    let theta = rope
+        .rope_theta
+        .or(t.rope_theta)
+        .or(f.top_rope_theta)
+        .unwrap_or(1_000_000.0);
     let spec = TextSpec {
-        vocab_size: t.vocab_size,
-        hidden_size: t.hidden_size,
-        intermediate_size: t.intermediate_size,
-        num_layers: t.num_hidden_layers,
-        num_heads: t.num_attention_heads,
-        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
-        head_dim,
-        rms_norm_eps: t.rms_norm_eps,
-        rope_theta: rope
-            .rope_theta
-            .or(t.rope_theta)
-            .or(f.top_rope_theta)
-            .unwrap_or(1_000_000.0),
         mrope_section: layout(&rope, head_dim, positions)?,
         position_rows: rows(positions),
-        mrope_interleaved: false,
-        qkv_bias: true,
-        o_bias: false,
-        qk_norm: false,
-        attn_output_gate: false,
-        rotary_layout: RotaryLayout::Half,
-        sandwich_norms: false,
-        fused_gate_up: false,
-        zero_centered_norm: false,
-        rotary_dim: head_dim,
-        layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
-        linear_attention: None,
-        tie_word_embeddings: f
-            .tie_word_embeddings
-            .or(t.tie_word_embeddings)
-            .unwrap_or(false),
-        hidden_act: t.hidden_act.clone(),
-        eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
-        max_position_embeddings: t.max_position_embeddings,
-        moe: None,
+        ..dense(f, head_dim, theta)
     };
     check_heads(&spec)?;
     Ok(spec)
@@ -84,38 +57,15 @@ pub fn qwen3_decoder(f: &Fields, positions: Positions) -> Result<TextSpec, Confi
     let t = &f.text;
     let head_dim = t.head_dim.unwrap_or(0);
     let rope = t.rope_parameters.clone().unwrap_or_default();
+    let theta = rope.rope_theta.or(t.rope_theta).unwrap_or(500000.0);
     let spec = TextSpec {
-        vocab_size: t.vocab_size,
-        hidden_size: t.hidden_size,
-        intermediate_size: t.intermediate_size,
-        num_layers: t.num_hidden_layers,
-        num_heads: t.num_attention_heads,
-        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
-        head_dim,
-        rms_norm_eps: t.rms_norm_eps,
-        rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(500000.0),
         mrope_section: layout(&rope, head_dim, positions)?,
         position_rows: rows(positions),
         mrope_interleaved: positions == Positions::MRope && rope.mrope_interleaved.unwrap_or(false),
         qkv_bias: t.attention_bias.unwrap_or(false),
         o_bias: t.attention_bias.unwrap_or(false),
         qk_norm: true,
-        attn_output_gate: false,
-        rotary_layout: RotaryLayout::Half,
-        sandwich_norms: false,
-        fused_gate_up: false,
-        zero_centered_norm: false,
-        rotary_dim: head_dim,
-        layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
-        linear_attention: None,
-        tie_word_embeddings: f
-            .tie_word_embeddings
-            .or(t.tie_word_embeddings)
-            .unwrap_or(false),
-        hidden_act: t.hidden_act.clone(),
-        eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
-        max_position_embeddings: t.max_position_embeddings,
-        moe: None,
+        ..dense(f, head_dim, theta)
     };
     check_heads(&spec)?;
     Ok(spec)
@@ -154,16 +104,8 @@ pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
              {head_dim}; they must be even and at most the head"
         )));
     }
+    let theta = rope.rope_theta.or(t.rope_theta).unwrap_or(10_000.0);
     let spec = TextSpec {
-        vocab_size: t.vocab_size,
-        hidden_size: t.hidden_size,
-        intermediate_size: t.intermediate_size,
-        num_layers: t.num_hidden_layers,
-        num_heads: t.num_attention_heads,
-        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
-        head_dim,
-        rms_norm_eps: t.rms_norm_eps,
-        rope_theta: rope.rope_theta.or(t.rope_theta).unwrap_or(10_000.0),
         mrope_section: section(&rope, rotary_dim).map_err(|e| {
             ConfigError::Invalid(format!(
                 "{e} (rotary_dim = head_dim {head_dim} · partial_rotary_factor {factor}{})",
@@ -173,17 +115,45 @@ pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
                 }
             ))
         })?,
-        position_rows: rows(Positions::MRope),
-        mrope_interleaved: false,
         rotary_layout: RotaryLayout::Pairs,
         sandwich_norms: true,
         fused_gate_up: true,
+        rotary_dim,
+        ..dense(f, head_dim, theta)
+    };
+    check_heads(&spec)?;
+    Ok(spec)
+}
+
+/// The fields every decoder reads alike from [`TextFields`](super::TextFields), as a dense
+/// decoder of full-attention layers with `head_dim`-wide heads rotated whole in halves about
+/// base `rope_theta` (M-RoPE, `mrope_section` set by the caller) and the Qwen2 decoder's
+/// switches (bias on q/k/v only, no q/k norm, no gate, plain RMSNorm); each decoder function
+/// changes what is its own with struct update syntax.
+pub(super) fn dense(f: &Fields, head_dim: usize, rope_theta: f64) -> TextSpec {
+    let t = &f.text;
+    TextSpec {
+        vocab_size: t.vocab_size,
+        hidden_size: t.hidden_size,
+        intermediate_size: t.intermediate_size,
+        num_layers: t.num_hidden_layers,
+        num_heads: t.num_attention_heads,
+        num_kv_heads: t.num_key_value_heads.unwrap_or(t.num_attention_heads),
+        head_dim,
+        rms_norm_eps: t.rms_norm_eps,
+        rope_theta,
+        mrope_section: [0; 3],
+        position_rows: rows(Positions::MRope),
+        mrope_interleaved: false,
         qkv_bias: true,
         o_bias: false,
         qk_norm: false,
         attn_output_gate: false,
+        rotary_layout: RotaryLayout::Half,
+        sandwich_norms: false,
+        fused_gate_up: false,
         zero_centered_norm: false,
-        rotary_dim,
+        rotary_dim: head_dim,
         layer_types: vec![LayerKind::FullAttention; t.num_hidden_layers],
         linear_attention: None,
         tie_word_embeddings: f
@@ -194,9 +164,7 @@ pub fn glm4_decoder(f: &Fields) -> Result<TextSpec, ConfigError> {
         eos_token_ids: eos_ids(t.eos_token_id.as_ref()),
         max_position_embeddings: t.max_position_embeddings,
         moe: None,
-    };
-    check_heads(&spec)?;
-    Ok(spec)
+    }
 }
 
 /// Rows of position ids for `positions`.
