@@ -263,8 +263,11 @@ fn vision_batches_follow_the_patch_budget_without_changing_tokens() {
     // encoded in one forward. Tokens do not depend on it.
     let mut batched = engine_inline(24, 512, true);
     let want = tokens(&run(&mut batched, items(0)));
+    // Inputs prepared on the engine thread here too: with worker threads, how long an image's
+    // embeddings stay cached depends on when its duplicates arrive (seen under load: 8 passes).
     let cfg = EngineConfig {
         max_vision_patches: 1,
+        inline_inputs: true,
         ..config(24, 512, true)
     };
     let mut alone = load_family("qwen2_vl", cfg);
