@@ -151,7 +151,12 @@ fn main() -> anyhow::Result<()> {
         write_split(&out, SplitKind::Rejected, 100..107, rejected, &mut expected)?,
     ];
     let cards: Vec<CardSplit> = splits.iter().map(CardSplit::from).collect();
-    write_card(&out, &output_configs(&cards), "verisample sample output")?;
+    write_card(
+        &out,
+        &output_configs(&cards),
+        "verisample sample output",
+        "",
+    )?;
     let run = json!({"engine": "verisample", "version": env!("CARGO_PKG_VERSION"), "note": "synthetic sample"});
     write_atomic(
         out.join(verisample::out_files::RUN_FILE),

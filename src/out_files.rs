@@ -23,10 +23,12 @@ pub const CLEANING_FILE: &str = "cleaning.jsonl";
 pub const GENERATIONS_FILE: &str = "generations.jsonl";
 /// The card's figures (SVG, text included).
 pub const CHART_FILE: &str = "chart.svg";
+/// The folder of the card's example images (`examples/<split>-<k>.<ext>`).
+pub const EXAMPLES_DIR: &str = "examples";
 
 /// Everything a run writes in OUT, as the output-folder refusal lists it.
 pub const WRITTEN_IN_OUT: &str = "README.md, data/<split>-*.parquet, run.json, errors.jsonl, \
-     cleaning.jsonl, generations.jsonl, chart.svg, journal.bin and .verisample.lock";
+     cleaning.jsonl, generations.jsonl, chart.svg, examples/, journal.bin and .verisample.lock";
 
 /// The files that mark a folder as a verisample run's output: its report and its journal.
 pub const RUN_OUTPUT_MARKERS: [&str; 2] = [RUN_FILE, JOURNAL_FILE];

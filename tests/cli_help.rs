@@ -11,7 +11,7 @@ const COMMANDS: [&str; 8] = [
 ];
 
 /// The value names in use, each for one kind of value.
-const VALUE_NAMES: [&str; 20] = [
+const VALUE_NAMES: [&str; 21] = [
     "N",             // an integer
     "X",             // a decimal number
     "SWITCH",        // on | off
@@ -22,6 +22,7 @@ const VALUE_NAMES: [&str; 20] = [
     "FAMILY",        // a family name
     "NAME",          // another name (split, dataset config, verifier)
     "[FAMILY=]NAME", // a verifier override
+    "KEY=VALUE",     // a card metadata entry
     "TEXT",          // free text (a question, a prediction, a reference)
     "COLUMN",        // a parquet column
     "DIR",           // a folder

@@ -352,7 +352,7 @@ fn card_describes_the_written_splits() {
     let mut expected = from_writer.clone();
     expected.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(scanned, expected);
-    let card = write_card(out, &output_configs(&from_writer), "OrandCar").unwrap();
+    let card = write_card(out, &output_configs(&from_writer), "OrandCar", "").unwrap();
     let text = std::fs::read_to_string(card).unwrap();
     assert!(
         text.contains(&format!(

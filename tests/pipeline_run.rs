@@ -157,6 +157,33 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     let card = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
     assert!(card.contains("| `judge_numbers_disagree` | 3 |"), "{card}");
     assert!(card.contains("3/3 verifier accepts"), "{card}");
+    // The judged items are shown: the three overturned, the three refused by the number guard
+    // (`~12` judged the same as `13`), none disagreeing in calibration (3/3 agreed).
+    let table = |title: &str| -> Vec<String> {
+        let Some(start) = card.find(title) else {
+            return Vec::new();
+        };
+        card[start..]
+            .lines()
+            .skip(4)
+            .take_while(|l| l.starts_with("| "))
+            .map(String::from)
+            .collect()
+    };
+    let overturned = table("Overturned (verifier reject");
+    let refused = table("Refused by the number guard:");
+    assert_eq!((overturned.len(), refused.len()), (3, 3), "{card}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.ends_with("| 13 | ~12 | `CORRECT` |")),
+        "{refused:?}"
+    );
+    assert!(
+        overturned.iter().all(|r| r.ends_with("| `CORRECT` |")),
+        "{overturned:?}"
+    );
+    assert!(table("Calibration disagreements").is_empty(), "{card}");
     let chart = std::fs::read_to_string(dir.path().join("chart.svg")).expect("chart svg");
     assert!(chart.contains(">judge_numbers_disagree<"), "{chart}");
 }

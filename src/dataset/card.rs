@@ -217,11 +217,16 @@ fn count_rows_and_bytes(f: &Path) -> Result<(u64, u64), DatasetError> {
     Ok((rows, bytes))
 }
 
-/// Render the card: YAML front matter (`configs`, `dataset_info`) and a short body.
+/// Render the card's head: YAML front matter (`hub_yaml`, the Hub metadata lines, then
+/// `configs` and `dataset_info`), the title, the split table and the schema of each config.
 ///
 /// Errors: a schema without a `datasets` feature.
-pub fn render_card(configs: &[CardConfig], title: &str) -> Result<String, DatasetError> {
-    let mut y = String::from("---\nconfigs:\n");
+pub fn render_card(
+    configs: &[CardConfig],
+    title: &str,
+    hub_yaml: &str,
+) -> Result<String, DatasetError> {
+    let mut y = format!("---\n{hub_yaml}configs:\n");
     for (i, c) in configs.iter().enumerate() {
         let _ = writeln!(y, "- config_name: {}", yaml_scalar(&c.name));
         if i == 0 {
@@ -266,14 +271,10 @@ pub fn render_card(configs: &[CardConfig], title: &str) -> Result<String, Datase
     y.push_str("---\n\n");
     let _ = writeln!(y, "# {title}\n");
     y.push_str(
-        "Verified visual-QA training data written by verisample. Each row is one image (`image`, the \
-original bytes; `image_sha256`), the `qa` entries of that image that landed in this split, and \
-`clean_meta` (JSON provenance).\n\n\
-- `*_RS_think` / `*_RS_nothink`: accepted items; `answer` is the model's own verified output, \
-`org_answer` the reference, `accepted_by` the verifier variant or `judge`; `think` (think split \
-only) is the reasoning trace.\n\
-- `*_rejected`: `answer` is the official ground truth, `wrong_vlm` what the model said, `reason` \
-and the judge's verdict.\n\n",
+        "Verified visual-QA training data written by verisample: a vision-language model answered \
+every question with its reasoning, a string verifier checked each answer against the reference, \
+and a judge took a second look at the rejects. Accepted answers are in the `RS_think` (with the \
+reasoning) and `RS_nothink` configs, rejected ones in `rejected`; each family is a split.\n\n",
     );
     y.push_str("| config | split | rows |\n| --- | --- | --- |\n");
     for c in configs {
@@ -281,8 +282,85 @@ and the judge's verdict.\n\n",
             let _ = writeln!(y, "| {} | {} | {} |", c.name, s.name, s.num_examples);
         }
     }
-    y.push_str("\nLoad with `datasets.load_dataset(\"<this folder>\", \"<config>\")`; run settings are in `run.json`.\n");
+    y.push_str("\nLoad with `datasets.load_dataset(\"<this folder>\", \"<config>\")`; run settings are in `run.json`.\n\n");
+    y.push_str(&schema_markdown(configs));
     Ok(y)
+}
+
+/// A column's type in `datasets`' words (`Image`, `string`, `int64`, `list<struct>`).
+fn type_label(field: &arrow::datatypes::Field) -> String {
+    use arrow::datatypes::DataType;
+    match field.data_type() {
+        DataType::Struct(f)
+            if f.len() == 2 && f.find("bytes").is_some() && f.find("path").is_some() =>
+        {
+            "Image".to_string()
+        }
+        DataType::Utf8 | DataType::LargeUtf8 => "string".to_string(),
+        DataType::Binary | DataType::LargeBinary => "binary".to_string(),
+        DataType::List(inner) | DataType::LargeList(inner) => {
+            format!("list<{}>", type_label(inner))
+        }
+        DataType::Struct(_) => "struct".to_string(),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+/// What a top-level split column holds.
+fn column_meaning(name: &str) -> &'static str {
+    match name {
+        "image" => "the original image file, bytes unchanged (`path`: its file name)",
+        "qa" => "the questions of this image that landed in this split (see What the fields hold)",
+        "clean_meta" => "JSON object: where the row came from and the cleaning that admitted it",
+        "image_sha256" => "hex SHA-256 of `image.bytes`",
+        _ => "carried unchanged from the input dataset's column of this name",
+    }
+}
+
+/// The `## Schema` section: the top-level columns with their type and meaning (once when
+/// every config has the same, else per config), then each config's `qa` fields.
+fn schema_markdown(configs: &[CardConfig]) -> String {
+    let mut s = String::from("## Schema\n\n");
+    let columns = |c: &CardConfig| -> Vec<(String, String)> {
+        c.schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != "qa")
+            .map(|f| (f.name().clone(), type_label(f)))
+            .collect()
+    };
+    let shared = configs.windows(2).all(|w| columns(&w[0]) == columns(&w[1]));
+    for (i, c) in configs.iter().enumerate() {
+        if i == 0 || !shared {
+            if !shared {
+                let _ = writeln!(s, "`{}`:\n", c.name);
+            }
+            s.push_str("| column | type | meaning |\n| --- | --- | --- |\n");
+            for f in c.schema.fields() {
+                let _ = writeln!(
+                    s,
+                    "| `{}` | `{}` | {} |",
+                    f.name(),
+                    type_label(f),
+                    column_meaning(f.name())
+                );
+            }
+            s.push('\n');
+        }
+    }
+    for c in configs {
+        if let Ok(qa) = c.schema.field_with_name("qa") {
+            if let arrow::datatypes::DataType::List(item) = qa.data_type() {
+                if let arrow::datatypes::DataType::Struct(fields) = item.data_type() {
+                    let names: Vec<String> =
+                        fields.iter().map(|f| format!("`{}`", f.name())).collect();
+                    let _ = writeln!(s, "- `qa` fields of `{}`: {}.", c.name, names.join(", "));
+                }
+            }
+        }
+    }
+    s.push('\n');
+    s
 }
 
 /// Write the card to `<out_dir>/README.md` atomically.
@@ -292,10 +370,11 @@ pub fn write_card(
     out_dir: &Path,
     configs: &[CardConfig],
     title: &str,
+    hub_yaml: &str,
 ) -> Result<PathBuf, DatasetError> {
     Ok(write_atomic(
         out_dir.join(crate::out_files::CARD_FILE),
-        render_card(configs, title)?.as_bytes(),
+        render_card(configs, title, hub_yaml)?.as_bytes(),
     )?)
 }
 
@@ -342,8 +421,8 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["A_RS_think", "B_RS_think"]
         );
-        let card = render_card(&configs, "t").unwrap();
-        assert!(card.starts_with("---\nconfigs:\n- config_name: RS_think\n  default: true\n  data_files:\n  - split: A_RS_think\n    path: data/A_RS_think-*\n"), "{card}");
+        let card = render_card(&configs, "t", "license: \"mit\"\n").unwrap();
+        assert!(card.starts_with("---\nlicense: \"mit\"\nconfigs:\n- config_name: RS_think\n  default: true\n  data_files:\n  - split: A_RS_think\n    path: data/A_RS_think-*\n"), "{card}");
         assert!(
             card.contains("  - name: A_RS_think\n    num_bytes: 30\n    num_examples: 3\n"),
             "{card}"

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::ImageInput;
 pub use crate::judge::{JudgeOutcome, Verdict};
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, RowError, SplitKind};
+use crate::report::card::CardText;
 pub use crate::route::FinishReason;
 use crate::verifiers::think::AnswerFormat;
 
@@ -215,11 +216,12 @@ pub trait SplitSink {
         Ok(BTreeMap::new())
     }
 
-    /// Close every split, write the dataset card with `card_stats` (Markdown: statistics
-    /// section with the chart, see [`crate::report::card_markdown`]) and publish atomically.
+    /// Close every split, write the dataset card with `card`'s Hub metadata and body (see
+    /// [`crate::report::card`]; its example images are written already) and publish
+    /// atomically.
     ///
     /// Errors: I/O or encoding.
-    fn finish(&mut self, card_stats: &str) -> Result<(), BackendError>;
+    fn finish(&mut self, card: &CardText) -> Result<(), BackendError>;
 
     /// After [`SplitSink::finish`]: split name → the names of the files it published for that
     /// split (recorded in `run.json`, so that a later run replaces only these). A sink whose

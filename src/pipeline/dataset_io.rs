@@ -15,6 +15,7 @@ use crate::dataset::writer::SplitWriter;
 use crate::dataset::DatasetError;
 use crate::out_files::SPLITS_DIR;
 use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
+use crate::report::card::CardText;
 
 /// The input dataset as a parquet file, folder or glob, read with [`InputReader`] (a fresh
 /// reader per pass, so both passes see the same order).
@@ -143,7 +144,7 @@ impl SplitSink for ParquetSink {
         Ok(names)
     }
 
-    fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
+    fn finish(&mut self, card: &CardText) -> Result<(), BackendError> {
         // The `writing` run.json this run wrote before replacing anything: it names the
         // earlier run's split files and this run's (`EarlierSplits::with_new`), so both count
         // as verisample's own here.
@@ -198,8 +199,12 @@ impl SplitSink for ParquetSink {
         } else {
             format!("verisample output: {}", families.join(", "))
         };
-        let card = format!("{}\n{card_stats}", render_card(&configs, &title)?);
-        crate::atomic::write_atomic(readme, card.as_bytes())?;
+        let text = format!(
+            "{}\n{}",
+            render_card(&configs, &title, &card.hub_yaml)?,
+            card.body
+        );
+        crate::atomic::write_atomic(readme, text.as_bytes())?;
         Ok(())
     }
 

@@ -22,6 +22,7 @@
 
 pub mod accounting;
 pub mod backend;
+mod card;
 mod changes;
 pub mod control;
 mod dataset_io;
@@ -158,6 +159,7 @@ pub fn run(
         prompt_tokens,
         replayed,
         mark_writing: &mut mark_writing,
+        model_files: &prepared.fingerprint.model_files,
     })?;
     // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
     // empty but complete run.

@@ -24,7 +24,9 @@ use crate::atomic::write_atomic;
 use crate::out_files::{CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE};
 use crate::record::split_meta::split_row_meta;
 use crate::record::{AcceptedQa, InputRow, OutputRow, QaItem, RejectedQa, SplitKind};
-use crate::report::{card_markdown, chart, Calibration, Progress, RowLimit, RunStats};
+use crate::report::card::{ExampleRow, JudgeCase, JudgeCases, EXAMPLES_PER_SPLIT};
+use crate::report::{chart, Calibration, Progress, RowLimit, RunStats};
+use crate::route::RejectReason;
 use crate::settings::Settings;
 use crate::shard::Shard;
 use crate::verifiers::think::AnswerFormat;
@@ -50,6 +52,8 @@ pub(crate) struct WriteInput<'a> {
     /// `split_files` name every shard file an earlier run or this one may leave in OUT: it
     /// writes the `run.json` that says the outputs are being replaced (status `writing`).
     pub mark_writing: &'a mut dyn FnMut(&RunStats) -> Result<(), PipelineError>,
+    /// The model's files and their hex SHA-256 (the fingerprint's), for the card.
+    pub model_files: &'a BTreeMap<String, String>,
 }
 
 fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
@@ -122,6 +126,10 @@ struct Collected {
     /// The answers a thinking budget cut (`Generation::think_budget_hit`).
     budget_hits: std::collections::HashSet<ItemKey>,
     rows_written: u64,
+    /// The judged items the card shows.
+    judge_cases: JudgeCases,
+    /// Split name → its first rows, for the card.
+    examples: BTreeMap<String, Vec<ExampleRow>>,
 }
 
 fn input_changed(position: u64, what: impl Into<String>) -> PipelineError {
@@ -217,6 +225,43 @@ fn verdict_of(decisions: &dyn Decisions, outcome: &JournalOutcome) -> JudgeOutco
             verdict: Verdict::Unsure,
             raw: String::new(),
         },
+    }
+}
+
+/// Keep a judged item the card shows: one the judge overturned, one whose `CORRECT` the
+/// number guard refused, a calibration item the judge did not call `CORRECT`.
+fn show_judged(cases: &mut JudgeCases, judge: Option<&(JudgeRole, JudgeOutcome)>, routed: &Routed) {
+    let Some((role, j)) = judge else {
+        return;
+    };
+    let case = |question: &str, reference: &str, answer: &str| JudgeCase {
+        question: question.to_string(),
+        reference: reference.to_string(),
+        answer: answer.to_string(),
+        verdict: j.verdict.as_str().to_string(),
+    };
+    match (role, routed) {
+        (JudgeRole::Rescue, Routed::Accepted { nothink: a, .. }) => JudgeCases::keep(
+            &mut cases.overturned,
+            case(&a.question, &a.org_answer, &a.vlm_answer),
+        ),
+        (JudgeRole::Rescue, Routed::Rejected(r))
+            if r.reason == RejectReason::JudgeNumbersDisagree.as_str() =>
+        {
+            JudgeCases::keep(
+                &mut cases.guard_refused,
+                case(&r.question, &r.answer, &r.wrong_vlm),
+            )
+        }
+        (JudgeRole::Calibration, Routed::Accepted { nothink: a, .. })
+            if j.verdict != Verdict::Correct =>
+        {
+            JudgeCases::keep(
+                &mut cases.calibration_disagreed,
+                case(&a.question, &a.org_answer, &a.vlm_answer),
+            )
+        }
+        _ => {}
     }
 }
 
@@ -425,6 +470,7 @@ fn route_sample(
         generation.token_ids.len() as u64,
         matches!(routed, Routed::Accepted { .. }),
     );
+    show_judged(&mut c.judge_cases, judge.as_ref(), &routed);
     let distinct = w.settings.sampling.distinct;
     place_routed(c, (key, distinct), routed, rescue, splits, outcome);
     Ok(())
@@ -482,6 +528,13 @@ fn write_row_splits(
             continue;
         }
         let name = kind.split_name(family);
+        let shown = c.examples.entry(name.clone()).or_default();
+        if shown.len() < EXAMPLES_PER_SPLIT {
+            shown.push(match &out {
+                SplitRow::Accepted(r) => ExampleRow::Accepted(r.clone()),
+                SplitRow::Rejected(r) => ExampleRow::Rejected(r.clone()),
+            });
+        }
         *c.stats.split_rows.entry(name.clone()).or_insert(0) += 1;
         *c.stats.split_items.entry(name.clone()).or_insert(0) += n as u64;
         w.sink
@@ -539,6 +592,8 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         generations: Vec::new(),
         budget_hits: Default::default(),
         rows_written: 0,
+        judge_cases: JudgeCases::default(),
+        examples: BTreeMap::new(),
     };
     // Rows by the parquet footer: an unreadable row group counts its rows, a file whose rows
     // cannot be counted counts as no row (and as an unread file).
@@ -673,13 +728,13 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             chart::chart_svg(&c.stats, w.settings.judge).as_bytes(),
         )?;
     }
-    w.sink
-        .finish(&card_markdown(
-            &c.stats,
-            CHART_FILE,
-            (w.settings.judge, w.settings.sampling.distinct),
-        ))
-        .map_err(PipelineError::Sink)?;
+    let card = super::card::compose(
+        w.settings,
+        w.model_files,
+        (&c.stats, &c.judge_cases, &c.examples),
+    );
+    super::card::write_examples(out, &card.images)?;
+    w.sink.finish(&card).map_err(PipelineError::Sink)?;
     c.stats.split_files = w.sink.published();
     // The content of every split file as published, for `verify` to find an edit made after
     // the run (one that leaves every decision recomputable).

@@ -2,6 +2,7 @@
 //! statistics of `run.json`, the final summary ([`summary`]), the statistics section of the dataset
 //! card and its chart ([`chart`]).
 
+pub mod card;
 pub mod chart;
 pub mod start;
 pub mod summary;

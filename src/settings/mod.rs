@@ -28,12 +28,14 @@ mod fingerprint;
 mod model;
 mod options;
 pub mod prepare;
+mod reproduce;
 mod resolve;
 mod sampling;
 pub use canonical::CanonicalSettings;
 pub use decoding::{CanonicalDecoding, Decoding};
 pub use device::DeviceSpec;
 pub use options::RunOptions;
+pub use reproduce::{card_meta_entries, portable_path, CARD_META_KEYS};
 pub use resolve::Uses;
 pub use sampling::{CanonicalSampling, Sampling, SamplingFlags, MAX_SAMPLES};
 mod out_dir;
@@ -212,6 +214,10 @@ pub struct Settings {
     /// Verifier overrides, `[FAMILY=]NAME`, applied in order to the default registry.
     #[serde(default)]
     pub verifiers: Vec<String>,
+    /// `--card-meta KEY=VALUE` entries, checked (the card's Hub metadata; not part of the
+    /// run's identity).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub card_meta: Vec<String>,
     /// Duplicate questions dropped (contract §3; `false`: `--dedup off`).
     #[serde(default = "switch_on")]
     pub dedup: bool,

@@ -74,6 +74,13 @@ pub struct RunOptions {
     #[arg(long = "verifier", value_name = "[FAMILY=]NAME")]
     #[serde(rename = "verifier")]
     pub verifiers: Vec<String>,
+    /// Hub metadata for the dataset card's YAML header, `KEY=VALUE`, repeatable (a list key
+    /// once per value): license, language, task_categories, source_datasets, pretty_name. A
+    /// key not given is taken from the input's own card (its README.md) where it has one,
+    /// else marked in the card as to fill in. Changes only the card.
+    #[arg(long = "card-meta", value_name = "KEY=VALUE")]
+    #[serde(default)]
+    pub card_meta: Vec<String>,
     /// Sample a repeated (image, question, reference) of one family once; `off` keeps the
     /// repeats. [default: on]
     #[arg(long, value_enum, value_name = "SWITCH")]

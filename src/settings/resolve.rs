@@ -79,6 +79,7 @@ impl Settings {
             decoding.file_sampling.clone(),
         )?;
         verifiers::check_entries(&opts.verifiers)?;
+        super::card_meta_entries(&opts.card_meta)?;
         // Before anything loads: a `--verifier` that would decide nothing (a misspelt family).
         for warning in verifiers::idle_verifiers(&opts.verifiers, io.families.as_ref()) {
             tracing::warn!("{warning}");
@@ -118,6 +119,7 @@ impl Settings {
             judge_calibrate: opts.judge_calibrate.unwrap_or(0),
             number_guard: opts.number_guard.unwrap_or(Switch::On).is_on(),
             verifiers: opts.verifiers,
+            card_meta: opts.card_meta,
             dedup: opts.dedup.unwrap_or(Switch::On).is_on(),
             device,
             dtype: opts.dtype.unwrap_or(default_dtype),

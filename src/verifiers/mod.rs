@@ -12,6 +12,7 @@ pub mod anls;
 pub mod mc_letter;
 pub mod numeric;
 pub mod pytext;
+pub mod python;
 pub mod registry;
 pub mod think;
 

@@ -28,6 +28,7 @@ use verisample::pipeline::{
     StandardDecisions,
 };
 use verisample::record::{ImageRef, InputRow, QaItem, RowError, SplitKind};
+use verisample::report::card::CardText;
 use verisample::settings::{
     fingerprint, DTypeSpec, DeviceSpec, ProgressMode, ResolvedModel, Settings,
 };
@@ -366,7 +367,7 @@ impl SplitSink for JsonlSink {
         Ok(())
     }
 
-    fn finish(&mut self, card_stats: &str) -> Result<(), BackendError> {
+    fn finish(&mut self, card: &CardText) -> Result<(), BackendError> {
         let data = self.out.join("data");
         std::fs::create_dir_all(&data)?;
         // This run's splits replace an earlier run's, as the parquet writer's do.
@@ -381,7 +382,7 @@ impl SplitSink for JsonlSink {
         }
         verisample::atomic::write_atomic(
             self.out.join("README.md"),
-            format!("# test dataset\n\n{card_stats}").as_bytes(),
+            format!("# test dataset\n\n{}", card.body).as_bytes(),
         )?;
         Ok(())
     }
@@ -405,6 +406,7 @@ pub fn settings(out: &Path, shard: Shard) -> Settings {
         judge_calibrate: 3,
         number_guard: true,
         verifiers: Vec::new(),
+        card_meta: Vec::new(),
         dedup: true,
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,

@@ -339,6 +339,32 @@ fn patterns(y: &Yaml) -> Option<Vec<String>> {
     }
 }
 
+/// The Hub metadata of a dataset card (`README.md` with YAML front matter) that a card
+/// derived from it inherits: `license`, `language`, `task_categories`, each as its list of
+/// values (a scalar is a one-value list). Empty when the text has no readable front matter.
+pub fn card_metadata(text: &str) -> BTreeMap<String, Vec<String>> {
+    let text = text.trim_start_matches('\u{feff}');
+    let Some(rest) = text.strip_prefix("---") else {
+        return BTreeMap::new();
+    };
+    let Some(end) = rest.find("\n---") else {
+        return BTreeMap::new();
+    };
+    let Ok(doc) = serde_norway::from_str::<Yaml>(&rest[..end]) else {
+        return BTreeMap::new();
+    };
+    ["license", "language", "task_categories"]
+        .into_iter()
+        .filter_map(|key| {
+            let values = match &doc[key] {
+                Yaml::Sequence(items) => items.iter().filter_map(scalar).collect(),
+                y => scalar(y).into_iter().collect::<Vec<_>>(),
+            };
+            (!values.is_empty()).then(|| (key.to_string(), values))
+        })
+        .collect()
+}
+
 /// The `configs:` of a dataset card (`README.md` with YAML front matter between `---`
 /// lines); empty when there is no front matter or no `configs` key. `data_files` as a string
 /// or a list of strings is the split `train`, as `datasets`' `sanitize_patterns` reads it.
