@@ -22,3 +22,4 @@ pub mod settings;
 pub mod shard;
 pub mod verifiers;
 pub mod verify_output;
+pub mod view;

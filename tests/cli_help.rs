@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-const COMMANDS: [&str; 8] = [
-    "run", "prepare", "inspect", "verify", "check", "merge", "bench", "doctor",
+const COMMANDS: [&str; 9] = [
+    "run", "prepare", "inspect", "verify", "check", "merge", "bench", "doctor", "view",
 ];
 
 /// The value names in use, each for one kind of value.

@@ -16,6 +16,7 @@ mod run;
 mod summary;
 mod values;
 mod verify;
+mod view;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,7 @@ pub use merge::MergeArgs;
 pub use prepare::{prepare_options, PrepareArgs};
 pub use run::RunArgs;
 pub use verify::{VerifyArgs, VerifyFailed};
+pub use view::ViewArgs;
 
 /// Turn a visual-QA dataset into verified training data with a vision-language model.
 #[derive(Debug, Parser)]
@@ -77,6 +79,8 @@ pub enum Command {
     Bench(BenchArgs),
     #[allow(missing_docs)]
     Doctor(DoctorArgs),
+    #[allow(missing_docs)]
+    View(ViewArgs),
 }
 
 /// A usage problem found after parsing (exit code 2).
@@ -202,6 +206,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(a) => merge::merge_command(a, cli.quiet).map(|_| ()),
         Command::Bench(a) => bench::run(&a, cli.quiet),
         Command::Doctor(a) => doctor::run(&a),
+        Command::View(a) => view::run(&a),
     }
 }
 
