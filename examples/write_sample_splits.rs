@@ -130,6 +130,7 @@ fn write_split<Q: QaRecord + serde::Serialize>(
             qa,
             clean_meta: format!("{{\"row\": {i}}}"),
             image_sha256: sha,
+            carried: None,
         })?;
     }
     let s = w.finish(|_| true)?;

@@ -7,7 +7,10 @@ Writes (1) the three OrandCar output splits with `examples/write_sample_splits.r
 - `qa` is a list of dicts equal to what was written (the nothink split has no `think`);
 - the parquet files carry the `huggingface` feature metadata, and `datasets` takes the
   features from it (Image, list of struct);
-- the dataset card's configs and split sizes are what `datasets` reads from the folder.
+- the dataset card's configs and split sizes are what `datasets` reads from the folder;
+- (3) a labels JSONL through `verisample prepare` and `verisample run` (the bundled model):
+  the input's own columns the splits carry load with their types from the card
+  (`width` an int64 column of Python ints, `ratio` float64), each row its input row's values.
 
 Run from the repository root: `python3 scripts/check_hf_load.py`. Needs cargo, datasets,
 pyarrow, pillow. Exits non-zero on the first failed check. No network.
@@ -127,6 +130,43 @@ def check_prepared_input(tmp, cache):
     print("ok: prepared input loads with datasets")
 
 
+def check_carried_columns(tmp, cache):
+    src = tmp / "labels-src"
+    (src / "val").mkdir(parents=True)
+    widths = {}
+    lines = []
+    for i in range(4):
+        name = f"val/a_car_{i:06}.png"
+        buf = io.BytesIO()
+        PILImage.new("RGB", (30 + i, 12), (i * 50, 90, 160)).save(buf, format="PNG")
+        (src / name).write_bytes(buf.getvalue())
+        widths[name] = 30 + i
+        lines.append(json.dumps({"file": name, "split": "val", "label": str(100 + i),
+                                 "width": 30 + i, "height": 12, "ratio": 2.5 + i}))
+    (src / "labels.jsonl").write_text("\n".join(lines) + "\n")
+    prepared = tmp / "labels-prepared"
+    cargo("run", "--release", "--quiet", "--", "-q", "prepare", "--labels", str(src / "labels.jsonl"),
+          "--family", "OrandCar", "--out", str(prepared))
+    out = tmp / "carried"
+    cargo("run", "--release", "--quiet", "--", "-q", "run", "--data", str(prepared), "--out", str(out))
+    configs = datasets.get_dataset_config_names(str(out))
+    check(configs, f"carried: no configs in {out}")
+    rows = 0
+    for config in configs:
+        dd = datasets.load_dataset(str(out), config, cache_dir=cache)
+        for split, ds in dd.items():
+            feats = ds.features
+            check(feats["width"] == datasets.Value("int64"), f"{config}/{split}: width feature {feats['width']}")
+            check(feats["ratio"] == datasets.Value("float64"), f"{config}/{split}: ratio feature {feats['ratio']}")
+            check(feats["file"] == datasets.Value("string"), f"{config}/{split}: file feature {feats['file']}")
+            for row in ds:
+                check(type(row["width"]) is int, f"{config}/{split}: width {row['width']!r} is not an int")
+                check(row["width"] == widths[row["file"]], f"{config}/{split}: {row['file']} width {row['width']}")
+                rows += 1
+    check(rows >= 4, f"carried: {rows} split rows for 4 input rows")
+    print(f"ok: carried input columns load with their types ({rows} rows, configs {configs})")
+
+
 def main():
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -135,6 +175,7 @@ def main():
         cargo("run", "--release", "--quiet", "--example", "write_sample_splits", "--", str(out))
         check_output_splits(out, cache)
         check_prepared_input(tmp, cache)
+        check_carried_columns(tmp, cache)
     print("check_hf_load: all checks passed")
 
 

@@ -256,6 +256,7 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
     // `--max-errors`: the merge finds no new one (nor must the shards' sum stop it).
     settings.max_errors = None;
     settings.limit = None;
+    settings.data_as_typed = Some(settings.data.clone());
     match &args.data {
         Some(d) => settings.data = d.clone(),
         // run.json holds `--data` as typed, relative to where the shards ran: the absolute

@@ -109,6 +109,16 @@ fn the_sample_card_holds_every_section_and_the_same_bytes_twice() {
         "```bash\nverisample run \\\n    --model model \\\n    --data data \\\n    --out OUT \\\n    --device cpu \\\n    --dtype f32\n```"
     ), "{card}");
     assert!(card.contains("| `OrandCar` | `alnum` |"), "{card}");
+    // The input's `family` column travels with every row: in the schema and in each example.
+    assert!(
+        card.contains("| `family` | `string` | carried unchanged from the input"),
+        "{card}"
+    );
+    assert_eq!(
+        card.matches("The input's own columns:\n\n| field | value |\n| --- | --- |\n| `family` | `OrandCar` |\n").count(),
+        9,
+        "{card}"
+    );
     assert!(
         card.contains("In this run the judge graded 7 verifier rejects"),
         "{card}"
@@ -256,4 +266,65 @@ fn hub_metadata_comes_from_the_flags_else_the_inputs_card() {
         err.contains("--card-meta licence=mit") && err.contains("license, language"),
         "{err}"
     );
+}
+
+#[test]
+fn two_shards_merged_elsewhere_write_the_single_runs_card() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_here = |out: &Path, extra: &[&str]| {
+        // From the checkout, with the input and model spelt relative to it, as a user types.
+        let out = Command::new(BIN)
+            .current_dir(repo())
+            .args([
+                "run",
+                "--data",
+                "assets/sample/data",
+                "--model",
+                "assets/model",
+            ])
+            .arg("--out")
+            .arg(out)
+            .args(["--device", "cpu", "--progress", "none", "-q"])
+            .args(extra)
+            .env_remove("VERISAMPLE_TEST_KILL_AT")
+            .output()
+            .unwrap();
+        ok(out);
+    };
+    let (single, sh0, sh1) = (
+        tmp.path().join("single"),
+        tmp.path().join("sh0"),
+        tmp.path().join("sh1"),
+    );
+    run_here(&single, &[]);
+    run_here(&sh0, &["--shard", "0/2"]);
+    run_here(&sh1, &["--shard", "1/2"]);
+    // The merge runs in another folder: the card still names the input and the model's
+    // config.json as the shards saw them.
+    let merged = tmp.path().join("merged");
+    ok(Command::new(BIN)
+        .current_dir(tmp.path())
+        .args(["merge", "-q", "--out"])
+        .arg(&merged)
+        .arg(&sh0)
+        .arg(&sh1)
+        .output()
+        .unwrap());
+    let card = std::fs::read_to_string(single.join("README.md")).unwrap();
+    assert!(
+        card.contains("    --data assets/sample/data \\\n"),
+        "{card}"
+    );
+    assert!(card.contains("`Qwen2VLForConditionalGeneration`"), "{card}");
+    assert_eq!(
+        card,
+        std::fs::read_to_string(merged.join("README.md")).unwrap()
+    );
+    for k in 0..3 {
+        let f = format!("examples/OrandCar_rejected-{k}.png");
+        assert_eq!(
+            std::fs::read(single.join(&f)).unwrap(),
+            std::fs::read(merged.join(&f)).unwrap()
+        );
+    }
 }

@@ -11,10 +11,11 @@ const COMMANDS: [&str; 9] = [
 ];
 
 /// The value names in use, each for one kind of value.
-const VALUE_NAMES: [&str; 21] = [
+const VALUE_NAMES: [&str; 22] = [
     "N",             // an integer
     "X",             // a decimal number
     "SWITCH",        // on | off
+    "KEEP_OR_DROP",  // --input-columns: keep | drop
     "MODE",          // --progress: bar | jsonl | none
     "DTYPE",         // f32 | bf16 | f16
     "DEVICE",        // cpu | cuda:N | metal

@@ -88,10 +88,11 @@ fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
             assert_eq!(r.qa[0].answer, label["label"].as_str().unwrap());
             assert_eq!(r.qa[0].source.as_deref(), Some(sha.as_str()));
             assert_eq!(r.extra["split"], serde_json::json!(split));
-            assert_eq!(
-                r.extra["width"],
-                serde_json::json!(label["width"].to_string())
-            );
+            // Numbers stay numbers (int64 columns): the row's own width and height.
+            for key in ["width", "height"] {
+                assert!(r.extra[key].is_i64(), "{file}: {key} {}", r.extra[key]);
+                assert_eq!(r.extra[key], label[key], "{file}: {key}");
+            }
             assert_eq!(
                 r.extra["digits"]
                     .as_str()
@@ -110,6 +111,22 @@ fn prepare_orand_car_train_and_val_keeps_every_image_byte() {
             .iter()
             .all(|g| g.num_rows() <= 100));
         assert_eq!(f.metadata().num_row_groups(), want_rows.div_ceil(100));
+        // The columns' types: JSON integers int64, strings string, nested values JSON text.
+        let schema = parquet::arrow::parquet_to_arrow_schema(
+            f.metadata().file_metadata().schema_descr(),
+            f.metadata().file_metadata().key_value_metadata(),
+        )
+        .unwrap();
+        for (column, want) in [
+            ("width", DataType::Int64),
+            ("height", DataType::Int64),
+            ("split", DataType::Utf8),
+            ("file", DataType::Utf8),
+            ("digits", DataType::Utf8),
+        ] {
+            let got = schema.field_with_name(column).unwrap().data_type();
+            assert_eq!(got, &want, "{split}: column {column}");
+        }
         total += rows.len();
     }
     assert_eq!(total, 1158);

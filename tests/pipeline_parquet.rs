@@ -185,8 +185,28 @@ fn val_images_through_parquet_resume_and_merge() {
         &RecheckSettings::default(),
     );
     assert!(v.is_clean(), "{:?}", v.disagreements);
+    // The input's own columns (the labels' `width`, `file`, … as `prepare` typed them) travel
+    // with every split row, so the resumed and merged outputs below carry them too.
+    for carried in think
+        .iter()
+        .chain(&nothink)
+        .map(|r| &r.carried)
+        .chain(rejected.iter().map(|r| &r.carried))
+    {
+        let carried = carried.as_ref().expect("carried columns");
+        let width = carried.column_by_name("width").expect("width column");
+        assert_eq!(width.data_type(), &arrow::datatypes::DataType::Int64);
+        assert_eq!(width.null_count(), 0);
+        let file = carried.column_by_name("file").expect("file column");
+        assert!(verisample::dataset::values::get_string(file.as_ref(), 0)
+            .unwrap()
+            .is_some_and(|f| f.starts_with("val/a_car_")));
+    }
     let card = std::fs::read_to_string(whole.join("README.md")).unwrap();
-    assert!(card.starts_with("---\nconfigs:"), "HF card front matter");
+    assert!(
+        card.starts_with("---\n") && card.contains("\nconfigs:\n- config_name: "),
+        "HF card front matter"
+    );
     assert!(card.contains("## Statistics"));
     let want = outputs(&whole);
 

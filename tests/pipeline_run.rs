@@ -176,7 +176,7 @@ fn full_run_routes_every_item_and_accounts_for_it() {
     assert!(
         refused
             .iter()
-            .all(|r| r.ends_with("| 13 | ~12 | `CORRECT` |")),
+            .all(|r| r.ends_with("| `13` | `~12` | `CORRECT` |")),
         "{refused:?}"
     );
     assert!(

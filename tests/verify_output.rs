@@ -84,6 +84,7 @@ fn out_row<Q>(i: usize, qa: Vec<Q>) -> OutputRow<Q> {
         },
         qa,
         clean_meta: "{}".into(),
+        carried: None,
     }
 }
 

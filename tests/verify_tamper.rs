@@ -4,8 +4,8 @@
 //! rewritten too, each edit is still named by split, row and field, against the input
 //! (`--input`) or the model's outputs (`generations.jsonl`). The edits are the
 //! adversarial kit's: a rejected row's reference changed, a reasoning trace edited, the same
-//! edit made in both accepted splits, and a row dropped with run.json's row count lowered to
-//! match.
+//! edit made in both accepted splits, a row dropped with run.json's row count lowered to
+//! match, and a value of a column carried from the input (`family`) changed.
 
 #[path = "dataset_util/mod.rs"]
 mod dataset_util;
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use dataset_util::{bin, check, repo};
 use verisample::dataset::shards::ShardOptions;
-use verisample::dataset::writer::{read_split, QaRecord, SplitWriter};
+use verisample::dataset::writer::{carried_columns, read_split, QaRecord, SplitWriter};
 use verisample::record::{OutputRow, SplitKind};
 
 /// Copy the files of `from` and `from/data` into a new folder `to`.
@@ -44,8 +44,11 @@ fn rewrite<Q: QaRecord>(out: &Path, kind: SplitKind, edit: impl FnOnce(&mut Vec<
     let mut rows: Vec<OutputRow<Q>> = read_split(&file).unwrap();
     edit(&mut rows);
     let tmp = tempfile::tempdir().unwrap();
+    // The input's columns the splits carry (the sample's `family`), written again as such.
+    let carried = carried_columns(&file).map_or_else(Default::default, |s| s.fields().clone());
+    let opts = ShardOptions::default();
     let mut w =
-        SplitWriter::<Q>::create(tmp.path(), "OrandCar", kind, ShardOptions::default()).unwrap();
+        SplitWriter::<Q>::create_carrying(tmp.path(), "OrandCar", kind, opts, carried).unwrap();
     for r in rows {
         w.write_row(r).unwrap();
     }
@@ -96,7 +99,7 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
     // (what, the edit, the split files it changes, what verify still names when run.json's
     // file hashes are rewritten to match: the entry and field against the input or
     // generations.jsonl).
-    let tampers: [(&str, Tamper, &[SplitKind], &str); 5] = [
+    let tampers: [(&str, Tamper, &[SplitKind], &str); 6] = [
         (
             "a rejected row's reference changed",
             |o| {
@@ -170,6 +173,29 @@ fn edits_that_keep_every_decision_are_caught_by_the_recorded_file_contents() {
             },
             &[SplitKind::Rejected],
             "its answer is in no split",
+        ),
+        (
+            "a value of a column carried from the input changed",
+            |o| {
+                rewrite(
+                    o,
+                    SplitKind::NoThink,
+                    |rows: &mut Vec<OutputRow<verisample::record::AcceptedQa>>| {
+                        let carried = rows[0].carried.as_ref().expect("the sample's family");
+                        let family = arrow::array::StringArray::from(vec!["Edited"]);
+                        rows[0].carried = Some(
+                            arrow::array::RecordBatch::try_new(
+                                carried.schema(),
+                                vec![std::sync::Arc::new(family)],
+                            )
+                            .unwrap(),
+                        );
+                    },
+                )
+            },
+            &[SplitKind::NoThink],
+            "OrandCar_RS_nothink row 0: NotTheInput: column `family` is \"Edited\", the input's \
+             train-00000-of-00001.parquet row 0 says \"OrandCar\"",
         ),
     ];
     for (what, tamper, edited, named_entry) in tampers {

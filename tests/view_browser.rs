@@ -111,21 +111,47 @@ fn chromium() -> Option<PathBuf> {
     found
 }
 
+/// One chromium at a time in this test binary: the tests run in parallel threads, and
+/// several browsers starting at once on a small machine is what made one of them stall.
+static CHROMIUM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The DOM of `url` after the page's scripts ran and its images loaded (headless chromium,
-/// a fresh profile, virtual time of 10 s), killed after 90 s of real time.
+/// a fresh profile, virtual time of 10 s). Headless chromium's virtual time now and then never
+/// ends (seen about one start in five under load, whatever the page: the server answered every
+/// request it got): an attempt is killed after 45 s of real time, its process group with it,
+/// and tried again, three attempts in all.
 fn dump_dom(chromium: &Path, url: &str) -> String {
+    let _one = CHROMIUM.lock().unwrap_or_else(|e| e.into_inner());
+    for attempt in 1..=3 {
+        if let Some(dom) = dump_dom_once(chromium, url) {
+            assert!(
+                dom.contains("</html>"),
+                "no DOM from chromium for {url}: {dom}"
+            );
+            return dom;
+        }
+        eprintln!("chromium did not finish within 45 s on {url} (attempt {attempt} of 3)");
+    }
+    panic!("chromium did not finish within 45 s on {url}, three times");
+}
+
+/// One headless chromium run: its stdout, or `None` when it ran past 45 s (then killed).
+fn dump_dom_once(chromium: &Path, url: &str) -> Option<String> {
+    use std::os::unix::process::CommandExt as _;
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--no-first-run",
             "--dump-dom",
             "--virtual-time-budget=10000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(url)
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -137,18 +163,17 @@ fn dump_dom(chromium: &Path, url: &str) -> String {
     });
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            panic!("chromium did not finish within 90 s on {url}");
+        if start.elapsed() > Duration::from_secs(45) {
+            // The whole group: the browser's renderer and zygote processes too.
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let dom = reader.join().unwrap().unwrap();
-    assert!(
-        dom.contains("</html>"),
-        "no DOM from chromium for {url}: {dom}"
-    );
-    dom
+    Some(reader.join().unwrap().unwrap())
 }
 
 /// The number of row elements in a dumped DOM.

@@ -291,13 +291,17 @@ fn dataset_input(
     generator: &dyn crate::pipeline::Generator,
 ) -> anyhow::Result<crate::bench::BenchInput> {
     use crate::pipeline::{ParquetSource, RowPlanner, RowSource, Select, StandardDecisions};
-    let source = ParquetSource::with_options(
-        &s.data,
-        crate::dataset::layout::ReadOptions {
-            skip_family_column: s.family.is_some(),
-            ..s.read.clone()
-        },
-    );
+    let source = ParquetSource {
+        // The questions are what bench measures: no column is carried into a split.
+        carry: false,
+        ..ParquetSource::with_options(
+            &s.data,
+            crate::dataset::layout::ReadOptions {
+                skip_family_column: s.family.is_some(),
+                ..s.read.clone()
+            },
+        )
+    };
     let decisions = StandardDecisions {
         verifiers: s.verifier_registry(),
         ..StandardDecisions::default()

@@ -5,7 +5,7 @@
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
-use crate::settings::{DTypeSpec, KernelsSpec, ProgressMode, Switch};
+use crate::settings::{DTypeSpec, InputColumns, KernelsSpec, ProgressMode, Switch};
 
 impl ValueEnum for Switch {
     fn value_variants<'a>() -> &'a [Self] {
@@ -77,6 +77,22 @@ impl ValueEnum for KernelsSpec {
     }
 }
 
+impl ValueEnum for InputColumns {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[InputColumns::Keep, InputColumns::Drop]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            InputColumns::Keep => PossibleValue::new("keep")
+                .help("Every split carries them after its own columns, typed as in the input"),
+            InputColumns::Drop => {
+                PossibleValue::new("drop").help("The splits hold only their own columns")
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +111,8 @@ mod tests {
         check::<ProgressMode>();
         check::<DTypeSpec>();
         check::<KernelsSpec>();
+        check::<InputColumns>();
+        assert_eq!(InputColumns::value_variants().len(), 2);
         assert_eq!(KernelsSpec::value_variants().len(), 3);
         assert_eq!(Switch::value_variants().len(), 2);
         assert_eq!(ProgressMode::value_variants().len(), 3);

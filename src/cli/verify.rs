@@ -64,8 +64,15 @@ fn input_items(
         .unwrap_or_default();
     // As the run read it: with `--family` a `family` column is not read.
     options.skip_family_column = settings.is_some_and(|s| s.family.is_some());
+    // The input's columns the splits carry, read as the splits' types, to compare with them.
+    // (Every split of a run carries the same columns: the first shard's say them.)
+    let carried = crate::dataset::card::output_split_files(&a.out)
+        .ok()
+        .and_then(|files| files.into_values().flatten().next())
+        .and_then(|first| crate::dataset::writer::carried_columns(&first));
     let reader = crate::dataset::reader::InputReader::open_with(&data.to_string_lossy(), &options)
-        .with_context(|| format!("read the input {}", data.display()))?;
+        .with_context(|| format!("read the input {}", data.display()))?
+        .carrying(carried);
     let mut items = InputItems::default();
     // Positions as the run gave them: each element of the input stream in reader order.
     for (position, element) in (0u64..).zip(reader) {

@@ -271,11 +271,21 @@ pub fn render_card(
     y.push_str("---\n\n");
     let _ = writeln!(y, "# {title}\n");
     y.push_str(
-        "Verified visual-QA training data written by verisample: a vision-language model answered \
-every question with its reasoning, a string verifier checked each answer against the reference, \
-and a judge took a second look at the rejects. Accepted answers are in the `RS_think` (with the \
-reasoning) and `RS_nothink` configs, rejected ones in `rejected`; each family is a split.\n\n",
+        "Visual-QA training data written by verisample: a vision-language model answered every \
+question, and a string verifier checked each answer against the reference (how, and whether a \
+judge took a second look at the rejects, is below). Each family is a split of each config:",
     );
+    for c in configs {
+        let what = match c.name.as_str() {
+            "RS_think" => "the accepted answers with the model's reasoning",
+            "RS_nothink" => "the accepted answers without the reasoning",
+            "rejected" => "the rejected answers beside the reference",
+            _ => "",
+        };
+        let _ = write!(y, " `{}`, {what};", c.name);
+    }
+    y.pop();
+    y.push_str(".\n\n");
     y.push_str("| config | split | rows |\n| --- | --- | --- |\n");
     for c in configs {
         for s in &c.splits {
@@ -313,7 +323,7 @@ fn column_meaning(name: &str) -> &'static str {
         "qa" => "the questions of this image that landed in this split (see What the fields hold)",
         "clean_meta" => "JSON object: where the row came from and the cleaning that admitted it",
         "image_sha256" => "hex SHA-256 of `image.bytes`",
-        _ => "carried unchanged from the input dataset's column of this name",
+        _ => "carried unchanged from the input dataset's column of this name (`--input-columns drop` leaves such columns out)",
     }
 }
 

@@ -8,9 +8,12 @@
 //! Lists use the `[inner]` form (`"qa": [{"question": {...}}]`): checked by experiment,
 //! datasets 3.6 cannot read the `{"_type": "List"}` form that 4.x writes ("Feature type 'List'
 //! not found"), while 4.x and 5.x read the `[inner]` form as `List(inner)`. A struct
-//! `{bytes: binary, path: string}` (in that order) is the `Image` feature.
+//! `{bytes: binary, path: string}` (in that order) is the `Image` feature. A `large_list` is
+//! the `LargeList` feature (`{"feature": …, "_type": "LargeList"}`, YAML `large_list:`).
+//! Dates, times, timestamps, durations and decimals are `Value`s named as pyarrow names their
+//! types (`timestamp[us, tz=UTC]`, `decimal128(10, 2)`), as `datasets` does.
 
-use arrow::datatypes::{DataType, Field, Fields, Schema};
+use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
 use serde_json::{json, Map, Value};
 
 use super::DatasetError;
@@ -48,10 +51,39 @@ pub fn feature_of(dt: &DataType) -> Result<Value, DatasetError> {
             Ok(Value::Object(m))
         }
         DataType::List(inner) => Ok(Value::Array(vec![feature_of(inner.data_type())?])),
-        other => Err(DatasetError::Schema(format!(
-            "no datasets feature for arrow type {other}"
-        ))),
+        DataType::LargeList(inner) => {
+            Ok(json!({"feature": feature_of(inner.data_type())?, "_type": "LargeList"}))
+        }
+        other => match temporal_dtype(other) {
+            Some(dtype) => value(&dtype),
+            None => Err(DatasetError::Schema(format!(
+                "no datasets feature for arrow type {other}"
+            ))),
+        },
     }
+}
+
+/// The `Value` dtype of a date, time, timestamp, duration or decimal type, as pyarrow names
+/// it (and `datasets` with it); `None` for other types.
+fn temporal_dtype(dt: &DataType) -> Option<String> {
+    let unit = |u: &TimeUnit| match u {
+        TimeUnit::Second => "s",
+        TimeUnit::Millisecond => "ms",
+        TimeUnit::Microsecond => "us",
+        TimeUnit::Nanosecond => "ns",
+    };
+    Some(match dt {
+        DataType::Date32 => "date32".into(),
+        DataType::Date64 => "date64".into(),
+        DataType::Time32(u) => format!("time32[{}]", unit(u)),
+        DataType::Time64(u) => format!("time64[{}]", unit(u)),
+        DataType::Timestamp(u, None) => format!("timestamp[{}]", unit(u)),
+        DataType::Timestamp(u, Some(tz)) => format!("timestamp[{}, tz={tz}]", unit(u)),
+        DataType::Duration(u) => format!("duration[{}]", unit(u)),
+        DataType::Decimal128(p, s) => format!("decimal128({p}, {s})"),
+        DataType::Decimal256(p, s) => format!("decimal256({p}, {s})"),
+        _ => return None,
+    })
 }
 
 /// Whether `fields` is exactly the HF `Image()` storage: `bytes: binary`, `path: string`.
@@ -114,6 +146,11 @@ fn feature_json(dt: &DataType, out: &mut String) -> Result<(), DatasetError> {
             feature_json(inner.data_type(), out)?;
             out.push(']');
         }
+        DataType::LargeList(inner) => {
+            out.push_str(r#"{"feature":"#);
+            feature_json(inner.data_type(), out)?;
+            out.push_str(r#","_type":"LargeList"}"#);
+        }
         other => out.push_str(&feature_of(other)?.to_string()),
     }
     Ok(())
@@ -137,7 +174,11 @@ fn field_yaml(f: &Field, indent: usize, out: &mut String) -> Result<(), DatasetE
     type_yaml(f.data_type(), indent + 2, out)
 }
 
-/// The body of one feature (`dtype: string`, `list:` + children, `struct:` + children).
+/// The body of one feature (`dtype: string`, `list:` + children, `struct:` + children),
+/// as `datasets.Features._to_yaml_list` writes it: a list of structs lists the struct's
+/// fields under `list:`, a list of lists (or of an image) nests its item's body one level
+/// deeper (`list:` / `  list: int64`), a list of a value names its dtype (`list: int64`);
+/// `large_list:` alike.
 fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), DatasetError> {
     let pad = " ".repeat(indent);
     match dt {
@@ -150,20 +191,25 @@ fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), Datas
                 field_yaml(f, indent, out)?;
             }
         }
-        DataType::List(inner) => match inner.data_type() {
-            DataType::Struct(fields) if !is_image_struct(fields) => {
-                out.push_str(&format!("{pad}list:\n"));
-                for f in fields.iter() {
-                    field_yaml(f, indent, out)?;
+        DataType::List(inner) | DataType::LargeList(inner) => {
+            let key = match dt {
+                DataType::LargeList(_) => "large_list",
+                _ => "list",
+            };
+            match inner.data_type() {
+                DataType::Struct(fields) if !is_image_struct(fields) => {
+                    out.push_str(&format!("{pad}{key}:\n"));
+                    for f in fields.iter() {
+                        field_yaml(f, indent, out)?;
+                    }
                 }
+                nested @ (DataType::List(_) | DataType::LargeList(_)) => {
+                    out.push_str(&format!("{pad}{key}:\n"));
+                    type_yaml(nested, indent + 2, out)?;
+                }
+                other => out.push_str(&format!("{pad}{key}: {}\n", scalar_dtype(other)?)),
             }
-            DataType::List(_) => {
-                return Err(DatasetError::Schema(
-                    "nested lists are not written to the card".into(),
-                ));
-            }
-            other => out.push_str(&format!("{pad}list: {}\n", scalar_dtype(other)?)),
-        },
+        }
         other => out.push_str(&format!("{pad}dtype: {}\n", scalar_dtype(other)?)),
     }
     Ok(())
@@ -273,6 +319,55 @@ mod tests {
         assert_eq!(features_yaml(&schema, 2).unwrap(), want);
     }
 
+    /// The input columns a split carries, in `datasets`' own YAML and JSON (checked against
+    /// `Features.from_arrow_schema(...)._to_yaml_list()` and `.to_dict()` of datasets 5.2).
+    /// Catches: nested lists refused, `large_list` or timestamps without a feature.
+    #[test]
+    fn carried_types_match_datasets() {
+        let list = |dt: DataType| DataType::List(Arc::new(Field::new("item", dt, true)));
+        let schema = Schema::new(vec![
+            Field::new(
+                "a",
+                DataType::LargeList(Arc::new(Field::new("item", DataType::Int64, true))),
+                true,
+            ),
+            Field::new("b", list(list(DataType::Int32)), true),
+            Field::new(
+                "c",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("e", DataType::Decimal128(10, 2), true),
+            Field::new(
+                "g",
+                DataType::Struct(Fields::from(vec![Field::new(
+                    "y",
+                    list(DataType::Float32),
+                    true,
+                )])),
+                true,
+            ),
+            Field::new("p", list(image_type()), true),
+        ]);
+        let want = "- name: a\n  large_list: int64\n- name: b\n  list:\n    list: int32\n- name: c\n  dtype: timestamp[us, tz=UTC]\n- name: e\n  dtype: decimal128(10, 2)\n- name: g\n  struct:\n  - name: y\n    list: float32\n- name: p\n  list: image\n";
+        assert_eq!(features_yaml(&schema, 0).unwrap(), want);
+        let got: Value = serde_json::from_str(&huggingface_metadata(&schema).unwrap()).unwrap();
+        let features = &got["info"]["features"];
+        assert_eq!(
+            features["a"],
+            json!({"feature": {"dtype": "int64", "_type": "Value"}, "_type": "LargeList"})
+        );
+        assert_eq!(
+            features["b"],
+            json!([[{"dtype": "int32", "_type": "Value"}]])
+        );
+        assert_eq!(features["c"]["dtype"], "timestamp[us, tz=UTC]");
+        assert_eq!(
+            features["g"]["y"],
+            json!([{"dtype": "float32", "_type": "Value"}])
+        );
+    }
+
     #[test]
     fn yaml_scalars_are_quoted_when_needed() {
         for (s, want) in [
@@ -290,6 +385,19 @@ mod tests {
 
     #[test]
     fn unsupported_types_are_errors() {
-        assert!(feature_of(&DataType::Date32).is_err());
+        assert!(feature_of(&DataType::Utf8View).is_err());
+        let map = DataType::Map(
+            Arc::new(Field::new(
+                "entries",
+                DataType::Struct(Fields::from(vec![
+                    Field::new("k", DataType::Utf8, false),
+                    Field::new("v", DataType::Int64, true),
+                ])),
+                false,
+            )),
+            false,
+        );
+        assert!(feature_of(&map).is_err());
+        assert_eq!(feature_of(&DataType::Date32).unwrap()["dtype"], "date32");
     }
 }

@@ -9,12 +9,14 @@
 //! - [`features`], [`shards`], [`values`]: shared plumbing (HF feature metadata, sharded
 //!   atomic parquet writing, Arrow value access).
 //! - [`families`]: the families an input names, and pairs differing only in case.
+//! - [`carry`]: the input's other columns each split row carries, with their Arrow types.
 //! - [`layout`]: which columns hold the image, the question and the answer (contract §2 or flat).
 //! - [`hub`]: a dataset of the local Hugging Face hub cache named by its id.
 //! - [`scan`]: which files an input is, under the rules on links (inside the folder, once).
 //! - [`isolate`]: a decoder panic on a corrupt file becomes an error for that file.
 
 pub mod card;
+pub mod carry;
 pub mod families;
 pub mod features;
 pub mod hub;

@@ -10,6 +10,7 @@
 //! | `qa` | `list<struct<…>>`, fields per [`QaRecord::field_names`] |
 //! | `clean_meta` | `string` (a JSON object) |
 //! | `image_sha256` | `string` (hex SHA-256 of `image.bytes`) |
+//! | the input's other columns | as in the input ([`super::carry`]), after these four |
 //!
 //! `qa` fields: think split `question, answer, org_answer, vlm_answer, think, accepted_by,
 //! judge_verdict, judge_raw`; nothink split the same without `think`; rejected split `question, answer,
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray,
+    new_null_array, Array, ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray,
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
@@ -178,15 +179,69 @@ pub fn qa_fields(kind: SplitKind) -> Fields {
     )
 }
 
-/// The Arrow schema of an output split of `kind` (see the module docs).
+/// The Arrow schema of an output split of `kind` carrying no input column (see the module
+/// docs).
 pub fn split_schema(kind: SplitKind) -> SchemaRef {
+    split_schema_carrying(kind, &Fields::empty())
+}
+
+/// The Arrow schema of an output split of `kind` carrying the input's columns `carried`
+/// ([`super::carry`]) after its own.
+pub fn split_schema_carrying(kind: SplitKind, carried: &Fields) -> SchemaRef {
     let item = Field::new("item", DataType::Struct(qa_fields(kind)), true);
-    Arc::new(Schema::new(vec![
-        Field::new("image", DataType::Struct(image_fields()), true),
-        Field::new("qa", DataType::List(Arc::new(item)), true),
-        Field::new("clean_meta", DataType::Utf8, true),
-        Field::new("image_sha256", DataType::Utf8, true),
-    ]))
+    let mut fields = vec![
+        Arc::new(Field::new("image", DataType::Struct(image_fields()), true)),
+        Arc::new(Field::new("qa", DataType::List(Arc::new(item)), true)),
+        Arc::new(Field::new("clean_meta", DataType::Utf8, true)),
+        Arc::new(Field::new("image_sha256", DataType::Utf8, true)),
+    ];
+    fields.extend(carried.iter().cloned());
+    Arc::new(Schema::new(fields))
+}
+
+/// The carried columns of a split schema: every column after the four of its own.
+pub fn carried_of(schema: &Schema) -> Fields {
+    schema
+        .fields()
+        .iter()
+        .filter(|f| !super::carry::SPLIT_COLUMNS.contains(&f.name().as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The carried columns of `rows` as `carried` says them: each column the rows' one-row
+/// batches hold (null for a row without one).
+///
+/// Errors: [`DatasetError::Invalid`] for a row whose carried columns are not `carried`.
+fn carried_arrays<Q>(
+    rows: &[OutputRow<Q>],
+    carried: &Fields,
+) -> Result<Vec<ArrayRef>, DatasetError> {
+    carried
+        .iter()
+        .map(|field| {
+            let parts = rows
+                .iter()
+                .map(|r| match &r.carried {
+                    None => Ok(new_null_array(field.data_type(), 1)),
+                    Some(b) => b
+                        .column_by_name(field.name())
+                        .filter(|c| c.data_type() == field.data_type() && c.len() == 1)
+                        .cloned()
+                        .ok_or_else(|| {
+                            DatasetError::Invalid(format!(
+                                "output row of image {} does not carry the column `{}` as {}",
+                                r.image_sha256,
+                                field.name(),
+                                field.data_type()
+                            ))
+                        }),
+                })
+                .collect::<Result<Vec<ArrayRef>, DatasetError>>()?;
+            let refs: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
+            Ok(arrow::compute::concat(&refs)?)
+        })
+        .collect()
 }
 
 /// Hex SHA-256 of `bytes` (lowercase).
@@ -209,14 +264,16 @@ pub fn image_array<'a>(images: impl Iterator<Item = &'a ImageRef>) -> StructArra
     )
 }
 
-/// Build one record batch of output rows of `kind`.
+/// Build one record batch of output rows of `kind` carrying the input columns `carried`.
 ///
-/// Errors: [`DatasetError::Arrow`] if the arrays are inconsistent (a bug).
+/// Errors: [`DatasetError::Arrow`] if the arrays are inconsistent (a bug);
+/// [`DatasetError::Invalid`] for a row whose carried columns are not `carried`.
 pub fn rows_to_batch<Q: QaRecord>(
     rows: &[OutputRow<Q>],
     kind: SplitKind,
+    carried: &Fields,
 ) -> Result<RecordBatch, DatasetError> {
-    let schema = split_schema(kind);
+    let schema = split_schema_carrying(kind, carried);
     let names = Q::field_names(kind);
     let items: Vec<&Q> = rows.iter().flat_map(|r| r.qa.iter()).collect();
     let columns: Vec<ArrayRef> = names
@@ -234,23 +291,26 @@ pub fn rows_to_batch<Q: QaRecord>(
     let image = image_array(rows.iter().map(|r| &r.image));
     let meta = StringArray::from_iter_values(rows.iter().map(|r| r.clean_meta.as_str()));
     let sha = StringArray::from_iter_values(rows.iter().map(|r| r.image_sha256.as_str()));
-    Ok(RecordBatch::try_new(
-        schema,
-        vec![Arc::new(image), Arc::new(qa), Arc::new(meta), Arc::new(sha)],
-    )?)
+    let mut columns: Vec<ArrayRef> =
+        vec![Arc::new(image), Arc::new(qa), Arc::new(meta), Arc::new(sha)];
+    columns.extend(carried_arrays(rows, carried)?);
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// Writes one output split as sharded parquet under `<out>/data/`.
 #[derive(Debug)]
 pub struct SplitWriter<Q: QaRecord> {
     kind: SplitKind,
+    /// The input's columns each row carries ([`super::carry`]).
+    carried: Fields,
     rows_per_group: usize,
     buffer: Vec<OutputRow<Q>>,
     inner: ShardedWriter,
 }
 
 impl<Q: QaRecord> SplitWriter<Q> {
-    /// Start the split `kind.split_name(family)` in `<out_dir>/data/`.
+    /// Start the split `kind.split_name(family)` in `<out_dir>/data/`, carrying no input
+    /// column.
     ///
     /// Errors: `Q` does not belong in `kind` (e.g. `RejectedQa` in a think split), invalid
     /// family or options, or the folder cannot be created.
@@ -259,6 +319,20 @@ impl<Q: QaRecord> SplitWriter<Q> {
         family: &str,
         kind: SplitKind,
         opts: ShardOptions,
+    ) -> Result<Self, DatasetError> {
+        Self::create_carrying(out_dir, family, kind, opts, Fields::empty())
+    }
+
+    /// [`SplitWriter::create`] for rows carrying the input's columns `carried`
+    /// ([`OutputRow::carried`]), written after the split's own.
+    ///
+    /// Errors: as [`SplitWriter::create`].
+    pub fn create_carrying(
+        out_dir: &Path,
+        family: &str,
+        kind: SplitKind,
+        opts: ShardOptions,
+        carried: Fields,
     ) -> Result<Self, DatasetError> {
         if !Q::supports(kind) {
             return Err(DatasetError::Invalid(format!(
@@ -275,11 +349,12 @@ impl<Q: QaRecord> SplitWriter<Q> {
         let inner = ShardedWriter::create(
             &out_dir.join(crate::out_files::SPLITS_DIR),
             &kind.split_name(family),
-            split_schema(kind),
+            split_schema_carrying(kind, &carried),
             opts,
         )?;
         Ok(Self {
             kind,
+            carried,
             rows_per_group: opts.rows_per_group,
             buffer: Vec::new(),
             inner,
@@ -289,7 +364,8 @@ impl<Q: QaRecord> SplitWriter<Q> {
     /// Add one row. Rows are written in the order given, in row groups of `rows_per_group`.
     ///
     /// Errors: the row has no `qa` entries, no image bytes, an `image_sha256` that is not the
-    /// SHA-256 of its bytes, or a `clean_meta` that is not a JSON object; or a write fails.
+    /// SHA-256 of its bytes, a `clean_meta` that is not a JSON object, or carried columns
+    /// that are not the writer's; or a write fails.
     pub fn write_row(&mut self, row: OutputRow<Q>) -> Result<(), DatasetError> {
         let bytes = row
             .image
@@ -318,6 +394,23 @@ impl<Q: QaRecord> SplitWriter<Q> {
                 row.image_sha256, row.clean_meta
             )));
         }
+        if let Some(b) = &row.carried {
+            let same = b.num_rows() == 1
+                && b.schema().fields().len() == self.carried.len()
+                && b.schema()
+                    .fields()
+                    .iter()
+                    .zip(self.carried.iter())
+                    .all(|(a, c)| a.name() == c.name() && a.data_type() == c.data_type());
+            if !same {
+                return Err(DatasetError::Invalid(format!(
+                    "output row of image {} carries the columns {:?}, not the split's {:?}",
+                    row.image_sha256,
+                    b.schema().fields(),
+                    self.carried
+                )));
+            }
+        }
         self.buffer.push(row);
         if self.buffer.len() >= self.rows_per_group {
             self.flush()?;
@@ -327,7 +420,7 @@ impl<Q: QaRecord> SplitWriter<Q> {
 
     fn flush(&mut self) -> Result<(), DatasetError> {
         if !self.buffer.is_empty() {
-            let batch = rows_to_batch(&self.buffer, self.kind)?;
+            let batch = rows_to_batch(&self.buffer, self.kind, &self.carried)?;
             self.inner.write(&batch)?;
             self.buffer.clear();
         }
@@ -361,6 +454,22 @@ impl<Q: QaRecord> SplitWriter<Q> {
 /// Errors: the folder cannot be listed.
 pub fn split_files(out_dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetError> {
     list_shards(&out_dir.join(crate::out_files::SPLITS_DIR), split)
+}
+
+/// The input columns the split shard `shard` carries ([`carried_of`] its schema, from its
+/// footer); `None` when it carries none or cannot be read.
+pub fn carried_columns(shard: &Path) -> Option<SchemaRef> {
+    let file = std::fs::File::open(shard).ok()?;
+    let meta = super::isolate::isolate(|| {
+        parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+            &file,
+            parquet::arrow::arrow_reader::ArrowReaderOptions::new(),
+        )
+    })
+    .ok()?
+    .ok()?;
+    let carried = carried_of(meta.schema());
+    (!carried.is_empty()).then(|| Arc::new(Schema::new(carried)))
 }
 
 /// Read every row of an accepted split (think or nothink: a missing `think` field reads as
@@ -406,14 +515,25 @@ fn read_split_file<Q: QaRecord>(file: &Path) -> Result<Vec<OutputRow<Q>>, Datase
     for batch in reader {
         let batch = batch.map_err(DatasetError::Arrow)?;
         let row = out.len();
+        // The carried columns, kept apart from the images so a row's slice holds no image.
+        let carried: Vec<usize> = (0..batch.num_columns())
+            .filter(|&c| {
+                !super::carry::SPLIT_COLUMNS.contains(&batch.schema().field(c).name().as_str())
+            })
+            .collect();
+        let carried = (!carried.is_empty())
+            .then(|| batch.project(&carried))
+            .transpose()?;
         for i in 0..batch.num_rows() {
-            let decoded = decode_output_row::<Q>(&batch, i).map_err(|(field, message)| {
-                DatasetError::Decode {
-                    file: name.clone(),
-                    row: row + i,
-                    field,
-                    message,
-                }
+            let decoded = decode_output_row::<Q>(&batch, i).map(|mut r| {
+                r.carried = carried.as_ref().map(|c| c.slice(i, 1));
+                r
+            });
+            let decoded = decoded.map_err(|(field, message)| DatasetError::Decode {
+                file: name.clone(),
+                row: row + i,
+                field,
+                message,
             })?;
             out.push(decoded);
         }
@@ -474,6 +594,7 @@ fn decode_output_row<Q: QaRecord>(
         qa,
         clean_meta: req_string("clean_meta")?,
         image_sha256: req_string("image_sha256")?,
+        carried: None,
     })
 }
 

@@ -13,26 +13,16 @@ use crate::report::RunStats;
 use crate::settings::Settings;
 
 /// The model as the card names it: its name, `config.json`'s `architectures` and
-/// `_name_or_path` (left out when the file cannot be read now: a merge on a machine without
-/// the model), and the weight files' hashes from `model_files` (name → hex SHA-256).
+/// `_name_or_path` as resolved (recorded in `run.json`, so a merge has them), and the weight
+/// files' hashes from `model_files` (name → hex SHA-256).
 fn model_facts(settings: &Settings, model_files: &BTreeMap<String, String>) -> ModelFacts {
-    let config: serde_json::Value = std::fs::read(settings.model.dir.join("config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
     ModelFacts {
         name: settings.model_name(),
-        architectures: config["architectures"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        name_or_path: config["_name_or_path"]
-            .as_str()
-            .filter(|s| !s.is_empty())
+        architectures: settings.model.architectures.clone(),
+        name_or_path: settings
+            .model
+            .name_or_path
+            .as_deref()
             .map(|s| crate::settings::portable_path(Path::new(s))),
         weights: model_files
             .iter()
@@ -54,13 +44,24 @@ fn input_card_meta(settings: &Settings) -> BTreeMap<String, Vec<String>> {
             .map(Path::to_path_buf)
             .unwrap_or_default()
     };
-    folder
-        .ancestors()
-        .take(2)
-        .filter_map(|dir| std::fs::read_to_string(dir.join(CARD_FILE)).ok())
-        .map(|text| crate::dataset::hub::card_metadata(&text))
-        .find(|meta| !meta.is_empty())
-        .unwrap_or_default()
+    for dir in folder.ancestors().take(2) {
+        let path = dir.join(CARD_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let (meta, problems) = crate::dataset::hub::card_metadata(&text);
+        for p in &problems {
+            tracing::warn!(
+                "the input's card {}: {p} (the output card marks what is missing as to fill in; \
+                 --card-meta KEY=VALUE sets it)",
+                path.display()
+            );
+        }
+        if !meta.is_empty() || !problems.is_empty() {
+            return meta;
+        }
+    }
+    BTreeMap::new()
 }
 
 /// The card of a finished write phase (see [`crate::report::card`]).

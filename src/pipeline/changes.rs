@@ -51,6 +51,7 @@ pub fn describe_changes(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     // `kernels` is left out at its device's default: native on the CPU, portable elsewhere.
     let default_of = |k: &str, side: &serde_json::Map<String, serde_json::Value>| match k {
         "dedup" | "generation_config" => serde_json::Value::Bool(true),
+        "input_columns" => "keep".into(),
         "kernels" => match side.get("device").and_then(|d| d.as_str()) {
             Some("cpu") => "native".into(),
             _ => "portable".into(),
@@ -139,6 +140,7 @@ mod tests {
             min_pixels: None,
             max_pixels: None,
             read: Default::default(),
+            input_columns: Default::default(),
             decoding: crate::settings::CanonicalDecoding::from(
                 &crate::settings::Decoding::default(),
             ),
@@ -174,6 +176,13 @@ mod tests {
         assert_eq!(
             describe_changes(&new, &old),
             vec!["--kernels changed: portable → native"]
+        );
+        // `--input-columns` left out is `keep`, named as such.
+        let mut new = base();
+        new.settings.input_columns = crate::settings::InputColumns::Drop;
+        assert_eq!(
+            describe_changes(&old, &new),
+            vec!["--input-columns changed: keep → drop"]
         );
         let mut new = base();
         new.model = Some("~/q7b".into());

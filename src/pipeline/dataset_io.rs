@@ -4,14 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use arrow::datatypes::Fields;
+
 use super::backend::{BackendError, RowSource, SplitRow, SplitSink};
 use crate::dataset::card::{
-    output_configs, output_split_files, pattern_strays, render_card, scan_output_dir,
+    config_name, output_configs, output_split_files, pattern_strays, render_card, scan_output_dir,
+    CardConfig,
 };
+use crate::dataset::carry::carried_schema;
 use crate::dataset::layout::ReadOptions;
 use crate::dataset::reader::{resolve_inputs, InputReader};
 use crate::dataset::shards::{ShardOptions, ShardSummary};
-use crate::dataset::writer::SplitWriter;
+use crate::dataset::writer::{split_schema_carrying, SplitWriter};
 use crate::dataset::DatasetError;
 use crate::out_files::SPLITS_DIR;
 use crate::record::{AcceptedQa, InputRow, RejectedQa, RowError, SplitKind};
@@ -25,6 +29,10 @@ pub struct ParquetSource {
     pub spec: String,
     /// Column flags and `--images-root`.
     pub read: ReadOptions,
+    /// Each row carries the input's other columns into the splits
+    /// ([`crate::dataset::carry`]; `run --input-columns keep`, the default); `false` leaves
+    /// them out.
+    pub carry: bool,
 }
 
 impl ParquetSource {
@@ -38,6 +46,7 @@ impl ParquetSource {
         ParquetSource {
             spec: path.to_string_lossy().into_owned(),
             read,
+            carry: true,
         }
     }
 }
@@ -46,7 +55,16 @@ impl RowSource for ParquetSource {
     fn rows(
         &self,
     ) -> Result<Box<dyn Iterator<Item = Result<InputRow, RowError>> + '_>, BackendError> {
-        Ok(Box::new(InputReader::open_with(&self.spec, &self.read)?))
+        let files = resolve_inputs(&self.spec)?;
+        // The same schema for both passes: the files' footers decide it (`run` refused an
+        // input whose columns cannot be carried before anything loaded).
+        let carried = match self.carry {
+            true => carried_schema(&files.files, &self.read.columns)?,
+            false => None,
+        };
+        Ok(Box::new(
+            InputReader::from_files(files, &self.read)?.carrying(carried),
+        ))
     }
 
     fn len_hint(&self) -> Option<u64> {
@@ -81,6 +99,9 @@ pub struct ParquetSink {
     accepted: BTreeMap<(String, SplitKind), SplitWriter<AcceptedQa>>,
     rejected: BTreeMap<String, SplitWriter<RejectedQa>>,
     published: BTreeMap<String, Vec<String>>,
+    /// The input's columns the rows written carry (every row of a run carries the same),
+    /// for the card's features; `None` before the first row.
+    carried: Option<Fields>,
 }
 
 impl ParquetSink {
@@ -92,7 +113,25 @@ impl ParquetSink {
             accepted: BTreeMap::new(),
             rejected: BTreeMap::new(),
             published: BTreeMap::new(),
+            carried: None,
         }
+    }
+
+    /// `configs` with the schema of the splits this sink wrote: each kind's own columns and
+    /// the input's columns its rows carry.
+    fn carrying(&self, mut configs: Vec<CardConfig>) -> Vec<CardConfig> {
+        let Some(carried) = &self.carried else {
+            return configs;
+        };
+        for c in &mut configs {
+            if let Some(kind) = SplitKind::ALL
+                .into_iter()
+                .find(|k| config_name(*k) == c.name)
+            {
+                c.schema = split_schema_carrying(kind, carried);
+            }
+        }
+        configs
     }
 
     /// Record the file names of a finished split.
@@ -109,11 +148,26 @@ impl ParquetSink {
 
 impl SplitSink for ParquetSink {
     fn write(&mut self, family: &str, kind: SplitKind, row: SplitRow) -> Result<(), BackendError> {
+        let carried = match &row {
+            SplitRow::Accepted(r) => r.carried.as_ref(),
+            SplitRow::Rejected(r) => r.carried.as_ref(),
+        };
+        let carried = carried.map_or_else(Fields::empty, |b| b.schema().fields().clone());
+        self.carried.get_or_insert_with(|| carried.clone());
+        let (out, opts) = (self.out.clone(), self.opts);
+        fn create<Q: crate::dataset::writer::QaRecord>(
+            (out, opts, carried): (&Path, ShardOptions, &Fields),
+            family: &str,
+            kind: SplitKind,
+        ) -> Result<SplitWriter<Q>, DatasetError> {
+            SplitWriter::create_carrying(out, family, kind, opts, carried.clone())
+        }
+        let how = (out.as_path(), opts, &carried);
         match row {
             SplitRow::Accepted(r) => {
                 let key = (family.to_string(), kind);
                 if !self.accepted.contains_key(&key) {
-                    let w = SplitWriter::create(&self.out, family, kind, self.opts)?;
+                    let w = create(how, family, kind)?;
                     self.accepted.insert(key.clone(), w);
                 }
                 if let Some(w) = self.accepted.get_mut(&key) {
@@ -122,7 +176,7 @@ impl SplitSink for ParquetSink {
             }
             SplitRow::Rejected(r) => {
                 if !self.rejected.contains_key(family) {
-                    let w = SplitWriter::create(&self.out, family, SplitKind::Rejected, self.opts)?;
+                    let w = create(how, family, SplitKind::Rejected)?;
                     self.rejected.insert(family.to_string(), w);
                 }
                 if let Some(w) = self.rejected.get_mut(family) {
@@ -193,7 +247,7 @@ impl SplitSink for ParquetSink {
                 _ => Ok(()),
             };
         }
-        let configs = output_configs(&splits);
+        let configs = self.carrying(output_configs(&splits));
         let title = if families.is_empty() {
             "verisample output".to_string()
         } else {

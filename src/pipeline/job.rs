@@ -226,7 +226,10 @@ pub fn run_parquet(
         skip_family_column: settings.family.is_some(),
         ..settings.read.clone()
     };
-    let source = ParquetSource::with_options(&settings.data, read);
+    let source = ParquetSource {
+        carry: settings.input_columns.is_keep(),
+        ..ParquetSource::with_options(&settings.data, read)
+    };
     let mut sink = ParquetSink::new(&settings.out);
     let decisions = StandardDecisions {
         verifiers: settings.verifier_registry(),

@@ -490,10 +490,11 @@ fn write_row_splits(
     let samples = w.settings.sampling.samples;
     let budget = w.settings.think_budget;
     let image = published_image(&row.image);
+    // The input's other columns travel with each of the row's split rows.
     fn make<Q>(
         items: SplitItems<Q>,
         (clean_meta, samples, budget, format): (&str, usize, Option<usize>, AnswerFormat),
-        (image, image_sha256): (&crate::record::ImageRef, &str),
+        (image, image_sha256, carried): (&crate::record::ImageRef, &str, &InputRow),
     ) -> OutputRow<Q> {
         let sampling = (samples > 1).then_some((samples, items.samples.as_slice()));
         let budget = budget.map(|n| (n, items.budget_hits.as_slice()));
@@ -502,10 +503,11 @@ fn write_row_splits(
             clean_meta: split_row_meta(clean_meta, &items.kept_from, sampling, budget, format),
             qa: items.items,
             image_sha256: image_sha256.to_string(),
+            carried: carried.carried.clone(),
         }
     }
     let meta = (clean_meta, samples, budget, splits.answer_format);
-    let image = (&image, image_sha256);
+    let image = (&image, image_sha256, row);
     let rows = [
         (
             SplitKind::Think,

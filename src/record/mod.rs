@@ -87,9 +87,15 @@ pub struct InputRow {
     pub image_sha256: Option<String>,
     /// Benchmark family (e.g. `OrandCar`), if present.
     pub family: Option<String>,
-    /// Unknown extra columns, carried through into `clean_meta`.
+    /// The input's other top-level columns as JSON (`prepare --parquet` keeps them as
+    /// provenance columns); `run` carries them as [`InputRow::carried`] instead.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The input's other top-level columns of this row as Arrow values, when the reader was
+    /// asked to carry them (`dataset::carry`): a one-row batch of the whole input's carried
+    /// columns, written into each split row after its own columns. Not serialised.
+    #[serde(skip)]
+    pub carried: Option<arrow::array::RecordBatch>,
     /// The columns of a flat-layout row (one item per row); `None` for contract §2's `qa` layout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<SourceColumns>,
@@ -191,4 +197,8 @@ pub struct OutputRow<Q> {
     pub clean_meta: String,
     /// Hex SHA-256 of the image bytes.
     pub image_sha256: String,
+    /// The input row's carried columns ([`InputRow::carried`]), a one-row batch written after
+    /// the columns above; `None` when nothing is carried. Not serialised.
+    #[serde(skip)]
+    pub carried: Option<arrow::array::RecordBatch>,
 }

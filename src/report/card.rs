@@ -149,7 +149,14 @@ fn hub_yaml(input: &CardInput<'_>) -> String {
     }
     meta.entry("task_categories".into())
         .or_insert_with(|| vec!["visual-question-answering".into()]);
-    let rows: u64 = input.stats.split_rows.values().sum();
+    // Each accepted item is in `_RS_nothink` and again in `_RS_think`: counted once.
+    let rows: u64 = input
+        .stats
+        .split_rows
+        .iter()
+        .filter(|(name, _)| !name.ends_with("_RS_think"))
+        .map(|(_, n)| n)
+        .sum();
     meta.insert("size_categories".into(), vec![size_category(rows).into()]);
     let mut y = String::new();
     for key in [
@@ -161,7 +168,7 @@ fn hub_yaml(input: &CardInput<'_>) -> String {
         "source_datasets",
     ] {
         match meta.get(key) {
-            Some(values) if key == "license" || key == "pretty_name" => {
+            Some(values) if key == "pretty_name" || (key == "license" && values.len() == 1) => {
                 let _ = writeln!(y, "{key}: {}", yaml_string(&values[0]));
             }
             Some(values) => {
@@ -174,7 +181,7 @@ fn hub_yaml(input: &CardInput<'_>) -> String {
             None => {
                 let _ = writeln!(
                     y,
-                    "# {key}: to fill in before publishing (`--card-meta {key}=…`; the input's card has none)"
+                    "# {key}: to fill in before publishing (`--card-meta {key}=…`; the input's card gives none)"
                 );
             }
         }
@@ -182,23 +189,57 @@ fn hub_yaml(input: &CardInput<'_>) -> String {
     y
 }
 
-/// `text` in a Markdown table cell: HTML-escaped, `|` escaped, line breaks shown as `⏎`,
-/// cut at 160 characters.
+/// `text` with the characters a reader would not see made visible: C0 controls (but line
+/// feed and tab) and DEL as their Unicode control pictures (`␀`, `␍`), direction and
+/// zero-width controls as `⟨U+202E⟩`. The card stays text, and shows what the data holds.
+pub fn visible(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => s.push(c),
+            '\u{0}'..='\u{1f}' => s.push(char::from_u32(0x2400 + c as u32).unwrap_or('?')),
+            '\u{7f}' => s.push('\u{2421}'),
+            '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{feff}' => {
+                s.push_str(&format!("⟨U+{:04X}⟩", c as u32));
+            }
+            _ => s.push(c),
+        }
+    }
+    s
+}
+
+/// `text` as a code span in a Markdown table cell, shown literally (no Markdown, no HTML):
+/// control characters visible, line breaks as `⏎`, `|` escaped as GFM tables need, the span's
+/// backticks longer than any run inside; cut at 160 characters.
 fn cell(text: &str) -> String {
     let mut s: String = text.chars().take(160).collect();
     if text.chars().count() > 160 {
         s.push('…');
     }
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('|', "\\|")
-        .replace("\r\n", " ⏎ ")
-        .replace(['\n', '\r'], " ⏎ ")
+    let s = visible(&s.replace("\r\n", "⏎").replace(['\n', '\r'], "⏎")).replace('\t', " ");
+    if s.is_empty() {
+        return "(empty)".to_string();
+    }
+    let ticks = "`".repeat(longest_backtick_run(&s) + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{}{pad}{ticks}", s.replace('|', "\\|"))
 }
 
-/// `text` in full as a fenced block, the fence longer than any backtick run inside.
+fn longest_backtick_run(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
+/// `text` in full as a fenced block (control characters made [`visible`]), the fence longer
+/// than any backtick run inside.
 fn fenced(text: &str) -> String {
+    let text = &visible(text);
     let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     format!("{fence}text\n{text}\n{fence}\n")
@@ -208,11 +249,12 @@ fn produced(input: &CardInput<'_>, s: &mut String) {
     let st = input.settings;
     let m = input.model;
     s.push_str("## How the data was produced\n\n");
-    let _ = write!(s, "- **Model**: `{}`", m.name);
+    let _ = write!(s, "- **Model**: {}", cell(&m.name));
     if !m.architectures.is_empty() {
-        let _ = write!(s, " (`architectures`: `{}`", m.architectures.join("`, `"));
+        let names: Vec<String> = m.architectures.iter().map(|a| cell(a)).collect();
+        let _ = write!(s, " (`architectures`: {}", names.join(", "));
         if let Some(n) = &m.name_or_path {
-            let _ = write!(s, "; `_name_or_path`: `{n}`");
+            let _ = write!(s, "; `_name_or_path`: {}", cell(n));
         }
         s.push(')');
     }
@@ -308,7 +350,12 @@ fn match_rules(input: &CardInput<'_>, s: &mut String) {
     s.push_str("## How a match is decided\n\n");
     s.push_str("Each answer — the text after the model's reasoning, stripped — is checked against the reference by a deterministic string verifier, chosen per family:\n\n| family | verifier |\n| --- | --- |\n");
     for (f, v) in &used {
-        let _ = writeln!(s, "| `{}` | `{}` |", cell(f), v.name());
+        let spec = match *v {
+            Verifier::Numeric { rel_tol } => format!("numeric:{rel_tol}"),
+            Verifier::Anls { threshold } => format!("anls:{threshold}"),
+            _ => v.name().to_string(),
+        };
+        let _ = writeln!(s, "| {} | `{spec}` |", cell(f));
     }
     s.push('\n');
     let mut verifiers: Vec<Verifier> = Vec::new();
@@ -327,13 +374,18 @@ fn fenced_lang(lang: &str, text: &str) -> String {
     fenced(text).replacen("text\n", &format!("{lang}\n"), 1)
 }
 
-fn judge_table(s: &mut String, title: &str, cases: &[JudgeCase]) {
+fn judge_table(s: &mut String, title: &str, cases: &[JudgeCase], total: u64) {
     if cases.is_empty() {
         return;
     }
+    let shown = if total > cases.len() as u64 {
+        format!(" (the first {} of {total}, in input order)", cases.len())
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "{title}\n\n| question | reference | model answer | verdict |\n| --- | --- | --- | --- |"
+        "{title}{shown}:\n\n| question | reference | model answer | verdict |\n| --- | --- | --- | --- |"
     );
     for c in cases {
         let _ = writeln!(
@@ -380,6 +432,9 @@ fn judge(input: &CardInput<'_>, s: &mut String) {
                 c.total, c.agreed, c.total
             );
         }
+        None if input.settings.judge_calibrate > 0 => s.push_str(
+            "Calibration: asked for, but the run had no verifier accept to grade.\n\n",
+        ),
         None => s.push_str(
             "Calibration: not run (`--judge-calibrate N` grades the first N verifier accepts too and reports the agreement).\n\n",
         ),
@@ -387,14 +442,21 @@ fn judge(input: &CardInput<'_>, s: &mut String) {
     let cases = input.judge_cases;
     judge_table(
         s,
-        "Overturned (verifier reject → accepted by the judge):",
+        "Overturned (verifier reject → accepted by the judge)",
         &cases.overturned,
+        stats.judge.overturns,
     );
-    judge_table(s, "Refused by the number guard:", &cases.guard_refused);
     judge_table(
         s,
-        "Calibration disagreements (verifier accept the judge did not call `CORRECT`):",
+        "Refused by the number guard",
+        &cases.guard_refused,
+        stats.judge.number_guard_blocks,
+    );
+    judge_table(
+        s,
+        "Calibration disagreements (verifier accept the judge did not call `CORRECT`)",
         &cases.calibration_disagreed,
+        stats.calibration.map_or(0, |c| c.total - c.agreed),
     );
 }
 
@@ -445,7 +507,7 @@ fn cleaning(input: &CardInput<'_>, s: &mut String) {
         "duplicate",
     ];
     for (k, v) in drops.iter().filter(|(k, _)| !known.contains(&k.as_str())) {
-        let _ = writeln!(s, "| `{}` | {v} |", cell(k));
+        let _ = writeln!(s, "| {} | {v} |", cell(k));
     }
     s.push_str("\nMultiple-choice questions whose options were flattened into prose are re-rendered as a lettered block with the reference rewritten to the letter (`clean_meta.cleaning.rewritten` names them). Input rows that could not be read are not dropped silently either: they are in `errors.jsonl`.\n\n");
 }
@@ -465,7 +527,13 @@ fn image_ext(bytes: &[u8]) -> &'static str {
 /// One example row's fields: those of one short line in a table (`value` in code), the
 /// others (reasoning, judge text) each in full in a fenced block.
 fn example_fields(s: &mut String, fields: &[(&str, Option<&str>)]) {
-    let short = |v: &str| v.chars().count() <= 200 && !v.contains(['\n', '\r', '`', '|']);
+    let short = |v: &str| {
+        v.chars().count() <= 200
+            && v.trim() == v
+            && !v.contains(['`', '|'])
+            && !v.chars().any(char::is_control)
+            && visible(v) == v
+    };
     s.push_str("| field | value |\n| --- | --- |\n");
     for (name, value) in fields {
         if let Some(v) = value.filter(|v| short(v)) {
@@ -486,6 +554,27 @@ fn example_fields(s: &mut String, fields: &[(&str, Option<&str>)]) {
     }
 }
 
+/// Each carried column of a one-row batch and its value as Arrow displays it (`null` for a
+/// null).
+fn carried_values(batch: &arrow::array::RecordBatch) -> Vec<(String, String)> {
+    use arrow::array::Array;
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let options = FormatOptions::default().with_null("null");
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, col)| {
+            let value = match ArrayFormatter::try_new(col.as_ref(), &options) {
+                Ok(fmt) if !col.is_empty() => fmt.value(0).to_string(),
+                _ => "null".to_string(),
+            };
+            (f.name().clone(), value)
+        })
+        .collect()
+}
+
 fn examples(input: &CardInput<'_>, s: &mut String, images: &mut Vec<(String, Vec<u8>)>) {
     s.push_str("## Examples\n\nThe first rows of each split, in full.\n\n");
     for (split, rows) in input.examples {
@@ -497,8 +586,16 @@ fn examples(input: &CardInput<'_>, s: &mut String, images: &mut Vec<(String, Vec
             };
             let _ = writeln!(s, "#### Row {k}\n");
             if let Some(bytes) = &image.bytes {
-                let file = format!("{EXAMPLES_DIR}/{split}-{k}.{}", image_ext(bytes));
-                let _ = writeln!(s, "![{split} row {k}]({file})\n");
+                let ext = image_ext(bytes);
+                let file = format!("{EXAMPLES_DIR}/{split}-{k}.{ext}");
+                if ext == "bin" {
+                    let _ = writeln!(
+                        s,
+                        "The image, in a format browsers do not show: [{file}]({file})\n"
+                    );
+                } else {
+                    let _ = writeln!(s, "![{split} row {k}]({file})\n");
+                }
                 images.push((file, bytes.clone()));
             }
             match row {
@@ -535,6 +632,19 @@ fn examples(input: &CardInput<'_>, s: &mut String, images: &mut Vec<(String, Vec
                     }
                 }
             }
+            let carried = match row {
+                ExampleRow::Accepted(r) => r.carried.as_ref(),
+                ExampleRow::Rejected(r) => r.carried.as_ref(),
+            };
+            if let Some(batch) = carried {
+                let values = carried_values(batch);
+                let fields: Vec<(&str, Option<&str>)> = values
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+                    .collect();
+                s.push_str("The input's own columns:\n\n");
+                example_fields(s, &fields);
+            }
             let _ = write!(s, "`clean_meta`:\n\n{}\n", fenced_lang("json", clean_meta));
         }
     }
@@ -559,5 +669,37 @@ pub fn card_text(input: &CardInput<'_>) -> CardText {
         hub_yaml: hub_yaml(input),
         body,
         images,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_in_a_table_cell_is_literal_and_visible() {
+        // Markdown, HTML and a pipe stay text in a code span; a backtick lengthens the span.
+        assert_eq!(
+            cell("![x](https://e.example/p.png)"),
+            "`![x](https://e.example/p.png)`"
+        );
+        assert_eq!(cell("a|b <script>"), "`a\\|b <script>`");
+        assert_eq!(cell("`2760`"), "`` `2760` ``");
+        assert_eq!(cell("two\nlines\r\nend"), "`two⏎lines⏎end`");
+        assert_eq!(cell(""), "(empty)");
+        // Control and direction characters are shown, not written raw.
+        assert_eq!(visible("NUL\u{0}byte\r"), "NUL\u{2400}byte\u{240d}");
+        assert_eq!(visible("a\u{202e}b"), "a⟨U+202E⟩b");
+        assert!(!fenced("x\u{0}y").contains('\u{0}'));
+        let long: String = "9".repeat(200);
+        assert_eq!(cell(&long), format!("`{}…`", "9".repeat(160)));
+    }
+
+    #[test]
+    fn size_categories_follow_the_hubs_bounds() {
+        assert_eq!(size_category(999), "n<1K");
+        assert_eq!(size_category(1_000), "1K<n<10K");
+        assert_eq!(size_category(250_000), "100K<n<1M");
+        assert_eq!(size_category(1_000_000), "1M<n<10M");
     }
 }

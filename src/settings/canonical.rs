@@ -59,6 +59,11 @@ pub struct CanonicalSettings {
     /// out when unset, so runs without them keep their fingerprint.
     #[serde(default, skip_serializing_if = "ReadOptions::is_default")]
     pub read: ReadOptions,
+    /// `--input-columns` (it decides the splits' columns); left out when kept, the default,
+    /// so runs from before the setting keep their fingerprint. A rerun with it changed is
+    /// refused as with any other setting of the splits (`--distinct-samples`).
+    #[serde(default, skip_serializing_if = "super::InputColumns::is_keep")]
+    pub input_columns: super::InputColumns,
     /// Decoding switch and effective repetition penalty, each left out at the value runs had
     /// before the setting existed.
     #[serde(flatten)]

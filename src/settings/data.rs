@@ -106,6 +106,20 @@ pub(super) fn check_read_options(data: &Path, read: &ReadOptions) -> Result<(), 
     }
 }
 
+/// The input's other columns must be carriable into the splits
+/// ([`crate::dataset::carry::carried_schema`] of every input file's footer), so a clash or a
+/// type that differs between files fails before any weight is loaded.
+///
+/// Errors: [`SettingsError::Carry`] naming the file and column.
+pub(super) fn check_carried_columns(data: &Path, read: &ReadOptions) -> Result<(), SettingsError> {
+    let Ok(inputs) = crate::dataset::reader::resolve_inputs(&data.to_string_lossy()) else {
+        return Ok(()); // the reader reports an input without parquet files
+    };
+    crate::dataset::carry::carried_schema(&inputs.files, &read.columns)
+        .map_err(|e| SettingsError::Carry(Box::new(e)))?;
+    Ok(())
+}
+
 /// The families of the input's rows: `--family` when given, else those its `family` column
 /// names ([`crate::dataset::families::input_families`]); `None` when the input cannot be
 /// listed (the reader reports it).

@@ -189,6 +189,26 @@ impl KernelsSpec {
     }
 }
 
+/// Whether the splits carry the input's other top-level columns (`--input-columns`):
+/// every column but the image, the questions and answers and `image_sha256`, with its Arrow
+/// type ([`crate::dataset::carry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputColumns {
+    /// Carry them, after the split's own columns (the default).
+    #[default]
+    Keep,
+    /// Leave them out: the splits hold only their own columns.
+    Drop,
+}
+
+impl InputColumns {
+    /// Whether the columns are carried (the default).
+    pub fn is_keep(&self) -> bool {
+        *self == InputColumns::Keep
+    }
+}
+
 /// Validated settings of one run (serialised into `run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -196,9 +216,17 @@ pub struct Settings {
     pub model: ResolvedModel,
     /// Input dataset path.
     pub data: PathBuf,
+    /// `--data` as the shards typed it, when a merge reads the input by another path (the
+    /// absolute one the shards recorded): the card names the input as the shards did.
+    #[serde(skip)]
+    pub data_as_typed: Option<PathBuf>,
     /// Column flags and `--images-root`.
     #[serde(default)]
     pub read: ReadOptions,
+    /// Whether the splits carry the input's other columns (`--input-columns`); absent in
+    /// `run.json` when kept (the default, and what runs before the setting did not do).
+    #[serde(default, skip_serializing_if = "InputColumns::is_keep")]
+    pub input_columns: InputColumns,
     /// Output folder.
     pub out: PathBuf,
     /// Family override for split names.
@@ -339,6 +367,10 @@ pub enum SettingsError {
     /// The model's `generation_config.json` is invalid or asks for a setting not implemented.
     #[error(transparent)]
     GenerationConfig(#[from] crate::engine::generation::GenerationConfigError),
+    /// The input's other columns cannot be carried into the splits (a name of a split
+    /// column, a type that differs between files or has no `datasets` feature).
+    #[error("--data: {0}")]
+    Carry(Box<crate::dataset::carry::CarryError>),
     /// The input's columns do not say which hold the image, question and answer.
     #[error("--data {file}: {source}")]
     Columns {
@@ -455,6 +487,7 @@ impl Settings {
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
             read: self.read.clone(),
+            input_columns: self.input_columns,
             decoding: CanonicalDecoding::from(&self.decoding),
             sampling: CanonicalSampling::of(&self.sampling),
         }

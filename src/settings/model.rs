@@ -18,6 +18,35 @@ pub struct ResolvedModel {
     pub dir: PathBuf,
     /// `true` when found in the Hugging Face cache rather than as a local folder.
     pub from_hub_cache: bool,
+    /// `architectures` of the folder's `config.json`, read when resolved: the dataset card
+    /// names them, also from a merge that has no model (it reads them from `run.json`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub architectures: Vec<String>,
+    /// `_name_or_path` of `config.json`, likewise (absent when it has none or it is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_or_path: Option<String>,
+}
+
+/// `architectures` and `_name_or_path` of `dir/config.json` (empty when it cannot be read:
+/// `run` reports an unreadable config.json itself, naming its field).
+fn config_facts(dir: &Path) -> (Vec<String>, Option<String>) {
+    let config: serde_json::Value = std::fs::read(dir.join("config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let architectures = config["architectures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let name_or_path = config["_name_or_path"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(String::from);
+    (architectures, name_or_path)
 }
 
 /// The files of a model folder that define its behaviour: every `*.safetensors` (weights),
@@ -115,10 +144,13 @@ pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsE
                 Err(_) => SettingsError::NotAModel(local),
             });
         }
+        let (architectures, name_or_path) = config_facts(&local);
         return Ok(ResolvedModel {
             spec: spec.to_string(),
             dir: local,
             from_hub_cache: false,
+            architectures,
+            name_or_path,
         });
     }
     let mut looked = vec![local];
@@ -129,10 +161,13 @@ pub fn resolve_model(spec: &str, base: &Path) -> Result<ResolvedModel, SettingsE
                 .get("config.json")
                 .and_then(|p| p.parent().map(Path::to_path_buf))
             {
+                let (architectures, name_or_path) = config_facts(&dir);
                 return Ok(ResolvedModel {
                     spec: spec.to_string(),
                     dir,
                     from_hub_cache: true,
+                    architectures,
+                    name_or_path,
                 });
             }
             looked.push(cache_dir.join(format!("models--{}", spec.replace('/', "--"))));

@@ -9,7 +9,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DTypeSpec, DeviceSpec, KernelsSpec, ProgressMode, SettingsError, Switch};
+use super::{
+    DTypeSpec, DeviceSpec, InputColumns, KernelsSpec, ProgressMode, SettingsError, Switch,
+};
 use crate::shard::Shard;
 
 /// Every setting of `verisample run`, each `None` (empty, false) when not given. The doc
@@ -143,6 +145,12 @@ pub struct RunOptions {
     /// [default: off]
     #[arg(long, value_enum, value_name = "SWITCH")]
     pub distinct_samples: Option<Switch>,
+    /// The input's other top-level columns (ids, provenance, `family`: all but the image, the
+    /// questions and answers, `image_sha256`) in every split after its own, with their
+    /// types; `drop` leaves them out. An input column named image, qa, clean_meta or
+    /// image_sha256 is refused unless dropped. [default: keep]
+    #[arg(long, value_enum, value_name = "KEEP_OR_DROP")]
+    pub input_columns: Option<InputColumns>,
     /// Most sequences in flight at once, 1 to 65536. [default: 64 on the CPU; on a GPU picked
     /// from the KV cache pool, at most 256]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]

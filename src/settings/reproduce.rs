@@ -62,7 +62,27 @@ pub fn card_meta_entries(entries: &[String]) -> Result<Vec<(String, String)>, Se
             }
             Ok((k.to_string(), v.to_string()))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|pairs| {
+            for single in ["license", "pretty_name"] {
+                let given: Vec<&String> = pairs
+                    .iter()
+                    .filter(|(k, _)| k == single)
+                    .map(|(_, v)| v)
+                    .collect();
+                if given.len() > 1 {
+                    return Err(SettingsError::Invalid {
+                        key: "card-meta",
+                        value: format!("{single}={}", given[1]),
+                        why: format!(
+                            "{single} takes one value, given twice (first {single}={})",
+                            given[0]
+                        ),
+                    });
+                }
+            }
+            Ok(pairs)
+        })
 }
 
 /// A shell word: bare when it holds only safe characters, else single-quoted.
@@ -93,7 +113,7 @@ impl Settings {
     pub fn data_name(&self) -> String {
         match &self.read.hub {
             Some(hub) => hub.repo.clone(),
-            None => portable_path(&self.data),
+            None => portable_path(self.data_as_typed.as_ref().unwrap_or(&self.data)),
         }
     }
 
@@ -184,11 +204,17 @@ impl Settings {
                 flag("distinct-samples", "on".into());
             }
         }
+        if !self.input_columns.is_keep() {
+            flag("input-columns", "drop".into());
+        }
         if self.shard.count > 1 {
             flag("shard", self.shard.to_string());
         }
         if let Some(n) = self.limit {
             flag("limit", n.to_string());
+        }
+        for entry in &self.card_meta {
+            flag("card-meta", entry.clone());
         }
         args.join(" \\\n    ")
     }
@@ -227,5 +253,9 @@ mod tests {
             "{bad}"
         );
         assert!(card_meta_entries(&["license".into()]).is_err());
+        let twice = card_meta_entries(&["license=mit".into(), "license=apache-2.0".into()]);
+        assert!(twice.unwrap_err().to_string().contains("given twice"));
+        let languages = card_meta_entries(&["language=en".into(), "language=fr".into()]);
+        assert_eq!(languages.unwrap().len(), 2);
     }
 }

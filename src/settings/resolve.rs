@@ -60,6 +60,12 @@ impl Settings {
         check_family_name(opts.family.as_deref())?;
         device.check_built()?;
         let io = Io::resolve(args, &file, &base, &opts, uses)?;
+        let input_columns = opts.input_columns.unwrap_or_default();
+        // Before anything loads: input columns the splits cannot carry (a split column's
+        // name, a type that differs between files or has no `datasets` feature).
+        if uses == Uses::DataAndOut && input_columns.is_keep() {
+            data::check_carried_columns(&io.data, &io.read)?;
+        }
         let model = choose_model(args, &file, &base)?;
         let decoding = Decoding::resolve(
             &model.dir,
@@ -111,7 +117,9 @@ impl Settings {
         Ok(Settings {
             model,
             data: io.data,
+            data_as_typed: None,
             read: io.read,
+            input_columns,
             out: io.out,
             family: opts.family,
             think: opts.think.unwrap_or(Switch::On).is_on(),

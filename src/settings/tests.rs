@@ -23,6 +23,7 @@ fn fingerprint_changes_with_settings_and_weights() {
         min_pixels: None,
         max_pixels: None,
         read: Default::default(),
+        input_columns: InputColumns::Keep,
         decoding: CanonicalDecoding::from(&Decoding::default()),
         sampling: None,
     };
@@ -61,6 +62,14 @@ fn fingerprint_changes_with_settings_and_weights() {
         s.diff(&s4),
         vec!["repetition_penalty: null -> \"1.05\"".to_string()]
     );
+    // `--input-columns keep` (the default) is left out, so earlier runs keep their
+    // fingerprint; `drop` changes it.
+    assert!(!serde_json::to_string(&s).unwrap().contains("input_columns"));
+    let dropped = CanonicalSettings {
+        input_columns: InputColumns::Drop,
+        ..s.clone()
+    };
+    assert_ne!(a.sha256, fingerprint(dropped, w.clone(), Vec::new()).sha256);
     let inputs = vec![("d/a.parquet".to_string(), "00".to_string())];
     assert_ne!(a.sha256, fingerprint(s, w, inputs).sha256);
 }
@@ -85,6 +94,7 @@ fn column_flags_and_images_root_change_the_fingerprint() {
         min_pixels: None,
         max_pixels: None,
         read: ReadOptions::default(),
+        input_columns: InputColumns::Keep,
         decoding: CanonicalDecoding::from(&Decoding::default()),
         sampling: None,
     };

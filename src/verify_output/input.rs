@@ -2,9 +2,13 @@
 //! is found by its `clean_meta` (`position`, `cleaning.kept_from`), and its
 //! question and reference (`org_answer` in the accepted splits, `answer` in the rejected one)
 //! must be the input item's — or, for an item cleaning rewrote (multiple-choice
-//! normalisation), the original its `cleaning.rewritten` note keeps must be.
+//! normalisation), the original its `cleaning.rewritten` note keeps must be. The input's
+//! columns a split row carries (`dataset::carry`) must hold the input row's values, column by
+//! column (the caller reads the input carrying the splits' columns, converted to their types).
 
 use std::collections::{HashMap, HashSet};
+
+use arrow::array::{Array, RecordBatch};
 
 use sha2::{Digest, Sha256};
 
@@ -23,17 +27,19 @@ pub struct InputItems {
     unreadable: HashSet<u64>,
 }
 
-/// What `verify` keeps of one input element: its items' `(question, reference)` and the hex
-/// SHA-256 of its image bytes.
+/// What `verify` keeps of one input element: its items' `(question, reference)`, the hex
+/// SHA-256 of its image bytes and its carried columns' values, when read.
 #[derive(Debug)]
 struct InputElement {
     items: Vec<(String, String)>,
     image: Option<String>,
+    carried: Option<RecordBatch>,
 }
 
 impl InputItems {
     /// Keep the `(question, reference)` of each item of the row at `position` (the reference
-    /// as a split stores it: the JSON array text of several).
+    /// as a split stores it: the JSON array text of several), and its carried columns' values
+    /// when the reader kept them ([`InputRow::carried`]).
     pub fn add(&mut self, position: u64, row: &InputRow) {
         let items = row
             .qa
@@ -41,7 +47,15 @@ impl InputItems {
             .map(|q| (q.question.clone(), q.answer.clone()))
             .collect();
         let image = (row.image.bytes.as_deref()).map(|b| hex::encode(Sha256::digest(b)));
-        self.rows.insert(position, InputElement { items, image });
+        let carried = row.carried.clone();
+        self.rows.insert(
+            position,
+            InputElement {
+                items,
+                image,
+                carried,
+            },
+        );
     }
 
     /// Record that the element at `position` cannot be read now.
@@ -126,6 +140,16 @@ impl InputItems {
                 ),
             );
         }
+        if let (Some(stored), Some(input)) = (&row.carried, &element.carried) {
+            for (column, value, says) in carried_differences(stored, input) {
+                flag(
+                    None,
+                    format!(
+                        "column `{column}` is {value}, the input's {file} row {index} says {says}"
+                    ),
+                );
+            }
+        }
         let items = &element.items;
         let rewritten = meta["cleaning"]["rewritten"]
             .as_array()
@@ -168,5 +192,84 @@ impl InputItems {
                 }
             }
         }
+    }
+}
+
+/// The carried columns of a split row (`stored`, one row) whose value is not the input row's
+/// (`input`, one row, read as the split's types): each column with the stored and the input's
+/// value as [`shown`]. A column the input no longer has reads as null there.
+fn carried_differences(stored: &RecordBatch, input: &RecordBatch) -> Vec<(String, String, String)> {
+    stored
+        .schema()
+        .fields()
+        .iter()
+        .zip(stored.columns())
+        .filter_map(|(field, value)| {
+            let theirs = input.column_by_name(field.name());
+            let same = theirs.is_some_and(|t| t.to_data() == value.to_data());
+            (!same).then(|| {
+                let says = theirs.map_or_else(|| "null".to_string(), |t| shown(t.as_ref()));
+                (field.name().clone(), shown(value.as_ref()), says)
+            })
+        })
+        .collect()
+}
+
+/// The one value of `a` as a person reads it: `null`, a string quoted, any other value as
+/// Arrow displays it (`7`, `2.5`, `true`, `[a, b]`, `{a: 1}`).
+fn shown(a: &dyn Array) -> String {
+    use arrow::datatypes::DataType;
+    if a.is_null(0) {
+        return "null".into();
+    }
+    let text =
+        arrow::util::display::array_value_to_string(a, 0).unwrap_or_else(|e| format!("<{e}>"));
+    match a.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => format!("{text:?}"),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(id: i64, note: Option<&str>) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, true),
+                Field::new("note", DataType::Utf8, true),
+            ])),
+            vec![
+                Arc::new(Int64Array::from(vec![id])),
+                Arc::new(StringArray::from(vec![note])),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Catches: an edited carried value passing, or a slice compared by its offset.
+    #[test]
+    fn an_edited_carried_value_is_named_with_both_values() {
+        assert!(carried_differences(&batch(7, Some("a")), &batch(7, Some("a"))).is_empty());
+        let two = RecordBatch::try_new(
+            batch(7, Some("a")).schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 7])),
+                Arc::new(StringArray::from(vec![Some("z"), Some("a")])),
+            ],
+        )
+        .unwrap();
+        assert!(carried_differences(&batch(7, Some("a")), &two.slice(1, 1)).is_empty());
+        assert_eq!(
+            carried_differences(&batch(8, Some("a")), &batch(7, None)),
+            vec![
+                ("id".to_string(), "8".to_string(), "7".to_string()),
+                ("note".to_string(), "\"a\"".to_string(), "null".to_string()),
+            ]
+        );
     }
 }

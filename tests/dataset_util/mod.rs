@@ -89,6 +89,7 @@ pub fn accepted_rows(n: usize) -> Vec<OutputRow<AcceptedQa>> {
                 qa,
                 clean_meta: format!("{{\"row\":{i},\"policy\":\"orandcar-v1\"}}"),
                 image_sha256: sha,
+                carried: None,
             }
         })
         .collect()
@@ -128,6 +129,7 @@ pub fn rejected_rows(n: usize) -> Vec<OutputRow<RejectedQa>> {
                 qa,
                 clean_meta: "{}".into(),
                 image_sha256: sha,
+                carried: None,
             }
         })
         .collect()

@@ -341,28 +341,47 @@ fn patterns(y: &Yaml) -> Option<Vec<String>> {
 
 /// The Hub metadata of a dataset card (`README.md` with YAML front matter) that a card
 /// derived from it inherits: `license`, `language`, `task_categories`, each as its list of
-/// values (a scalar is a one-value list). Empty when the text has no readable front matter.
-pub fn card_metadata(text: &str) -> BTreeMap<String, Vec<String>> {
+/// non-empty strings (a string is a one-value list), and what was left out and why (invalid
+/// YAML, a value that is not text). Empty when the text has no front matter.
+pub fn card_metadata(text: &str) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+    let mut problems = Vec::new();
     let text = text.trim_start_matches('\u{feff}');
     let Some(rest) = text.strip_prefix("---") else {
-        return BTreeMap::new();
+        return (BTreeMap::new(), problems);
     };
     let Some(end) = rest.find("\n---") else {
-        return BTreeMap::new();
+        problems.push("its front matter has no closing `---`".to_string());
+        return (BTreeMap::new(), problems);
     };
-    let Ok(doc) = serde_norway::from_str::<Yaml>(&rest[..end]) else {
-        return BTreeMap::new();
+    let doc = match serde_norway::from_str::<Yaml>(&rest[..end]) {
+        Ok(doc) => doc,
+        Err(e) => {
+            problems.push(format!("its front matter is not valid YAML: {e}"));
+            return (BTreeMap::new(), problems);
+        }
     };
-    ["license", "language", "task_categories"]
-        .into_iter()
-        .filter_map(|key| {
-            let values = match &doc[key] {
-                Yaml::Sequence(items) => items.iter().filter_map(scalar).collect(),
-                y => scalar(y).into_iter().collect::<Vec<_>>(),
-            };
-            (!values.is_empty()).then(|| (key.to_string(), values))
-        })
-        .collect()
+    let mut meta = BTreeMap::new();
+    for key in ["license", "language", "task_categories"] {
+        let items: Vec<&Yaml> = match &doc[key] {
+            Yaml::Null => continue,
+            Yaml::Sequence(items) => items.iter().collect(),
+            y => vec![y],
+        };
+        let mut values = Vec::new();
+        for item in items {
+            match item {
+                Yaml::String(s) if !s.trim().is_empty() => values.push(s.trim().to_string()),
+                other => problems.push(format!(
+                    "`{key}`: {} is not a non-empty string, left out",
+                    serde_norway::to_string(other).unwrap_or_default().trim()
+                )),
+            }
+        }
+        if !values.is_empty() {
+            meta.insert(key.to_string(), values);
+        }
+    }
+    (meta, problems)
 }
 
 /// The `configs:` of a dataset card (`README.md` with YAML front matter between `---`

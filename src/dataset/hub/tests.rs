@@ -280,3 +280,24 @@ fn a_card_pattern_through_a_folder_link_out_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn an_input_cards_metadata_is_read_and_what_is_left_out_is_said() {
+    let (meta, problems) = card_metadata(
+        "---\nlicense: [mit, apache-2.0]\nlanguage: 42\ntask_categories: ''\n---\n# x\n",
+    );
+    assert_eq!(meta.get("license").unwrap(), &["mit", "apache-2.0"]);
+    assert!(!meta.contains_key("language") && !meta.contains_key("task_categories"));
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with("`language`: 42 is not"),
+        "{problems:?}"
+    );
+    let (meta, problems) = card_metadata("---\nlicense: [unclosed\n---\n");
+    assert!(meta.is_empty());
+    assert!(problems[0].contains("not valid YAML"), "{problems:?}");
+    assert_eq!(
+        card_metadata("# no front matter\n"),
+        (BTreeMap::new(), Vec::new())
+    );
+}

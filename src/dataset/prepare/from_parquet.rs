@@ -3,8 +3,11 @@
 //! `--image-column`/`--question-column`/`--answer-column` or detected, [`Layout::resolve`]).
 //! One output row per input row: the image bytes as stored (an image given by path is read
 //! under the input's folder), `image.path` its file name, the references as read (a list
-//! answer stays a list), the input's other columns as provenance columns (strings; other
-//! values as JSON text), `family` from `--family` else the input's.
+//! answer stays a list), the input's other columns as provenance columns typed by their
+//! values as JSON ([`super::ColumnKind`]: integer columns `int64`, floating-point `float64`,
+//! booleans `bool`, strings `string`; lists, structs, dates and the like as JSON text),
+//! `family` from `--family` else the input's. (`run` itself carries an input's columns with
+//! their own Arrow types: `dataset::carry`.)
 //!
 //! A row `run` would not take is left out, as the row check's are (named in
 //! [`PrepareSummary::left_out`]): one the reader refuses (a null image or `qa`, an answer

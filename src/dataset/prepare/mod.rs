@@ -4,12 +4,12 @@
 //! Three sources:
 //! - **labels**: a folder of images plus a labels JSONL, one object per image with `file`
 //!   (path relative to the images folder) and `label` (the reference answer), every other
-//!   field kept as a provenance column (strings; non-string values as JSON text). Every
+//!   field kept as a provenance column, typed by its values ([`ColumnKind`]). Every
 //!   image gets the family's fixed question (e.g. [`crate::family::ORAND_CAR_QUESTION`]).
 //!   Optionally only the lines whose `split` field equals a value.
 //! - **qa-jsonl**: a JSONL of `{image, question, answer, …}` with `image` relative to the
 //!   JSONL's folder; lines with the same image become one row with several `qa` entries;
-//!   other fields become extra `qa` fields (strings). `answer` may be a list (several
+//!   other fields become extra `qa` fields, typed alike. `answer` may be a list (several
 //!   references; a null in it is dropped).
 //! - **parquet** ([`from_parquet`]): any parquet input the reader takes, flat layouts
 //!   included (column flags or detection), one row per input row, images as stored.
@@ -25,6 +25,12 @@
 //! When any answer is a list, `qa[].answer` is written as `list<string>` (a single
 //! reference as a list of one, which reads back as that string).
 //!
+//! A provenance column (or extra `qa` field) takes the type of its values, nulls and absent
+//! keys aside ([`ColumnKind::of`]): JSON integers `int64`, numbers with a fraction (or
+//! integers and fractions, every integer within ±2⁵³) `float64`, booleans `bool`, strings
+//! `string`; values of mixed kinds, lists and objects (the labels' `digits`), integers beyond
+//! `int64` and a column of nulls only are `string`, non-string values as their JSON text.
+//!
 //! Output: `<out>/data/<split>-00000-of-0000N.parquet` with `image` = {the unchanged file
 //! bytes, the file name}, `image_sha256`, `qa[].source` = the image's SHA-256 (provenance
 //! for the cleaning pass), and `family`. Image files must resolve inside their folder.
@@ -33,7 +39,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, ListArray, RecordBatch, StringArray, StructArray};
+use arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, ListArray, RecordBatch, StringArray,
+    StructArray,
+};
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use serde_json::{Map, Value};
@@ -107,8 +116,10 @@ pub struct PrepareOptions {
     pub images_root: Option<PathBuf>,
 }
 
-/// Columns that `prepare` writes itself; provenance keys with these names get an `orig_` prefix.
-const RESERVED: [&str; 4] = ["image", "qa", "image_sha256", "family"];
+/// Columns that `prepare` writes itself, and `clean_meta`, a column every split of `run` has
+/// of its own (it would refuse to carry the input's); provenance keys with these names get an
+/// `orig_` prefix.
+const RESERVED: [&str; 5] = ["image", "qa", "image_sha256", "family", "clean_meta"];
 
 /// One image with its questions, before reading the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,15 +219,99 @@ fn answer_type(listed: bool) -> DataType {
     }
 }
 
-/// The input-layout schema for these provenance columns and extra `qa` fields (both sorted);
-/// `qa[].answer` is `list<string>` when `listed` (some answer has several references).
-pub fn input_schema(provenance: &[String], qa_extra: &[String], listed: bool) -> SchemaRef {
+/// The type a provenance column (or extra `qa` field) of JSON values is written as (see the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Every value a JSON integer within `int64`: `int64`.
+    Int,
+    /// Every value a number, one at least with a fraction, every integer within ±2⁵³
+    /// (exact in a double): `float64`.
+    Float,
+    /// Every value a boolean: `bool`.
+    Bool,
+    /// Anything else: `string`, a non-string value as its JSON text.
+    Text,
+}
+
+impl ColumnKind {
+    /// The kind of a column of `values` (nulls are left aside; none left is text).
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a Value>) -> ColumnKind {
+        const EXACT: u64 = 1 << 53;
+        let mut kind: Option<ColumnKind> = None;
+        for v in values {
+            let this = match v {
+                Value::Null => continue,
+                Value::Bool(_) => ColumnKind::Bool,
+                Value::Number(n) if n.is_i64() => ColumnKind::Int,
+                Value::Number(n) if n.is_f64() => ColumnKind::Float,
+                _ => return ColumnKind::Text,
+            };
+            kind = Some(match (kind, this) {
+                (None, k) => k,
+                (Some(a), b) if a == b => a,
+                (Some(ColumnKind::Int), ColumnKind::Float)
+                | (Some(ColumnKind::Float), ColumnKind::Int) => ColumnKind::Float,
+                _ => return ColumnKind::Text,
+            });
+            // An integer beside fractions must be exact in a double.
+            if kind == Some(ColumnKind::Float)
+                && v.as_i64().is_some_and(|i| i.unsigned_abs() > EXACT)
+            {
+                return ColumnKind::Text;
+            }
+        }
+        kind.unwrap_or(ColumnKind::Text)
+    }
+
+    /// The Arrow type of the column.
+    pub fn data_type(self) -> DataType {
+        match self {
+            ColumnKind::Int => DataType::Int64,
+            ColumnKind::Float => DataType::Float64,
+            ColumnKind::Bool => DataType::Boolean,
+            ColumnKind::Text => DataType::Utf8,
+        }
+    }
+
+    /// The column of `values` (`None`: null) as this kind.
+    fn array<'a>(self, values: impl Iterator<Item = Option<&'a Value>>) -> ArrayRef {
+        let values = values.map(|v| v.filter(|v| !v.is_null()));
+        match self {
+            ColumnKind::Int => Arc::new(Int64Array::from_iter(
+                values.map(|v| v.and_then(Value::as_i64)),
+            )),
+            ColumnKind::Float => Arc::new(Float64Array::from_iter(
+                values.map(|v| v.and_then(Value::as_f64)),
+            )),
+            ColumnKind::Bool => Arc::new(BooleanArray::from_iter(
+                values.map(|v| v.and_then(Value::as_bool)),
+            )),
+            ColumnKind::Text => {
+                Arc::new(StringArray::from_iter(values.map(|v| v.and_then(as_text))))
+            }
+        }
+    }
+}
+
+/// The input-layout schema for these provenance columns and extra `qa` fields (both sorted,
+/// each with its [`ColumnKind`]); `qa[].answer` is `list<string>` when `listed` (some answer
+/// has several references).
+pub fn input_schema(
+    provenance: &[(String, ColumnKind)],
+    qa_extra: &[(String, ColumnKind)],
+    listed: bool,
+) -> SchemaRef {
     let mut qa_fields = vec![
         Field::new("question", DataType::Utf8, true),
         Field::new("answer", answer_type(listed), true),
         Field::new("source", DataType::Utf8, true),
     ];
-    qa_fields.extend(qa_extra.iter().map(|k| Field::new(k, DataType::Utf8, true)));
+    qa_fields.extend(
+        qa_extra
+            .iter()
+            .map(|(k, kind)| Field::new(k, kind.data_type(), true)),
+    );
     let item = Field::new("item", DataType::Struct(Fields::from(qa_fields)), true);
     let mut cols = vec![
         Field::new("image", DataType::Struct(image_fields()), true),
@@ -227,7 +322,7 @@ pub fn input_schema(provenance: &[String], qa_extra: &[String], listed: bool) ->
     cols.extend(
         provenance
             .iter()
-            .map(|k| Field::new(k, DataType::Utf8, true)),
+            .map(|(k, kind)| Field::new(k, kind.data_type(), true)),
     );
     Arc::new(Schema::new(cols))
 }
@@ -240,17 +335,18 @@ struct ReadyRow {
     pending: PendingRow,
 }
 
-/// The column names a batch is built with: provenance columns, extra `qa` fields, and
-/// whether `qa[].answer` is a list.
+/// The columns a batch is built with: provenance columns and extra `qa` fields with their
+/// kinds, and whether `qa[].answer` is a list.
 struct Columns {
-    prov: Vec<String>,
-    qa_extra: Vec<String>,
+    prov: Vec<(String, ColumnKind)>,
+    qa_extra: Vec<(String, ColumnKind)>,
     listed: bool,
 }
 
 impl Columns {
-    /// The columns of `rows` (sorted, as [`input_schema`] wants them).
-    fn of<'a>(rows: impl IntoIterator<Item = &'a PendingRow>) -> Self {
+    /// The columns of `rows` (sorted, as [`input_schema`] wants them), each typed by its
+    /// values in every row ([`ColumnKind::of`]).
+    fn of(rows: &[PendingRow]) -> Self {
         let (mut prov, mut qa_extra, mut listed) = (BTreeSet::new(), BTreeSet::new(), false);
         for r in rows {
             prov.extend(r.provenance.keys().cloned());
@@ -259,9 +355,27 @@ impl Columns {
                 listed |= q.listed;
             }
         }
+        let prov = prov
+            .into_iter()
+            .map(|k| {
+                let kind = ColumnKind::of(rows.iter().filter_map(|r| r.provenance.get(&k)));
+                (k, kind)
+            })
+            .collect();
+        let qa_extra = qa_extra
+            .into_iter()
+            .map(|k| {
+                let values = rows
+                    .iter()
+                    .flat_map(|r| &r.qa)
+                    .filter_map(|q| q.extra.get(&k));
+                let kind = ColumnKind::of(values);
+                (k, kind)
+            })
+            .collect();
         Self {
-            prov: prov.into_iter().collect(),
-            qa_extra: qa_extra.into_iter().collect(),
+            prov,
+            qa_extra,
             listed,
         }
     }
@@ -309,10 +423,8 @@ fn ready_batch(
             items.iter().map(|(_, sha)| *sha),
         )),
     ];
-    for k in qa_extra {
-        qa_cols.push(Arc::new(StringArray::from_iter(
-            items.iter().map(|(q, _)| q.extra.get(k).and_then(as_text)),
-        )));
+    for (k, kind) in qa_extra {
+        qa_cols.push(kind.array(items.iter().map(|(q, _)| q.extra.get(k))));
     }
     let DataType::List(item_field) = schema.field(1).data_type() else {
         return Err(DatasetError::Schema("qa column is not a list".into()));
@@ -337,11 +449,8 @@ fn ready_batch(
             rows.iter().map(|r| r.family.as_deref()),
         )),
     ];
-    for k in prov {
-        cols.push(Arc::new(StringArray::from_iter(
-            rows.iter()
-                .map(|r| r.pending.provenance.get(k).and_then(as_text)),
-        )));
+    for (k, kind) in prov {
+        cols.push(kind.array(rows.iter().map(|r| r.pending.provenance.get(k))));
     }
     Ok(RecordBatch::try_new(schema.clone(), cols)?)
 }

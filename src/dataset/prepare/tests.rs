@@ -21,7 +21,7 @@ fn labels_filter_and_provenance() {
     let p = dir.path().join("labels.jsonl");
     std::fs::write(
         &p,
-        "{\"file\": \"train/a.jpg\", \"split\": \"train\", \"label\": \"2250\", \"width\": 108, \"family\": \"x\"}\n\n{\"file\": \"val/b.jpg\", \"split\": \"val\", \"label\": 60}\n",
+        "{\"file\": \"train/a.jpg\", \"split\": \"train\", \"label\": \"2250\", \"width\": 108, \"family\": \"x\", \"clean_meta\": 1}\n\n{\"file\": \"val/b.jpg\", \"split\": \"val\", \"label\": 60}\n",
     )
     .unwrap();
     let all = labels_rows(&p, "Q?", None).unwrap();
@@ -32,7 +32,11 @@ fn labels_filter_and_provenance() {
     assert_eq!(train[0].image_rel, "train/a.jpg");
     assert_eq!(train[0].qa[0].question, "Q?");
     let keys: Vec<&str> = train[0].provenance.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["file", "orig_family", "split", "width"]);
+    // `family` is prepare's own column, `clean_meta` one of `run`'s splits: both renamed.
+    assert_eq!(
+        keys,
+        ["file", "orig_clean_meta", "orig_family", "split", "width"]
+    );
     // A split no line has: the error names the splits there are.
     let e = labels_rows(&p, "Q?", Some("nosuch")).unwrap_err();
     assert!(matches!(e, DatasetError::Choice(_)), "{e:?}");
@@ -228,4 +232,30 @@ fn qa_jsonl_lines_without_a_key_leave_their_question_or_row_out() {
     std::fs::write(&p, "{\"image\": \"x.png\"\n").unwrap();
     let e = qa_jsonl_rows(&p).unwrap_err().to_string();
     assert!(e.contains("qa.jsonl:1: invalid JSON"), "{e}");
+}
+
+/// Catches: numbers written as text, a mixed column typed by its first value, an integer
+/// beyond a double's exact range silently rounded into a float column.
+#[test]
+fn provenance_columns_take_the_kind_of_their_values() {
+    use serde_json::json;
+    let kind = |values: &[Value]| ColumnKind::of(values.iter());
+    assert_eq!(kind(&[json!(108), Value::Null, json!(-3)]), ColumnKind::Int);
+    assert_eq!(kind(&[json!(1.5), json!(2)]), ColumnKind::Float);
+    assert_eq!(kind(&[json!(true), json!(false)]), ColumnKind::Bool);
+    assert_eq!(kind(&[json!("a"), json!("b")]), ColumnKind::Text);
+    assert_eq!(kind(&[json!(1), json!("1")]), ColumnKind::Text);
+    assert_eq!(kind(&[json!(true), json!(1)]), ColumnKind::Text);
+    assert_eq!(kind(&[json!([1, 2])]), ColumnKind::Text);
+    assert_eq!(kind(&[json!(0.5), json!(1_i64 << 60)]), ColumnKind::Text);
+    assert_eq!(kind(&[json!(u64::MAX)]), ColumnKind::Text);
+    assert_eq!(kind(&[Value::Null]), ColumnKind::Text);
+    assert_eq!(kind(&[]), ColumnKind::Text);
+    let ints = ColumnKind::Int.array([Some(&json!(7)), None, Some(&Value::Null)].into_iter());
+    let ints = ints.as_any().downcast_ref::<Int64Array>().unwrap();
+    use arrow::array::Array as _;
+    assert_eq!((ints.value(0), ints.null_count()), (7, 2));
+    let text = ColumnKind::Text.array([Some(&json!([2, {"bbox": [1]}]))].into_iter());
+    let text = text.as_any().downcast_ref::<StringArray>().unwrap();
+    assert_eq!(text.value(0), r#"[2,{"bbox":[1]}]"#);
 }

@@ -23,7 +23,11 @@
 //! [`QaItem::answer_list`]); an integer or float answer reads as Python's `str()` prints it.
 //! `image_sha256` and `family` are optional strings; every other
 //! column is carried into [`InputRow::extra`] as JSON, and unknown `qa` fields into
-//! [`QaItem::extra`]. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
+//! [`QaItem::extra`]. A reader asked to carry the input's columns ([`InputReader::carrying`],
+//! the schema [`super::carry::carried_schema`] decides) also keeps each row's values of
+//! those columns (`family` included) as Arrow values in [`InputRow::carried`]: a one-row
+//! slice of the batch [`super::carry::conform`] builds; a value that does not convert to its
+//! carried type is that row's error, field the column. `string`/`large_string`/`binary`/`large_binary`/`list`/`large_list`
 //! (and the view variants) are all accepted; a string stored as binary must be UTF-8.
 //!
 //! Which files are read, and the rule on links, are [`super::scan`]'s: nothing outside the
@@ -34,26 +38,29 @@
 //! with `--images-root DIR` ([`ReadOptions::images_root`]), inside `DIR`, absolute paths
 //! included ([`resolve_in_images_root`]).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch, StructArray};
+use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder, RowSelection,
+    ParquetRecordBatchReaderBuilder,
 };
-use parquet::file::metadata::{FileMetaData, ParquetMetaData};
-use parquet::schema::types::{SchemaDescriptor, Type, TypePtr};
 use serde_json::Map;
 
+use super::carry::conform;
 use super::isolate::isolate;
 use super::layout::{column_type_problem, Layout, ReadOptions};
 pub use super::scan::{resolve_in_images_root, resolve_inputs, resolve_inside, InputFiles};
 use super::values::{as_struct, get_answer_text, get_bytes, get_list, get_string, to_json};
 use super::DatasetError;
 use crate::record::{ImageRef, InputRow, QaItem, RowError, SourceColumns};
+use retry::fall_back_per_row;
+pub(super) use retry::reread_with_binary_strings;
+
+mod retry;
 
 /// Rows decoded at a time (bounds the images held in memory).
 pub const BATCH_ROWS: usize = 64;
@@ -88,6 +95,8 @@ pub struct InputReader {
     files: VecDeque<PathBuf>,
     current: Option<OpenFile>,
     pending: VecDeque<Result<InputRow, RowError>>,
+    /// The carried columns each row keeps ([`InputReader::carrying`]).
+    carried: Option<SchemaRef>,
 }
 
 impl std::fmt::Debug for InputReader {
@@ -140,7 +149,16 @@ impl InputReader {
             files: files.files.into(),
             current: None,
             pending,
+            carried: None,
         })
+    }
+
+    /// Keep each row's values of the carried columns `schema` (those
+    /// [`super::carry::carried_schema`] found in the input, or a split's carried columns for
+    /// `verify`) in [`InputRow::carried`]; `None` keeps none (the default).
+    pub fn carrying(mut self, schema: Option<SchemaRef>) -> Self {
+        self.carried = schema;
+        self
     }
 
     /// An error of a whole file (`row` `None`) or of the `rows` rows from `row` on.
@@ -262,7 +280,14 @@ impl InputReader {
                             images_root: self.images_root.as_deref(),
                             skip_family: self.options.skip_family_column,
                         };
-                        decode_batch(&batch, &cur.name, start, &ctx, &mut self.pending);
+                        let carried = self.carried.as_ref().map(|s| conform(&batch, s));
+                        decode_batch(
+                            (&batch, carried.as_ref()),
+                            &cur.name,
+                            start,
+                            &ctx,
+                            &mut self.pending,
+                        );
                         return true;
                     }
                     Some(Err(e)) => {
@@ -333,144 +358,6 @@ impl InputReader {
     }
 }
 
-/// Fallback for a row group whose batch failed on a `string` value that is not UTF-8: the rest
-/// of the group re-read ([`reread_with_binary_strings`]), only the bad rows errors (naming the
-/// field, e.g. `qa[0].answer`). `None`: the caller reports the rest of the group as one error.
-fn fall_back_per_row(cur: &mut OpenFile) -> Option<()> {
-    let g = cur.next_group.checked_sub(1)?;
-    let offset = cur.next_row.checked_sub(cur.group_start)?;
-    let reader = reread_with_binary_strings(&cur.file, &cur.meta, g, offset..cur.group_rows)?;
-    cur.batches = Some(reader);
-    cur.retried = true;
-    Some(())
-}
-
-/// A reader of rows `rows` (within the group) of row group `g` of `file` (footer `meta`), each
-/// `string` column holding a value that is not UTF-8 read as binary, [`BATCH_ROWS`] a batch:
-/// how `run` ([`InputReader`]) and `inspect` read such a group, each bad value one row's field
-/// error ([`row_errors`]). `None` when no such value explains the failure or on a read error.
-pub(super) fn reread_with_binary_strings(
-    file: &File,
-    meta: &ArrowReaderMetadata,
-    g: usize,
-    rows: std::ops::Range<usize>,
-) -> Option<ParquetRecordBatchReader> {
-    let bad = bad_string_columns(file, g).ok()?;
-    if bad.is_empty() {
-        return None;
-    }
-    let md = meta.metadata();
-    let group_rows = usize::try_from(md.row_group(g).num_rows()).ok()?;
-    let root = as_binary(
-        &md.file_metadata().schema_descr().root_schema_ptr(),
-        None,
-        &bad,
-    )
-    .ok()?;
-    let fm = md.file_metadata();
-    let file_meta = FileMetaData::new(
-        fm.version(),
-        fm.num_rows(),
-        fm.created_by().map(str::to_string),
-        None,
-        Arc::new(SchemaDescriptor::new(root)),
-        fm.column_orders().cloned(),
-    );
-    let meta = ArrowReaderMetadata::try_new(
-        Arc::new(ParquetMetaData::new(file_meta, md.row_groups().to_vec())),
-        ArrowReaderOptions::new().with_skip_arrow_metadata(true),
-    )
-    .ok()?;
-    let selection = RowSelection::from_consecutive_ranges(std::iter::once(rows), group_rows);
-    file.try_clone().ok().and_then(|f| {
-        ParquetRecordBatchReaderBuilder::new_with_metadata(f, meta)
-            .with_row_groups(vec![g])
-            .with_row_selection(selection)
-            .with_batch_size(BATCH_ROWS)
-            .build()
-            .ok()
-    })
-}
-
-/// `ty` with every leaf whose column path (dot-joined, below the root) is in `bad` stripped
-/// of its string annotation, so arrow reads it as `Binary`. `path` is `None` for the schema
-/// root, else the column path of `ty`.
-///
-/// Errors: the parquet error of a type builder (only on an invalid schema).
-fn as_binary(
-    ty: &TypePtr,
-    path: Option<&str>,
-    bad: &BTreeSet<String>,
-) -> Result<TypePtr, parquet::errors::ParquetError> {
-    let info = ty.get_basic_info();
-    let id = info.has_id().then(|| info.id());
-    if ty.is_primitive() {
-        if !path.is_some_and(|p| bad.contains(p)) {
-            return Ok(ty.clone());
-        }
-        let mut b = Type::primitive_type_builder(info.name(), ty.get_physical_type());
-        if info.has_repetition() {
-            b = b.with_repetition(info.repetition());
-        }
-        return Ok(Arc::new(b.with_id(id).build()?));
-    }
-    let mut fields = Vec::with_capacity(ty.get_fields().len());
-    for f in ty.get_fields() {
-        let name = f.get_basic_info().name();
-        let child = match path {
-            None => name.to_string(),
-            Some(p) => format!("{p}.{name}"),
-        };
-        fields.push(as_binary(f, Some(&child), bad)?);
-    }
-    let mut b = Type::group_type_builder(info.name())
-        .with_fields(fields)
-        .with_logical_type(info.logical_type_ref().cloned())
-        .with_converted_type(info.converted_type())
-        .with_id(id);
-    if info.has_repetition() {
-        b = b.with_repetition(info.repetition());
-    }
-    Ok(Arc::new(b.build()?))
-}
-
-/// The paths (dot-joined, e.g. `qa.list.element.answer`) of the `string` leaf columns of row
-/// group `g` holding a value that is not UTF-8, found by reading the raw byte arrays.
-///
-/// Errors: the parquet error when the row group cannot be read at the column level.
-fn bad_string_columns(
-    file: &File,
-    g: usize,
-) -> Result<BTreeSet<String>, parquet::errors::ParquetError> {
-    use parquet::basic::{ConvertedType, LogicalType};
-    use parquet::column::reader::ColumnReader;
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    let reader = SerializedFileReader::new(file.try_clone()?)?;
-    let group = reader.get_row_group(g)?;
-    let rows = usize::try_from(group.metadata().num_rows()).unwrap_or(0);
-    let mut out = BTreeSet::new();
-    for c in 0..group.num_columns() {
-        let descr = group.metadata().column(c).column_descr_ptr();
-        let is_string = matches!(descr.logical_type_ref(), Some(LogicalType::String))
-            || descr.converted_type() == ConvertedType::UTF8;
-        if !is_string {
-            continue;
-        }
-        let ColumnReader::ByteArrayColumnReader(mut col) = group.get_column_reader(c)? else {
-            continue;
-        };
-        let (mut defs, mut reps, mut values) = (Vec::new(), Vec::new(), Vec::new());
-        col.read_records(rows, Some(&mut defs), Some(&mut reps), &mut values)?;
-        if values
-            .iter()
-            .any(|v| std::str::from_utf8(v.data()).is_err())
-        {
-            out.insert(descr.path().parts().join("."));
-        }
-    }
-    Ok(out)
-}
-
 impl Iterator for InputReader {
     type Item = Result<InputRow, RowError>;
 
@@ -512,8 +399,14 @@ struct RowContext<'a> {
     skip_family: bool,
 }
 
+/// A batch of one file with, when the reader carries columns, its carried columns and the
+/// values of them that did not convert ([`conform`]).
+type CarriedBatch = (RecordBatch, Vec<super::carry::CarryProblem>);
+
+/// Decode the rows of `batch` (with its carried columns, when kept), the first being row
+/// `start` of `file`, into `out`.
 fn decode_batch(
-    batch: &RecordBatch,
+    (batch, carried): (&RecordBatch, Option<&CarriedBatch>),
     file: &str,
     start: usize,
     ctx: &RowContext<'_>,
@@ -523,6 +416,16 @@ fn decode_batch(
         let row = start + i;
         let item = isolate(|| decode_row(batch, i, ctx))
             .unwrap_or_else(|panic| Err(("row".to_string(), panic)))
+            .and_then(|mut r| match carried {
+                None => Ok(r),
+                Some((values, problems)) => match problems.iter().find(|p| p.0 == i) {
+                    Some((_, column, message)) => Err((column.clone(), message.clone())),
+                    None => {
+                        r.carried = Some(values.slice(i, 1));
+                        Ok(r)
+                    }
+                },
+            })
             .map(|mut r| {
                 r.source_file = file.to_string();
                 r.row_index = row;
@@ -556,7 +459,7 @@ pub(super) fn row_errors(
         skip_family: false,
     };
     let mut out = VecDeque::new();
-    decode_batch(batch, file, start, &ctx, &mut out);
+    decode_batch((batch, None), file, start, &ctx, &mut out);
     out.into_iter().filter_map(Result::err).collect()
 }
 
@@ -607,6 +510,7 @@ fn decode_row(batch: &RecordBatch, i: usize, ctx: &RowContext<'_>) -> Result<Inp
         image_sha256,
         family,
         extra,
+        carried: None,
         columns,
     })
 }
