@@ -43,6 +43,6 @@ pub(super) fn run(a: &ViewArgs) -> anyhow::Result<()> {
         .and_then(|()| stdout.flush())
         .context("writing the address to stdout")?;
     drop(stdout);
-    viewer.serve();
+    viewer.serve().context("serving the page")?;
     Ok(())
 }

@@ -22,7 +22,6 @@
 
 pub mod rows;
 
-use std::io::Cursor;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -40,6 +39,15 @@ const CSP: &str = "default-src 'self'; img-src 'self'; script-src 'self'; style-
 
 /// Threads answering requests (a page loads its images in parallel).
 const WORKERS: usize = 4;
+
+/// The headers every answer carries besides its content type.
+const HEADERS: [(&str, &str); 5] = [
+    ("content-security-policy", CSP),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-store"),
+];
 
 /// Why `view` cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +107,7 @@ struct State {
 
 /// The server over one output folder, bound and ready to [`serve`](Viewer::serve).
 pub struct Viewer {
-    server: Arc<tiny_http::Server>,
+    listener: std::net::TcpListener,
     state: Arc<State>,
     addr: SocketAddr,
 }
@@ -118,18 +126,14 @@ impl Viewer {
     /// [`ViewError::Bind`] when the port cannot be bound.
     pub fn open(out: &Path, port: u16) -> Result<Self, ViewError> {
         let rows = OutputRows::open(out)?;
-        let addr = format!("127.0.0.1:{port}");
-        let server = tiny_http::Server::http(&addr).map_err(|e| ViewError::Bind {
-            addr: addr.clone(),
+        let asked = format!("127.0.0.1:{port}");
+        let bind = |e: std::io::Error| ViewError::Bind {
+            addr: asked.clone(),
             message: e.to_string(),
-        })?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| ViewError::Bind {
-                addr,
-                message: "not an IP address".into(),
-            })?;
+        };
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(bind)?;
+        listener.set_nonblocking(true).map_err(bind)?;
+        let addr = listener.local_addr().map_err(bind)?;
         Ok(Self {
             state: Arc::new(State {
                 rows,
@@ -137,7 +141,7 @@ impl Viewer {
                 choices: Choices::read(out),
                 port: addr.port(),
             }),
-            server: Arc::new(server),
+            listener,
             addr,
         })
     }
@@ -147,21 +151,25 @@ impl Viewer {
         format!("http://{}/", self.addr)
     }
 
-    /// Answer requests until the process stops (Ctrl-C ends it as any other process).
-    pub fn serve(self) {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (server, state) = (Arc::clone(&self.server), Arc::clone(&self.state));
-                std::thread::spawn(move || {
-                    for request in server.incoming_requests() {
-                        answer(&state, request);
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            let _ = w.join();
-        }
+    /// Answer requests until the process stops (Ctrl-C ends it as any other process): HTTP/1.1
+    /// by axum on a tokio runtime of [`WORKERS`] threads, each answer computed on the
+    /// blocking pool (it reads parquet).
+    ///
+    /// Errors: the runtime cannot start or the listener fails.
+    pub fn serve(self) -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKERS)
+            .enable_io()
+            .build()?;
+        let state = self.state;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)?;
+            let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+                let state = Arc::clone(&state);
+                async move { answer(state, request).await }
+            });
+            axum::serve(listener, app).await
+        })
     }
 }
 
@@ -195,41 +203,39 @@ impl Reply {
     }
 }
 
-/// Send the answer to `request`; a client that went away is no error of the server.
-fn answer(state: &State, request: tiny_http::Request) {
+/// The HTTP response to `request`: GET and HEAD answered by [`handle`] (the body of a HEAD
+/// left out by the server), anything else 405.
+async fn answer(state: Arc<State>, request: axum::extract::Request) -> axum::response::Response {
     let method = request.method().clone();
+    let url = request.uri().path_and_query().map_or_else(
+        || request.uri().path().to_string(),
+        |p| p.as_str().to_string(),
+    );
     let host = request
         .headers()
-        .iter()
-        .find(|h| h.field.equiv("Host"))
-        .map(|h| h.value.as_str().to_string());
-    let reply = if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(String::from);
+    let reply = if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
         Reply::text(405, "only GET and HEAD\n")
     } else {
-        handle(state, request.url(), host.as_deref())
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || handle(&state, &url, host.as_deref()))
+            .await
+            .unwrap_or_else(|_| Reply::text(500, "internal error\n"))
     };
-    tracing::debug!("{method} {} → {}", request.url(), reply.status);
-    let length = reply.body.len();
-    let mut response = tiny_http::Response::new(
-        tiny_http::StatusCode(reply.status),
-        Vec::new(),
-        Cursor::new(reply.body),
-        Some(length),
-        None,
-    );
-    for (name, value) in [
-        ("Content-Type", reply.content_type),
-        ("Content-Security-Policy", CSP),
-        ("X-Content-Type-Options", "nosniff"),
-        ("X-Frame-Options", "DENY"),
-        ("Referrer-Policy", "no-referrer"),
-        ("Cache-Control", "no-store"),
-    ] {
-        if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(h);
+    tracing::debug!("{method} {url} → {}", reply.status);
+    let mut response = axum::response::Response::new(axum::body::Body::from(reply.body));
+    *response.status_mut() = axum::http::StatusCode::from_u16(reply.status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    let all = std::iter::once(("content-type", reply.content_type)).chain(HEADERS);
+    for (name, value) in all {
+        if let Ok(v) = axum::http::HeaderValue::from_str(value) {
+            headers.insert(name, v);
         }
     }
-    let _ = request.respond(response);
+    response
 }
 
 /// The answer to a GET of `url` (path and query) with `Host` header `host`.
