@@ -15,7 +15,7 @@ use arrow::array::Array;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::features::{features_yaml, yaml_scalar};
+use super::features::{dtype_label, features_yaml, yaml_scalar};
 use super::shards::{arrow_nbytes, ShardSummary};
 use super::writer::split_schema;
 use super::DatasetError;
@@ -297,25 +297,6 @@ judge took a second look at the rejects, is below). Each family is a split of ea
     Ok(y)
 }
 
-/// A column's type in `datasets`' words (`Image`, `string`, `int64`, `list<struct>`).
-fn type_label(field: &arrow::datatypes::Field) -> String {
-    use arrow::datatypes::DataType;
-    match field.data_type() {
-        DataType::Struct(f)
-            if f.len() == 2 && f.find("bytes").is_some() && f.find("path").is_some() =>
-        {
-            "Image".to_string()
-        }
-        DataType::Utf8 | DataType::LargeUtf8 => "string".to_string(),
-        DataType::Binary | DataType::LargeBinary => "binary".to_string(),
-        DataType::List(inner) | DataType::LargeList(inner) => {
-            format!("list<{}>", type_label(inner))
-        }
-        DataType::Struct(_) => "struct".to_string(),
-        other => other.to_string().to_lowercase(),
-    }
-}
-
 /// What a top-level split column holds.
 fn column_meaning(name: &str) -> &'static str {
     match name {
@@ -336,7 +317,7 @@ fn schema_markdown(configs: &[CardConfig]) -> String {
             .fields()
             .iter()
             .filter(|f| f.name() != "qa")
-            .map(|f| (f.name().clone(), type_label(f)))
+            .map(|f| (f.name().clone(), dtype_label(f.data_type())))
             .collect()
     };
     let shared = configs.windows(2).all(|w| columns(&w[0]) == columns(&w[1]));
@@ -351,7 +332,7 @@ fn schema_markdown(configs: &[CardConfig]) -> String {
                     s,
                     "| `{}` | `{}` | {} |",
                     f.name(),
-                    type_label(f),
+                    dtype_label(f.data_type()),
                     column_meaning(f.name())
                 );
             }

@@ -111,7 +111,7 @@ pub fn carried_schema(
 ) -> Result<Option<SchemaRef>, CarryError> {
     let mut fields: Vec<(Field, &Path)> = Vec::new();
     for file in files {
-        let Some(schema) = file_schema(file) else {
+        let Some(schema) = super::layout::file_schema(file) else {
             continue;
         };
         let Ok(layout) = Layout::of_schema(&schema, flags) else {
@@ -162,20 +162,6 @@ pub fn carried_schema(
     }
     let fields: Vec<Field> = fields.into_iter().map(|(f, _)| f).collect();
     Ok(Some(Arc::new(Schema::new(fields))))
-}
-
-/// The Arrow schema of `file` from its footer; `None` when it cannot be read.
-fn file_schema(file: &Path) -> Option<SchemaRef> {
-    let f = std::fs::File::open(file).ok()?;
-    let meta = super::isolate::isolate(|| {
-        parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
-            &f,
-            parquet::arrow::arrow_reader::ArrowReaderOptions::new(),
-        )
-    })
-    .ok()?
-    .ok()?;
-    Some(meta.schema().clone())
 }
 
 /// The fields of `schema` a file laid out as `layout` carries: all but the columns the layout

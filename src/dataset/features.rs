@@ -230,6 +230,19 @@ fn scalar_dtype(dt: &DataType) -> Result<String, DatasetError> {
     }
 }
 
+/// A type as a card's schema table names it: `Image`, a scalar's `datasets` dtype (`string`,
+/// `int64`, `timestamp[us]`), `list<…>` / `large_list<…>`, `struct`; Arrow's own name for a
+/// type `datasets` has no feature for.
+pub fn dtype_label(dt: &DataType) -> String {
+    match dt {
+        DataType::Struct(fields) if is_image_struct(fields) => "Image".into(),
+        DataType::Struct(_) => "struct".into(),
+        DataType::List(inner) => format!("list<{}>", dtype_label(inner.data_type())),
+        DataType::LargeList(inner) => format!("large_list<{}>", dtype_label(inner.data_type())),
+        other => scalar_dtype(other).unwrap_or_else(|_| other.to_string().to_lowercase()),
+    }
+}
+
 /// A YAML scalar: bare when it is a plain word, else a double-quoted JSON string (valid YAML).
 pub fn yaml_scalar(s: &str) -> String {
     let plain = !s.is_empty()

@@ -80,9 +80,9 @@ impl ReadOptions {
     }
 }
 
-/// The top-level column names of a parquet file, from its footer; `None` when the footer
-/// cannot be read (the reader then reports the file).
-pub fn file_columns(path: &Path) -> Option<Vec<String>> {
+/// The Arrow schema of a parquet file, from its footer (a decoder panic contained); `None`
+/// when the footer cannot be read (the reader then reports the file).
+pub fn file_schema(path: &Path) -> Option<arrow::datatypes::SchemaRef> {
     let file = std::fs::File::open(path).ok()?;
     let meta = super::isolate::isolate(|| {
         parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
@@ -92,8 +92,14 @@ pub fn file_columns(path: &Path) -> Option<Vec<String>> {
     })
     .ok()?
     .ok()?;
+    Some(meta.schema().clone())
+}
+
+/// The top-level column names of a parquet file, from its footer; `None` when the footer
+/// cannot be read (the reader then reports the file).
+pub fn file_columns(path: &Path) -> Option<Vec<String>> {
     Some(
-        meta.schema()
+        file_schema(path)?
             .fields()
             .iter()
             .map(|f| f.name().clone())

@@ -459,16 +459,7 @@ pub fn split_files(out_dir: &Path, split: &str) -> Result<Vec<PathBuf>, DatasetE
 /// The input columns the split shard `shard` carries ([`carried_of`] its schema, from its
 /// footer); `None` when it carries none or cannot be read.
 pub fn carried_columns(shard: &Path) -> Option<SchemaRef> {
-    let file = std::fs::File::open(shard).ok()?;
-    let meta = super::isolate::isolate(|| {
-        parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
-            &file,
-            parquet::arrow::arrow_reader::ArrowReaderOptions::new(),
-        )
-    })
-    .ok()?
-    .ok()?;
-    let carried = carried_of(meta.schema());
+    let carried = carried_of(&*super::layout::file_schema(shard)?);
     (!carried.is_empty()).then(|| Arc::new(Schema::new(carried)))
 }
 

@@ -81,6 +81,22 @@ pub enum ExampleRow {
     Rejected(OutputRow<RejectedQa>),
 }
 
+impl ExampleRow {
+    /// The row's image, `clean_meta` and carried input columns, whichever split it is of.
+    fn parts(
+        &self,
+    ) -> (
+        &crate::record::ImageRef,
+        &str,
+        Option<&arrow::array::RecordBatch>,
+    ) {
+        match self {
+            ExampleRow::Accepted(r) => (&r.image, &r.clean_meta, r.carried.as_ref()),
+            ExampleRow::Rejected(r) => (&r.image, &r.clean_meta, r.carried.as_ref()),
+        }
+    }
+}
+
 /// What the card is made from.
 pub struct CardInput<'a> {
     /// The run's settings.
@@ -134,13 +150,10 @@ fn yaml_string(s: &str) -> String {
 fn hub_yaml(input: &CardInput<'_>) -> String {
     let mut meta: BTreeMap<String, Vec<String>> = input.input_meta.clone();
     let mut flagged: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for entry in &input.settings.card_meta {
-        if let Some((k, v)) = entry.split_once('=') {
-            flagged
-                .entry(k.trim().to_string())
-                .or_default()
-                .push(v.trim().to_string());
-        }
+    // Checked when the settings were resolved: an entry that does not parse never gets here.
+    for (k, v) in crate::settings::card_meta_entries(&input.settings.card_meta).unwrap_or_default()
+    {
+        flagged.entry(k).or_default().push(v);
     }
     meta.extend(flagged);
     if let Some(hub) = &input.settings.read.hub {
@@ -239,10 +252,14 @@ fn longest_backtick_run(text: &str) -> usize {
 /// `text` in full as a fenced block (control characters made [`visible`]), the fence longer
 /// than any backtick run inside.
 fn fenced(text: &str) -> String {
+    fenced_lang("text", text)
+}
+
+/// [`fenced`] with the block's language `lang` (`python`, `json`).
+fn fenced_lang(lang: &str, text: &str) -> String {
     let text = &visible(text);
-    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat(longest.max(2) + 1);
-    format!("{fence}text\n{text}\n{fence}\n")
+    let fence = "`".repeat(longest_backtick_run(text).max(2) + 1);
+    format!("{fence}{lang}\n{text}\n{fence}\n")
 }
 
 fn produced(input: &CardInput<'_>, s: &mut String) {
@@ -368,10 +385,6 @@ fn match_rules(input: &CardInput<'_>, s: &mut String) {
     s.push_str("\nThe prediction is tried three ways, in order: whole, its first line, its first paragraph (Python's `str.strip()`, `str.splitlines()`); the first that matches is `accepted_by` (`verifier:<name>:<variant>`) and its text is `answer`, so a model that answers and then explains is not penalised. A list-valued reference matches when any of its values does. A reference the verifier cannot use is never accepted by the string verifier; it goes to the judge.\n\nA runnable reference implementation (Python 3, standard library; `verisample check` explains one decision):\n\n");
     s.push_str(&fenced_lang("python", &python_reference(&verifiers)));
     s.push('\n');
-}
-
-fn fenced_lang(lang: &str, text: &str) -> String {
-    fenced(text).replacen("text\n", &format!("{lang}\n"), 1)
 }
 
 fn judge_table(s: &mut String, title: &str, cases: &[JudgeCase], total: u64) {
@@ -580,10 +593,7 @@ fn examples(input: &CardInput<'_>, s: &mut String, images: &mut Vec<(String, Vec
     for (split, rows) in input.examples {
         let _ = writeln!(s, "### `{split}`\n");
         for (k, row) in rows.iter().enumerate() {
-            let (image, clean_meta) = match row {
-                ExampleRow::Accepted(r) => (&r.image, &r.clean_meta),
-                ExampleRow::Rejected(r) => (&r.image, &r.clean_meta),
-            };
+            let (image, clean_meta, carried) = row.parts();
             let _ = writeln!(s, "#### Row {k}\n");
             if let Some(bytes) = &image.bytes {
                 let ext = image_ext(bytes);
@@ -632,10 +642,6 @@ fn examples(input: &CardInput<'_>, s: &mut String, images: &mut Vec<(String, Vec
                     }
                 }
             }
-            let carried = match row {
-                ExampleRow::Accepted(r) => r.carried.as_ref(),
-                ExampleRow::Rejected(r) => r.carried.as_ref(),
-            };
             if let Some(batch) = carried {
                 let values = carried_values(batch);
                 let fields: Vec<(&str, Option<&str>)> = values
