@@ -31,7 +31,7 @@ pub struct AtomicError {
 }
 
 impl AtomicError {
-    fn new(op: &'static str, path: &Path, source: io::Error) -> Self {
+    pub(crate) fn new(op: &'static str, path: &Path, source: io::Error) -> Self {
         Self {
             op,
             path: path.to_path_buf(),

@@ -161,37 +161,82 @@ pub fn damage(bytes: &[u8], good: usize) -> Option<Damage> {
     })
 }
 
-fn decode_records<T: DeserializeOwned>(
+/// Walk the intact frames of `file` from its start, one at a time (memory bounded by one
+/// record, whatever the journal's size), decoding each payload as a `T` for `visit`. Returns
+/// the length of the intact prefix and the file's length.
+///
+/// Errors: [`JournalError::Io`], [`JournalError::Decode`], or `visit`'s error.
+fn scan_records<T: DeserializeOwned, E: From<JournalError>>(
     path: &Path,
-    bytes: &[u8],
-) -> Result<(Vec<T>, usize), JournalError> {
-    let (frames, good) = decode_frames(bytes);
-    let mut records = Vec::with_capacity(frames.len());
-    for (index, (offset, payload)) in frames.into_iter().enumerate() {
-        let rec = serde_json::from_slice(payload).map_err(|e| JournalError::Decode {
+    file: &mut File,
+    mut visit: impl FnMut(T) -> Result<(), E>,
+) -> Result<(u64, u64), E> {
+    let io = |source| JournalError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let total = file.seek(SeekFrom::End(0)).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, &mut *file);
+    let (mut good, mut index) = (0u64, 0usize);
+    let mut payload = Vec::new();
+    while total - good >= RECORD_HEADER_BYTES as u64 {
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        reader.read_exact(&mut header).map_err(io)?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        let start = good + RECORD_HEADER_BYTES as u64;
+        if len > MAX_RECORD_BYTES || total - start < len as u64 {
+            break;
+        }
+        payload.resize(len, 0);
+        reader.read_exact(&mut payload).map_err(io)?;
+        if crc32fast::hash(&payload) != crc {
+            break;
+        }
+        let rec = serde_json::from_slice(&payload).map_err(|e| JournalError::Decode {
             path: path.to_path_buf(),
             index,
-            offset,
+            offset: good,
             message: e.to_string(),
         })?;
-        records.push(rec);
+        visit(rec)?;
+        good = start + len as u64;
+        index += 1;
     }
-    Ok((records, good))
+    Ok((good, total))
 }
 
-/// Read the intact records of the journal at `path` without modifying it (a torn tail is
-/// reported in [`Replay::torn_bytes`] and left in place). Used to read shard journals.
+/// Call `visit` on each intact record of the journal at `path` in file order, without
+/// modifying the file and without holding more than one record; returns the bytes of a torn
+/// tail (left in place). Used to read shard journals.
 ///
-/// Errors: [`JournalError::Io`], [`JournalError::Decode`].
-pub fn read_records<T: DeserializeOwned>(path: &Path) -> Result<Replay<T>, JournalError> {
-    let bytes = std::fs::read(path).map_err(|source| JournalError::Io {
+/// Errors: [`JournalError::Io`], [`JournalError::Decode`], or `visit`'s error.
+pub fn read_each<T: DeserializeOwned, E: From<JournalError>>(
+    path: &Path,
+    visit: impl FnMut(T) -> Result<(), E>,
+) -> Result<u64, E> {
+    let mut file = File::open(path).map_err(|source| JournalError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let (records, good) = decode_records(path, &bytes)?;
+    let (good, total) = scan_records(path, &mut file, visit)?;
+    Ok(total - good)
+}
+
+/// Read the intact records of the journal at `path` without modifying it (a torn tail is
+/// reported in [`Replay::torn_bytes`] and left in place).
+///
+/// Errors: [`JournalError::Io`], [`JournalError::Decode`].
+pub fn read_records<T: DeserializeOwned>(path: &Path) -> Result<Replay<T>, JournalError> {
+    let mut records = Vec::new();
+    let torn_bytes = read_each(path, |r| {
+        records.push(r);
+        Ok::<_, JournalError>(())
+    })?;
     Ok(Replay {
         records,
-        torn_bytes: (bytes.len() - good) as u64,
+        torn_bytes,
     })
 }
 
@@ -207,9 +252,33 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
     /// Open `path` for appending, creating it (and its folder) when missing, and replay the
     /// records already in it. A torn tail is truncated away (and the truncation synced).
     ///
-    /// Errors: [`JournalError::Io`], or [`JournalError::Decode`] for an intact record that
-    /// is not a `T`.
+    /// Errors: as [`Journal::open_each`].
     pub fn open(path: &Path) -> Result<(Journal<T>, Replay<T>), JournalError> {
+        let mut records = Vec::new();
+        let (journal, torn_bytes) = Self::open_each(path, |r| {
+            records.push(r);
+            Ok::<_, JournalError>(())
+        })?;
+        Ok((
+            journal,
+            Replay {
+                records,
+                torn_bytes,
+            },
+        ))
+    }
+
+    /// Open `path` for appending, creating it (and its folder) when missing, and call `visit`
+    /// on each record already in it, in file order, one at a time (memory does not grow with
+    /// the journal). A torn tail is truncated away (and the truncation synced); returns the
+    /// journal and the bytes dropped.
+    ///
+    /// Errors: [`JournalError::Io`], [`JournalError::Decode`] for an intact record that is
+    /// not a `T`, or `visit`'s error (the file is then left as it was).
+    pub fn open_each<E: From<JournalError>>(
+        path: &Path,
+        mut visit: impl FnMut(T) -> Result<(), E>,
+    ) -> Result<(Journal<T>, u64), E> {
         let io = |source| JournalError::Io {
             path: path.to_path_buf(),
             source,
@@ -228,37 +297,41 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
         if !existed {
             sync_dir(path).map_err(io)?;
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
-        let (records, good) = decode_records(path, &bytes)?;
-        let torn_bytes = (bytes.len() - good) as u64;
-        if let Some(d) = damage(&bytes, good) {
-            tracing::warn!(
-                "{}: journal corrupted at byte {good} ({}): dropping {} bytes, the damaged record \
-                 and {} intact-looking record(s) after it; their results will be regenerated",
-                path.display(),
-                d.why,
-                d.dropped_bytes,
-                d.dropped_records
-            );
-        }
+        let mut records = 0usize;
+        let (good, total) = scan_records(path, &mut file, |r| {
+            records += 1;
+            visit(r)
+        })?;
+        let torn_bytes = total - good;
         if torn_bytes > 0 {
-            file.set_len(good as u64).map_err(io)?;
+            // Only the tail after the intact prefix is read (a torn record, or the rest of
+            // a journal damaged in the middle).
+            let mut tail = Vec::new();
+            file.seek(SeekFrom::Start(good)).map_err(io)?;
+            file.read_to_end(&mut tail).map_err(io)?;
+            if let Some(d) = damage(&tail, 0) {
+                tracing::warn!(
+                    "{}: journal corrupted at byte {good} ({}): dropping {} bytes, the damaged \
+                     record and {} intact-looking record(s) after it; their results will be \
+                     regenerated",
+                    path.display(),
+                    d.why,
+                    d.dropped_bytes,
+                    d.dropped_records
+                );
+            }
+            file.set_len(good).map_err(io)?;
             file.sync_all().map_err(io)?;
         }
-        file.seek(SeekFrom::Start(good as u64)).map_err(io)?;
-        let n = records.len();
+        file.seek(SeekFrom::Start(good)).map_err(io)?;
         Ok((
             Journal {
                 file,
                 path: path.to_path_buf(),
-                records: n,
+                records,
                 _t: PhantomData,
             },
-            Replay {
-                records,
-                torn_bytes,
-            },
+            torn_bytes,
         ))
     }
 

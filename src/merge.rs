@@ -14,14 +14,14 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use crate::journal::{read_records, JournalError};
+use crate::journal::{read_each, JournalError};
 use crate::out_files::JOURNAL_FILE;
 use crate::pipeline::image_refusals;
 use crate::pipeline::job::run_parquet;
 use crate::pipeline::{
-    describe_changes, fold_generated, import_results, install_ctrlc, prepare, BackendError,
+    describe_changes, fold_record, import_results, install_ctrlc, prepare, BackendError,
     GenRequest, GenResult, Generator, JournalEntry, PipelineError, Prepared, RunControl, RunReport,
-    STATUS_COMPLETE, STATUS_WRITING,
+    Store, STATUS_COMPLETE, STATUS_WRITING,
 };
 use crate::settings::{fingerprint, hash_input_files, Fingerprint, ProgressMode, Settings};
 use crate::shard::Shard;
@@ -306,25 +306,28 @@ pub fn prepare_merge(args: &MergeOptions) -> Result<MergePlan, MergeError> {
         input_files,
     );
     fp.data_spec = Some(crate::settings::data_spec(&settings.data));
-    // Every shard journal is read (and a damaged one refused) before OUT is touched.
-    let mut shard_results = Vec::with_capacity(reports.len());
-    for (dir, _) in &reports {
-        let journal = dir.join(JOURNAL_FILE);
-        let replay = read_records::<JournalEntry>(&journal)?;
-        if replay.torn_bytes > 0 {
+    // Every shard journal is read (and a damaged one refused) before OUT is touched; then,
+    // one shard at a time, folded into a temporary index and appended to the merged journal.
+    // A shard's last record of a request is its outcome, as its resume replays it (a retried
+    // request that did not fit the KV cache may have a later record).
+    let journals: Vec<PathBuf> = reports.iter().map(|(d, _)| d.join(JOURNAL_FILE)).collect();
+    for journal in &journals {
+        let torn_bytes = read_each(journal, |_: JournalEntry| Ok::<_, JournalError>(()))?;
+        if torn_bytes > 0 {
             return Err(MergeError::DamagedJournal {
-                path: journal,
-                torn_bytes: replay.torn_bytes,
+                path: journal.clone(),
+                torn_bytes,
             });
         }
-        // A shard's last record of a request is its outcome, as its resume replays it (a
-        // retried request that did not fit the KV cache may have a later record).
-        shard_results.push(fold_generated(replay.records, false));
     }
     let mut prepared = prepare(&settings, fp)?;
     settings.restart = false;
-    for replayed in shard_results {
-        import_results(&mut prepared, replayed)?;
+    for journal in &journals {
+        let shard = Store::temporary(&settings.out).map_err(PipelineError::from)?;
+        read_each(journal, |rec| {
+            fold_record(&shard, rec, false).map_err(|e| MergeError::Pipeline(e.into()))
+        })?;
+        import_results(&mut prepared, &shard)?;
     }
     let mut refused_images = BTreeMap::new();
     for (dir, _) in &reports {

@@ -16,8 +16,8 @@ use sha2::Digest;
 
 use pipeline_support::*;
 use verisample::pipeline::{
-    import_results, prepare, run, Backends, ItemKey, JournalOutcome, Pass, PipelineError, Replayed,
-    RunControl, RunReport, StandardDecisions,
+    prepare, run, Backends, ItemKey, JournalEntry, JournalOutcome, Pass, PipelineError, RunControl,
+    RunReport, StandardDecisions,
 };
 use verisample::settings::{fingerprint, Settings};
 use verisample::shard::Shard;
@@ -435,14 +435,21 @@ fn changed_input_content_at_same_path_is_refused_naming_the_file() {
             ("d/b.parquet".to_string(), b.repeat(32)),
         ]
     };
-    let mut first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
-    // One generation journaled: from now on the folder holds work a changed run would lose.
-    let key = ItemKey::question(0, 0);
-    let failed = JournalOutcome::Failed("x".into());
-    let mut journaled = Replayed::default();
-    journaled.results.insert((key, Pass::Answer), failed);
-    import_results(&mut first, journaled).unwrap();
+    let first = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
     drop(first);
+    // One generation journaled: from now on the folder holds work a changed run would lose.
+    let path = s.out.join(verisample::out_files::JOURNAL_FILE);
+    let (mut journal, _) = verisample::journal::Journal::<JournalEntry>::open(&path).unwrap();
+    journal
+        .append(&JournalEntry::Generated {
+            key: ItemKey::question(0, 0),
+            pass: Pass::Answer,
+            outcome: JournalOutcome::Failed("x".into()),
+            exceeds_capacity: false,
+            image_sha256: None,
+        })
+        .unwrap();
+    drop(journal);
     // Same path, same content: accepted as the same run (its one generation is replayed).
     let same = prepare(&s, fingerprint(s.canonical(), model_files(), inputs("bb"))).unwrap();
     assert_eq!(same.replayed(), 1);

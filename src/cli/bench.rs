@@ -307,7 +307,9 @@ fn dataset_input(
         ..StandardDecisions::default()
     };
     let mut input = crate::bench::BenchInput::default();
-    let mut planner = RowPlanner::new(s);
+    // The duplicate marker's keys go to an unlinked file in the system's temporary folder
+    // (bench writes no output folder).
+    let mut planner = RowPlanner::new(s, &std::env::temp_dir())?;
     let rows = source
         .rows()
         .map_err(|e| UsageError(format!("--data {}: {e}", s.data.display())))?;
@@ -329,7 +331,7 @@ fn dataset_input(
             Err(e) => e.file.clone(),
         };
         let row = (position, element);
-        let Some(planned) = planner.plan(mine, row, s, &decisions, generator) else {
+        let Some(planned) = planner.plan(mine, row, s, &decisions, generator)? else {
             continue;
         };
         let (image, questions, problems) = planned.questions();

@@ -111,6 +111,16 @@ pub struct Generation {
     pub answer_format: AnswerFormat,
 }
 
+/// A journaled generation result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JournalOutcome {
+    /// The engine produced a generation.
+    Done(Generation),
+    /// The engine refused this request (recorded in `errors.jsonl`, not retried).
+    Failed(String),
+}
+
 /// One finished request, as handed to the `on_done` callback.
 #[derive(Debug, Clone)]
 pub struct GenResult {

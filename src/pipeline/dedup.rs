@@ -12,32 +12,22 @@
 //! input, never on the shard: every shard marks duplicates over the whole input stream, so
 //! shards and their merge agree with an unsharded run.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
 use super::outputs::DuplicateOf;
 use super::plan::{ItemPlan, RowPlan};
+use super::store::{Store, StoreError, Table};
 
 /// The `cleaning.jsonl` reason of a repeated question.
 pub const DUPLICATE: &str = "duplicate";
 
-/// Where the kept occurrence of a key is (the file name shared by the rows of a file).
-#[derive(Debug, Clone)]
-struct Kept {
-    file: Arc<str>,
-    row: usize,
-    position: u64,
-    qa: u32,
-}
-
-/// The keys seen so far (a 32-byte digest each, so memory does not grow with text length).
-#[derive(Debug, Default)]
+/// The keys seen so far: a 32-byte digest each (so memory does not grow with text length),
+/// with the kept occurrence, in an on-disk [`Store`] (nor with the number of rows).
+#[derive(Debug)]
 pub(crate) struct Dedup {
-    on: bool,
-    seen: HashMap<[u8; 32], Kept>,
-    file: Option<Arc<str>>,
+    seen: Option<Store>,
 }
 
 /// The digest of (family, image sha256, question, reference), each length-prefixed so no two
@@ -53,56 +43,43 @@ fn key(family: &str, image_sha256: &str, question: &str, reference: &str) -> [u8
 
 impl Dedup {
     /// A marker; with `on == false` ([`crate::settings::Settings::dedup`] off) it marks
-    /// nothing.
-    pub(crate) fn new(on: bool) -> Dedup {
-        Dedup {
-            on,
-            ..Dedup::default()
-        }
+    /// nothing. Its keys go to a temporary file in `dir`.
+    ///
+    /// Errors: [`StoreError`] when that file cannot be created.
+    pub(crate) fn new(on: bool, dir: &Path) -> Result<Dedup, StoreError> {
+        Ok(Dedup {
+            seen: on.then(|| Store::temporary(dir)).transpose()?,
+        })
     }
 
     /// Turn the kept questions of `plan` that repeat an earlier kept question into
     /// [`ItemPlan::Duplicate`]; remember the others.
-    pub(crate) fn mark(&mut self, plan: &mut RowPlan) {
-        if !self.on {
-            return;
-        }
-        let Ok(body) = plan.body.as_mut() else {
-            return;
+    ///
+    /// Errors: [`StoreError`].
+    pub(crate) fn mark(&mut self, plan: &mut RowPlan) -> Result<(), StoreError> {
+        let Some(seen) = &self.seen else {
+            return Ok(());
         };
-        let file = match &self.file {
-            Some(f) if **f == *plan.file => f.clone(),
-            _ => {
-                let f: Arc<str> = plan.file.as_str().into();
-                self.file = Some(f.clone());
-                f
-            }
+        let Ok(body) = plan.body.as_mut() else {
+            return Ok(());
         };
         for (qa, item) in body.items.iter_mut().enumerate() {
             let ItemPlan::Keep(q) = item else { continue };
             let k = key(&body.family, &body.image_sha256, &q.question, &q.answer);
-            match self.seen.get(&k) {
-                Some(kept) => {
-                    *item = ItemPlan::Duplicate(DuplicateOf {
-                        file: kept.file.to_string(),
-                        row: kept.row,
-                        position: kept.position,
-                        qa: kept.qa,
-                    });
-                }
+            match seen.get::<DuplicateOf>(Table::Dedup, &k)? {
+                Some(kept) => *item = ItemPlan::Duplicate(kept),
                 None => {
-                    self.seen.insert(
-                        k,
-                        Kept {
-                            file: file.clone(),
-                            row: plan.row.unwrap_or(0),
-                            position: plan.position,
-                            qa: qa as u32,
-                        },
-                    );
+                    let kept = DuplicateOf {
+                        file: plan.file.clone(),
+                        row: plan.row.unwrap_or(0),
+                        position: plan.position,
+                        qa: qa as u32,
+                    };
+                    seen.put(Table::Dedup, &k, &kept)?;
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -155,31 +132,33 @@ mod tests {
 
     #[test]
     fn repeats_name_the_first_occurrence_and_other_keys_stay() {
-        let mut d = Dedup::new(true);
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = Dedup::new(true, dir.path()).unwrap();
         let mut a = plan(0, "aa", &[("q", "1"), ("q2", "1")]);
         let mut b = plan(1, "aa", &[("q2", "1"), ("q", "2"), ("q", "1")]);
         let mut c = plan(2, "bb", &[("q", "1")]);
         for p in [&mut a, &mut b, &mut c] {
-            d.mark(p);
+            d.mark(p).unwrap();
         }
         assert_eq!(kinds(&a), vec![None, None]);
         assert_eq!(kinds(&b), vec![Some((0, 1)), None, Some((0, 0))]);
         assert_eq!(kinds(&c), vec![None], "another image is not a duplicate");
-        let mut off = Dedup::new(false);
+        let mut off = Dedup::new(false, dir.path()).unwrap();
         let mut again = plan(3, "aa", &[("q", "1")]);
-        off.mark(&mut a.clone());
-        off.mark(&mut again);
+        off.mark(&mut a.clone()).unwrap();
+        off.mark(&mut again).unwrap();
         assert_eq!(kinds(&again), vec![None]);
     }
 
     #[test]
     fn a_repeat_in_another_family_is_kept_and_one_in_the_same_family_is_not() {
-        let mut d = Dedup::new(true);
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = Dedup::new(true, dir.path()).unwrap();
         let mut a = in_family("A", 0, "aa", &[("q", "1")]);
         let mut b = in_family("B", 1, "aa", &[("q", "1")]);
         let mut a_again = in_family("A", 2, "aa", &[("q", "1")]);
         for p in [&mut a, &mut b, &mut a_again] {
-            d.mark(p);
+            d.mark(p).unwrap();
         }
         assert_eq!(kinds(&b), vec![None], "family B's split keeps its row");
         assert_eq!(kinds(&a_again), vec![Some((0, 0))]);

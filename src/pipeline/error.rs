@@ -12,6 +12,9 @@ pub enum PipelineError {
     /// Journal I/O or decoding.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The run's temporary on-disk index ([`super::store`]) failed (I/O, a full disk).
+    #[error(transparent)]
+    Store(#[from] super::store::StoreError),
     /// No row of the input could be decoded: every element was a whole-file error.
     #[error("no row of the input could be read ({count} unreadable input file(s); first: {first}); all are listed in {}", errors.display())]
     InputUnreadable {

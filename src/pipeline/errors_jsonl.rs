@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use super::backend::{ItemKey, Pass};
 use super::outputs::{jsonl, ErrorLine};
-use super::plan::{ItemPlan, RowPlan};
+use super::plan::{ItemPlan, Plans, RowPlan};
+use super::store::Store;
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
 use crate::out_files::ERRORS_FILE;
@@ -53,12 +54,13 @@ pub(crate) fn error_line(plan: &RowPlan, qa: Option<u32>, field: &str, message: 
 /// Errors: writing the file.
 pub(crate) fn write_abort_errors(
     out: &std::path::Path,
-    plans: &[RowPlan],
-    results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    plans: &mut Plans,
+    results: &Store,
     samples: u32,
 ) -> Result<(), PipelineError> {
     let mut lines = Vec::new();
-    for plan in plans {
+    for plan in plans.iter()? {
+        let plan = &plan?;
         let line = |qa, field: &str, message: &str| error_line(plan, qa, field, message);
         let body = match &plan.body {
             Ok(body) => body,
@@ -74,10 +76,12 @@ pub(crate) fn write_abort_errors(
                 ItemPlan::Keep(_) => {
                     for s in 0..samples {
                         let key = key.with_sample(s);
-                        if let Some(JournalOutcome::Failed(m)) = results.get(&(key, Pass::Answer)) {
+                        if let Some(JournalOutcome::Failed(m)) =
+                            results.result(key, Pass::Answer)?
+                        {
                             lines.push(ErrorLine {
                                 sample: (samples > 1).then_some(s),
-                                ..line(Some(key.qa), "generation", m)
+                                ..line(Some(key.qa), "generation", &m)
                             });
                         }
                     }

@@ -9,7 +9,7 @@ use verisample_models::{ImageLimits, RgbImage};
 use crate::record::{QaItem, SourceColumns};
 
 /// A problem with one field of an input row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldProblem {
     /// The field (`image.bytes`, `qa`, `qa[2].question`, …).
     pub field: String,

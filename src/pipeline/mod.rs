@@ -39,6 +39,7 @@ mod passes;
 mod plan;
 mod resume;
 pub mod sampled;
+mod store;
 mod write;
 
 pub use backend::{
@@ -57,10 +58,10 @@ pub use error::PipelineError;
 pub use errors_jsonl::image_refusals;
 pub use lock::OutLock;
 pub(crate) use passes::{RowPlanner, Select};
-pub use resume::{
-    fold_generated, import_results, prepare, prepare_with, JournalEntry, JournalOutcome, Prepared,
-    Replayed, JOURNAL_FORMAT,
-};
+pub(crate) use resume::{fold_record, import_results};
+pub use resume::{prepare, prepare_with, JournalEntry, JournalOutcome, Prepared, JOURNAL_FORMAT};
+pub(crate) use store::Store;
+pub use store::StoreError;
 
 use crate::journal::JournalError;
 use crate::report::RunStats;
@@ -106,16 +107,15 @@ pub fn run(
         decisions,
         control,
         journal: &mut prepared.journal,
-        results: &mut prepared.results,
-        answer_images: &mut prepared.answer_images,
+        results: &prepared.results,
         progress: &mut progress,
         prompt_tokens: 0,
         replayed: 0,
         errors_seen: 0,
         recorded_errors: passes::recorded_errors(&settings),
     };
-    let plans = passes::generate_answers(&mut ctx, source, generator)?;
-    let judged = passes::judge_answers(&mut ctx, &plans, generator)?;
+    let mut plans = passes::generate_answers(&mut ctx, source, generator)?;
+    let judged = passes::judge_answers(&mut ctx, &mut plans, generator)?;
     let replayed = ctx.replayed;
     let prompt_tokens = ctx.prompt_tokens;
     let report = |status: &str, stats: RunStats| RunReport {
@@ -145,26 +145,26 @@ pub fn run(
         Ok(())
     };
     let mut mark_writing = |stats: &RunStats| write_report(&report(STATUS_WRITING, stats.clone()));
-    let stats = write::write_outputs(write::WriteInput {
-        settings: &settings,
-        decisions,
-        control,
-        source,
-        sink,
-        plans: &plans,
-        judged: &judged.roles,
-        judge_reused: judged.reused,
-        results: &prepared.results,
-        progress: &mut progress,
-        prompt_tokens,
-        replayed,
-        mark_writing: &mut mark_writing,
-        model_files: &prepared.fingerprint.model_files,
-    })?;
+    let stats = write::write_outputs(
+        write::WriteInput {
+            settings: &settings,
+            decisions,
+            control,
+            source,
+            sink,
+            judge_reused: judged.reused,
+            results: &prepared.results,
+            progress: &mut progress,
+            prompt_tokens,
+            replayed,
+            mark_writing: &mut mark_writing,
+            model_files: &prepared.fingerprint.model_files,
+        },
+        &mut plans,
+    )?;
     // errors.jsonl is written by now; an input of which nothing decoded is an error, not an
     // empty but complete run.
-    let whole_file = |p: &plan::RowPlan| p.row.is_none() && p.body.is_err();
-    if !plans.is_empty() && plans.iter().all(whole_file) {
+    if plans.all_unreadable_files() {
         // No run report, as none was before: an earlier run of these files decoded nothing
         // either (the input's hashes are in the fingerprint), and a `writing` one would make
         // OUT look unfinished when the run failed for its input.
@@ -178,12 +178,14 @@ pub fn run(
             }
             _ => {}
         }
-        let first = &plans[0];
-        let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
+        let (file, message) = plans.first().map_or_else(Default::default, |first| {
+            let message = first.body.as_ref().err().map_or("", |p| p.message.as_str());
+            (first.file.clone(), message.to_string())
+        });
         return Err(PipelineError::InputUnreadable {
             errors: settings.out.join(crate::out_files::ERRORS_FILE),
             count: plans.len(),
-            first: format!("{}: {message}", first.file),
+            first: format!("{file}: {message}"),
         });
     }
     // A whole run that published no split failed (exit 1 below), and says so in run.json; a

@@ -153,3 +153,47 @@ pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
     }
     out
 }
+
+/// A JSONL file of the run (`errors.jsonl`, `cleaning.jsonl`, `generations.jsonl`) written
+/// line by line as the write phase goes, to a temporary file published by
+/// [`JsonlLog::commit`], so that no line is held in memory. The first write failure is kept
+/// and returned by `commit`.
+pub(crate) struct JsonlLog {
+    file: crate::atomic::AtomicFile,
+    failed: Option<std::io::Error>,
+}
+
+impl JsonlLog {
+    /// Start the file that will replace `dest`.
+    ///
+    /// Errors: the temporary file cannot be created.
+    pub(crate) fn create(dest: &std::path::Path) -> Result<JsonlLog, crate::atomic::AtomicError> {
+        Ok(JsonlLog {
+            file: crate::atomic::AtomicFile::create(dest)?,
+            failed: None,
+        })
+    }
+
+    /// Append one line.
+    pub(crate) fn push<T: Serialize>(&mut self, line: &T) {
+        use std::io::Write;
+        if self.failed.is_some() {
+            return;
+        }
+        let written = serde_json::to_writer(&mut self.file, line)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.file.write_all(b"\n"));
+        self.failed = written.err();
+    }
+
+    /// Publish the file (fsync, rename over the destination).
+    ///
+    /// Errors: a write that failed, or the publication.
+    pub(crate) fn commit(self) -> Result<std::path::PathBuf, crate::atomic::AtomicError> {
+        if let Some(e) = self.failed {
+            let dest = self.file.dest().to_path_buf();
+            return Err(crate::atomic::AtomicError::new("write", &dest, e));
+        }
+        self.file.commit()
+    }
+}

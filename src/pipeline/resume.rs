@@ -3,12 +3,12 @@
 //! what a rerun may replace (`--restart`, an earlier run with nothing to lose, the
 //! fingerprint diff of a refused one).
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use super::backend::{Generation, ItemKey, Pass};
+pub use super::backend::JournalOutcome;
+use super::backend::{ItemKey, Pass};
 use super::error::PipelineError;
+use super::store::{Store, StoreError, Table};
 use super::{changes, lock, outputs};
 use crate::journal::{Journal, JournalError};
 use crate::settings::{Fingerprint, Settings};
@@ -51,63 +51,40 @@ pub enum JournalEntry {
     },
 }
 
-/// What a journal's generation records leave ([`fold_generated`]).
-#[derive(Debug, Default)]
-pub struct Replayed {
-    /// Each request's last recorded outcome.
-    pub results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
-    /// The image each answer was generated from (hex SHA-256), where recorded.
-    pub answer_images: BTreeMap<ItemKey, String>,
-}
-
-/// Fold generation `records` in journal order: a request's last record is its outcome; an
-/// answer recorded after a judge pass of its question drops that judge pass (it graded the
-/// earlier answer); with `retry_capacity`, an outcome of the engine's resource limits is
-/// dropped so that a resumed run tries the request again (a merge keeps a shard's).
-pub fn fold_generated(
-    records: impl IntoIterator<Item = JournalEntry>,
+/// Fold one journal record into `store`, in journal order: a request's last record is its
+/// outcome; an answer recorded after a judge pass of its question drops that judge pass (it
+/// graded the earlier answer); with `retry_capacity`, an outcome of the engine's resource
+/// limits is dropped so that a resumed run tries the request again (a merge keeps a shard's).
+/// The header is skipped.
+///
+/// Errors: [`StoreError`].
+pub(crate) fn fold_record(
+    store: &Store,
+    record: JournalEntry,
     retry_capacity: bool,
-) -> Replayed {
-    let mut r = Replayed::default();
-    for rec in records {
-        let JournalEntry::Generated {
-            key,
-            pass,
-            outcome,
-            exceeds_capacity,
-            image_sha256,
-        } = rec
-        else {
-            continue;
-        };
-        if pass == Pass::Answer {
-            r.results.remove(&(key, Pass::Judge));
-            match image_sha256 {
-                Some(sha) => r.answer_images.insert(key, sha),
-                None => r.answer_images.remove(&key),
-            };
-        }
-        if retry_capacity && exceeds_capacity {
-            r.results.remove(&(key, pass));
-            continue;
-        }
-        r.results.insert((key, pass), outcome);
+) -> Result<(), StoreError> {
+    let JournalEntry::Generated {
+        key,
+        pass,
+        outcome,
+        exceeds_capacity,
+        image_sha256,
+    } = record
+    else {
+        return Ok(());
+    };
+    if pass == Pass::Answer {
+        store.remove_result(key, Pass::Judge)?;
+        store.set_answer_image(key, image_sha256.as_deref())?;
     }
-    r
+    if retry_capacity && exceeds_capacity {
+        return store.remove_result(key, pass);
+    }
+    store.set_result(key, pass, &outcome)
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
-}
-
-/// A journaled generation result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JournalOutcome {
-    /// The engine produced a generation.
-    Done(Generation),
-    /// The engine refused this request (recorded in `errors.jsonl`, not retried).
-    Failed(String),
 }
 
 /// The journal opened and checked against this run's fingerprint; made before the model is
@@ -121,9 +98,11 @@ pub struct Prepared {
     /// `OUT/.verisample.lock`, locked for as long as this run lives, removed with it.
     lock: lock::OutLock,
     pub(super) journal: Journal<JournalEntry>,
-    pub(super) results: BTreeMap<(ItemKey, Pass), JournalOutcome>,
-    /// The image each replayed answer was generated from ([`Replayed::answer_images`]).
-    pub(super) answer_images: BTreeMap<ItemKey, String>,
+    /// The journal's outcomes and answer images as replayed, then as the run adds to them
+    /// ([`fold_record`]), on disk in an unlinked temporary file in OUT.
+    pub(super) results: Store,
+    /// Outcomes replayed from the journal (and imported from shards' by a merge).
+    replayed: usize,
     /// Bytes of a torn last record dropped on open.
     pub torn_bytes: u64,
 }
@@ -131,7 +110,7 @@ pub struct Prepared {
 impl Prepared {
     /// Generation results replayed from the journal.
     pub fn replayed(&self) -> usize {
-        self.results.len()
+        self.replayed
     }
 
     /// Give up a run that failed before generating anything (the model does not load, a KV
@@ -139,7 +118,7 @@ impl Prepared {
     /// and OUT itself when this process created it and nothing else is in it, so that the
     /// corrected command starts as on a fresh folder.
     pub fn abandon(self) {
-        if self.results.is_empty() {
+        if self.replayed == 0 {
             let journal = self.settings.out.join(crate::out_files::JOURNAL_FILE);
             if let Err(e) = std::fs::remove_file(&journal) {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -198,11 +177,13 @@ fn nothing_to_lose(out: &std::path::Path, journal: &std::path::Path) -> bool {
     let no_splits = crate::dataset::card::output_split_files(out)
         .unwrap_or_default()
         .is_empty();
-    let no_generation = match crate::journal::read_records::<JournalEntry>(journal) {
-        Ok(replay) => replay
-            .records
-            .iter()
-            .all(|r| matches!(r, JournalEntry::Header { .. })),
+    let mut generations = 0usize;
+    let read = crate::journal::read_each(journal, |r: JournalEntry| {
+        generations += usize::from(matches!(r, JournalEntry::Generated { .. }));
+        Ok::<_, JournalError>(())
+    });
+    let no_generation = match read {
+        Ok(_) => generations == 0,
         Err(_) => !journal.exists(),
     };
     no_splits && no_generation
@@ -308,86 +289,93 @@ fn open_journal(
     if fresh && !settings.restart {
         check_earlier_run(&settings.out, &fingerprint)?;
     }
-    let (mut journal, replay) = Journal::<JournalEntry>::open(&path)?;
-    let mut records = replay.records.into_iter();
-    match records.next() {
-        None => {
-            if !fresh && !settings.restart {
-                check_earlier_run(&settings.out, &fingerprint)?;
+    // The records are folded into the store as they are read, the header (the first record)
+    // checked before any is kept. A request that did not fit the engine's KV cache is tried
+    // again (a later record, should it fit now, replaces an earlier one).
+    let results = Store::temporary(&settings.out)?;
+    let mut records = 0usize;
+    let (mut journal, torn_bytes) = Journal::<JournalEntry>::open_each(&path, |rec| {
+        records += 1;
+        match rec {
+            JournalEntry::Header {
+                fingerprint: old, ..
+            } if records == 1 => {
+                if old.sha256 != fingerprint.sha256 {
+                    tracing::debug!(
+                        "journal fingerprint {}, this run's {}",
+                        old.sha256,
+                        fingerprint.sha256
+                    );
+                    return Err(PipelineError::FingerprintMismatch {
+                        out: settings.out.clone(),
+                        old: old.sha256.clone(),
+                        new: fingerprint.sha256.clone(),
+                        changed: changes::describe_changes(&old, &fingerprint),
+                    });
+                }
+                Ok(())
             }
-            journal.append(&JournalEntry::Header {
-                format: JOURNAL_FORMAT,
-                fingerprint: fingerprint.clone(),
-            })?
+            _ if records == 1 => Err(PipelineError::NoHeader(path.clone())),
+            rec => fold_record(&results, rec, true).map_err(PipelineError::from),
         }
-        Some(JournalEntry::Header {
-            fingerprint: old, ..
-        }) => {
-            if old.sha256 != fingerprint.sha256 {
-                tracing::debug!(
-                    "journal fingerprint {}, this run's {}",
-                    old.sha256,
-                    fingerprint.sha256
-                );
-                return Err(PipelineError::FingerprintMismatch {
-                    out: settings.out.clone(),
-                    old: old.sha256.clone(),
-                    new: fingerprint.sha256.clone(),
-                    changed: changes::describe_changes(&old, &fingerprint),
-                });
-            }
+    })?;
+    if records == 0 {
+        if !fresh && !settings.restart {
+            check_earlier_run(&settings.out, &fingerprint)?;
         }
-        Some(JournalEntry::Generated { .. }) => return Err(PipelineError::NoHeader(path)),
+        journal.append(&JournalEntry::Header {
+            format: JOURNAL_FORMAT,
+            fingerprint: fingerprint.clone(),
+        })?;
     }
-    // A request that did not fit the engine's KV cache is tried again (a later record, should
-    // it fit now, replaces an earlier one).
-    let Replayed {
-        results,
-        answer_images,
-    } = fold_generated(records, true);
-    if replay.torn_bytes > 0 {
+    if torn_bytes > 0 {
         tracing::info!(
             "{}: the last {} bytes are a record cut short by an interrupted write (a kill or a \
              crash): truncated; that generation is done again",
             path.display(),
-            replay.torn_bytes
+            torn_bytes
         );
     }
+    let replayed = results.len(Table::Results)? as usize;
     Ok(Prepared {
         settings: settings.clone(),
         fingerprint,
         lock,
         journal,
         results,
-        answer_images,
-        torn_bytes: replay.torn_bytes,
+        replayed,
+        torn_bytes,
     })
 }
 
-/// Append pre-existing generation results (a shard journal's, [`fold_generated`]) to a
-/// freshly prepared journal: used by `verisample merge`. Existing keys are kept.
+/// Append the outcomes of a shard's journal (folded into `shard` by [`fold_record`]) to a
+/// freshly prepared journal, in key order: used by `verisample merge`. Outcomes already
+/// there (an earlier shard's) are kept.
 ///
-/// Errors: journal I/O.
-pub fn import_results(prepared: &mut Prepared, replayed: Replayed) -> Result<(), PipelineError> {
-    for ((key, pass), outcome) in replayed.results {
-        if prepared.results.contains_key(&(key, pass)) {
-            continue;
+/// Errors: journal I/O, [`StoreError`].
+pub(crate) fn import_results(prepared: &mut Prepared, shard: &Store) -> Result<(), PipelineError> {
+    let (journal, results) = (&mut prepared.journal, &prepared.results);
+    let replayed = &mut prepared.replayed;
+    shard.for_each_result(|key, pass, outcome| {
+        if results.has_result(key, pass)? {
+            return Ok(());
         }
         let image_sha256 = match pass {
-            Pass::Answer => replayed.answer_images.get(&key).cloned(),
+            Pass::Answer => shard.answer_image(key)?,
             Pass::Judge => None,
         };
-        prepared.journal.append(&JournalEntry::Generated {
+        journal.append(&JournalEntry::Generated {
             exceeds_capacity: false,
             key,
             pass,
             outcome: outcome.clone(),
             image_sha256: image_sha256.clone(),
         })?;
-        prepared.results.insert((key, pass), outcome);
-        if let Some(sha) = image_sha256 {
-            prepared.answer_images.insert(key, sha);
+        results.set_result(key, pass, &outcome)?;
+        *replayed += 1;
+        if image_sha256.is_some() {
+            results.set_answer_image(key, image_sha256.as_deref())?;
         }
-    }
-    Ok(())
+        Ok::<_, PipelineError>(())
+    })
 }

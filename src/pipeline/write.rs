@@ -16,9 +16,10 @@ use super::control::{KillStage, RunControl};
 use super::dataset_io::EarlierSplits;
 use super::dedup::DUPLICATE;
 use super::errors_jsonl::error_line;
-use super::outputs::{jsonl, CleaningLine, DuplicateOf, ErrorLine, GenerationLine, PassRecord};
-use super::plan::{ItemPlan, JudgeRole, RowPlan};
+use super::outputs::{CleaningLine, DuplicateOf, ErrorLine, GenerationLine, JsonlLog, PassRecord};
+use super::plan::{ItemPlan, JudgeRole, Plans, RowPlan};
 use super::sampled::QuestionSamples;
+use super::store::{item_key_bytes, Store, Table};
 use super::{JournalOutcome, PipelineError};
 use crate::atomic::write_atomic;
 use crate::out_files::{CHART_FILE, CLEANING_FILE, ERRORS_FILE, GENERATIONS_FILE};
@@ -38,12 +39,11 @@ pub(crate) struct WriteInput<'a> {
     pub control: &'a RunControl,
     pub source: &'a dyn RowSource,
     pub sink: &'a mut dyn SplitSink,
-    pub plans: &'a [RowPlan],
-    pub judged: &'a BTreeMap<ItemKey, JudgeRole>,
     /// Judged items that took an earlier item's verdict for the same judge prompt
     /// (phase 2's `Judged::reused`).
     pub judge_reused: u64,
-    pub results: &'a BTreeMap<(ItemKey, Pass), JournalOutcome>,
+    /// The journaled outcomes and the judge pass's roles.
+    pub results: &'a Store,
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
@@ -120,16 +120,25 @@ struct RowSplits {
 struct Collected {
     stats: RunStats,
     ledger: Ledger,
-    errors: Vec<ErrorLine>,
-    cleaning: Vec<CleaningLine>,
-    generations: Vec<GenerationLine>,
-    /// The answers a thinking budget cut (`Generation::think_budget_hit`).
+    errors: JsonlLog,
+    cleaning: JsonlLog,
+    generations: JsonlLog,
+    /// The answers of the current row a thinking budget cut (`Generation::think_budget_hit`).
     budget_hits: std::collections::HashSet<ItemKey>,
     rows_written: u64,
     /// The judged items the card shows.
     judge_cases: JudgeCases,
     /// Split name → its first rows, for the card.
     examples: BTreeMap<String, Vec<ExampleRow>>,
+}
+
+impl Collected {
+    /// List an error in `errors.jsonl` and count it by field.
+    fn error(&mut self, line: ErrorLine) {
+        self.stats.errors += 1;
+        bump(&mut self.stats.errors_by_field, &line.field);
+        self.errors.push(&line);
+    }
 }
 
 fn input_changed(position: u64, what: impl Into<String>) -> PipelineError {
@@ -149,7 +158,7 @@ fn record_drop(
     duplicate_of: Option<DuplicateOf>,
 ) {
     bump(&mut c.stats.cleaning_drops, &reason);
-    c.cleaning.push(CleaningLine {
+    c.cleaning.push(&CleaningLine {
         file: plan.file.clone(),
         row: plan.row.unwrap_or(0),
         position: plan.position,
@@ -171,8 +180,7 @@ fn kept_question<'p>(
 ) -> Option<&'p QaItem> {
     match item {
         ItemPlan::Invalid(p) => {
-            c.errors
-                .push(error_line(plan, Some(key.qa), &p.field, &p.message));
+            c.error(error_line(plan, Some(key.qa), &p.field, &p.message));
             c.ledger.place((plan.position, Some(key.qa)), "errors");
             None
         }
@@ -190,24 +198,28 @@ fn kept_question<'p>(
 }
 
 /// Why the judge looked at an item, and what its journaled pass holds.
-type JudgePass<'r> = (JudgeRole, &'r JournalOutcome);
+type JudgePass = (JudgeRole, JournalOutcome);
 
 /// The journaled answer of `key`, and its judge pass (why and what came back) when the judge
 /// looked at it.
 ///
-/// Errors: [`PipelineError::Missing`] for a pass the journal should hold and does not.
-fn journaled<'r>(
-    w: &'r WriteInput<'_>,
+/// Errors: [`PipelineError::Missing`] for a pass the journal should hold and does not;
+/// the store's.
+fn journaled(
+    w: &WriteInput<'_>,
     key: ItemKey,
-) -> Result<(&'r JournalOutcome, Option<JudgePass<'r>>), PipelineError> {
-    let get = |pass| {
+) -> Result<(JournalOutcome, Option<JudgePass>), PipelineError> {
+    let get = |pass| -> Result<JournalOutcome, PipelineError> {
         w.results
-            .get(&(key, pass))
+            .result(key, pass)?
             .ok_or(PipelineError::Missing { key, pass })
     };
     let answer = get(Pass::Answer)?;
-    let judge = match w.judged.get(&key) {
-        Some(&role) => Some((role, get(Pass::Judge)?)),
+    let role = w
+        .results
+        .get::<JudgeRole>(Table::JudgeRoles, &item_key_bytes(key))?;
+    let judge = match role {
+        Some(role) => Some((role, get(Pass::Judge)?)),
         None => None,
     };
     Ok((answer, judge))
@@ -427,18 +439,18 @@ fn route_sample(
 ) -> Result<(), PipelineError> {
     let Question { plan, family, q } = *question;
     let (answer, judge_pass) = journaled(w, key)?;
-    c.generations.push(GenerationLine {
+    c.generations.push(&GenerationLine {
         file: plan.file.clone(),
         row: plan.row.unwrap_or(0),
         key,
-        answer: pass_record(answer),
-        judge: judge_pass.map(|(_, o)| pass_record(o)),
-        judge_role: judge_pass.map(|(r, _)| r.name().to_string()),
+        answer: pass_record(&answer),
+        judge: judge_pass.as_ref().map(|(_, o)| pass_record(o)),
+        judge_role: judge_pass.as_ref().map(|(r, _)| r.name().to_string()),
     });
-    let generation = match answer {
+    let generation = match &answer {
         JournalOutcome::Done(g) => g,
         JournalOutcome::Failed(m) => {
-            c.errors.push(ErrorLine {
+            c.error(ErrorLine {
                 sample: (w.settings.sampling.samples > 1).then_some(key.sample),
                 ..error_line(plan, Some(key.qa), "generation", m)
             });
@@ -453,7 +465,7 @@ fn route_sample(
             c.budget_hits.insert(key);
         }
     }
-    let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, o)));
+    let judge = judge_pass.map(|(role, o)| (role, verdict_of(w.decisions, &o)));
     if let Some((role, j)) = &judge {
         count_verdict(&mut c.stats, *role, j);
     }
@@ -561,10 +573,15 @@ fn left_out_rows(source: &dyn RowSource, shard: Shard, more: bool, taken: u64) -
         .map_or(1, |n| shard.share_of(n).saturating_sub(taken).max(1))
 }
 
-/// Phase 3. Returns the run's statistics.
-pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineError> {
+/// Phase 3, over phase 1's `plans` (read in order). Returns the run's statistics.
+pub(crate) fn write_outputs(
+    mut w: WriteInput<'_>,
+    plans: &mut Plans,
+) -> Result<RunStats, PipelineError> {
     let shard = w.settings.shard;
-    w.progress.phase("write", w.plans.len() as u64);
+    w.progress.phase("write", plans.len() as u64);
+    let out = &w.settings.out;
+    let log = |name: &str| JsonlLog::create(&out.join(name));
     let mut c = Collected {
         stats: RunStats {
             sampling: w
@@ -589,24 +606,16 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             ..RunStats::default()
         },
         ledger: Ledger::new(),
-        errors: Vec::new(),
-        cleaning: Vec::new(),
-        generations: Vec::new(),
+        errors: log(ERRORS_FILE)?,
+        cleaning: log(CLEANING_FILE)?,
+        generations: log(GENERATIONS_FILE)?,
         budget_hits: Default::default(),
         rows_written: 0,
         judge_cases: JudgeCases::default(),
         examples: BTreeMap::new(),
     };
-    // Rows by the parquet footer: an unreadable row group counts its rows, a file whose rows
-    // cannot be counted counts as no row (and as an unread file).
-    for plan in w.plans {
-        match plan.input_rows() {
-            Some(n) => c.stats.input_rows += n,
-            None => c.stats.unread_files += 1,
-        }
-        c.stats.unread_rows += plan.rows.unwrap_or(0);
-    }
-    let mut plans = w.plans.iter();
+    let planned = plans.len();
+    let mut plans = plans.iter()?;
     let (mut taken, mut more) = (0usize, false);
     let stream = w.source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
@@ -626,7 +635,15 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         }
         let plan = plans
             .next()
-            .ok_or_else(|| input_changed(position, "more rows than in the generate phase"))?;
+            .ok_or_else(|| input_changed(position, "more rows than in the generate phase"))??;
+        // Rows by the parquet footer: an unreadable row group counts its rows, a file whose
+        // rows cannot be counted counts as no row (and as an unread file).
+        match plan.input_rows() {
+            Some(n) => c.stats.input_rows += n,
+            None => c.stats.unread_files += 1,
+        }
+        c.stats.unread_rows += plan.rows.unwrap_or(0);
+        let plan = &plan;
         if plan.position != position {
             return Err(input_changed(position, "row order differs"));
         }
@@ -634,7 +651,7 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             (Err(p), _) => {
                 let unit = (position, None);
                 c.ledger.expect(unit);
-                c.errors.push(error_line(plan, None, &p.field, &p.message));
+                c.error(error_line(plan, None, &p.field, &p.message));
                 c.ledger.place(unit, "errors");
             }
             (Ok(body), Ok(row)) => {
@@ -659,9 +676,11 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
             }
             (Ok(_), Err(_)) => return Err(input_changed(position, "row no longer readable")),
         }
+        c.ledger.settle();
+        c.budget_hits.clear();
         w.progress.advance(0, false, None);
     }
-    if plans.next().is_some() {
+    if taken < planned {
         return Err(input_changed(
             u64::MAX,
             "fewer rows than in the generate phase",
@@ -689,13 +708,8 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
         }
     }
     c.ledger.check().map_err(PipelineError::Accounting)?;
-    c.stats.errors = c.errors.len() as u64;
-    for e in &c.errors {
-        bump(&mut c.stats.errors_by_field, &e.field);
-    }
     c.stats.throughput = w.progress.finish(w.prompt_tokens, w.replayed);
 
-    let out = &w.settings.out;
     // From the first replaced file to the final run.json, OUT mixes two runs' outputs should
     // the run fail or be killed: run.json says so first, naming every split file either run
     // may leave (read before anything is replaced), so that a rerun replaces them all.
@@ -703,13 +717,8 @@ pub(crate) fn write_outputs(mut w: WriteInput<'_>) -> Result<RunStats, PipelineE
     let mut marked = c.stats.clone();
     marked.split_files = EarlierSplits::read(out).with_new(out, &sealed);
     (w.mark_writing)(&marked)?;
-    let logs = [
-        (ERRORS_FILE, jsonl(&c.errors)),
-        (CLEANING_FILE, jsonl(&c.cleaning)),
-        (GENERATIONS_FILE, jsonl(&c.generations)),
-    ];
-    for (n, (name, bytes)) in (1..).zip(logs) {
-        write_atomic(out.join(name), &bytes)?;
+    for (n, log) in (1..).zip([c.errors, c.cleaning, c.generations]) {
+        log.commit()?;
         w.control.kill_point(KillStage::Publish, n);
     }
     let chart_path = out.join(CHART_FILE);

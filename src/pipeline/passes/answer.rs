@@ -13,7 +13,8 @@ use crate::pipeline::backend::{
 };
 use crate::pipeline::dedup::Dedup;
 use crate::pipeline::input_check::{check_image, check_qa, FieldProblem};
-use crate::pipeline::plan::{ItemPlan, RowOk, RowPlan};
+use crate::pipeline::plan::{ItemPlan, Plans, RowOk, RowPlan};
+use crate::pipeline::store::StoreError;
 use crate::pipeline::{JournalOutcome, PipelineError};
 use crate::record::{InputRow, QaItem, RowError};
 use crate::settings::Settings;
@@ -94,12 +95,15 @@ impl PlannedRow {
 }
 
 impl RowPlanner {
-    /// A planner for `settings` (its `--dedup`).
-    pub fn new(settings: &Settings) -> Self {
-        RowPlanner {
-            dedup: Dedup::new(settings.dedup),
+    /// A planner for `settings` (its `--dedup`); the duplicate marker keeps its keys in a
+    /// temporary file in `dir`.
+    ///
+    /// Errors: [`StoreError`] when that file cannot be created.
+    pub fn new(settings: &Settings, dir: &std::path::Path) -> Result<Self, StoreError> {
+        Ok(RowPlanner {
+            dedup: Dedup::new(settings.dedup, dir)?,
             planned: 0,
-        }
+        })
     }
 
     /// What to do with the stream element at `position`.
@@ -119,6 +123,8 @@ impl RowPlanner {
 
     /// Plan the element at `position` that [`RowPlanner::select`] chose ([`plan_row`], then
     /// the duplicate marker); `Some` for a row of this shard.
+    ///
+    /// Errors: [`StoreError`] (the duplicate marker's keys).
     pub fn plan(
         &mut self,
         mine: bool,
@@ -126,14 +132,14 @@ impl RowPlanner {
         settings: &Settings,
         decisions: &dyn Decisions,
         generator: &dyn Generator,
-    ) -> Option<PlannedRow> {
+    ) -> Result<Option<PlannedRow>, StoreError> {
         let (mut plan, image) = plan_row(position, element, settings, decisions, generator);
-        self.dedup.mark(&mut plan);
+        self.dedup.mark(&mut plan)?;
         if !mine {
-            return None;
+            return Ok(None);
         }
         self.planned += 1;
-        Some(PlannedRow { plan, image })
+        Ok(Some(PlannedRow { plan, image }))
     }
 }
 
@@ -255,16 +261,16 @@ fn plan_row(
     (plan, Some(ImageInput::decoded(Arc::new(rgb), sha256)))
 }
 
-/// Phase 1: plan every element of the shard and generate the missing answers.
-/// On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
+/// Phase 1: plan every element of the shard and generate the missing answers; returns the
+/// plans, in a temporary file in OUT. On a `--max-errors` abort, `errors.jsonl` is written (atomically) for the rows planned so far
 /// before the error is returned, so the message's pointer to it holds — unless OUT holds a
 /// finished run (`run.json`) that took every row, whose complete `errors.jsonl` is kept.
 pub(crate) fn generate_answers(
     ctx: &mut PassContext<'_>,
     source: &dyn RowSource,
     generator: &mut dyn Generator,
-) -> Result<Vec<RowPlan>, PipelineError> {
-    let mut plans = Vec::new();
+) -> Result<Plans, PipelineError> {
+    let mut plans = Plans::temporary(&ctx.settings.out)?;
     match generate_answers_into(ctx, source, generator, &mut plans) {
         Ok(()) => Ok(plans),
         Err(e @ PipelineError::TooManyErrors { .. }) => {
@@ -274,7 +280,7 @@ pub(crate) fn generate_answers(
             if finished_run(&ctx.settings.out) != Some(None) {
                 crate::pipeline::errors_jsonl::write_abort_errors(
                     &ctx.settings.out,
-                    &plans,
+                    &mut plans,
                     ctx.results,
                     ctx.settings.sampling.samples as u32,
                 )?;
@@ -371,10 +377,10 @@ fn answer_row(
     });
     for (item, key) in keys {
         let ItemPlan::Keep(q) = item else { continue };
-        forget_if_image_changed(ctx, key, &body.image_sha256);
-        match ctx.results.get(&(key, Pass::Answer)) {
+        forget_if_image_changed(ctx, key, &body.image_sha256)?;
+        match ctx.results.result(key, Pass::Answer)? {
             Some(JournalOutcome::Done(g)) => {
-                let ok = ctx.decisions.assess(&body.family, q, g);
+                let ok = ctx.decisions.assess(&body.family, q, &g);
                 ctx.progress.advance(0, false, Some(ok.accepted));
                 ctx.replayed += 1;
             }
@@ -408,15 +414,22 @@ fn answer_row(
 
 /// An answer journaled for another image (one given by path and changed since, which the
 /// input's hashes do not cover) is answered again, and judged again.
-fn forget_if_image_changed(ctx: &mut PassContext<'_>, key: ItemKey, image_sha256: &str) {
+///
+/// Errors: [`StoreError`].
+fn forget_if_image_changed(
+    ctx: &mut PassContext<'_>,
+    key: ItemKey,
+    image_sha256: &str,
+) -> Result<(), StoreError> {
     if ctx
-        .answer_images
-        .get(&key)
+        .results
+        .answer_image(key)?
         .is_some_and(|sha| sha != image_sha256)
     {
-        ctx.results.remove(&(key, Pass::Answer));
-        ctx.results.remove(&(key, Pass::Judge));
+        ctx.results.remove_result(key, Pass::Answer)?;
+        ctx.results.remove_result(key, Pass::Judge)?;
     }
+    Ok(())
 }
 
 /// Phase 1's loop over the input stream: plan each element (the rows of other shards only
@@ -426,14 +439,14 @@ fn generate_answers_into(
     ctx: &mut PassContext<'_>,
     source: &dyn RowSource,
     generator: &mut dyn Generator,
-    plans: &mut Vec<RowPlan>,
+    plans: &mut Plans,
 ) -> Result<(), PipelineError> {
     let settings = ctx.settings;
     let rows_est = rows_estimate(settings, source);
     ctx.progress.phase("generate", rows_est.unwrap_or(0));
     let mut queue = AnswerQueue::new(settings);
     let mut items_seen = 0u64;
-    let mut planner = RowPlanner::new(settings);
+    let mut planner = RowPlanner::new(settings, &settings.out)?;
     let stream = source.rows().map_err(PipelineError::Source)?;
     for (position, element) in stream.enumerate() {
         let position = position as u64;
@@ -447,7 +460,7 @@ fn generate_answers_into(
         }
         let row = (position, element);
         let Some(PlannedRow { plan, image }) =
-            planner.plan(mine, row, settings, ctx.decisions, &*generator)
+            planner.plan(mine, row, settings, ctx.decisions, &*generator)?
         else {
             continue;
         };
@@ -464,7 +477,7 @@ fn generate_answers_into(
             }
             Err(_) => ctx.count_errors([(position, None)]),
         };
-        plans.push(plan);
+        plans.push(plan)?;
         answered?;
         queue.flush(ctx, generator, false)?;
     }

@@ -9,47 +9,44 @@
 //! twice, so a resume that retries the first item (an outcome of the engine's resource limits)
 //! cannot leave a stale copy behind, and a merge derives the same copies as the single run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
 use super::{chunk_size, run_requests, PassContext};
 use crate::pipeline::backend::{GenRequest, Generator, ItemKey, Pass, Verdict};
-use crate::pipeline::plan::{ItemPlan, JudgeRole, RowPlan};
+use crate::pipeline::plan::{ItemPlan, JudgeRole, Plans};
+use crate::pipeline::store::{item_key_bytes, item_key_from, Store, StoreError, Table};
 use crate::pipeline::{JournalOutcome, PipelineError};
 
-/// What phase 2 decided: why each item was judged, and which took the verdict of an earlier
-/// item with the same judge prompt.
+/// What the judge pass leaves for the write phase besides the store's judge roles
+/// (`Table::JudgeRoles`) and outcomes.
 #[derive(Debug, Default)]
 pub(crate) struct Judged {
-    /// The role of every judged item.
-    pub roles: BTreeMap<ItemKey, JudgeRole>,
-    /// Judged items whose judge prompt an earlier item (in input order) had: their result is
-    /// that item's (counted in the card as reused, not generated).
+    /// Items that took another item's judge result (same prompt).
     pub reused: u64,
 }
 
-/// Phase 2: verify every answer; judge the rejects with an answer (when `--judge on`) and
-/// the first `--judge-calibrate N` verifier accepts of the shard in input order, each distinct
-/// judge prompt generated once (module doc). Returns the role of every judged item.
+/// Phase 2: verify every answer, give the rejects to the judge (and the first
+/// `--judge-calibrate` accepts), journaling every verdict.
 ///
-/// Merging shards: each shard calibrates its own first N accepts; the first N accepts of
-/// the whole input are, per shard, a prefix of those, so the merge finds all of them.
+/// Two passes, neither holding more than a chunk of requests: the plans are read once to
+/// decide each item's role and whether its prompt is new (roles, prompts, copies and the
+/// prompts still to generate go to the store); then the pending prompts are sent in key
+/// (input) order, a chunk at a time, and the copies take their first item's result.
+///
+/// Errors: [`PipelineError`] from the engine, the journal or the store.
 pub(crate) fn judge_answers(
     ctx: &mut PassContext<'_>,
-    plans: &[RowPlan],
+    plans: &mut Plans,
     generator: &mut dyn Generator,
 ) -> Result<Judged, PipelineError> {
     let settings = ctx.settings;
-    let mut roles = BTreeMap::new();
-    let mut pending = Vec::new();
-    let mut replayed = 0u64;
+    let store = ctx.results;
+    let (mut roles, mut copies, mut replayed) = (0u64, 0u64, 0u64);
     let mut calibrated = 0usize;
-    // The first item of each judge prompt (by its SHA-256, so memory does not grow with the
-    // text), and every later item with its first.
-    let mut first_of_prompt: HashMap<[u8; 32], ItemKey> = HashMap::new();
-    let mut copies: Vec<(ItemKey, ItemKey)> = Vec::new();
-    for plan in plans {
+    for plan in plans.iter()? {
+        let plan = plan?;
         let Ok(body) = &plan.body else { continue };
         let samples = settings.sampling.samples as u32;
         let keys = body.items.iter().enumerate().flat_map(|(qa, item)| {
@@ -62,10 +59,10 @@ pub(crate) fn judge_answers(
         });
         for (item, key) in keys {
             let ItemPlan::Keep(q) = item else { continue };
-            let Some(JournalOutcome::Done(g)) = ctx.results.get(&(key, Pass::Answer)) else {
+            let Some(JournalOutcome::Done(g)) = store.result(key, Pass::Answer)? else {
                 continue;
             };
-            let assessed = ctx.decisions.assess(&body.family, q, g);
+            let assessed = ctx.decisions.assess(&body.family, q, &g);
             let role = if !assessed.accepted {
                 (settings.judge && assessed.needs_judge).then_some(JudgeRole::Rescue)
             } else if calibrated < settings.judge_calibrate {
@@ -75,35 +72,27 @@ pub(crate) fn judge_answers(
                 None
             };
             let Some(role) = role else { continue };
-            roles.insert(key, role);
+            roles += 1;
+            let item_key = item_key_bytes(key);
+            store.put(Table::JudgeRoles, &item_key, &role)?;
             let user_text =
                 ctx.decisions
                     .judge_prompt(&q.question, &q.references(), &assessed.candidate);
             let prompt: [u8; 32] = Sha256::digest(user_text.as_bytes()).into();
-            if let Some(&first) = first_of_prompt.get(&prompt) {
-                copies.push((key, first));
+            if let Some(first) = store.get::<ItemKey>(Table::JudgePrompts, &prompt)? {
+                store.put(Table::JudgeCopies, &item_key, &first)?;
+                copies += 1;
                 continue;
             }
-            first_of_prompt.insert(prompt, key);
-            if ctx.results.contains_key(&(key, Pass::Judge)) {
+            store.put(Table::JudgePrompts, &prompt, &key)?;
+            if store.has_result(key, Pass::Judge)? {
                 replayed += 1;
                 continue;
             }
-            pending.push(GenRequest {
-                key,
-                pass: Pass::Judge,
-                image: None,
-                user_text,
-                think: settings.think,
-                max_new_tokens: settings.max_new_tokens,
-                sampling: None,
-                think_budget: None,
-            });
+            store.put(Table::JudgePending, &item_key, &user_text)?;
         }
     }
-    drop(first_of_prompt);
-    ctx.progress
-        .phase("judge", (roles.len() - copies.len()) as u64);
+    ctx.progress.phase("judge", roles - copies);
     for _ in 0..replayed {
         ctx.progress.advance(0, false, None);
     }
@@ -111,21 +100,36 @@ pub(crate) fn judge_answers(
     let chunk = chunk_size(settings);
     let mut appended = 0u64;
     let none = HashMap::new();
-    while !pending.is_empty() {
-        let rest = pending.split_off(pending.len().min(chunk));
-        let reqs = std::mem::replace(&mut pending, rest);
-        run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
-    }
-    // Every later item of a prompt takes its first item's result (which is there: journaled
-    // by an earlier process, or just generated), also over a result of its own a shard's
-    // journal holds: a merge then writes what the single run writes.
-    for &(key, first) in &copies {
-        if let Some(outcome) = ctx.results.get(&(first, Pass::Judge)).cloned() {
-            ctx.results.insert((key, Pass::Judge), outcome);
+    let mut pending = Vec::new();
+    store.for_each(Table::JudgePending, |k, v| {
+        let key = item_key_from(k).ok_or_else(|| store.malformed())?;
+        pending.push(GenRequest {
+            key,
+            pass: Pass::Judge,
+            image: None,
+            user_text: serde_json::from_slice(v).map_err(|_| store.malformed())?,
+            think: settings.think,
+            max_new_tokens: settings.max_new_tokens,
+            sampling: None,
+            think_budget: None,
+        });
+        if pending.len() == chunk {
+            let reqs = std::mem::take(&mut pending);
+            run_requests(ctx, generator, reqs, Pass::Judge, &none, &mut appended)?;
         }
-    }
+        Ok::<_, PipelineError>(())
+    })?;
+    run_requests(ctx, generator, pending, Pass::Judge, &none, &mut appended)?;
+    store.for_each(Table::JudgeCopies, |k, v| {
+        let key = item_key_from(k).ok_or_else(|| store.malformed())?;
+        let first: ItemKey = serde_json::from_slice(v).map_err(|_| store.malformed())?;
+        if let Some(outcome) = store.result(first, Pass::Judge)? {
+            store.set_result(key, Pass::Judge, &outcome)?;
+        }
+        Ok::<_, PipelineError>(())
+    })?;
     let decisions = ctx.decisions;
-    let short = JudgeShortfall::of(&roles, ctx.results, &|text| decisions.parse_verdict(text));
+    let short = JudgeShortfall::of(store, &|text| decisions.parse_verdict(text))?;
     if short.cut > 0 {
         tracing::warn!(
             "{} of {} judge outputs stopped at the token limit (--max-new-tokens {}) with no \
@@ -133,7 +137,7 @@ pub(crate) fn judge_answers(
              in calibration, a disagreement){}; the judge shares the answers' limit: raise \
              --max-new-tokens for a run with the judge on",
             short.cut,
-            roles.len(),
+            roles,
             settings.max_new_tokens,
             after_verdict(short.cut_after_verdict)
         );
@@ -142,7 +146,7 @@ pub(crate) fn judge_answers(
             "{} of {} judge outputs ran on to the token limit (--max-new-tokens {}) after their \
              verdict, which stands",
             short.cut_after_verdict,
-            roles.len(),
+            roles,
             settings.max_new_tokens
         );
     }
@@ -151,17 +155,12 @@ pub(crate) fn judge_answers(
             "{} of {} judge generations failed and count as UNSURE (the item stays rejected; in \
              calibration, a disagreement); the first: {first} (generations.jsonl has each)",
             short.failed,
-            roles.len()
+            roles
         );
     }
-    Ok(Judged {
-        roles,
-        reused: copies.len() as u64,
-    })
+    Ok(Judged { reused: copies })
 }
 
-/// The clause of the token-limit warning on the judge outputs that reached the limit after a
-/// verdict (those keep it: contract §6 reads the verdict from the last non-empty line).
 fn after_verdict(n: usize) -> String {
     match n {
         0 => String::new(),
@@ -186,19 +185,19 @@ struct JudgeShortfall {
 impl JudgeShortfall {
     /// Counts the judge outputs of `roles` in `results`, parsing each cut one with `parse`
     /// (the run's [`Decisions::parse_verdict`]).
-    fn of(
-        roles: &BTreeMap<ItemKey, JudgeRole>,
-        results: &BTreeMap<(ItemKey, Pass), JournalOutcome>,
-        parse: &dyn Fn(&str) -> Verdict,
-    ) -> Self {
+    /// The shortfall over the items the store gives a judge role.
+    ///
+    /// Errors: [`StoreError`].
+    fn of(store: &Store, parse: &dyn Fn(&str) -> Verdict) -> Result<Self, StoreError> {
         let mut short = JudgeShortfall {
             cut: 0,
             cut_after_verdict: 0,
             failed: 0,
             first_failure: None,
         };
-        for &key in roles.keys() {
-            match results.get(&(key, Pass::Judge)) {
+        store.for_each(Table::JudgeRoles, |k, _| {
+            let key = item_key_from(k).ok_or_else(|| store.malformed())?;
+            match store.result(key, Pass::Judge)? {
                 Some(JournalOutcome::Done(g))
                     if g.finish == crate::pipeline::backend::FinishReason::Length =>
                 {
@@ -210,12 +209,13 @@ impl JudgeShortfall {
                 }
                 Some(JournalOutcome::Failed(m)) => {
                     short.failed += 1;
-                    short.first_failure.get_or_insert_with(|| m.clone());
+                    short.first_failure.get_or_insert(m);
                 }
                 _ => {}
             }
-        }
-        short
+            Ok::<_, StoreError>(())
+        })?;
+        Ok(short)
     }
 }
 
@@ -240,15 +240,33 @@ mod tests {
         })
     }
 
+    /// A store holding `roles` and `results`, in a temporary folder kept as long as it.
+    fn store_of(
+        roles: &[(ItemKey, JudgeRole)],
+        results: Vec<((ItemKey, Pass), JournalOutcome)>,
+    ) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::temporary(dir.path()).unwrap();
+        for (key, role) in roles {
+            store
+                .put(Table::JudgeRoles, &item_key_bytes(*key), role)
+                .unwrap();
+        }
+        for ((key, pass), outcome) in results {
+            store.set_result(key, pass, &outcome).unwrap();
+        }
+        (dir, store)
+    }
+
     #[test]
     fn judge_outputs_cut_or_failed_are_counted_answer_passes_are_not() {
         let key = |position| ItemKey::question(position, 0);
-        let roles = BTreeMap::from([
+        let roles = [
             (key(0), JudgeRole::Rescue),
             (key(1), JudgeRole::Calibration),
             (key(2), JudgeRole::Rescue),
-        ]);
-        let results = BTreeMap::from([
+        ];
+        let results = vec![
             ((key(0), Pass::Judge), done(FinishReason::Length)),
             ((key(1), Pass::Judge), done(FinishReason::Stop)),
             (
@@ -258,9 +276,10 @@ mod tests {
             // An answer cut short is not a judge output, nor is an unjudged item's.
             ((key(1), Pass::Answer), done(FinishReason::Length)),
             ((key(3), Pass::Judge), done(FinishReason::Length)),
-        ]);
+        ];
+        let (_dir, store) = store_of(&roles, results);
         assert_eq!(
-            JudgeShortfall::of(&roles, &results, &crate::judge::parse_verdict),
+            JudgeShortfall::of(&store, &crate::judge::parse_verdict).unwrap(),
             JudgeShortfall {
                 cut: 1,
                 cut_after_verdict: 0,
@@ -289,16 +308,17 @@ mod tests {
             // Not cut: a plain UNSURE is no shortfall.
             said("</think>\nUNSURE", FinishReason::Stop),
         ];
-        let roles: BTreeMap<_, _> = (0..outputs.len() as u64)
+        let roles: Vec<_> = (0..outputs.len() as u64)
             .map(|p| (key(p), JudgeRole::Rescue))
             .collect();
-        let results: BTreeMap<_, _> = outputs
+        let results: Vec<_> = outputs
             .into_iter()
             .enumerate()
             .map(|(p, o)| ((key(p as u64), Pass::Judge), o))
             .collect();
+        let (_dir, store) = store_of(&roles, results);
         assert_eq!(
-            JudgeShortfall::of(&roles, &results, &crate::judge::parse_verdict),
+            JudgeShortfall::of(&store, &crate::judge::parse_verdict).unwrap(),
             JudgeShortfall {
                 cut: 2,
                 cut_after_verdict: 2,

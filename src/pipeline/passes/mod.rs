@@ -3,12 +3,13 @@
 //! calibration over accepts). Every finished generation is journaled before it counts
 //! ([`run_requests`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::ops::ControlFlow;
 
 use super::accounting::Unit;
 use super::backend::{Decisions, GenRequest, GenResult, Generator, ItemKey, Pass};
 use super::control::{KillStage, RunControl};
+use super::store::Store;
 use super::{JournalEntry, JournalOutcome, PipelineError};
 use crate::journal::Journal;
 use crate::record::QaItem;
@@ -38,9 +39,8 @@ pub(crate) struct PassContext<'a> {
     pub decisions: &'a dyn Decisions,
     pub control: &'a RunControl,
     pub journal: &'a mut Journal<JournalEntry>,
-    pub results: &'a mut BTreeMap<(ItemKey, Pass), JournalOutcome>,
-    /// The image each journaled answer was generated from (hex SHA-256), where recorded.
-    pub answer_images: &'a mut BTreeMap<ItemKey, String>,
+    /// The journaled outcomes and the image each answer was generated from, on disk.
+    pub results: &'a Store,
     pub progress: &'a mut Progress,
     pub prompt_tokens: u64,
     pub replayed: u64,
@@ -152,8 +152,7 @@ pub(super) fn run_requests(
         .collect();
     {
         let journal = &mut *ctx.journal;
-        let results = &mut *ctx.results;
-        let answer_images = &mut *ctx.answer_images;
+        let results = ctx.results;
         let progress = &mut *ctx.progress;
         let mut on_done = |r: GenResult| -> ControlFlow<()> {
             let outcome = match r.outcome {
@@ -165,9 +164,6 @@ pub(super) fn run_requests(
                 .get(&r.key)
                 .filter(|_| r.pass == Pass::Answer)
                 .cloned();
-            if let Some(sha) = &image_sha256 {
-                answer_images.insert(r.key, sha.clone());
-            }
             let entry = JournalEntry::Generated {
                 key: r.key,
                 pass: r.pass,
@@ -182,7 +178,11 @@ pub(super) fn run_requests(
                 return ControlFlow::Break(());
             }
             let JournalEntry::Generated {
-                key, pass, outcome, ..
+                key,
+                pass,
+                outcome,
+                image_sha256,
+                ..
             } = entry
             else {
                 return ControlFlow::Continue(());
@@ -202,7 +202,14 @@ pub(super) fn run_requests(
                     (0, None)
                 }
             };
-            results.insert((key, pass), outcome);
+            let stored = match &image_sha256 {
+                Some(sha) => results.set_answer_image(key, Some(sha)),
+                None => Ok(()),
+            };
+            if let Err(e) = stored.and_then(|()| results.set_result(key, pass, &outcome)) {
+                failure = Some(e.into());
+                return ControlFlow::Break(());
+            }
             progress.advance(tokens, true, accepted);
             if control.stopped() {
                 ControlFlow::Break(())
