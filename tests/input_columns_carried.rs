@@ -371,6 +371,18 @@ fn columns_that_cannot_be_carried_are_refused_before_the_model_loads() {
         assert!(stderr.contains(want), "{want:?} missing: {stderr}");
     }
     assert!(!out.join("run.json").exists(), "nothing ran");
+    // `inspect` says so too (its promise: what `run` would refuse and why).
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_verisample"))
+        .arg("inspect")
+        .arg(&clash)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("NOT USABLE as it is: run refuses the input:")
+            && stdout.contains("`clean_meta`"),
+        "{stdout}"
+    );
     // Dropped, the same input runs.
     check(run(&clash, &out, &["--input-columns", "drop"]), "run drop");
 

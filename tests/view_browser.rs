@@ -348,11 +348,16 @@ fn a_script_in_a_question_is_shown_as_text_and_does_not_run() {
 /// One raw HTTP/1.1 GET of `target` (sent as written, `..` included): status and the
 /// response head.
 fn get(view: &View, target: &str) -> (u16, String) {
+    get_with(view, target, "")
+}
+
+/// [`get`] with `extra` header lines (each ending in `\r\n`) after the `Host` header.
+fn get_with(view: &View, target: &str, extra: &str) -> (u16, String) {
     let mut s = TcpStream::connect(view.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "GET {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        "GET {target} HTTP/1.1\r\nHost: {}\r\n{extra}Connection: close\r\n\r\n",
         view.addr()
     )
     .unwrap();
@@ -406,6 +411,10 @@ fn http_serves_the_page_its_api_and_images_and_nothing_else() {
         let (status, head) = get(&view, target);
         assert_eq!(status, 404, "{target}: {head}");
     }
+    // A second `Host` after the right one: which one a server or proxy reads is its own
+    // choice, so the request is refused.
+    let (status, head) = get_with(&view, "/api/meta", "Host: evil.example\r\n");
+    assert_eq!(status, 403, "{head}");
 }
 
 #[test]

@@ -207,12 +207,24 @@ fn type_yaml(dt: &DataType, indent: usize, out: &mut String) -> Result<(), Datas
                     out.push_str(&format!("{pad}{key}:\n"));
                     type_yaml(nested, indent + 2, out)?;
                 }
-                other => out.push_str(&format!("{pad}{key}: {}\n", scalar_dtype(other)?)),
+                other => out.push_str(&format!("{pad}{key}: {}\n", yaml_dtype(other)?)),
             }
         }
-        other => out.push_str(&format!("{pad}dtype: {}\n", scalar_dtype(other)?)),
+        other => out.push_str(&format!("{pad}dtype: {}\n", yaml_dtype(other)?)),
     }
     Ok(())
+}
+
+/// A scalar's dtype as a YAML value: `null` (Arrow's null type) quoted as `'null'`, as
+/// `datasets` writes it, since a plain `null` is YAML's empty value and `load_dataset` fails
+/// on it.
+fn yaml_dtype(dt: &DataType) -> Result<String, DatasetError> {
+    let dtype = scalar_dtype(dt)?;
+    Ok(if dtype == "null" {
+        "'null'".into()
+    } else {
+        dtype
+    })
 }
 
 fn scalar_dtype(dt: &DataType) -> Result<String, DatasetError> {
@@ -329,6 +341,23 @@ mod tests {
             ),
         ]);
         let want = "  - name: image\n    dtype: image\n  - name: qa\n    list:\n    - name: question\n      dtype: string\n    - name: think\n      dtype: string\n  - name: tags\n    list: string\n";
+        assert_eq!(features_yaml(&schema, 2).unwrap(), want);
+    }
+
+    /// A column of Arrow's null type (pandas writes a column of only `None` so) is a
+    /// `Value('null')`, quoted in the YAML: a plain `null` is YAML's empty value, on which
+    /// `load_dataset` fails ("Expected a dict or a list but got NoneType"); its list too.
+    #[test]
+    fn a_null_typed_column_is_quoted_in_the_yaml() {
+        let schema = Schema::new(vec![
+            Field::new("n", DataType::Null, true),
+            Field::new(
+                "l",
+                DataType::List(Arc::new(Field::new("item", DataType::Null, true))),
+                true,
+            ),
+        ]);
+        let want = "  - name: n\n    dtype: 'null'\n  - name: l\n    list: 'null'\n";
         assert_eq!(features_yaml(&schema, 2).unwrap(), want);
     }
 

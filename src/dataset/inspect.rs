@@ -430,6 +430,14 @@ pub fn inspect(spec: &str, rows: usize, check: ImageCheck<'_>) -> Result<Inspect
     for r in &inputs.refused {
         let _ = writeln!(out, "  {}: NOT READ: {}", r.link.display(), r.message);
     }
+    // The input's other columns, which `run` carries into every split: one it cannot carry
+    // refuses the whole input before the model loads (an output folder's own columns are
+    // not an input's).
+    if !inputs.root.join(crate::out_files::RUN_FILE).exists() {
+        if let Err(e) = super::carry::carried_schema(&inputs.files, &Default::default()) {
+            let _ = writeln!(out, "  NOT USABLE as it is: run refuses the input: {e}");
+        }
+    }
     for (split, files) in &groups {
         let _ = writeln!(out, "\n== {split} ({} file(s))", files.len());
         let mut split_state = SplitState::default();

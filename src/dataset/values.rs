@@ -249,7 +249,20 @@ pub fn to_json(arr: &dyn Array, i: usize) -> Value {
         }
         _ => {}
     }
-    display(arr, i).map_or(Value::Null, Value::String)
+    display(arr, i)
+        .or_else(|| display_in_utc(arr, i))
+        .map_or(Value::Null, Value::String)
+}
+
+/// A timestamp whose zone the formatter cannot resolve (a name outside the tz database),
+/// shown as the same instant in UTC (`…Z`) rather than lost.
+fn display_in_utc(arr: &dyn Array, i: usize) -> Option<String> {
+    let DataType::Timestamp(unit, Some(_)) = arr.data_type() else {
+        return None;
+    };
+    let utc = DataType::Timestamp(*unit, Some("+00:00".into()));
+    let one = arrow::compute::cast(&arr.slice(i, 1), &utc).ok()?;
+    display(one.as_ref(), 0)
 }
 
 fn display(arr: &dyn Array, i: usize) -> Option<String> {
@@ -265,6 +278,20 @@ mod tests {
     use arrow::array::{Int32Array, LargeStringArray};
     use serde_json::json;
     use std::sync::Arc;
+
+    /// A timestamp with a time zone keeps its value (it was `null`: the formatter knew no
+    /// zone names): in its zone, or in UTC when the zone is unknown.
+    #[test]
+    fn timestamps_with_a_zone_keep_their_value() {
+        let at = |tz: &str| {
+            let a = arrow::array::TimestampSecondArray::from(vec![1_700_000_000])
+                .with_timezone(tz.to_string());
+            to_json(&a, 0)
+        };
+        assert_eq!(at("Europe/Berlin"), json!("2023-11-14T23:13:20+01:00"));
+        assert_eq!(at("+02:00"), json!("2023-11-15T00:13:20+02:00"));
+        assert_eq!(at("Mars/Olympus_Mons"), json!("2023-11-14T22:13:20Z"));
+    }
 
     #[test]
     fn a_column_typed_null_is_null_at_every_row() {

@@ -270,10 +270,26 @@ impl RunOptions {
     /// Errors: [`SettingsError::ConfigRead`], [`SettingsError::ConfigParse`], and
     /// [`SettingsError::Shard`] for a `shard` that is not `I/N` with `I < N`.
     pub fn from_toml_file(path: &std::path::Path) -> Result<RunOptions, SettingsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::ConfigRead {
+        use std::io::Read;
+        let read = |source| SettingsError::ConfigRead {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        // A job file is a small regular file: a device, a FIFO or a file past the limit
+        // (`--config /dev/zero`) is refused before it is read, or read no further than it.
+        let file = std::fs::File::open(path).map_err(read)?;
+        if !file.metadata().map_err(read)?.is_file() {
+            return Err(read(std::io::Error::other("not a regular file")));
+        }
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(read(std::io::Error::other(format!(
+                "larger than {MAX_CONFIG_BYTES} bytes: not a job file"
+            ))));
+        }
         let parse = |message: String| SettingsError::ConfigParse {
             path: path.to_path_buf(),
             message,
@@ -288,6 +304,9 @@ impl RunOptions {
             .map_err(|e: toml::de::Error| parse(e.to_string()))
     }
 }
+
+/// Largest `--config` file read (1 MiB): a job file is a few dozen lines.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// `--model`'s help: where a model is looked up, and the families of
 /// [`verisample_models::FAMILIES`].

@@ -14,8 +14,9 @@
 //! | `GET /image/<split>/<row>` | that row's image bytes, typed by their signature |
 //!
 //! Anything else is 404 (`/../README.md` included), a method other than GET or HEAD 405, a
-//! `Host` other than `127.0.0.1:<port>` or `localhost:<port>` 403 (a page of another site
-//! that rebinds its name to this address cannot read the rows). Every answer carries
+//! `Host` other than `127.0.0.1:<port>` or `localhost:<port>`, or two `Host` headers, 403 (a
+//! page of another site that rebinds its name to this address cannot read the rows; a
+//! request without `Host`, which no browser sends, is an HTTP/1.0 client's and answered). Every answer carries
 //! `Content-Security-Policy: default-src 'self'; img-src 'self'; script-src 'self';
 //! style-src 'self'` and `X-Content-Type-Options: nosniff`; the page builds its DOM with
 //! `textContent` only, so a `<script>` in a question shows as text.
@@ -211,11 +212,18 @@ async fn answer(state: Arc<State>, request: axum::extract::Request) -> axum::res
         || request.uri().path().to_string(),
         |p| p.as_str().to_string(),
     );
-    let host = request
+    // Two `Host` headers are answered as a foreign host: which one counts is up to each
+    // proxy and server, so neither may.
+    let hosts: Vec<_> = request
         .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(String::from);
+        .get_all(axum::http::header::HOST)
+        .iter()
+        .collect();
+    let host = match hosts.as_slice() {
+        [] => None,
+        [one] => Some(one.to_str().unwrap_or("").to_string()),
+        _ => Some(String::new()),
+    };
     let reply = if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
         Reply::text(405, "only GET and HEAD\n")
     } else {
