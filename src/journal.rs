@@ -224,22 +224,6 @@ pub fn read_each<T: DeserializeOwned, E: From<JournalError>>(
     Ok(total - good)
 }
 
-/// Read the intact records of the journal at `path` without modifying it (a torn tail is
-/// reported in [`Replay::torn_bytes`] and left in place).
-///
-/// Errors: [`JournalError::Io`], [`JournalError::Decode`].
-pub fn read_records<T: DeserializeOwned>(path: &Path) -> Result<Replay<T>, JournalError> {
-    let mut records = Vec::new();
-    let torn_bytes = read_each(path, |r| {
-        records.push(r);
-        Ok::<_, JournalError>(())
-    })?;
-    Ok(Replay {
-        records,
-        torn_bytes,
-    })
-}
-
 fn sync_dir(path: &Path) -> std::io::Result<()> {
     // Make the file's directory entry durable (POSIX: fsync the directory).
     match path.parent().filter(|p| !p.as_os_str().is_empty()) {
