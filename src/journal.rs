@@ -91,30 +91,44 @@ pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// Read the next frame from `reader`, of which `available` bytes remain, into `payload`:
+/// `false` (nothing consumed that matters) when what remains is not one whole, intact record —
+/// a short header, a length over [`MAX_RECORD_BYTES`] or past the end, a checksum mismatch.
+/// The one framing check of replay, [`decode_frames`] and [`damage`].
+///
+/// Errors: reading.
+fn read_frame(
+    reader: &mut impl Read,
+    available: u64,
+    payload: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    if available < RECORD_HEADER_BYTES as u64 {
+        return Ok(false);
+    }
+    let mut header = [0u8; RECORD_HEADER_BYTES];
+    reader.read_exact(&mut header)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_RECORD_BYTES || available - (RECORD_HEADER_BYTES as u64) < len as u64 {
+        return Ok(false);
+    }
+    payload.resize(len, 0);
+    reader.read_exact(payload)?;
+    Ok(crc32fast::hash(payload) == crc)
+}
+
 /// Split `bytes` into intact payloads; returns the payloads with their offsets and the
 /// length of the intact prefix. Stops at the first short or checksum-failing record.
 pub fn decode_frames(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out = Vec::new();
     let mut pos = 0usize;
-    while bytes.len() - pos >= RECORD_HEADER_BYTES {
-        let len = u32::from_le_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]])
-            as usize;
-        let crc = u32::from_le_bytes([
-            bytes[pos + 4],
-            bytes[pos + 5],
-            bytes[pos + 6],
-            bytes[pos + 7],
-        ]);
+    let mut payload = Vec::new();
+    let mut reader = bytes;
+    // Reading a slice cannot fail.
+    while read_frame(&mut reader, (bytes.len() - pos) as u64, &mut payload).unwrap_or(false) {
         let start = pos + RECORD_HEADER_BYTES;
-        if len > MAX_RECORD_BYTES || bytes.len() - start < len {
-            break;
-        }
-        let payload = &bytes[start..start + len];
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        out.push((pos as u64, payload));
-        pos = start + len;
+        out.push((pos as u64, &bytes[start..start + payload.len()]));
+        pos = start + payload.len();
     }
     (out, pos)
 }
@@ -180,20 +194,7 @@ fn scan_records<T: DeserializeOwned, E: From<JournalError>>(
     let mut reader = std::io::BufReader::with_capacity(1 << 16, &mut *file);
     let (mut good, mut index) = (0u64, 0usize);
     let mut payload = Vec::new();
-    while total - good >= RECORD_HEADER_BYTES as u64 {
-        let mut header = [0u8; RECORD_HEADER_BYTES];
-        reader.read_exact(&mut header).map_err(io)?;
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let start = good + RECORD_HEADER_BYTES as u64;
-        if len > MAX_RECORD_BYTES || total - start < len as u64 {
-            break;
-        }
-        payload.resize(len, 0);
-        reader.read_exact(&mut payload).map_err(io)?;
-        if crc32fast::hash(&payload) != crc {
-            break;
-        }
+    while read_frame(&mut reader, total - good, &mut payload).map_err(io)? {
         let rec = serde_json::from_slice(&payload).map_err(|e| JournalError::Decode {
             path: path.to_path_buf(),
             index,
@@ -201,7 +202,7 @@ fn scan_records<T: DeserializeOwned, E: From<JournalError>>(
             message: e.to_string(),
         })?;
         visit(rec)?;
-        good = start + len as u64;
+        good += (RECORD_HEADER_BYTES + payload.len()) as u64;
         index += 1;
     }
     Ok((good, total))

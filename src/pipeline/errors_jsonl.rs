@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::backend::{ItemKey, Pass};
-use super::outputs::{jsonl, ErrorLine};
+use super::outputs::{ErrorLine, JsonlLog};
 use super::plan::{ItemPlan, Plans, RowPlan};
 use super::store::Store;
 use super::{JournalOutcome, PipelineError};
-use crate::atomic::write_atomic;
 use crate::out_files::ERRORS_FILE;
 
 /// The `image.bytes` errors of an output folder's `errors.jsonl`, by stream position: among
@@ -58,28 +57,32 @@ pub(crate) fn write_abort_errors(
     results: &Store,
     samples: u32,
 ) -> Result<(), PipelineError> {
-    let mut lines = Vec::new();
+    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let mut lines = JsonlLog::create(&out.join(ERRORS_FILE))?;
     for plan in plans.iter()? {
         let plan = &plan?;
         let line = |qa, field: &str, message: &str| error_line(plan, qa, field, message);
         let body = match &plan.body {
             Ok(body) => body,
             Err(p) => {
-                lines.push(line(None, &p.field, &p.message));
+                lines.push(&line(None, &p.field, &p.message));
                 continue;
             }
         };
         for (qa, item) in body.items.iter().enumerate() {
             let key = ItemKey::question(plan.position, qa as u32);
             match item {
-                ItemPlan::Invalid(p) => lines.push(line(Some(key.qa), &p.field, &p.message)),
+                ItemPlan::Invalid(p) => lines.push(&line(Some(key.qa), &p.field, &p.message)),
                 ItemPlan::Keep(_) => {
                     for s in 0..samples {
                         let key = key.with_sample(s);
                         if let Some(JournalOutcome::Failed(m)) =
                             results.result(key, Pass::Answer)?
                         {
-                            lines.push(ErrorLine {
+                            lines.push(&ErrorLine {
                                 sample: (samples > 1).then_some(s),
                                 ..line(Some(key.qa), "generation", &m)
                             });
@@ -90,10 +93,6 @@ pub(crate) fn write_abort_errors(
             }
         }
     }
-    std::fs::create_dir_all(out).map_err(|source| crate::journal::JournalError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    write_atomic(out.join(ERRORS_FILE), &jsonl(&lines))?;
+    lines.commit()?;
     Ok(())
 }

@@ -142,18 +142,6 @@ pub struct GenerationLine {
     pub judge_role: Option<String>,
 }
 
-/// Serialise `lines` as JSON lines.
-pub fn jsonl<T: Serialize>(lines: &[T]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for l in lines {
-        // Serialising plain data structs to a Vec cannot fail.
-        if serde_json::to_writer(&mut out, l).is_ok() {
-            out.push(b'\n');
-        }
-    }
-    out
-}
-
 /// A JSONL file of the run (`errors.jsonl`, `cleaning.jsonl`, `generations.jsonl`) written
 /// line by line as the write phase goes, to a temporary file published by
 /// [`JsonlLog::commit`], so that no line is held in memory. The first write failure is kept

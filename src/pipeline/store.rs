@@ -91,7 +91,7 @@ pub(crate) fn item_key_bytes(key: ItemKey) -> [u8; 16] {
 }
 
 /// The item of [`item_key_bytes`]; `None` for bytes of another length.
-pub(crate) fn item_key_from(b: &[u8]) -> Option<ItemKey> {
+fn item_key_from(b: &[u8]) -> Option<ItemKey> {
     let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
     let position = u64::from_be_bytes(b[..8].try_into().ok()?);
     let qa = u32::from_be_bytes(b[8..12].try_into().ok()?);
@@ -142,7 +142,7 @@ impl Store {
 
     /// The error of an entry this store did not write as read (a key or value of the
     /// wrong shape).
-    pub(crate) fn malformed(&self) -> StoreError {
+    fn malformed(&self) -> StoreError {
         self.error("an entry of the wrong shape")
     }
 
@@ -185,20 +185,6 @@ impl Store {
         })
     }
 
-    fn put_raw(&self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.with_txn(1, |txn| {
-            txn.open_table(table.definition())?.insert(key, value)?;
-            Ok(())
-        })
-    }
-
-    fn remove_raw(&self, table: Table, key: &[u8]) -> Result<(), StoreError> {
-        self.with_txn(1, |txn| {
-            txn.open_table(table.definition())?.remove(key)?;
-            Ok(())
-        })
-    }
-
     /// The value stored under `key`, decoded from JSON.
     ///
     /// Errors: [`StoreError`] (I/O, or a value that does not decode).
@@ -225,12 +211,19 @@ impl Store {
         value: &V,
     ) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(value).map_err(|e| self.error(e))?;
-        self.put_raw(table, key, &bytes)
+        self.with_txn(1, |txn| {
+            txn.open_table(table.definition())?
+                .insert(key, bytes.as_slice())?;
+            Ok(())
+        })
     }
 
     /// Remove `key` (nothing when absent). Errors: [`StoreError`].
     pub(crate) fn remove(&self, table: Table, key: &[u8]) -> Result<(), StoreError> {
-        self.remove_raw(table, key)
+        self.with_txn(1, |txn| {
+            txn.open_table(table.definition())?.remove(key)?;
+            Ok(())
+        })
     }
 
     /// Entries in `table`. Errors: [`StoreError`].
@@ -274,6 +267,22 @@ impl Store {
                 f(k, v)?;
             }
         }
+    }
+
+    /// Call `f` on every entry of `table`, a table keyed by [`item_key_bytes`], with its item
+    /// and its value decoded from JSON, in key order ([`Store::for_each`]).
+    ///
+    /// Errors: [`StoreError`] (an entry of the wrong shape among them), or `f`'s error.
+    pub(crate) fn for_each_item<V: DeserializeOwned, E: From<StoreError>>(
+        &self,
+        table: Table,
+        mut f: impl FnMut(ItemKey, V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.for_each(table, |k, v| {
+            let key = item_key_from(k).ok_or_else(|| self.malformed())?;
+            let value = serde_json::from_slice(v).map_err(|_| self.malformed())?;
+            f(key, value)
+        })
     }
 
     /// The journaled outcome of `(key, pass)`.

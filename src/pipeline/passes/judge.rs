@@ -16,14 +16,15 @@ use sha2::{Digest, Sha256};
 use super::{chunk_size, run_requests, PassContext};
 use crate::pipeline::backend::{GenRequest, Generator, ItemKey, Pass, Verdict};
 use crate::pipeline::plan::{ItemPlan, JudgeRole, Plans};
-use crate::pipeline::store::{item_key_bytes, item_key_from, Store, StoreError, Table};
+use crate::pipeline::store::{item_key_bytes, Store, StoreError, Table};
 use crate::pipeline::{JournalOutcome, PipelineError};
 
 /// What the judge pass leaves for the write phase besides the store's judge roles
 /// (`Table::JudgeRoles`) and outcomes.
 #[derive(Debug, Default)]
 pub(crate) struct Judged {
-    /// Items that took another item's judge result (same prompt).
+    /// Judged items whose judge prompt an earlier item (in input order) had: their result is
+    /// that item's (counted in the card as reused, not generated).
     pub reused: u64,
 }
 
@@ -34,6 +35,9 @@ pub(crate) struct Judged {
 /// decide each item's role and whether its prompt is new (roles, prompts, copies and the
 /// prompts still to generate go to the store); then the pending prompts are sent in key
 /// (input) order, a chunk at a time, and the copies take their first item's result.
+///
+/// Merging shards: each shard calibrates its own first N accepts; the first N accepts of
+/// the whole input are, per shard, a prefix of those, so the merge finds all of them.
 ///
 /// Errors: [`PipelineError`] from the engine, the journal or the store.
 pub(crate) fn judge_answers(
@@ -101,13 +105,12 @@ pub(crate) fn judge_answers(
     let mut appended = 0u64;
     let none = HashMap::new();
     let mut pending = Vec::new();
-    store.for_each(Table::JudgePending, |k, v| {
-        let key = item_key_from(k).ok_or_else(|| store.malformed())?;
+    store.for_each_item(Table::JudgePending, |key, user_text: String| {
         pending.push(GenRequest {
             key,
             pass: Pass::Judge,
             image: None,
-            user_text: serde_json::from_slice(v).map_err(|_| store.malformed())?,
+            user_text,
             think: settings.think,
             max_new_tokens: settings.max_new_tokens,
             sampling: None,
@@ -120,9 +123,10 @@ pub(crate) fn judge_answers(
         Ok::<_, PipelineError>(())
     })?;
     run_requests(ctx, generator, pending, Pass::Judge, &none, &mut appended)?;
-    store.for_each(Table::JudgeCopies, |k, v| {
-        let key = item_key_from(k).ok_or_else(|| store.malformed())?;
-        let first: ItemKey = serde_json::from_slice(v).map_err(|_| store.malformed())?;
+    // Every later item of a prompt takes its first item's result (which is there: journaled
+    // by an earlier process, or just generated), also over a result of its own a shard's
+    // journal holds: a merge then writes what the single run writes.
+    store.for_each_item(Table::JudgeCopies, |key, first: ItemKey| {
         if let Some(outcome) = store.result(first, Pass::Judge)? {
             store.set_result(key, Pass::Judge, &outcome)?;
         }
@@ -161,6 +165,8 @@ pub(crate) fn judge_answers(
     Ok(Judged { reused: copies })
 }
 
+/// The clause of the token-limit warning on the judge outputs that reached the limit after a
+/// verdict (those keep it: contract §6 reads the verdict from the last non-empty line).
 fn after_verdict(n: usize) -> String {
     match n {
         0 => String::new(),
@@ -183,9 +189,8 @@ struct JudgeShortfall {
 }
 
 impl JudgeShortfall {
-    /// Counts the judge outputs of `roles` in `results`, parsing each cut one with `parse`
-    /// (the run's [`Decisions::parse_verdict`]).
-    /// The shortfall over the items the store gives a judge role.
+    /// Counts the judge outputs of the items `store` gives a judge role, parsing each cut one
+    /// with `parse` (the run's [`Decisions::parse_verdict`]).
     ///
     /// Errors: [`StoreError`].
     fn of(store: &Store, parse: &dyn Fn(&str) -> Verdict) -> Result<Self, StoreError> {
@@ -195,8 +200,7 @@ impl JudgeShortfall {
             failed: 0,
             first_failure: None,
         };
-        store.for_each(Table::JudgeRoles, |k, _| {
-            let key = item_key_from(k).ok_or_else(|| store.malformed())?;
+        store.for_each_item(Table::JudgeRoles, |key, _: JudgeRole| {
             match store.result(key, Pass::Judge)? {
                 Some(JournalOutcome::Done(g))
                     if g.finish == crate::pipeline::backend::FinishReason::Length =>
